@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Installs what the local Kubernetes control plane needs, into a cache outside the repo keyed by version:
+#   - etcd from Debian's etcd-server package (apt-get), when /usr/bin/etcd is missing
+#   - kube-apiserver, kube-controller-manager, kube-scheduler built from the k8s.io/kubernetes Go module
+#   - kwok and helm built from their Go modules
+# Skips every step whose output is already there. Fails with a message saying what to fix.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+K8S_VERSION="${PERFSCHED_K8S_VERSION:-v1.35.4}"
+KWOK_VERSION="${PERFSCHED_KWOK_VERSION:-v0.8.0}"
+HELM_VERSION="${PERFSCHED_HELM_VERSION:-v3.19.0}"
+CACHE="${PERFSCHED_CACHE:-$HOME/.cache/perfsched}"
+K8S_BIN="$CACHE/k8s-$K8S_VERSION"
+KWOK_BIN="$CACHE/kwok-$KWOK_VERSION"
+HELM_BIN="$CACHE/helm-$HELM_VERSION"
+
+die() { echo "install-tools: $*" >&2; exit 1; }
+
+# --- etcd -------------------------------------------------------------------------------------------
+if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then
+  command -v apt-get >/dev/null 2>&1 || die "etcd is missing and apt-get is not available: install etcd-server (Debian) or put etcd on PATH"
+  echo "install-tools: installing etcd-server with apt-get"
+  sudo_cmd=""; [ "$(id -u)" = 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq >/dev/null || die "apt-get update failed"
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq etcd-server >/dev/null \
+    || die "apt-get install etcd-server failed"
+  # Debian starts the service on install; we run our own etcd per cluster.
+  ($sudo_cmd systemctl stop etcd 2>/dev/null || $sudo_cmd service etcd stop 2>/dev/null || pkill -x etcd || true) >/dev/null 2>&1
+fi
+
+# --- Go-built binaries ----------------------------------------------------------------------------------
+command -v go >/dev/null 2>&1 || die "Go is not installed: install Go >= 1.25 (https://go.dev/doc/install) and retry"
+export GOTOOLCHAIN=local CGO_ENABLED=0
+
+if ! "$K8S_BIN/kube-apiserver" --version 2>/dev/null | grep -qx "Kubernetes $K8S_VERSION" \
+   || [ ! -x "$K8S_BIN/kube-scheduler" ] || [ ! -x "$K8S_BIN/kube-controller-manager" ]; then
+  echo "install-tools: building Kubernetes $K8S_VERSION into $K8S_BIN (cold build: ~15-25 min on 2 cores)"
+  mkdir -p "$K8S_BIN"
+  minor="$(echo "$K8S_VERSION" | cut -d. -f2)"
+  V=k8s.io/component-base/version
+  LDF="-s -w -X $V.gitVersion=$K8S_VERSION -X $V.gitMajor=1 -X $V.gitMinor=$minor -X $V.gitTreeState=clean"
+  LDF="$LDF -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
+  (cd "$here/k8s-build" && go build -trimpath -pgo=off -ldflags "$LDF" -o "$K8S_BIN/" \
+      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+      k8s.io/kubernetes/cmd/kube-scheduler) || { rm -rf "$K8S_BIN"; die "building Kubernetes $K8S_VERSION failed (see above)"; }
+fi
+
+if [ ! -x "$KWOK_BIN/kwok" ]; then
+  echo "install-tools: building kwok $KWOK_VERSION into $KWOK_BIN"
+  mkdir -p "$KWOK_BIN"
+  GOBIN="$KWOK_BIN" go install "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" \
+    || { rm -rf "$KWOK_BIN"; die "building kwok $KWOK_VERSION failed (see above)"; }
+fi
+
+if [ ! -x "$HELM_BIN/helm" ]; then
+  echo "install-tools: building helm $HELM_VERSION into $HELM_BIN"
+  mkdir -p "$HELM_BIN"
+  GOBIN="$HELM_BIN" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" \
+    || { rm -rf "$HELM_BIN"; die "building helm $HELM_VERSION failed (see above)"; }
+fi
+echo "install-tools: ok (k8s $K8S_BIN, kwok $KWOK_BIN, helm $HELM_BIN, etcd $(command -v etcd || echo /usr/bin/etcd))"

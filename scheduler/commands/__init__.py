@@ -1,0 +1,2 @@
+"""CLI command modules. Each module defines ``register(app: typer.Typer) -> None``; ``scheduler.cli``
+discovers them all. Keep heavy imports inside the command functions."""

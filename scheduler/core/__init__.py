@@ -1,0 +1,1 @@
+"""Pure scheduling core: types, protocols, placement, planning and ``run_round``. No I/O, no clock."""

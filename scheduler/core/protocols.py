@@ -1,0 +1,46 @@
+"""The seams of the scheduling core, as ``typing.Protocol``s: policies, throughput oracles and clocks.
+
+Pure: protocols only. Real implementations (the ``perfmodel`` predictor behind ``scheduler.oracles``,
+the wall clock) and fakes for tests live elsewhere and are passed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol, runtime_checkable
+
+from scheduler.core.decisions import Decision
+from scheduler.core.types import ClusterSnapshot, Job, PlacementShape
+
+
+@runtime_checkable
+class ThroughputOracle(Protocol):
+    """Answers "how fast does job J run on placement P", in batches.
+
+    ``throughput`` returns, for each ``(job, shape)`` pair in order, the job's throughput in its own work
+    units per second (all replicas together). A non-positive value means the job cannot run there
+    (e.g. the model does not fit in that GPU's memory).
+    """
+
+    def throughput(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[float]: ...
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """A scheduling policy: data in, decisions out. No clock, no I/O, no state kept between rounds.
+
+    ``allocate`` returns a decision for every job it was given (running or waiting). What ran before
+    is in ``snapshot.allocations``; randomness comes from the policy's config seed.
+    """
+
+    name: str
+
+    def allocate(
+        self, snapshot: ClusterSnapshot, jobs: Sequence[Job], oracle: ThroughputOracle
+    ) -> Mapping[str, Decision]: ...
+
+
+class Clock(Protocol):
+    """Source of ``now`` for the shells (the operator's wall clock, the simulator's virtual clock)."""
+
+    def now(self) -> float: ...

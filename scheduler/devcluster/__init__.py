@@ -1,0 +1,1 @@
+"""Local Kubernetes control plane (shell): etcd, kube-apiserver, KCM, kube-scheduler and KWOK."""

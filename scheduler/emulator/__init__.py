@@ -1,0 +1,1 @@
+"""Workload emulator (shell): plays the training processes of TrainingJob pods on KWOK nodes."""

@@ -1,0 +1,1 @@
+"""Scheduler extender (shell): the FastAPI webhook kube-scheduler calls for filter, prioritize and bind."""

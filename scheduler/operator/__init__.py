@@ -1,0 +1,1 @@
+"""Operator (shell): TrainingJob lifecycle loop that admits, orders, starts, resizes and preempts jobs."""

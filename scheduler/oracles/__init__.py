@@ -1,0 +1,1 @@
+"""Throughput oracles (adapter): ground-truth tables with injected error, and the perfmodel predictor."""

@@ -1,0 +1,1 @@
+"""Scheduling policies (pure) and their registry by name."""
