@@ -1,0 +1,374 @@
+"""The TrainingJob custom resource as typed models, and its conversion into the core ``Job``.
+
+Edge module (pydantic, no I/O, no clock: ``now`` is passed in). ``TrainingJobSpec`` and
+``TrainingJobStatus`` mirror ``crds/trainingjob.yaml`` field for field (camelCase on the wire,
+snake_case in Python). ``trainingjob_to_job`` turns a TrainingJob object as the API returns it into a
+``scheduler.core.types.Job``, or into an ``Unschedulable`` value naming the problem when the object was
+admitted by the API server but cannot be scheduled as written: a model the predictor does not know and no
+``modelParams``, a template without containers, GPU types no node has, an unknown PriorityClass, or a
+spec that does not parse (a CRD installed without its schema). Such a job stays Pending with that reason;
+it is never an exception that could stop the operator.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Mapping
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from scheduler.core.decisions import Unschedulable
+from scheduler.core.types import Job, WorkUnit
+
+GROUP = "perfsched.dev"
+VERSION = "v1alpha1"
+KIND = "TrainingJob"
+PLURAL = "trainingjobs"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+#: Label and annotation keys shared by the operator, the extender and the workload emulator.
+LABEL_JOB_NAME = "perfsched.dev/job-name"
+LABEL_REPLICA_INDEX = "perfsched.dev/replica-index"
+LABEL_GENERATION = "perfsched.dev/generation"
+ANNOTATION_GPU_TYPE = "perfsched.dev/gpu-type"
+ANNOTATION_PLANNED_NODE = "perfsched.dev/planned-node"
+ANNOTATION_PROGRESS = "perfsched.dev/progress"
+ANNOTATION_START_PROGRESS = "perfsched.dev/start-progress"
+ANNOTATION_TOTAL_WORK = "perfsched.dev/total-work"
+
+#: The phases of ``status.phase``, in the order a job usually goes through them.
+PHASES = ("Pending", "Admitted", "Running", "Resizing", "Preempted", "Succeeded", "Failed")
+Phase = Literal["Pending", "Admitted", "Running", "Resizing", "Preempted", "Succeeded", "Failed"]
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+#: Canonical GPU type names (the schema's enum for ``allowedGPUTypes``).
+CANONICAL_GPU_TYPES = frozenset(
+    {
+        "K80",
+        "P100",
+        "V100",
+        "T4",
+        "RTX2080Ti",
+        "RTX6000",
+        "A10",
+        "A10G",
+        "A40",
+        "L4",
+        "L40S",
+        "A100",
+        "H100",
+        "H200",
+    }
+)
+
+
+class _Wire(BaseModel):
+    """Base of the CRD models: camelCase aliases, population by either name, unknown keys kept out."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+
+
+class ModelParams(_Wire):
+    parameters: float = Field(gt=0)
+    flops_per_sample: float = Field(gt=0)
+
+
+class Work(_Wire):
+    """Declared work: exactly one of iterations, samples, or epochs x datasetSize."""
+
+    iterations: int | None = Field(default=None, ge=1)
+    samples: int | None = Field(default=None, ge=1)
+    epochs: float | None = Field(default=None, gt=0)
+    dataset_size: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Work:
+        kinds = [k for k in ("iterations", "samples", "epochs") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError("must set exactly one of iterations, samples, epochs")
+        if (self.epochs is None) != (self.dataset_size is None):
+            raise ValueError("epochs and datasetSize go together")
+        return self
+
+    @property
+    def unit(self) -> WorkUnit:
+        return WorkUnit.ITERATIONS if self.iterations is not None else WorkUnit.SAMPLES
+
+    @property
+    def total(self) -> float:
+        """Total work in ``unit`` (epochs are converted to samples: epochs x datasetSize)."""
+        if self.iterations is not None:
+            return float(self.iterations)
+        if self.samples is not None:
+            return float(self.samples)
+        assert self.epochs is not None and self.dataset_size is not None
+        return float(self.epochs) * float(self.dataset_size)
+
+
+class Replicas(_Wire):
+    min: int = Field(default=1, ge=1)
+    max: int = Field(ge=1)
+    gpus_per_replica: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Replicas:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) must be <= max ({self.max})")
+        return self
+
+
+class TrainingJobSpec(_Wire):
+    """``spec`` of a TrainingJob (see ``docs/trainingjob.md``)."""
+
+    model: str | None = Field(default=None, min_length=1)
+    model_params: ModelParams | None = None
+    dataset: str = ""
+    batch_size: int = Field(ge=1)
+    precision: Literal["fp32", "amp", "bf16", "fp16"] = "fp32"
+    work: Work
+    replicas: Replicas
+    elastic: bool = False
+    allowed_gpu_types: tuple[str, ...] = Field(default=(), alias="allowedGPUTypes")
+    priority: int | None = None
+    priority_class_name: str | None = None
+    queue: str = ""
+    preemptible: bool = True
+    deadline: datetime | None = None
+    checkpoint_grace_seconds: int = Field(default=30, ge=0)
+    template: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _exclusive(self) -> TrainingJobSpec:
+        if (self.model is None) == (self.model_params is None):
+            raise ValueError("exactly one of model and modelParams must be set")
+        if self.priority is not None and self.priority_class_name is not None:
+            raise ValueError("set at most one of priority and priorityClassName")
+        return self
+
+
+class Condition(_Wire):
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+    last_transition_time: str | None = None
+    observed_generation: int | None = None
+
+
+class AllocationStatus(_Wire):
+    replicas: int = 0
+    gpu_type: str = ""
+    gpus_per_replica: int = 0
+    nodes: tuple[str, ...] = ()
+    replicas_per_node: dict[str, int] = Field(default_factory=dict)
+
+
+class TrainingJobStatus(_Wire):
+    """``status`` of a TrainingJob. Everything the operator needs to rebuild its state after a restart."""
+
+    phase: Phase | None = None
+    reason: str | None = None
+    message: str | None = None
+    conditions: tuple[Condition, ...] = ()
+    allocation: AllocationStatus | None = None
+    selector: str | None = None
+    gang_generation: int = 0
+    predicted_throughput: float | None = None
+    observed_throughput: float | None = None
+    work_unit: str | None = None
+    total_work: float | None = None
+    progress: float = 0.0
+    checkpoint_progress: float = 0.0
+    progress_percent: float | None = None
+    progress_percent_text: str | None = None
+    lost_work: float = 0.0
+    attained_service: float = 0.0
+    estimated_completion: str | None = None
+    admitted_time: str | None = None
+    start_time: str | None = None
+    last_change_time: str | None = None
+    completion_time: str | None = None
+    restarts: int = 0
+    resizes: int = 0
+    preemptions: int = 0
+    failures: int = 0
+    observed_generation: int | None = None
+    placement: dict[str, str] = Field(default_factory=dict)
+
+    def condition(self, type_: str) -> Condition | None:
+        for c in self.conditions:
+            if c.type == type_:
+                return c
+        return None
+
+    def to_wire(self) -> dict[str, Any]:
+        """The status as API JSON (camelCase), leaving out unset optional fields."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def rfc3339(t: float) -> str:
+    """Unix seconds -> RFC 3339 UTC string with a ``Z`` suffix (what the API server writes)."""
+    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: str | datetime | None) -> float | None:
+    """RFC 3339 string (or datetime) -> Unix seconds; None or an unparsable value -> None."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        dt = value
+    else:
+        try:
+            dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.timestamp()
+
+
+def job_key(obj: Mapping[str, Any]) -> str:
+    """``namespace/name`` of an API object: the core ``Job.name`` of a TrainingJob."""
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def parse_spec(obj: Mapping[str, Any]) -> TrainingJobSpec | Unschedulable:
+    """Validate ``obj['spec']``; a spec that does not parse becomes an unresolvable ``Unschedulable``."""
+    try:
+        return TrainingJobSpec.model_validate(obj.get("spec") or {})
+    except ValidationError as exc:
+        return Unschedulable(f"invalid spec: {_describe(exc)}", resolvable=False)
+
+
+def parse_status(obj: Mapping[str, Any]) -> TrainingJobStatus:
+    """Validate ``obj['status']``; a status that does not parse (hand-edited) counts as empty."""
+    try:
+        return TrainingJobStatus.model_validate(obj.get("status") or {})
+    except ValidationError:
+        return TrainingJobStatus()
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:3]:
+        loc = ".".join(str(p) for p in err["loc"])
+        where = f"spec.{loc}" if loc else "spec"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def template_problem(template: Mapping[str, Any]) -> str | None:
+    """What is wrong with a worker PodTemplateSpec that the schema admitted, or None if it is usable."""
+    spec = template.get("spec")
+    if not isinstance(spec, Mapping):
+        return "spec.template.spec is missing"
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        return "spec.template.spec.containers is empty: the worker template needs at least one container"
+    for i, c in enumerate(containers):
+        if not isinstance(c, Mapping) or not c.get("name") or not c.get("image"):
+            return f"spec.template.spec.containers[{i}] needs a name and an image"
+    return None
+
+
+def trainingjob_to_job(
+    obj: Mapping[str, Any],
+    *,
+    now: float,
+    known_model: Callable[[str], bool] | None = None,
+    cluster_gpu_types: Collection[str] | None = None,
+    priority_classes: Mapping[str, int] | None = None,
+) -> Job | Unschedulable:
+    """Convert a TrainingJob API object into a core ``Job``, or say why it cannot be scheduled.
+
+    ``known_model`` answers whether the predictor knows a zoo model name (None: do not check);
+    ``cluster_gpu_types`` are the GPU types some node has (None: do not check); ``priority_classes`` maps
+    PriorityClass names to values (None: an unknown class is an error only when a name is given).
+    Progress, checkpoint, attained service, restarts and the last change come from ``status``; the
+    operator refreshes progress from the workers' reports before a round.
+    """
+    spec = parse_spec(obj)
+    if isinstance(spec, Unschedulable):
+        return spec
+    status = parse_status(obj)
+    meta = obj.get("metadata") or {}
+
+    if spec.model is not None and known_model is not None and not known_model(spec.model):
+        return Unschedulable(
+            f"unknown model {spec.model!r} in spec.model: the predictor does not know it; "
+            "use a zoo model name or give spec.modelParams {parameters, flopsPerSample}",
+            resolvable=False,
+        )
+    problem = template_problem(spec.template)
+    if problem is not None:
+        return Unschedulable(problem, resolvable=False)
+
+    unknown_types = sorted(set(spec.allowed_gpu_types) - CANONICAL_GPU_TYPES)
+    if unknown_types:
+        return Unschedulable(
+            f"spec.allowedGPUTypes names unknown GPU types {unknown_types}; "
+            f"known types: {sorted(CANONICAL_GPU_TYPES)}",
+            resolvable=False,
+        )
+    if spec.allowed_gpu_types and cluster_gpu_types is not None:
+        present = set(cluster_gpu_types)
+        if not present.intersection(spec.allowed_gpu_types):
+            return Unschedulable(
+                f"no node has any of the GPU types in spec.allowedGPUTypes {list(spec.allowed_gpu_types)}; "
+                f"the cluster has {sorted(present) or 'no GPU nodes'}",
+                resolvable=True,
+            )
+
+    priority = spec.priority or 0
+    if spec.priority_class_name is not None:
+        value = (priority_classes or {}).get(spec.priority_class_name)
+        if value is None:
+            return Unschedulable(
+                f"PriorityClass {spec.priority_class_name!r} named in spec.priorityClassName does not exist",
+                resolvable=True,
+            )
+        priority = value
+
+    submit = parse_time(meta.get("creationTimestamp"))
+    total = spec.work.total
+    progress = min(max(0.0, status.progress), total)
+    checkpoint = min(max(0.0, status.checkpoint_progress), progress)
+    deadline = parse_time(spec.deadline) if spec.deadline is not None else None
+    return Job(
+        name=job_key(obj),
+        submit_time=submit if submit is not None else now,
+        total_work=total,
+        gpus_per_replica=spec.replicas.gpus_per_replica,
+        min_replicas=spec.replicas.min if spec.elastic else spec.replicas.max,
+        max_replicas=spec.replicas.max,
+        elastic=spec.elastic,
+        model=spec.model or "",
+        dataset=spec.dataset,
+        batch_size=spec.batch_size,
+        precision=spec.precision,
+        params=spec.model_params.parameters if spec.model_params else None,
+        flops_per_sample=spec.model_params.flops_per_sample if spec.model_params else None,
+        work_unit=spec.work.unit,
+        progress=progress,
+        checkpoint_progress=checkpoint,
+        priority=priority,
+        deadline=deadline,
+        allowed_gpu_types=frozenset(spec.allowed_gpu_types),
+        preemptible=spec.preemptible,
+        queue=spec.queue,
+        attained_service=max(0.0, status.attained_service),
+        restarts=status.restarts,
+        last_change_time=parse_time(status.last_change_time),
+        user=str(meta.get("namespace", "")),
+    )
+
+
+def progress_percent(progress: float, total: float) -> float:
+    """Percentage of ``total`` done, rounded down to 0.1 so 100 % means really finished."""
+    if total <= 0 or not math.isfinite(progress):
+        return 0.0
+    return math.floor(1000.0 * min(1.0, max(0.0, progress / total))) / 10.0

@@ -1,0 +1,250 @@
+"""TrainingJob CRD: the YAML schema and the pydantic models agree, and objects convert into core Jobs.
+
+Bad input that the API server admits (unknown model without params, template without containers, GPU
+types no node has, unknown PriorityClass) must come back as an ``Unschedulable`` naming the problem.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.core.decisions import Unschedulable
+from scheduler.core.types import Job, WorkUnit
+from scheduler.k8s.crd import (
+    TrainingJobSpec,
+    TrainingJobStatus,
+    parse_time,
+    progress_percent,
+    rfc3339,
+    trainingjob_to_job,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD = ROOT / "crds" / "trainingjob.yaml"
+
+
+def _schema() -> dict[str, Any]:
+    doc = yaml.safe_load(CRD.read_text())
+    (version,) = doc["spec"]["versions"]
+    return version
+
+
+def tj(**spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "apiVersion": "perfsched.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": "bert", "namespace": "ml", "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "spec": {
+            "model": "resnet50",
+            "batchSize": 256,
+            "work": {"iterations": 1000},
+            "replicas": {"min": 1, "max": 4, "gpusPerReplica": 2},
+            "template": {"spec": {"containers": [{"name": "worker", "image": "trainer:1"}]}},
+        },
+    }
+    base["spec"].update(spec)
+    return base
+
+
+NOW = parse_time("2026-01-01T01:00:00Z") or 0.0
+
+
+# --- the YAML ------------------------------------------------------------------------------------------
+
+
+def test_crd_names_and_subresources() -> None:
+    doc = yaml.safe_load(CRD.read_text())
+    assert doc["metadata"]["name"] == "trainingjobs.perfsched.dev"
+    assert doc["spec"]["names"]["shortNames"] == ["tj"]
+    v = _schema()
+    assert v["name"] == "v1alpha1"
+    assert v["subresources"]["status"] == {}
+    scale = v["subresources"]["scale"]
+    assert scale["specReplicasPath"] == ".spec.replicas.max"
+    assert scale["statusReplicasPath"] == ".status.allocation.replicas"
+    cols = {c["name"] for c in v["additionalPrinterColumns"]}
+    assert {"Phase", "Replicas", "GPU", "Progress", "ETA", "Age"} <= cols
+
+
+def test_every_spec_and_status_field_in_the_schema_is_modelled() -> None:
+    props = _schema()["schema"]["openAPIV3Schema"]["properties"]
+    spec_aliases = {f.alias or n for n, f in TrainingJobSpec.model_fields.items()}
+    status_aliases = {f.alias or n for n, f in TrainingJobStatus.model_fields.items()}
+    assert set(props["spec"]["properties"]) == spec_aliases
+    assert set(props["status"]["properties"]) == status_aliases
+
+
+def test_printer_columns_point_at_status_fields() -> None:
+    props = _schema()["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    for col in _schema()["additionalPrinterColumns"]:
+        path = col["jsonPath"].lstrip(".").split(".")
+        if path[0] != "status":
+            continue
+        node: dict[str, Any] = props
+        for part in path[1:]:
+            assert part in node, col
+            node = node[part].get("properties", {})
+
+
+# --- conversion ----------------------------------------------------------------------------------------
+
+
+def test_rigid_job_converts_with_max_replicas_as_size() -> None:
+    job = trainingjob_to_job(tj(), now=NOW)
+    assert isinstance(job, Job)
+    assert job.name == "ml/bert"
+    assert job.total_work == 1000.0
+    assert job.work_unit is WorkUnit.ITERATIONS
+    # rigid: min = max = 4 replicas of 2 GPUs -> 8 GPUs either way
+    assert (job.min_replicas, job.max_replicas, job.gpus_per_replica) == (4, 4, 2)
+    assert job.min_gpus == job.max_gpus == 8
+    assert job.submit_time == parse_time("2026-01-01T00:00:00Z")
+    assert job.preemptible is True  # the schema default
+    assert job.user == "ml"
+
+
+@pytest.mark.parametrize(
+    ("work", "unit", "total"),
+    [
+        ({"iterations": 500}, WorkUnit.ITERATIONS, 500.0),
+        ({"samples": 64000}, WorkUnit.SAMPLES, 64000.0),
+        # 2.5 epochs x 50,000 samples = 125,000 samples
+        ({"epochs": 2.5, "datasetSize": 50000}, WorkUnit.SAMPLES, 125000.0),
+    ],
+)
+def test_work_kinds(work: dict[str, Any], unit: WorkUnit, total: float) -> None:
+    job = trainingjob_to_job(tj(work=work), now=NOW)
+    assert isinstance(job, Job)
+    assert (job.work_unit, job.total_work) == (unit, total)
+
+
+def test_elastic_job_keeps_min_and_status_progress() -> None:
+    obj = tj(elastic=True, deadline="2026-01-02T00:00:00Z", priority=5, preemptible=False)
+    obj["status"] = {
+        "progress": 400,
+        "checkpointProgress": 300,
+        "attainedService": 1234.5,
+        "restarts": 2,
+        "lastChangeTime": "2026-01-01T00:30:00Z",
+    }
+    job = trainingjob_to_job(obj, now=NOW)
+    assert isinstance(job, Job)
+    assert job.is_elastic and (job.min_replicas, job.max_replicas) == (1, 4)
+    assert (job.progress, job.checkpoint_progress, job.attained_service, job.restarts) == (
+        400,
+        300,
+        1234.5,
+        2,
+    )
+    assert job.deadline == parse_time("2026-01-02T00:00:00Z")
+    assert job.last_change_time == parse_time("2026-01-01T00:30:00Z")
+    assert (job.priority, job.preemptible) == (5, False)
+
+
+def test_custom_model_params() -> None:
+    spec = tj(modelParams={"parameters": 1.3e9, "flopsPerSample": 7.8e12})
+    del spec["spec"]["model"]
+    job = trainingjob_to_job(spec, now=NOW, known_model=lambda m: False)
+    assert isinstance(job, Job)
+    assert (job.model, job.params, job.flops_per_sample) == ("", 1.3e9, 7.8e12)
+
+
+def test_priority_class_resolved() -> None:
+    obj = tj(priorityClassName="high")
+    job = trainingjob_to_job(obj, now=NOW, priority_classes={"high": 1000})
+    assert isinstance(job, Job) and job.priority == 1000
+    missing = trainingjob_to_job(obj, now=NOW, priority_classes={})
+    assert isinstance(missing, Unschedulable) and "PriorityClass 'high'" in missing.reason
+
+
+# --- bad input admitted by the API server --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mutate", "needle", "resolvable"),
+    [
+        (lambda s: s["spec"].update(model="no-such-net"), "unknown model 'no-such-net'", False),
+        (lambda s: s["spec"]["template"]["spec"].update(containers=[]), "containers is empty", False),
+        (lambda s: s["spec"]["template"].pop("spec"), "spec.template.spec is missing", False),
+        (lambda s: s["spec"].update(allowedGPUTypes=["H200"]), "no node has any of the GPU types", True),
+        (lambda s: s["spec"].update(allowedGPUTypes=["B9000"]), "unknown GPU types ['B9000']", False),
+        # the schema rejects these; a CRD applied without it would let them through
+        (lambda s: s["spec"].update(batchSize=0), "spec.batchSize", False),
+        (lambda s: s["spec"]["replicas"].update(min=5), "min (5) must be <= max (4)", False),
+        (
+            lambda s: s["spec"].update(work={"iterations": 1, "samples": 2}),
+            "exactly one of iterations",
+            False,
+        ),
+        (
+            lambda s: s["spec"].update(modelParams={"parameters": 1, "flopsPerSample": 1}),
+            "exactly one of model",
+            False,
+        ),
+    ],
+)
+def test_admitted_but_unschedulable(mutate: Any, needle: str, resolvable: bool) -> None:
+    obj = copy.deepcopy(tj())
+    mutate(obj)
+    out = trainingjob_to_job(
+        obj, now=NOW, known_model=lambda m: m == "resnet50", cluster_gpu_types={"A100", "V100"}
+    )
+    assert isinstance(out, Unschedulable), out
+    assert needle in out.reason
+    assert out.resolvable is resolvable
+
+
+def test_unparsable_status_counts_as_empty() -> None:
+    obj = tj()
+    obj["status"] = {"progress": "lots"}
+    job = trainingjob_to_job(obj, now=NOW)
+    assert isinstance(job, Job) and job.progress == 0.0
+
+
+def test_status_wire_roundtrip_is_camel_case_without_nones() -> None:
+    st_ = TrainingJobStatus(phase="Running", progress=10, gang_generation=3)
+    wire = st_.to_wire()
+    assert wire["phase"] == "Running" and wire["gangGeneration"] == 3
+    assert "estimatedCompletion" not in wire
+    assert TrainingJobStatus.model_validate(wire) == st_
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    progress=st.floats(min_value=-10, max_value=1e7, allow_nan=False),
+    checkpoint=st.floats(min_value=-10, max_value=1e7, allow_nan=False),
+)
+def test_progress_and_checkpoint_are_clamped(progress: float, checkpoint: float) -> None:
+    obj = tj()
+    obj["status"] = {"progress": progress, "checkpointProgress": checkpoint}
+    job = trainingjob_to_job(obj, now=NOW)
+    assert isinstance(job, Job)
+    assert 0.0 <= job.checkpoint_progress <= job.progress <= job.total_work
+
+
+@pytest.mark.parametrize(
+    ("progress", "total", "pct"),
+    [
+        (0, 100, 0.0),
+        (999, 1000, 99.9),
+        (99999, 100000, 99.9),
+        (100, 100, 100.0),
+        (150, 100, 100.0),
+        (1, 0, 0.0),
+    ],
+)
+def test_progress_percent_rounds_down(progress: float, total: float, pct: float) -> None:
+    assert progress_percent(progress, total) == pct
+
+
+def test_rfc3339_roundtrip() -> None:
+    assert rfc3339(0) == "1970-01-01T00:00:00Z"
+    assert parse_time(rfc3339(1_700_000_000)) == 1_700_000_000
+    assert parse_time("not a time") is None
