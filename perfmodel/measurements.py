@@ -1,0 +1,335 @@
+"""Measured throughput tables: reading ``../shared/throughput`` and the shipped copy in ``perfmodel/data``.
+
+The shared tidy table (``throughput_isolated_tidy.csv.gz``) mixes units and conventions. This module
+turns every row into one convention, a ``Measurement`` of a data-parallel job: ``batch_size`` is the global
+batch (all GPUs), ``iters_per_s`` counts global iterations of the whole job and ``samples_per_s`` =
+``iters_per_s * batch_size``:
+
+- Gavel / Shockwave (``steps/s``): a job type's batch size is per worker and a multi-GPU job's steps are
+  counted on every worker (``LM (batch size 5)`` reaches 698 steps/s on 8 V100s, 6.4x its 1-GPU rate, which
+  only per-worker counting allows). So global batch = batch x GPUs, iterations/s = steps/s / GPUs,
+  samples/s = steps/s x batch. ``unconsolidated`` placements are taken as one GPU per server.
+- Pollux / Sia: ``step_time`` is seconds per iteration at ``local_bsz`` per GPU, so iterations/s =
+  1 / step_time and global batch = GPUs x local_bsz.
+- ElasticFlow: rows are global batch sizes, values iterations/s.
+- Zeus: epochs/s at the default (highest) power limit, median over optimizers, times the dataset's
+  training-set size from ``perfmodel.zoo`` -> samples/s.
+
+Rows with the same configuration (model, dataset, global batch, GPU type, GPUs, nodes, GPUs per node) from
+several files (Gavel's simulation and physical tables, Shockwave's re-measurements) are merged into their
+median, so no configuration appears twice (which would leak between a training and a hold-out split).
+``SHIPPABLE`` names the permissively licensed sources that may be copied into the package; the others
+(Sia's azure/quad/rtx tables, no license) are read from ``../shared`` only, by benchmarks and tests.
+
+Pure functions except ``read_shared_tidy``/``read_table``/``write_table``, which read or write the named file.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import logging
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from perfmodel.errors import ModelFileError
+from perfmodel.zoo import canonical_dataset, dataset_info
+
+log = logging.getLogger(__name__)
+
+TIDY_FILE = "throughput_isolated_tidy.csv.gz"
+
+# (source, cluster) -> shippable? ``cluster`` is the Pollux/Sia suffix; other sources have one cluster.
+LICENSES: dict[str, str] = {
+    "gavel": "MIT",
+    "shockwave": "MIT",
+    "elasticflow": "Apache-2.0",
+    "zeus": "Apache-2.0",
+    "pollux_aws": "Apache-2.0 (Pollux OSDI'21 artifact)",
+    "sia_azure": "no license file: not shipped",
+    "sia_quad": "no license file: not shipped",
+    "sia_rtx": "no license file: not shipped",
+}
+SHIPPABLE = frozenset({"gavel", "shockwave", "elasticflow", "zeus", "pollux_aws"})
+
+# Source tidy names -> (zoo model, dataset).
+_MODEL_MAP: dict[str, tuple[str, str]] = {
+    # Gavel / Shockwave job types (Gavel's job table: CIFAR-10 ResNet-18, ImageNet ResNet-50, Multi30k
+    # Transformer, Wikitext-2 LSTM, ML-20M autoencoder, Pong A3C, monet2photo CycleGAN).
+    "ResNet-18": ("resnet18", "cifar10"),
+    "ResNet-50": ("resnet50", "imagenet"),
+    "Transformer": ("transformer", "multi30k"),
+    "LM": ("lstm", "wikitext-2"),
+    "Recommendation": ("recommendation", "movielens-20m"),
+    "A3C": ("a3c", "pong"),
+    "CycleGAN": ("cyclegan", "monet2photo"),
+    # Pollux / Sia / ElasticFlow application names.
+    "bert": ("bert", "squad"),
+    "cifar10": ("resnet18", "cifar10"),
+    "deepspeech2": ("deepspeech2", "librispeech"),
+    "imagenet": ("resnet50", "imagenet"),
+    "ncf": ("ncf", "movielens-20m"),
+    "yolov3": ("yolov3", "voc"),
+    # Zeus network names (dataset given by the row).
+    "bert_base_uncased": ("bert", ""),
+    "resnet50": ("resnet50", ""),
+    "shufflenetv2": ("shufflenet_v2", ""),
+}
+# Gavel job types without a batch size in their name: Gavel's job table runs CycleGAN with its default
+# batch of 1 image and A3C with 4 workers (taken as a batch of 4 environment steps).
+_DEFAULT_BATCH = {"CycleGAN": 1.0, "A3C": 4.0}
+_GPU_MAP = {"V100-32GB": "V100", "QuadroRTX6000": "RTX6000"}
+
+# Intra-node link and inter-node network of each measured cluster (public instance specs; where the
+# source does not say, an assumption marked as such).
+_CLUSTER_LINKS: dict[tuple[str, str], tuple[str, float]] = {
+    ("gavel", "V100"): ("nvlink", 10.0),  # AWS p3 (V100 SXM2), 10 Gb/s
+    ("gavel", "P100"): ("pcie", 10.0),  # GCP P100 PCIe (assumption: 10 Gb/s)
+    ("gavel", "K80"): ("pcie", 10.0),  # AWS p2, 10 Gb/s
+    ("pollux_aws", "T4"): ("pcie", 50.0),  # g4dn.12xlarge: 4 x T4 PCIe, 50 Gb/s
+    ("elasticflow", "T4"): ("pcie", 50.0),  # same measurements as Pollux aws
+    ("sia_azure", "V100"): ("nvlink", 100.0),  # ND40rs_v2: 8 x V100 NVLink, 100 Gb/s InfiniBand
+    ("sia_quad", "RTX6000"): ("pcie", 10.0),  # assumption
+    ("sia_rtx", "RTX2080Ti"): ("pcie", 10.0),  # assumption
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One measured configuration of a data-parallel training job (see the module docstring for units)."""
+
+    source: str
+    model: str
+    dataset: str
+    batch_size: int
+    gpu_type: str
+    num_gpus: int
+    num_nodes: int
+    gpus_per_node: int
+    interconnect: str
+    network_gbps: float
+    iters_per_s: float
+
+    @property
+    def local_batch_size(self) -> float:
+        return self.batch_size / self.num_gpus
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.iters_per_s * self.batch_size
+
+    def config_key(self) -> tuple[str, str, int, str, int, int, int]:
+        return (
+            self.model,
+            self.dataset,
+            self.batch_size,
+            self.gpu_type,
+            self.num_gpus,
+            self.num_nodes,
+            self.gpus_per_node,
+        )
+
+
+def _f(value: str) -> float | None:
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _source_of(row: dict[str, str]) -> str:
+    src = row["source"]
+    if src == "pollux_sia":
+        cluster = row["source_file"].rsplit("-", 1)[-1].removesuffix(".csv")
+        return "pollux_aws" if cluster == "aws" else f"sia_{cluster}"
+    return src
+
+
+def _convert(row: dict[str, str]) -> Measurement | None:
+    """One tidy row -> a Measurement in the common convention, or None when it cannot be used."""
+    src = _source_of(row)
+    mapped = _MODEL_MAP.get(row["model"])
+    if mapped is None:  # gpt_pmp: pipeline-parallel, not a data-parallel job
+        return None
+    model, dataset = mapped
+    dataset = canonical_dataset(dataset or row.get("dataset", ""))
+    gpu = _GPU_MAP.get(row["gpu_type"], row["gpu_type"])
+    n = int(float(row["num_gpus"]))
+    bs = _f(row["batch_size"]) or _DEFAULT_BATCH.get(row["model"])
+    if bs is None or bs <= 0 or n <= 0:
+        return None
+    links = _CLUSTER_LINKS.get(("gavel" if src == "shockwave" else src, gpu), ("pcie", 10.0))
+    if src in ("gavel", "shockwave"):
+        raw = _f(row["iters_per_s"])
+        if raw is None or raw <= 0:
+            return None
+        unconsolidated = row["placement"] == "unconsolidated" and n > 1
+        nodes, per_node = (n, 1) if unconsolidated else (1, n)
+        return Measurement(src, model, dataset, int(bs) * n, gpu, n, nodes, per_node, *links, raw / n)
+    if src.startswith(("pollux", "sia")):
+        its = _f(row["iters_per_s"])
+        if its is None or its <= 0:
+            return None
+        nodes = int(float(row["num_nodes"] or 1))
+        placement = row["placement"]
+        per_node = max(int(c) for c in placement) if placement else -(-n // nodes)
+        return Measurement(src, model, dataset, round(bs), gpu, n, nodes, per_node, *links, its)
+    if src == "elasticflow":
+        its = _f(row["iters_per_s"])
+        if its is None or its <= 0:
+            return None
+        nodes = -(-n // 4)  # g4dn.12xlarge: 4 GPUs per node
+        return Measurement(src, model, dataset, int(bs), gpu, n, nodes, min(n, 4), *links, its)
+    if src == "zeus":
+        eps = _f(row["epochs_per_s"])
+        info = dataset_info(dataset)
+        if eps is None or eps <= 0 or info is None:
+            return None
+        samples = eps * info.train_samples
+        return Measurement(src, model, dataset, int(bs), gpu, 1, 1, 1, "pcie", 10.0, samples / bs)
+    return None
+
+
+def _zeus_default_power(rows: Iterable[dict[str, str]]) -> list[dict[str, str]]:
+    """Keep Zeus rows at each (GPU, dataset, network, batch)'s highest power limit (the GPU's default)."""
+    zeus = [r for r in rows if r["source"] == "zeus"]
+    top: dict[tuple[str, str, str, str], float] = {}
+    for r in zeus:
+        k = (r["gpu_type"], r["dataset"], r["model"], r["batch_size"])
+        top[k] = max(top.get(k, 0.0), _f(r["power_limit_w"]) or 0.0)
+    return [
+        r
+        for r in zeus
+        if (_f(r["power_limit_w"]) or 0.0) == top[(r["gpu_type"], r["dataset"], r["model"], r["batch_size"])]
+    ]
+
+
+def read_shared_tidy(shared_dir: Path, sources: frozenset[str] | None = None) -> list[Measurement]:
+    """Read the shared tidy table and return merged measurements of the given sources (default: all).
+
+    Raises ``ModelFileError`` naming the file when it is missing or unreadable.
+    """
+    path = Path(shared_dir) / TIDY_FILE
+    try:
+        with gzip.open(path, "rt", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except (OSError, EOFError, csv.Error) as exc:
+        raise ModelFileError(f"cannot read measured table {path}: {exc}") from exc
+    rows = [r for r in rows if r["source"] != "zeus"] + _zeus_default_power(rows)
+    out: list[Measurement] = []
+    for r in rows:
+        m = _convert(r)
+        if m is None:
+            continue
+        if sources is not None and m.source not in sources:
+            continue
+        out.append(m)
+    return merge(out)
+
+
+def merge(measurements: Sequence[Measurement]) -> list[Measurement]:
+    """Merge measurements of the same configuration into one with the median throughput.
+
+    The merged row keeps the first source name (sorted) and the links of the first row; the result is
+    sorted by configuration, so the same input always gives the same table.
+    """
+    groups: dict[tuple[str, str, int, str, int, int, int], list[Measurement]] = defaultdict(list)
+    for m in measurements:
+        groups[m.config_key()].append(m)
+    out = []
+    for key in sorted(groups):
+        ms = sorted(groups[key], key=lambda x: (x.source, x.iters_per_s))
+        med = statistics.median(x.iters_per_s for x in ms)
+        first = ms[0]
+        out.append(
+            Measurement(
+                "+".join(sorted({x.source for x in ms})),
+                first.model,
+                first.dataset,
+                first.batch_size,
+                first.gpu_type,
+                first.num_gpus,
+                first.num_nodes,
+                first.gpus_per_node,
+                first.interconnect,
+                first.network_gbps,
+                med,
+            )
+        )
+    return out
+
+
+_COLUMNS = (
+    "source",
+    "model",
+    "dataset",
+    "batch_size",
+    "gpu_type",
+    "num_gpus",
+    "num_nodes",
+    "gpus_per_node",
+    "interconnect",
+    "network_gbps",
+    "iters_per_s",
+)
+
+
+def write_table(measurements: Sequence[Measurement], path: Path) -> None:
+    """Write measurements as a gzip CSV (deterministic bytes: no timestamp in the gzip header)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(_COLUMNS)
+    for m in measurements:
+        w.writerow(
+            [
+                m.source,
+                m.model,
+                m.dataset,
+                m.batch_size,
+                m.gpu_type,
+                m.num_gpus,
+                m.num_nodes,
+                m.gpus_per_node,
+                m.interconnect,
+                f"{m.network_gbps:g}",
+                f"{m.iters_per_s:.6g}",
+            ]
+        )
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz:
+        gz.write(buf.getvalue().encode())
+
+
+def read_table(path: Path) -> list[Measurement]:
+    """Read a table written by ``write_table``; ``ModelFileError`` naming the file and row on bad content."""
+    try:
+        with gzip.open(path, "rt", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except (OSError, EOFError, csv.Error) as exc:
+        raise ModelFileError(f"cannot read measured table {path}: {exc}") from exc
+    out = []
+    for i, r in enumerate(rows, start=2):
+        try:
+            out.append(
+                Measurement(
+                    r["source"],
+                    r["model"],
+                    r["dataset"],
+                    int(r["batch_size"]),
+                    r["gpu_type"],
+                    int(r["num_gpus"]),
+                    int(r["num_nodes"]),
+                    int(r["gpus_per_node"]),
+                    r["interconnect"],
+                    float(r["network_gbps"]),
+                    float(r["iters_per_s"]),
+                )
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelFileError(f"{path}: line {i}: bad row ({exc})") from exc
+    return out

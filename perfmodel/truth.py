@@ -1,0 +1,305 @@
+"""Ground truth for the simulator and the workload emulator: measured throughput plus a fixed extrapolation.
+
+``GroundTruth`` answers "how many iterations per second does this job really make on this placement"
+from the measured table shipped in ``perfmodel/data/measurements.csv.gz`` (permissively licensed sources
+only; see ``perfmodel/data/README.md`` and ``perfmodel.measurements`` for units). It is deliberately *not*
+the learned predictor: the simulator must be able to measure how wrong the predictor is.
+
+Rules, in order (all deterministic; ``batch_size`` is the global batch, the per-GPU batch is
+``batch_size / num_gpus``):
+
+1. **Measured.** The configuration (model, dataset, global batch, GPU type, GPUs, nodes) was measured:
+   return the measured iterations/s (the median when several sources measured it).
+2. **Extrapolated on the same GPU type.** The model was measured on this GPU type. Its iteration time is
+   modelled as ``T(b, n) = C(b) + S(n, nodes)``: ``C`` is the 1-GPU compute time at per-GPU batch ``b``,
+   interpolated log-log between the measured 1-GPU batches (beyond them the end slope, clamped to
+   [0.5, 1] above and [0, 1] below); ``S`` is the gradient-sync time, the median of
+   ``measured T - C(b)`` over the measured placements with the nearest GPU count and the same
+   single-/multi-node kind, scaled by the ring all-reduce factor ``2 (n-1) / n``. Where none was measured
+   ``S`` is parameter bytes x ring factor / link (PCIe 3 x16 inside a node, 10 Gb/s between nodes).
+   The answer is anchored on the nearest measured placement ``p``:
+   ``T = T_measured(p) x T_model(b, n) / T_model(p)``, so neighbouring answers share its measurement noise.
+3. **Across GPU types.** The model was never measured on this GPU type: take the measured type whose specs
+   are closest, apply rule 2 there and divide the compute part by the spec ratio
+   ``(FP32 FLOP/s ratio)^0.5 x (memory bandwidth ratio)^0.5``; the sync part is kept.
+4. Otherwise (unknown model, dataset or GPU type): None.
+
+Pure apart from ``GroundTruth.load``, which reads the table file.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+
+from perfmodel.errors import InvalidInputError
+from perfmodel.gpus import CANONICAL_TYPES, canonical_gpu_type, gpu_spec, spec_ratio
+from perfmodel.measurements import Measurement, read_table
+from perfmodel.zoo import canonical_dataset, canonical_model, lookup_model
+
+TABLE_NAME = "measurements.csv.gz"
+# Links assumed where the table has no multi-GPU measurement of a model on a GPU type (GB/s).
+PCIE_GBS = 15.75
+NETWORK_GBS = 10.0 / 8.0
+# Log-log slope of iteration time over per-GPU batch beyond the measured batches.
+_SLOPE_ABOVE = (0.5, 1.0)
+_SLOPE_BELOW = (0.0, 1.0)
+_DEFAULT_SLOPE = 0.8
+
+
+@dataclass(frozen=True, slots=True)
+class JobType:
+    """A measured job configuration a trace job can be given.
+
+    ``batch_size`` is the global batch at which ``gpu_counts`` were measured (on ``gpu_types``); work is
+    counted in ``work_unit`` (iterations: one iteration processes ``batch_size`` samples).
+    """
+
+    model: str
+    dataset: str
+    batch_size: int
+    work_unit: str
+    gpu_types: tuple[str, ...]
+    gpu_counts: tuple[int, ...]
+
+
+def _ring(n: int) -> float:
+    return 2.0 * (n - 1) / n if n > 1 else 0.0
+
+
+def _clamp(x: float, lo_hi: tuple[float, float]) -> float:
+    return min(max(x, lo_hi[0]), lo_hi[1])
+
+
+class _Group:
+    """Measurements of one (model, dataset, GPU type): the compute curve and the sync estimates."""
+
+    def __init__(self, rows: Sequence[Measurement], params: float) -> None:
+        self.rows = sorted(rows, key=lambda m: (m.num_gpus, m.num_nodes, m.gpus_per_node, m.batch_size))
+        self.params = params
+        single = sorted((m.batch_size, 1.0 / m.iters_per_s) for m in self.rows if m.num_gpus == 1)
+        if not single:
+            # No 1-GPU measurement: use the per-GPU batches of the smallest placements as the curve
+            # (over-states compute by their sync share; documented fallback).
+            n_min = min(m.num_gpus for m in self.rows)
+            single = sorted(
+                (round(m.local_batch_size), 1.0 / m.iters_per_s) for m in self.rows if m.num_gpus == n_min
+            )
+        # Merge equal batches (median) so the curve is a function.
+        by_b: dict[float, list[float]] = defaultdict(list)
+        for b, t in single:
+            by_b[float(b)].append(t)
+        self.log_b = [math.log(b) for b in sorted(by_b)]
+        self.log_t = [math.log(statistics.median(by_b[b])) for b in sorted(by_b)]
+        self._sync_cache: dict[tuple[int, bool], float] = {}
+
+    def compute_time(self, local_batch: float) -> float:
+        """1-GPU iteration time at a per-GPU batch, interpolated log-log (see the module docstring)."""
+        x = math.log(local_batch)
+        xs, ys = self.log_b, self.log_t
+        if len(xs) == 1:
+            slope = _DEFAULT_SLOPE
+            return math.exp(ys[0] + slope * (x - xs[0]))
+        if x <= xs[0]:
+            slope = _clamp((ys[1] - ys[0]) / (xs[1] - xs[0]), _SLOPE_BELOW)
+            return math.exp(ys[0] + slope * (x - xs[0]))
+        if x >= xs[-1]:
+            slope = _clamp((ys[-1] - ys[-2]) / (xs[-1] - xs[-2]), _SLOPE_ABOVE)
+            return math.exp(ys[-1] + slope * (x - xs[-1]))
+        i = bisect.bisect_right(xs, x) - 1
+        w = (x - xs[i]) / (xs[i + 1] - xs[i])
+        return math.exp(ys[i] + w * (ys[i + 1] - ys[i]))
+
+    def sync_time(self, n: int, multi_node: bool) -> float:
+        """Gradient-sync time of an ``n``-GPU placement (see the module docstring)."""
+        if n <= 1:
+            return 0.0
+        key = (n, multi_node)
+        if key in self._sync_cache:
+            return self._sync_cache[key]
+        multi = [m for m in self.rows if m.num_gpus > 1 and (m.num_nodes > 1) == multi_node]
+        if multi:
+            counts = sorted({m.num_gpus for m in multi})
+            n_p = min(counts, key=lambda c: (abs(math.log(c / n)), c))
+            syncs = [
+                max(0.0, 1.0 / m.iters_per_s - self.compute_time(m.local_batch_size))
+                for m in multi
+                if m.num_gpus == n_p
+            ]
+            value = statistics.median(syncs) * _ring(n) / _ring(n_p)
+        else:
+            link = NETWORK_GBS if multi_node else PCIE_GBS
+            value = _ring(n) * self.params * 4.0 / (link * 1e9)
+        self._sync_cache[key] = value
+        return value
+
+    def model_time(self, batch_size: int, n: int, nodes: int) -> float:
+        return self.compute_time(batch_size / n) + self.sync_time(n, nodes > 1)
+
+    def nearest(self, batch_size: int, n: int, nodes: int) -> Measurement:
+        """The measured placement closest to the query (per-GPU batch, GPU count, node kind)."""
+        lb = batch_size / n
+        gpn = -(-n // nodes)
+
+        def dist(m: Measurement) -> tuple[float, int, int, int]:
+            d = abs(math.log2(lb / m.local_batch_size)) + abs(math.log2(n / m.num_gpus))
+            d += 1.0 * ((m.num_nodes > 1) != (nodes > 1)) + 0.5 * abs(math.log2(gpn / m.gpus_per_node))
+            return (round(d, 9), m.num_gpus, m.num_nodes, m.batch_size)
+
+        return min(self.rows, key=dist)
+
+    def iteration_time(self, batch_size: int, n: int, nodes: int) -> float:
+        p = self.nearest(batch_size, n, nodes)
+        ratio = self.model_time(batch_size, n, nodes) / self.model_time(p.batch_size, p.num_gpus, p.num_nodes)
+        return ratio / p.iters_per_s
+
+
+class GroundTruth:
+    """Measured throughput with a deterministic extrapolation; see the module docstring for the rules."""
+
+    def __init__(self, measurements: Sequence[Measurement]) -> None:
+        self._rows = list(measurements)
+        self._exact: dict[tuple[str, str, int, str, int, int], float] = {}
+        exact_lists: dict[tuple[str, str, int, str, int, int], list[float]] = defaultdict(list)
+        groups: dict[tuple[str, str, str], list[Measurement]] = defaultdict(list)
+        for m in self._rows:
+            exact_lists[(m.model, m.dataset, m.batch_size, m.gpu_type, m.num_gpus, m.num_nodes)].append(
+                m.iters_per_s
+            )
+            groups[(m.model, m.dataset, m.gpu_type)].append(m)
+        self._exact = {k: statistics.median(v) for k, v in exact_lists.items()}
+        self._groups: dict[tuple[str, str, str], _Group] = {}
+        for (model, dataset, gpu), rows in groups.items():
+            info = lookup_model(model)
+            self._groups[(model, dataset, gpu)] = _Group(rows, info.params if info else 25e6)
+        self._datasets: dict[str, list[str]] = defaultdict(list)
+        counts: dict[tuple[str, str], int] = defaultdict(int)
+        for m in self._rows:
+            counts[(m.model, m.dataset)] += 1
+        for (model, dataset), _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+            self._datasets[model].append(dataset)
+        self._cache: dict[tuple[str, int, str, int, int, str], float | None] = {}
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> GroundTruth:
+        """Load the shipped measured table (or the table at ``path``, written by ``write_table``)."""
+        if path is None:
+            with resources.as_file(resources.files("perfmodel") / "data" / TABLE_NAME) as p:
+                return cls(read_table(Path(p)))
+        return cls(read_table(path))
+
+    @property
+    def measurements(self) -> list[Measurement]:
+        return list(self._rows)
+
+    @cached_property
+    def _catalogue(self) -> list[JobType]:
+        by: dict[tuple[str, str, int], tuple[set[str], set[int]]] = {}
+        for m in self._rows:
+            types, counts = by.setdefault((m.model, m.dataset, m.batch_size), (set(), set()))
+            types.add(m.gpu_type)
+            counts.add(m.num_gpus)
+        return [
+            JobType(model, dataset, bs, "iterations", tuple(sorted(types)), tuple(sorted(counts)))
+            for (model, dataset, bs), (types, counts) in sorted(by.items())
+        ]
+
+    def catalogue(self) -> list[JobType]:
+        """Every measured (model, dataset, global batch) with the GPU types and counts it was measured on."""
+        return list(self._catalogue)
+
+    def gpu_types(self) -> list[str]:
+        """Canonical GPU types with at least one measurement, in canonical order."""
+        present = {m.gpu_type for m in self._rows}
+        return [t for t in CANONICAL_TYPES if t in present]
+
+    def models(self) -> list[str]:
+        return sorted(self._datasets)
+
+    def _dataset_for(self, model: str, dataset: str) -> str | None:
+        known = self._datasets.get(model)
+        if not known:
+            return None
+        if not dataset:
+            info = lookup_model(model)
+            if info and info.default_dataset in known:
+                return info.default_dataset
+            return known[0]
+        ds = canonical_dataset(dataset)
+        return ds if ds in known else None
+
+    def throughput(
+        self,
+        model: str,
+        batch_size: int,
+        gpu_type: str,
+        num_gpus: int,
+        num_nodes: int = 1,
+        dataset: str = "",
+    ) -> float | None:
+        """Iterations/s of the whole job (global batch ``batch_size``), or None when nothing is known.
+
+        ``gpu_type`` is a canonical type (a product label is accepted too). Raises ``InvalidInputError``
+        for a batch size or GPU count <= 0 or more nodes than GPUs.
+        """
+        if batch_size <= 0:
+            raise InvalidInputError(f"batch_size must be > 0, got {batch_size}")
+        if num_gpus <= 0:
+            raise InvalidInputError(f"num_gpus must be > 0, got {num_gpus}")
+        if num_nodes <= 0 or num_nodes > num_gpus:
+            raise InvalidInputError(f"num_nodes must be in 1..num_gpus ({num_gpus}), got {num_nodes}")
+        key = (model, int(batch_size), gpu_type, int(num_gpus), int(num_nodes), dataset)
+        if key in self._cache:
+            return self._cache[key]
+        value = self._throughput(*key)
+        self._cache[key] = value
+        return value
+
+    def samples_per_s(
+        self,
+        model: str,
+        batch_size: int,
+        gpu_type: str,
+        num_gpus: int,
+        num_nodes: int = 1,
+        dataset: str = "",
+    ) -> float | None:
+        """Samples/s of the whole job: ``throughput(...) * batch_size``."""
+        its = self.throughput(model, batch_size, gpu_type, num_gpus, num_nodes, dataset)
+        return None if its is None else its * batch_size
+
+    def _throughput(
+        self, model: str, batch_size: int, gpu_type: str, n: int, nodes: int, dataset: str
+    ) -> float | None:
+        name = canonical_model(model)
+        gpu = canonical_gpu_type(gpu_type)
+        if gpu is None:
+            return None
+        ds = self._dataset_for(name, dataset)
+        if ds is None:
+            return None
+        exact = self._exact.get((name, ds, batch_size, gpu, n, nodes))
+        if exact is not None:
+            return exact
+        group = self._groups.get((name, ds, gpu))
+        if group is not None:
+            return 1.0 / group.iteration_time(batch_size, n, nodes)
+        # Rule 3: nearest measured GPU type by specs.
+        target = gpu_spec(gpu)
+        measured = sorted(g for (m, d, g) in self._groups if m == name and d == ds)
+        if not measured:
+            return None
+        ref = min(measured, key=lambda g: (abs(math.log(spec_ratio(gpu_spec(g), target))), g))
+        rg = self._groups[(name, ds, ref)]
+        t_ref = rg.iteration_time(batch_size, n, nodes)
+        sync = rg.sync_time(n, nodes > 1)
+        compute = max(t_ref - sync, 1e-9)
+        ratio = spec_ratio(gpu_spec(ref), target)
+        return 1.0 / (compute / ratio + sync)
