@@ -248,3 +248,18 @@ def test_rfc3339_roundtrip() -> None:
     assert rfc3339(0) == "1970-01-01T00:00:00Z"
     assert parse_time(rfc3339(1_700_000_000)) == 1_700_000_000
     assert parse_time("not a time") is None
+
+
+def test_examples_convert_to_jobs() -> None:
+    from perfmodel import zoo
+
+    examples = sorted((ROOT / "crds" / "examples").glob("*.yaml"))
+    assert len(examples) >= 4
+    for path in examples:
+        obj = yaml.safe_load(path.read_text())
+        obj["metadata"].setdefault("namespace", "default")
+        out = trainingjob_to_job(obj, now=NOW, known_model=lambda m: zoo.lookup_model(m) is not None)
+        if path.name.startswith("invalid-"):
+            assert isinstance(out, Unschedulable), path
+        else:
+            assert isinstance(out, Job), (path, out)
