@@ -1,0 +1,451 @@
+"""Topology-aware gang placement: where the replicas of one job go, all of them or none.
+
+Pure. One algorithm decides placement for the policies (many gangs per round, through ``FreeIndex``),
+for the extender (one gang at a time, through ``place_gang``) and for the simulator, so the three agree.
+
+Preference, most wanted first (``LocalityLevel``):
+
+1. one NVLink domain — a single NVLink node, or several nodes sharing a ``perfsched.dev/nvlink-domain``;
+2. one node (a PCIe node);
+3. one rack; 4. one zone; 5. anywhere in the cluster.
+
+Within a level, fewer nodes win, then best fit: the least GPUs left over on the nodes the gang touches
+(so big holes stay whole for big gangs), then the smallest group, then node names (deterministic).
+``FreeIndex`` keeps per GPU type and interconnect a bucket of node names per free-GPU count, so a
+single-node best fit is a walk over at most "GPUs per node" buckets rather than a loop over all nodes.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+
+from scheduler.core.decisions import Unschedulable
+from scheduler.core.types import Allocation, Interconnect, Node, PlacementShape
+
+
+class LocalityLevel(IntEnum):
+    """How tightly a gang sits; lower is better."""
+
+    NVLINK_DOMAIN = 0
+    NODE = 1
+    RACK = 2
+    ZONE = 3
+    CLUSTER = 4
+
+
+def _as_node_map(nodes: Mapping[str, Node] | Sequence[Node]) -> Mapping[str, Node]:
+    if isinstance(nodes, Mapping):
+        return nodes
+    return {n.name: n for n in nodes}
+
+
+def locality_level(
+    placed: Allocation | Iterable[str], nodes: Mapping[str, Node] | Sequence[Node]
+) -> LocalityLevel:
+    """The tightest level that holds every node of ``placed`` (an allocation or node names).
+
+    Unknown or empty labels never make two nodes "share" a rack, zone or NVLink domain.
+    """
+    names = placed.nodes if isinstance(placed, Allocation) else tuple(dict.fromkeys(placed))
+    node_map = _as_node_map(nodes)
+    members = [node_map[n] for n in names if n in node_map]
+    if not members:
+        return LocalityLevel.CLUSTER
+    if len(members) == 1:
+        only = members[0]
+        return LocalityLevel.NVLINK_DOMAIN if only.interconnect is Interconnect.NVLINK else LocalityLevel.NODE
+    first = members[0]
+    if first.nvlink_domain and all(m.nvlink_domain == first.nvlink_domain for m in members):
+        return LocalityLevel.NVLINK_DOMAIN
+    if first.rack and all(m.rack == first.rack for m in members):
+        return LocalityLevel.RACK
+    if first.zone and all(m.zone == first.zone for m in members):
+        return LocalityLevel.ZONE
+    return LocalityLevel.CLUSTER
+
+
+def spread_of(alloc: Allocation, nodes: Mapping[str, Node] | Sequence[Node]) -> PlacementShape:
+    """The hardware shape of a placement, as the throughput predictor wants it.
+
+    ``interconnect`` is NVLink only when every GPU pair talks over NVLink (one NVLink node, or one
+    multi-node NVLink domain); ``network_gbps`` is the slowest NIC among the nodes used.
+    """
+    node_map = _as_node_map(nodes)
+    members = [node_map[n] for n in alloc.nodes if n in node_map]
+    per_node = max((r for _, r in alloc.replicas_per_node), default=0) * alloc.gpus_per_replica
+    level = locality_level(alloc, node_map)
+    interconnect = Interconnect.NVLINK if level is LocalityLevel.NVLINK_DOMAIN else Interconnect.PCIE
+    network = min((m.network_gbps for m in members), default=100.0)
+    return PlacementShape(
+        gpu_type=alloc.gpu_type,
+        num_gpus=alloc.total_gpus,
+        num_nodes=max(1, alloc.num_nodes),
+        gpus_per_node=per_node,
+        interconnect=interconnect,
+        network_gbps=network,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    per_node: Mapping[str, int]
+    level: LocalityLevel
+    leftover: int
+    group_free: int
+    group: str
+
+    def key(self) -> tuple[int, int, int, int, str, tuple[str, ...]]:
+        return (
+            int(self.level),
+            len(self.per_node),
+            self.leftover,
+            self.group_free,
+            self.group,
+            tuple(sorted(self.per_node)),
+        )
+
+
+class FreeIndex:
+    """Free GPUs per node, indexed for fast gang placement; ``commit``/``release`` keep it current.
+
+    ``free`` gives the free GPUs per node name (missing names count as the node's full capacity for
+    jobs). Nodes that are unschedulable or have no GPUs never receive a gang.
+    """
+
+    __slots__ = ("_buckets", "_free", "_groups", "_max_free", "_nodes", "_type_cap", "_type_free", "_types")
+
+    def __init__(self, nodes: Sequence[Node], free: Mapping[str, int] | None = None) -> None:
+        self._nodes: dict[str, Node] = {}
+        self._free: dict[str, int] = {}
+        self._types: dict[str, list[str]] = {}
+        self._type_free: dict[str, int] = {}
+        self._type_cap: dict[str, int] = {}
+        self._max_free: dict[str, int] = {}
+        # (gpu type, nvlink?) -> buckets[free count] -> sorted node names
+        self._buckets: dict[tuple[str, bool], list[list[str]]] = {}
+        # (gpu type, kind, group name) -> node names (sorted); kind in "domain" | "rack" | "zone"
+        self._groups: dict[tuple[str, str, str], list[str]] = {}
+        for node in sorted(nodes, key=lambda n: n.name):
+            cap = node.capacity_for_jobs
+            if cap <= 0:
+                continue
+            f = cap if free is None else min(cap, max(0, int(free.get(node.name, cap))))
+            self._nodes[node.name] = node
+            self._free[node.name] = f
+            self._types.setdefault(node.gpu_type, []).append(node.name)
+            self._type_free[node.gpu_type] = self._type_free.get(node.gpu_type, 0) + f
+            self._type_cap[node.gpu_type] = self._type_cap.get(node.gpu_type, 0) + cap
+            self._max_free[node.gpu_type] = max(self._max_free.get(node.gpu_type, 0), cap)
+            for kind, label in (("domain", node.nvlink_domain), ("rack", node.rack), ("zone", node.zone)):
+                if label:
+                    self._groups.setdefault((node.gpu_type, kind, label), []).append(node.name)
+        for name, node in self._nodes.items():
+            key = (node.gpu_type, node.interconnect is Interconnect.NVLINK)
+            buckets = self._buckets.setdefault(key, [[] for _ in range(self._max_free[node.gpu_type] + 1)])
+            buckets[self._free[name]].append(name)  # names arrive sorted
+
+    # ----------------------------------------------------------------- queries
+    @property
+    def nodes(self) -> Mapping[str, Node]:
+        return self._nodes
+
+    def free_of(self, node: str) -> int:
+        return self._free.get(node, 0)
+
+    def free_map(self) -> dict[str, int]:
+        return dict(self._free)
+
+    def gpu_types(self) -> tuple[str, ...]:
+        return tuple(sorted(self._types))
+
+    def type_free(self, gpu_type: str) -> int:
+        return self._type_free.get(gpu_type, 0)
+
+    def type_capacity(self, gpu_type: str) -> int:
+        return self._type_cap.get(gpu_type, 0)
+
+    def largest_node(self, gpu_type: str) -> int:
+        return self._max_free.get(gpu_type, 0)
+
+    def fits(self, alloc: Allocation) -> bool:
+        """Whether ``alloc`` fits in what is free now (same GPU type on every node)."""
+        for name, replicas in alloc.replicas_per_node:
+            node = self._nodes.get(name)
+            if node is None or node.gpu_type != alloc.gpu_type:
+                return False
+            if self._free[name] < replicas * alloc.gpus_per_replica:
+                return False
+        return True
+
+    # ---------------------------------------------------------------- updates
+    def _set_free(self, name: str, new: int) -> None:
+        node = self._nodes[name]
+        old = self._free[name]
+        if old == new:
+            return
+        buckets = self._buckets[(node.gpu_type, node.interconnect is Interconnect.NVLINK)]
+        old_bucket = buckets[old]
+        del old_bucket[bisect.bisect_left(old_bucket, name)]
+        bisect.insort(buckets[new], name)
+        self._free[name] = new
+        self._type_free[node.gpu_type] += new - old
+
+    def commit(self, alloc: Allocation) -> None:
+        """Take ``alloc``'s GPUs. Raises ``ValueError`` if it does not fit (a caller bug)."""
+        if not self.fits(alloc):
+            raise ValueError(f"allocation of job {alloc.job!r} does not fit the free GPUs")
+        for name, replicas in alloc.replicas_per_node:
+            self._set_free(name, self._free[name] - replicas * alloc.gpus_per_replica)
+
+    def release(self, alloc: Allocation) -> None:
+        """Give ``alloc``'s GPUs back (capped at each node's capacity; unknown nodes are ignored)."""
+        for name, replicas in alloc.replicas_per_node:
+            node = self._nodes.get(name)
+            if node is None:
+                continue
+            self._set_free(
+                name, min(node.capacity_for_jobs, self._free[name] + replicas * alloc.gpus_per_replica)
+            )
+
+    # -------------------------------------------------------------- placement
+    def why_not(self, *, replicas: int, gpus_per_replica: int, gpu_type: str) -> Unschedulable | None:
+        """A reason the gang can never or cannot now fit by counting alone (None: counts allow it)."""
+        need = replicas * gpus_per_replica
+        if gpu_type not in self._types:
+            return Unschedulable(f"no schedulable node has GPU type {gpu_type}", resolvable=False)
+        if gpus_per_replica > self._max_free[gpu_type]:
+            return Unschedulable(
+                f"needs {gpus_per_replica} GPUs of type {gpu_type} per replica; "
+                f"the largest {gpu_type} node has {self._max_free[gpu_type]}",
+                resolvable=False,
+            )
+        slots_cap = sum(self._nodes[n].capacity_for_jobs // gpus_per_replica for n in self._types[gpu_type])
+        if replicas > slots_cap:
+            return Unschedulable(
+                f"asks {need} GPUs of type {gpu_type}, cluster has {self._type_cap[gpu_type]}",
+                resolvable=False,
+            )
+        free = self._type_free[gpu_type]
+        if free < need:
+            return Unschedulable(f"waiting for {need} GPUs of type {gpu_type}: {free} free")
+        return None
+
+    def place(
+        self,
+        *,
+        replicas: int,
+        gpus_per_replica: int,
+        gpu_type: str,
+        job: str,
+        prefer: Mapping[str, int] | None = None,
+    ) -> Allocation | Unschedulable:
+        """Place a gang without committing it; see the module docstring for the preference order."""
+        if replicas <= 0 or gpus_per_replica <= 0:
+            raise ValueError(f"job {job!r}: replicas and gpus_per_replica must be positive")
+        need = replicas * gpus_per_replica
+        # Fast rejection by counting (the common case in a full cluster) before any search.
+        if gpu_type in self._types and self._type_free[gpu_type] < need:
+            free = self._type_free[gpu_type]
+            return Unschedulable(f"waiting for {need} GPUs of type {gpu_type}: {free} free")
+        reason = self.why_not(replicas=replicas, gpus_per_replica=gpus_per_replica, gpu_type=gpu_type)
+        if reason is not None:
+            return reason
+        prefer = {n: r for n, r in (prefer or {}).items() if r > 0}
+        best = (
+            self._place_with_prefer(replicas, gpus_per_replica, gpu_type, prefer)
+            if prefer
+            else self._place_plain(replicas, gpus_per_replica, gpu_type)
+        )
+        if best is None:
+            return Unschedulable(
+                f"waiting for {replicas} replicas x {gpus_per_replica} GPUs of type {gpu_type}: "
+                f"{self._type_free[gpu_type]} free but no set of nodes holds whole replicas"
+            )
+        return Allocation.of(job, gpu_type, gpus_per_replica, best.per_node)
+
+    def _best_single(self, gpu_type: str, nvlink: bool, need: int) -> str | None:
+        buckets = self._buckets.get((gpu_type, nvlink))
+        if buckets is None:
+            return None
+        for f in range(need, len(buckets)):
+            if buckets[f]:
+                return buckets[f][0]
+        return None
+
+    def _single(self, name: str, replicas: int, gpr: int) -> _Candidate:
+        node = self._nodes[name]
+        level = (
+            LocalityLevel.NVLINK_DOMAIN if node.interconnect is Interconnect.NVLINK else LocalityLevel.NODE
+        )
+        f = self._free[name]
+        return _Candidate({name: replicas}, level, f - replicas * gpr, f, name)
+
+    def _pack(
+        self, names: Sequence[str], replicas: int, gpr: int, prefer: Mapping[str, int]
+    ) -> tuple[dict[str, int], int, int] | None:
+        """Fewest nodes first (largest holes first), best fit for the last node; prefer-nodes first."""
+        slots = [(n, self._free[n] // gpr) for n in names]
+        slots = [(n, s) for n, s in slots if s > 0]
+        if sum(s for _, s in slots) < replicas:
+            return None
+        slots.sort(key=lambda x: (0 if x[0] in prefer else 1, -x[1], x[0]))
+        chosen: dict[str, int] = {}
+        remaining = replicas
+        i = 0
+        while remaining > 0:
+            name, s = slots[i]
+            if s >= remaining:
+                # best fit for the last piece among the nodes not taken yet (same prefer class)
+                cls = 0 if name in prefer else 1
+                fit = [
+                    (s2, n2) for n2, s2 in slots[i:] if s2 >= remaining and (0 if n2 in prefer else 1) == cls
+                ]
+                _, n_best = min(fit)
+                chosen[n_best] = remaining
+                remaining = 0
+            else:
+                chosen[name] = s
+                remaining -= s
+            i += 1
+        group_free = sum(self._free[n] for n in names)
+        leftover = sum(self._free[n] for n in chosen) - replicas * gpr
+        return chosen, leftover, group_free
+
+    def _group_candidates(
+        self, kind: str, gpu_type: str, replicas: int, gpr: int, prefer: Mapping[str, int]
+    ) -> list[_Candidate]:
+        need = replicas * gpr
+        out: list[_Candidate] = []
+        for (t, k, label), names in self._groups.items():
+            if t != gpu_type or k != kind or len(names) < 2:
+                continue
+            if sum(self._free[n] for n in names) < need:
+                continue
+            packed = self._pack(names, replicas, gpr, prefer)
+            if packed is None:
+                continue
+            chosen, leftover, group_free = packed
+            level = locality_level(list(chosen) + list(prefer), self._nodes)
+            out.append(_Candidate(chosen, level, leftover, group_free, label))
+        return out
+
+    def _cluster_candidate(
+        self, gpu_type: str, replicas: int, gpr: int, prefer: Mapping[str, int]
+    ) -> _Candidate | None:
+        if prefer:
+            packed = self._pack(self._types[gpu_type], replicas, gpr, prefer)
+        else:
+            packed = self._pack_by_buckets(gpu_type, replicas, gpr)
+        if packed is None:
+            return None
+        chosen, leftover, group_free = packed
+        level = locality_level(list(chosen) + list(prefer), self._nodes)
+        return _Candidate(chosen, level, leftover, group_free, "")
+
+    def _pack_by_buckets(
+        self, gpu_type: str, replicas: int, gpr: int
+    ) -> tuple[dict[str, int], int, int] | None:
+        """``_pack`` over all nodes of a type, walking free-count buckets instead of sorting nodes."""
+        merged: list[list[str]] = []
+        for nvlink in (True, False):
+            b = self._buckets.get((gpu_type, nvlink))
+            if b is None:
+                continue
+            for f, names in enumerate(b):
+                while len(merged) <= f:
+                    merged.append([])
+                merged[f].extend(names)
+        chosen: dict[str, int] = {}
+        remaining = replicas
+        for f in range(len(merged) - 1, gpr - 1, -1):
+            s = f // gpr
+            names = sorted(merged[f])
+            for name in names:
+                if remaining <= 0:
+                    break
+                if s >= remaining:
+                    # best fit for the last piece: the smallest bucket that still holds it
+                    for f2 in range(remaining * gpr, f + 1):
+                        cands = sorted(n for n in merged[f2] if n not in chosen)
+                        if cands:
+                            chosen[cands[0]] = remaining
+                            remaining = 0
+                            break
+                    break
+                chosen[name] = s
+                remaining -= s
+            if remaining <= 0:
+                break
+        if remaining > 0:
+            return None
+        leftover = sum(self._free[n] for n in chosen) - replicas * gpr
+        return chosen, leftover, self._type_free[gpu_type]
+
+    def _place_plain(self, replicas: int, gpr: int, gpu_type: str) -> _Candidate | None:
+        need = replicas * gpr
+        name = self._best_single(gpu_type, True, need)
+        if name is not None:
+            return self._single(name, replicas, gpr)
+        domains = self._group_candidates("domain", gpu_type, replicas, gpr, {})
+        if domains:
+            return min(domains, key=_Candidate.key)
+        name = self._best_single(gpu_type, False, need)
+        if name is not None:
+            return self._single(name, replicas, gpr)
+        for kind in ("rack", "zone"):
+            groups = self._group_candidates(kind, gpu_type, replicas, gpr, {})
+            if groups:
+                return min(groups, key=_Candidate.key)
+        return self._cluster_candidate(gpu_type, replicas, gpr, {})
+
+    def _place_with_prefer(
+        self, replicas: int, gpr: int, gpu_type: str, prefer: Mapping[str, int]
+    ) -> _Candidate | None:
+        need = replicas * gpr
+        cands: list[_Candidate] = []
+        singles = [n for n in prefer if n in self._nodes and self._nodes[n].gpu_type == gpu_type]
+        for nvlink in (True, False):
+            best = self._best_single(gpu_type, nvlink, need)
+            if best is not None:
+                singles.append(best)
+        for name in dict.fromkeys(singles):
+            if self._free[name] >= need:
+                c = self._single(name, replicas, gpr)
+                level = locality_level([name, *prefer], self._nodes)
+                cands.append(_Candidate(c.per_node, level, c.leftover, c.group_free, c.group))
+        for kind in ("domain", "rack", "zone"):
+            cands.extend(self._group_candidates(kind, gpu_type, replicas, gpr, prefer))
+        whole = self._cluster_candidate(gpu_type, replicas, gpr, prefer)
+        if whole is not None:
+            cands.append(whole)
+        if not cands:
+            return None
+        # Staying on the gang's nodes beats a tighter-looking spot elsewhere at the same level.
+        return min(
+            cands, key=lambda c: (c.key()[0], -sum(1 for n in c.per_node if n in prefer), *c.key()[1:])
+        )
+
+
+def place_gang(
+    nodes: Sequence[Node],
+    free: Mapping[str, int],
+    *,
+    replicas: int,
+    gpus_per_replica: int,
+    gpu_type: str,
+    job: str,
+    prefer: Mapping[str, int] | None = None,
+) -> Allocation | Unschedulable:
+    """Place ``replicas`` replicas of ``gpus_per_replica`` GPUs of ``gpu_type``, all or none.
+
+    ``free`` maps node name to free GPUs (missing: the node's whole capacity for jobs). ``prefer`` maps
+    node name to replicas of this gang that already run there (not counted in ``replicas`` nor taken from
+    ``free``): the new replicas go where the whole gang stays tightest, staying on those nodes on ties.
+    Returns the allocation of the new replicas only, or why it cannot be placed.
+    """
+    return FreeIndex(nodes, free).place(
+        replicas=replicas, gpus_per_replica=gpus_per_replica, gpu_type=gpu_type, job=job, prefer=prefer
+    )

@@ -1,0 +1,190 @@
+"""The planner: turns what runs now and what the policy wants into actions, and charges their cost.
+
+Pure. Transitions per job (current allocation -> desired allocation):
+
+=====================  ==================  ===========================================================
+current                desired             action
+=====================  ==================  ===========================================================
+any                    (remaining work 0)  COMPLETE
+none                   none                (none: the job waits)
+none                   A                   START (costs ``restart_cost_s`` if the job ran before)
+A                      A (identical)       KEEP
+A                      none                PREEMPT (loses progress since the last checkpoint)
+A (elastic)            B, same type        RESIZE (checkpoint first: no lost work; ``resize_cost_s``)
+A                      B, moved              RESIZE as a restart (migration): lost work + ``restart_cost_s``
+=====================  ==================  ===========================================================
+
+A running non-preemptible job is never preempted or moved: its decision is forced to KEEP. A running
+job changed less than ``min_resize_interval_s`` ago is not resized (KEEP). When such a forced KEEP
+leaves no room for another job's START or RESIZE, that change is held back (the START is dropped and
+the job waits; the RESIZE becomes a KEEP of its current allocation), so no node is ever over-committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from scheduler.core.decisions import Action, ActionKind, Decision
+from scheduler.core.types import Allocation, ClusterSnapshot, Job
+
+
+@dataclass(frozen=True, slots=True)
+class PlanDetail:
+    """``plan``'s actions plus the changes it held back (job -> reason) to keep nodes within capacity."""
+
+    actions: tuple[Action, ...]
+    held_back: Mapping[str, str] = field(default_factory=dict)
+
+
+def _has_run(job: Job) -> bool:
+    return job.progress > 0 or job.attained_service > 0 or job.restarts > 0
+
+
+def _lost(job: Job) -> float:
+    return max(0.0, job.progress - job.checkpoint_progress)
+
+
+def _fits(alloc: Allocation, used: Mapping[str, int], cap: Mapping[str, int]) -> bool:
+    return all(
+        used.get(n, 0) + r * alloc.gpus_per_replica <= cap.get(n, 0) for n, r in alloc.replicas_per_node
+    )
+
+
+def _take(alloc: Allocation, used: dict[str, int]) -> None:
+    for n, r in alloc.replicas_per_node:
+        used[n] = used.get(n, 0) + r * alloc.gpus_per_replica
+
+
+def plan_detailed(
+    snapshot: ClusterSnapshot,
+    jobs: Sequence[Job],
+    decisions: Mapping[str, Decision],
+    *,
+    restart_cost_s: float,
+    resize_cost_s: float,
+    min_resize_interval_s: float = 0.0,
+) -> PlanDetail:
+    """``plan`` with the held-back changes reported (``run_round`` uses them to explain waits)."""
+    cap = {n.name: n.capacity_for_jobs for n in snapshot.nodes}
+    names = {j.name for j in jobs}
+    # GPUs of allocations whose jobs are not in this round stay taken.
+    used = snapshot.used_by_node(exclude=names)
+    out: dict[str, Action] = {}
+    held_back: dict[str, str] = {}
+    changes: list[tuple[Job, Allocation | None, Allocation | None, str]] = []
+
+    for job in sorted(jobs, key=lambda j: j.name):
+        cur = snapshot.allocations.get(job.name)
+        dec = decisions.get(job.name)
+        want = dec.allocation if dec is not None else cur
+        reason = dec.reason if dec is not None else ""
+        if job.remaining_work <= 0:
+            out[job.name] = Action(ActionKind.COMPLETE, job.name, cur, None, "all work done")
+            continue
+        if cur is None and want is None:
+            continue
+        if cur is not None and want == cur:
+            out[job.name] = Action(ActionKind.KEEP, job.name, cur, cur, reason)
+            _take(cur, used)
+            continue
+        if cur is not None and not job.preemptible:
+            out[job.name] = Action(ActionKind.KEEP, job.name, cur, cur, "non-preemptible: kept as it runs")
+            _take(cur, used)
+            continue
+        if (
+            cur is not None
+            and want is not None
+            and min_resize_interval_s > 0
+            and job.last_change_time is not None
+            and snapshot.now - job.last_change_time < min_resize_interval_s
+        ):
+            since = snapshot.now - job.last_change_time
+            out[job.name] = Action(
+                ActionKind.KEEP,
+                job.name,
+                cur,
+                cur,
+                f"changed {since:.0f} s ago, less than the minimum resize interval "
+                f"{min_resize_interval_s:.0f} s",
+            )
+            _take(cur, used)
+            continue
+        changes.append((job, cur, want, reason))
+
+    # Preemptions free GPUs; resizes then starts take them, each only if it still fits.
+    for job, cur, want, reason in changes:
+        if want is None and cur is not None:
+            out[job.name] = Action(ActionKind.PREEMPT, job.name, cur, None, reason, lost_work=_lost(job))
+    for job, cur, want, reason in changes:
+        if cur is None or want is None:
+            continue
+        if _fits(want, used, cap):
+            _take(want, used)
+            resize = job.is_elastic and want.gpu_type == cur.gpu_type and want.replicas != cur.replicas
+            if resize:
+                out[job.name] = Action(
+                    ActionKind.RESIZE,
+                    job.name,
+                    cur,
+                    want,
+                    reason or f"resize {cur.replicas} -> {want.replicas} replicas",
+                    cost_seconds=resize_cost_s,
+                )
+            else:
+                what = f"restart: migrate from {','.join(cur.nodes)} to {','.join(want.nodes)}"
+                if want.gpu_type != cur.gpu_type:
+                    what = f"restart: move from {cur.gpu_type} to {want.gpu_type}"
+                out[job.name] = Action(
+                    ActionKind.RESIZE,
+                    job.name,
+                    cur,
+                    want,
+                    f"{what}; {reason}" if reason else what,
+                    lost_work=_lost(job),
+                    cost_seconds=restart_cost_s,
+                )
+        elif _fits(cur, used, cap):
+            _take(cur, used)
+            held_back[job.name] = "change held back: its GPUs are still held by jobs that cannot move"
+            out[job.name] = Action(ActionKind.KEEP, job.name, cur, cur, held_back[job.name])
+        else:
+            held_back[job.name] = "preempted: its GPUs are held by jobs that cannot move"
+            out[job.name] = Action(
+                ActionKind.PREEMPT, job.name, cur, None, held_back[job.name], lost_work=_lost(job)
+            )
+    for job, cur, want, reason in changes:
+        if cur is not None or want is None:
+            continue
+        if _fits(want, used, cap):
+            _take(want, used)
+            cost = restart_cost_s if _has_run(job) else 0.0
+            out[job.name] = Action(ActionKind.START, job.name, None, want, reason, cost_seconds=cost)
+        else:
+            held_back[job.name] = "start held back: its GPUs are still held by jobs that cannot move"
+
+    order = {j.name: i for i, j in enumerate(jobs)}
+    return PlanDetail(tuple(out[name] for name in sorted(out, key=lambda n: order[n])), held_back)
+
+
+def plan(
+    snapshot: ClusterSnapshot,
+    jobs: Sequence[Job],
+    decisions: Mapping[str, Decision],
+    *,
+    restart_cost_s: float,
+    resize_cost_s: float,
+    min_resize_interval_s: float = 0.0,
+) -> tuple[Action, ...]:
+    """Actions that take the cluster from ``snapshot.allocations`` to ``decisions`` (see module table).
+
+    Jobs missing from ``decisions`` keep what they have. Actions come in the order of ``jobs``.
+    """
+    return plan_detailed(
+        snapshot,
+        jobs,
+        decisions,
+        restart_cost_s=restart_cost_s,
+        resize_cost_s=resize_cost_s,
+        min_resize_interval_s=min_resize_interval_s,
+    ).actions

@@ -1,0 +1,214 @@
+"""One scheduling round: ask the policy, check its answer, plan the actions, explain every wait.
+
+Pure. ``run_round(snapshot, jobs, policy, oracle)`` is the single entry point that the operator, the
+simulator and the tests call. It validates the policy's decisions against the invariants every policy
+must keep (no node over-committed, gangs all-or-nothing within min/max replicas, rigid jobs at exactly
+``max_replicas``, only allowed GPU types, whole replicas of the job's size on nodes of the decided type)
+and raises ``PolicyInvariantError`` naming the policy and the job when one is broken.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from scheduler.core.decisions import Action, ActionKind, Decision, RoundResult, Unschedulable
+from scheduler.core.errors import ConfigError, PermanentError
+from scheduler.core.planner import plan_detailed
+from scheduler.core.protocols import Policy, ThroughputOracle
+from scheduler.core.types import Allocation, ClusterSnapshot, Job
+
+log = logging.getLogger(__name__)
+
+
+class PolicyInvariantError(PermanentError):
+    """A policy returned decisions that break a scheduling invariant (a bug in that policy)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RoundCosts:
+    """What changing a running job costs, in seconds (see ``scheduler.core.planner``)."""
+
+    restart_cost_s: float = 0.0
+    resize_cost_s: float = 0.0
+    min_resize_interval_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("restart_cost_s", "resize_cost_s", "min_resize_interval_s"):
+            value = getattr(self, name)
+            if not value >= 0:
+                raise ConfigError(f"RoundCosts.{name} must be >= 0 seconds, got {value!r}")
+
+
+def validate_decisions(
+    policy_name: str, snapshot: ClusterSnapshot, jobs: Sequence[Job], decisions: Mapping[str, Decision]
+) -> None:
+    """Raise ``PolicyInvariantError`` if ``decisions`` break an invariant; see the module docstring."""
+
+    def fail(job: str, what: str) -> None:
+        raise PolicyInvariantError(f"policy {policy_name!r} broke an invariant for job {job!r}: {what}")
+
+    by_name = {j.name: j for j in jobs}
+    for name in decisions:
+        if name not in by_name:
+            fail(name, "decided a job that is not in this round")
+    node_map = snapshot.node_map()
+    used = snapshot.used_by_node(exclude=by_name)
+    for job in jobs:
+        dec = decisions.get(job.name)
+        if dec is None:
+            fail(job.name, "returned no decision for it")
+            return
+        alloc = dec.allocation
+        if alloc is None:
+            continue
+        if alloc.job != job.name:
+            fail(job.name, f"its allocation names job {alloc.job!r}")
+        if alloc.gpus_per_replica != job.gpus_per_replica:
+            fail(job.name, f"{alloc.gpus_per_replica} GPUs per replica, the job asks {job.gpus_per_replica}")
+        lo = job.min_replicas if job.is_elastic else job.max_replicas
+        if not lo <= alloc.replicas <= job.max_replicas:
+            fail(job.name, f"{alloc.replicas} replicas, outside [{lo}, {job.max_replicas}]")
+        if not job.allows(alloc.gpu_type):
+            fail(job.name, f"GPU type {alloc.gpu_type} is not in its allowed types")
+        for node_name, replicas in alloc.replicas_per_node:
+            node = node_map.get(node_name)
+            if node is None:
+                fail(job.name, f"placed on unknown node {node_name!r}")
+                return
+            if replicas <= 0:
+                fail(job.name, f"{replicas} replicas on node {node_name}")
+            if node.gpu_type != alloc.gpu_type:
+                fail(job.name, f"node {node_name} has {node.gpu_type}, the allocation says {alloc.gpu_type}")
+            used[node_name] = used.get(node_name, 0) + replicas * alloc.gpus_per_replica
+    for node_name, gpus in sorted(used.items()):
+        node = node_map.get(node_name)
+        cap = node.capacity_for_jobs if node is not None else 0
+        if gpus > cap:
+            holders = sorted(
+                n
+                for n, d in decisions.items()
+                if d.allocation is not None and d.allocation.gpus_on(node_name)
+            )
+            raise PolicyInvariantError(
+                f"policy {policy_name!r} over-commits node {node_name}: {gpus} GPUs decided, "
+                f"{cap} available (jobs {', '.join(holders)})"
+            )
+
+
+def _final_allocations(snapshot: ClusterSnapshot, actions: Sequence[Action]) -> dict[str, Allocation]:
+    final = dict(snapshot.allocations)
+    for a in actions:
+        if a.after is None:
+            final.pop(a.job, None)
+        else:
+            final[a.job] = a.after
+    return final
+
+
+def _wait_reason(
+    job: Job,
+    dec: Decision | None,
+    held_back: Mapping[str, str],
+    free_by_type: Mapping[str, int],
+    cap_by_type: Mapping[str, int],
+    largest_by_type: Mapping[str, int],
+) -> Unschedulable:
+    types = [t for t in sorted(cap_by_type) if job.allows(t)]
+    if not types:
+        allowed = ", ".join(sorted(job.allowed_gpu_types))
+        have = ", ".join(sorted(cap_by_type)) or "none"
+        return Unschedulable(f"allows GPU types {allowed}; cluster has {have}", resolvable=False)
+    if job.gpus_per_replica > max(largest_by_type[t] for t in types):
+        biggest = max(largest_by_type[t] for t in types)
+        return Unschedulable(
+            f"needs {job.gpus_per_replica} GPUs per replica; the largest allowed node has {biggest}",
+            resolvable=False,
+        )
+    best_cap = max(cap_by_type[t] for t in types)
+    if job.min_gpus > best_cap:
+        return Unschedulable(f"asks {job.min_gpus} GPUs, cluster has {best_cap} of one allowed type", False)
+    if dec is not None and dec.unresolvable:
+        return Unschedulable(dec.reason or "the policy will never run it as specified", resolvable=False)
+    # the type it could ever fit on with the most free GPUs now
+    fitting = [
+        t for t in types if cap_by_type[t] >= job.min_gpus and largest_by_type[t] >= job.gpus_per_replica
+    ]
+    gpu_type = max(fitting or types, key=lambda t: (free_by_type.get(t, 0), t))
+    text = f"waiting for {job.min_gpus} GPUs of type {gpu_type}: {free_by_type.get(gpu_type, 0)} free"
+    extra = held_back.get(job.name) or (dec.reason if dec is not None else "")
+    return Unschedulable(f"{text}; {extra}" if extra else text)
+
+
+def run_round(
+    snapshot: ClusterSnapshot,
+    jobs: Sequence[Job],
+    policy: Policy,
+    oracle: ThroughputOracle,
+    *,
+    costs: RoundCosts | None = None,
+) -> RoundResult:
+    """Decide, validate and plan one round; returns decisions, actions and why each waiting job waits.
+
+    The returned decisions are the effective ones: where the planner forced a KEEP (non-preemptible
+    job, minimum resize interval) or held a change back, the decision says so.
+    """
+    costs = costs or RoundCosts()
+    decisions = dict(policy.allocate(snapshot, jobs, oracle))
+    validate_decisions(policy.name, snapshot, jobs, decisions)
+    detail = plan_detailed(
+        snapshot,
+        jobs,
+        decisions,
+        restart_cost_s=costs.restart_cost_s,
+        resize_cost_s=costs.resize_cost_s,
+        min_resize_interval_s=costs.min_resize_interval_s,
+    )
+    effective: dict[str, Decision] = dict(decisions)
+    acted = set()
+    for a in detail.actions:
+        acted.add(a.job)
+        dec = decisions.get(a.job)
+        if a.kind is ActionKind.COMPLETE:
+            effective[a.job] = Decision(a.job, None, "complete: all work done")
+        elif dec is None or dec.allocation != a.after:
+            effective[a.job] = Decision(a.job, a.after, a.reason)
+    for name in detail.held_back:
+        if name not in acted:
+            effective[name] = Decision(name, None, detail.held_back[name])
+
+    final = _final_allocations(snapshot, detail.actions)
+    cap_by_type: dict[str, int] = {}
+    largest: dict[str, int] = {}
+    for n in snapshot.nodes:
+        c = n.capacity_for_jobs
+        if c > 0:
+            cap_by_type[n.gpu_type] = cap_by_type.get(n.gpu_type, 0) + c
+            largest[n.gpu_type] = max(largest.get(n.gpu_type, 0), c)
+    used: dict[str, int] = {}
+    for alloc in final.values():
+        for node, r in alloc.replicas_per_node:
+            used[node] = used.get(node, 0) + r * alloc.gpus_per_replica
+    free_by_type: dict[str, int] = {}
+    for n in snapshot.nodes:
+        free_by_type[n.gpu_type] = free_by_type.get(n.gpu_type, 0) + max(
+            0, n.capacity_for_jobs - used.get(n.name, 0)
+        )
+    waiting: dict[str, Unschedulable] = {}
+    for job in jobs:
+        if job.name in final or job.remaining_work <= 0:
+            continue
+        waiting[job.name] = _wait_reason(
+            job, effective.get(job.name), detail.held_back, free_by_type, cap_by_type, largest
+        )
+    log.debug(
+        "round done",
+        extra={
+            "policy": policy.name,
+            "jobs": len(jobs),
+            "actions": len(detail.actions),
+            "waiting": len(waiting),
+        },
+    )
+    return RoundResult(decisions=effective, actions=detail.actions, waiting=waiting)

@@ -1,0 +1,357 @@
+"""Shared machinery of the policies: typed config parsing, batched oracle look-ups, greedy gang allocation.
+
+Pure. Every policy ranks jobs its own way and then hands an ordered list of ``Request``s to
+``greedy_allocate``, which walks them in order and places each gang with the core's ``FreeIndex``
+(the same placement the extender uses). Running jobs whose allocation still matches their request keep
+it untouched (no migration); preemptive policies may evict running jobs ranked behind the requester.
+Configs are frozen dataclasses built by ``parse_config``, which names the policy and field of any error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar, get_args, get_origin
+
+from scheduler.core.decisions import Decision, Unschedulable
+from scheduler.core.errors import ConfigError
+from scheduler.core.placement import FreeIndex
+from scheduler.core.protocols import ThroughputOracle
+from scheduler.core.types import Allocation, ClusterSnapshot, Interconnect, Job, PlacementShape
+
+C = TypeVar("C")
+
+
+# ------------------------------------------------------------------------------------------ config
+def _coerce(policy: str, name: str, hint: Any, value: Any) -> Any:
+    where = f"policy {policy!r} config field {name!r}"
+    origin = get_origin(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        args = get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(policy, name, inner[0], value)
+    if origin is Literal:
+        choices = get_args(hint)
+        if value not in choices:
+            raise ConfigError(f"{where}: must be one of {', '.join(map(repr, choices))}, got {value!r}")
+        return value
+    if origin is tuple:
+        (item, *_rest) = get_args(hint)
+        if isinstance(value, str) or not isinstance(value, Sequence):
+            raise ConfigError(f"{where}: must be a list, got {value!r}")
+        return tuple(_coerce(policy, f"{name}[{i}]", item, v) for i, v in enumerate(value))
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: must be an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}: must be a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: must be a string, got {value!r}")
+        return value
+    return value
+
+
+def parse_config(cls: type[C], policy: str, config: Mapping[str, Any] | None) -> C:
+    """Build the frozen dataclass ``cls`` from a mapping, checking names and types field by field.
+
+    Value checks live in the dataclass's ``__post_init__`` and raise ``ConfigError`` too.
+    """
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a dataclass")
+    config = dict(config or {})
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(config) - set(fields))
+    if unknown:
+        raise ConfigError(
+            f"policy {policy!r}: unknown config field {unknown[0]!r}; "
+            f"known fields: {', '.join(sorted(fields))}"
+        )
+    hints = typing.get_type_hints(cls)
+    kwargs = {k: _coerce(policy, k, hints[k], v) for k, v in config.items()}
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:
+        raise ConfigError(f"policy {policy!r}: {exc}") from None
+
+
+def require(cond: bool, field: str, message: str) -> None:
+    """Raise ``ConfigError`` naming ``field`` unless ``cond``."""
+    if not cond:
+        raise ConfigError(f"config field {field!r}: {message}")
+
+
+# ------------------------------------------------------------------------------------------ shapes
+@dataclass(frozen=True, slots=True)
+class TypeInfo:
+    """What a policy assumes about the nodes of one GPU type before placing (for oracle questions)."""
+
+    gpu_type: str
+    node_gpus: int
+    interconnect: Interconnect
+    network_gbps: float
+    capacity: int
+
+    def shape(self, num_gpus: int) -> PlacementShape:
+        """The compact shape of ``num_gpus`` GPUs of this type: as few nodes as possible."""
+        per_node = max(1, self.node_gpus)
+        num_nodes = max(1, -(-num_gpus // per_node))
+        return PlacementShape(
+            gpu_type=self.gpu_type,
+            num_gpus=num_gpus,
+            num_nodes=num_nodes,
+            gpus_per_node=min(num_gpus, per_node),
+            interconnect=self.interconnect if num_nodes == 1 else Interconnect.PCIE,
+            network_gbps=self.network_gbps,
+        )
+
+
+def type_infos(snapshot: ClusterSnapshot) -> dict[str, TypeInfo]:
+    """One ``TypeInfo`` per GPU type with schedulable capacity, keyed by type."""
+    acc: dict[str, list[Any]] = {}
+    for n in snapshot.nodes:
+        cap = n.capacity_for_jobs
+        if cap <= 0:
+            continue
+        a = acc.setdefault(n.gpu_type, [0, 0, 0, n.network_gbps, 0])
+        a[0] = max(a[0], cap)
+        a[1] += 1 if n.interconnect is Interconnect.NVLINK else 0
+        a[2] += 1
+        a[3] = min(a[3], n.network_gbps)
+        a[4] += cap
+    return {
+        t: TypeInfo(t, a[0], Interconnect.NVLINK if a[1] * 2 >= a[2] else Interconnect.PCIE, a[3], a[4])
+        for t, a in sorted(acc.items())
+    }
+
+
+def batch_throughput(oracle: ThroughputOracle, queries: Sequence[tuple[Job, PlacementShape]]) -> list[float]:
+    """One batched oracle call; checks that the oracle answered every question."""
+    if not queries:
+        return []
+    out = oracle.throughput(queries)
+    if len(out) != len(queries):
+        raise ValueError(f"throughput oracle answered {len(out)} of {len(queries)} questions")
+    return [float(x) for x in out]
+
+
+def replica_options(job: Job) -> tuple[int, ...]:
+    """Replica counts to try, most first: rigid jobs only ``max_replicas``; elastic ones down to min."""
+    if not job.is_elastic:
+        return (job.max_replicas,)
+    return tuple(range(job.max_replicas, job.min_replicas - 1, -1))
+
+
+def allowed_types(job: Job, infos: Mapping[str, TypeInfo]) -> tuple[str, ...]:
+    return tuple(t for t in infos if job.allows(t))
+
+
+class FreeByType:
+    """Free GPUs per type in a snapshot, computed once (``types_by_free`` for many jobs)."""
+
+    def __init__(self, snapshot: ClusterSnapshot) -> None:
+        node_free = snapshot.free_by_node()
+        self.free: dict[str, int] = {}
+        for n in snapshot.nodes:
+            self.free[n.gpu_type] = self.free.get(n.gpu_type, 0) + node_free.get(n.name, 0)
+
+    def order(self, job: Job, infos: Mapping[str, TypeInfo]) -> tuple[str, ...]:
+        return tuple(sorted(allowed_types(job, infos), key=lambda t: (-self.free.get(t, 0), t)))
+
+
+# ------------------------------------------------------------------------------------------ greedy
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What a policy asks for one job, in its rank order.
+
+    ``gpu_types`` and ``replicas`` are tried in order (replicas outer, types inner). ``rank``: lower is
+    more urgent; a preemptive round lets a job evict running jobs whose rank exceeds its own by more than
+    the margin. ``note`` tells a waiting person where the job stands (e.g. "LAS queue 1").
+    """
+
+    job: Job
+    gpu_types: tuple[str, ...]
+    replicas: tuple[int, ...]
+    rank: float = 0.0
+    note: str = ""
+    keep_current: bool = True
+
+
+def _try_place(index: FreeIndex, req: Request, types_: Sequence[str]) -> Allocation | Unschedulable:
+    last: Allocation | Unschedulable = Unschedulable("no allowed GPU type in the cluster", resolvable=False)
+    any_resolvable = False
+    for r in req.replicas:
+        for t in types_:
+            res = index.place(
+                replicas=r, gpus_per_replica=req.job.gpus_per_replica, gpu_type=t, job=req.job.name
+            )
+            if isinstance(res, Allocation):
+                return res
+            if res.resolvable or not any_resolvable:
+                last = res
+            any_resolvable = any_resolvable or res.resolvable
+    return last
+
+
+def greedy_allocate(
+    snapshot: ClusterSnapshot,
+    jobs: Sequence[Job],
+    requests: Sequence[Request],
+    *,
+    preemptive: bool,
+    strict: bool = False,
+    preempt_margin: float = 0.0,
+    extra: Mapping[str, Decision] | None = None,
+) -> dict[str, Decision]:
+    """Walk ``requests`` in order and place each gang; returns a decision for every job in ``jobs``.
+
+    - finished jobs get no allocation; running non-preemptible jobs keep theirs whatever they asked;
+    - a running job whose allocation matches its request keeps it; otherwise it is re-placed (kept as it
+      is when the new placement fails and the old one still fits);
+    - ``preemptive``: when a job does not fit, running jobs ranked behind it (by more than
+      ``preempt_margin``) are evicted, least urgent first, until it fits; evictions that turn out not to
+      be needed are undone;
+    - ``strict``: once a job cannot start, no job behind it starts (strict FIFO);
+    - jobs with no request get ``extra``'s decision, else none (waiting, or preempted when running).
+    """
+    index = FreeIndex(snapshot.nodes, snapshot.free_by_node())
+    decisions: dict[str, Decision] = {}
+    reserved: dict[str, Allocation] = {}
+    for j in jobs:
+        cur = snapshot.allocations.get(j.name)
+        if cur is None:
+            continue
+        if j.remaining_work <= 0:
+            index.release(cur)
+            decisions[j.name] = Decision(j.name, None, "complete: all work done")
+        elif not j.preemptible:
+            decisions[j.name] = Decision(j.name, cur, "non-preemptible: keeps its GPUs")
+        else:
+            reserved[j.name] = cur
+    rank_of = {r.job.name: r.rank for r in requests}
+    pending_victims = dict(reserved)  # running, preemptible, not yet walked
+    preempted_by: dict[str, str] = {}
+    blocked_by: str | None = None
+    ahead = 0
+    for req in requests:
+        job = req.job
+        name = job.name
+        if name in decisions:  # finished or pinned
+            continue
+        types_ = [t for t in req.gpu_types if job.allows(t)]
+        pending_victims.pop(name, None)
+        cur = reserved.get(name)
+        if (
+            cur is not None
+            and req.keep_current
+            and cur.gpu_type in types_
+            and cur.replicas in req.replicas
+            and cur.gpus_per_replica == job.gpus_per_replica
+        ):
+            decisions[name] = Decision(name, cur, req.note)
+            ahead += 1
+            continue
+        if blocked_by is not None and cur is None:
+            decisions[name] = Decision(
+                name, None, f"blocked behind job {blocked_by} at the head of the queue"
+            )
+            ahead += 1
+            continue
+        if cur is not None:
+            index.release(cur)
+            del reserved[name]
+        res = _try_place(index, req, types_)
+        if not isinstance(res, Allocation) and cur is not None and index.fits(cur):
+            res = cur  # the change failed: keep what runs
+        if not isinstance(res, Allocation) and preemptive and types_:
+            res = _preempt_for(
+                index, req, types_, reserved, pending_victims, rank_of, preempt_margin, preempted_by
+            )
+        if isinstance(res, Allocation):
+            index.commit(res)
+            reserved[name] = res
+            decisions[name] = Decision(name, res, req.note)
+        else:
+            parts = [f"{ahead} job{'' if ahead == 1 else 's'} ahead in the queue"]
+            if req.note:
+                parts.append(req.note)
+            if name in preempted_by:
+                parts.append(f"preempted by job {preempted_by[name]}")
+            if "free but" in res.reason:
+                parts.append(res.reason)
+            decisions[name] = Decision(name, None, "; ".join(parts), unresolvable=not res.resolvable)
+            if strict and blocked_by is None and res.resolvable:
+                blocked_by = name
+        ahead += 1
+    for j in jobs:
+        if j.name not in decisions:
+            dec = (extra or {}).get(j.name)
+            decisions[j.name] = (
+                dec if dec is not None else Decision(j.name, None, "not selected by the policy")
+            )
+    return decisions
+
+
+def _preempt_for(
+    index: FreeIndex,
+    req: Request,
+    types_: Sequence[str],
+    reserved: dict[str, Allocation],
+    pending_victims: dict[str, Allocation],
+    rank_of: Mapping[str, float],
+    margin: float,
+    preempted_by: dict[str, str],
+) -> Allocation | Unschedulable:
+    """Evict running jobs ranked behind ``req`` until it fits; undo evictions not needed."""
+    gpr = req.job.gpus_per_replica
+    need_min = min(req.replicas) * gpr
+    for t in types_:
+        victims = sorted(
+            (
+                v
+                for v, a in pending_victims.items()
+                if a.gpu_type == t and rank_of.get(v, float("inf")) > req.rank + margin
+            ),
+            key=lambda v: (-rank_of.get(v, float("inf")), v),
+        )
+        if not victims:
+            continue
+        if index.type_free(t) + sum(reserved[v].total_gpus for v in victims) < need_min:
+            continue
+        released: list[str] = []
+        placed: Allocation | None = None
+        for v in victims:
+            index.release(reserved[v])
+            released.append(v)
+            res = _try_place(index, req, [t])
+            if isinstance(res, Allocation):
+                placed = res
+                break
+        if placed is None:
+            for v in released:
+                index.commit(reserved[v])
+            continue
+        index.commit(placed)
+        # put back, most urgent first, the evictions that were not needed
+        for v in sorted(released, key=lambda v: (rank_of.get(v, float("inf")), v)):
+            if index.fits(reserved[v]):
+                index.commit(reserved[v])
+            else:
+                del reserved[v]
+                del pending_victims[v]
+                preempted_by[v] = req.job.name
+        index.release(placed)  # the caller commits it
+        return placed
+    return Unschedulable("no lower-ranked running jobs to preempt")
