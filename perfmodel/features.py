@@ -1,0 +1,253 @@
+"""Job and hardware features of a throughput question, the analytic scaling model, and the feature vector.
+
+``JobFeatures`` describes the job (zoo model or explicit parameters and FLOPs per sample, dataset, global
+batch, precision); ``HardwareFeatures`` the placement (GPU type or product label, GPUs, GPUs per node,
+nodes, interconnect inside a node, network between nodes). ``resolve`` checks both and turns them into
+numbers; ``scaling_time`` is the data-parallel scaling model the learned predictor corrects:
+
+    iteration time = compute(per-GPU batch) + sync(parameter bytes, slowest link of the placement)
+
+- compute = per-GPU batch x training FLOPs per sample / (peak FLOP/s x 0.35) + weight traffic
+  (3 x parameter bytes over memory bandwidth) + 2 ms fixed step overhead. For amp/fp16/bf16 the peak is
+  the tensor-core figure capped at 3x the FP32 figure (measured mixed-precision speed-ups rarely exceed
+  that on the workloads in the data).
+- sync = ring all-reduce: 2 (n-1)/n x parameter bytes (fp32 gradients) / slowest link bandwidth, at 70%
+  efficiency, plus 50 us per ring step. The slowest link is the network (``network_gbps``) when the job
+  spans nodes, else NVLink (per-direction half of the GPU's total) or PCIe.
+
+``FEATURE_SCHEMA_VERSION`` names this feature layout; a trained model file records the version it was
+trained on and ``perfmodel.predictor`` refuses another one. Pure module.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from perfmodel.errors import InvalidInputError
+from perfmodel.gpus import GPUSpec, canonical_gpu_type, gpu_spec, spec_for_product, spec_from_labels
+from perfmodel.zoo import Family, canonical_dataset, lookup_model
+
+FEATURE_SCHEMA_VERSION = "perfmodel-features-v1"
+PRECISIONS = ("fp32", "amp", "fp16", "bf16")
+INTERCONNECTS = ("nvlink", "pcie")
+
+_COMPUTE_EFFICIENCY = 0.35
+_STEP_OVERHEAD_S = 2e-3
+_SYNC_EFFICIENCY = 0.7
+_RING_STEP_LATENCY_S = 50e-6
+_AMP_CAP = 3.0
+
+FEATURE_NAMES: tuple[str, ...] = (
+    "log_local_batch",
+    "log_params",
+    "log_flops_per_sample",
+    "log_fp32_tflops",
+    "log_precision_tflops",
+    "log_mem_bandwidth",
+    "log_mem_gib",
+    "compute_capability",
+    "family",
+    "half_precision",
+    "log_compute_time",
+    "log_weight_time",
+    "log_num_gpus",
+    "num_nodes",
+    "log_gpus_per_node",
+    "log_sync_time",
+    "log_sync_share",
+    "log_scaling_time",
+)
+_FAMILY_CODE = {f: i for i, f in enumerate(Family)}
+
+
+@dataclass(frozen=True, slots=True)
+class JobFeatures:
+    """The job side: ``model`` is a zoo name (any spelling) or free text when ``params`` and
+    ``flops_per_sample`` are given; ``batch_size`` is the global batch; ``precision`` one of
+    fp32 | amp | fp16 | bf16. ``params``/``flops_per_sample`` override the zoo's figures when given."""
+
+    model: str = ""
+    dataset: str = ""
+    batch_size: int = 0
+    precision: str = "fp32"
+    params: float | None = None
+    flops_per_sample: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HardwareFeatures:
+    """The placement: ``gpu_type`` is a canonical type or an ``nvidia.com/gpu.product`` label.
+
+    ``gpus_per_node`` 0 means ``ceil(num_gpus / num_nodes)``. For an unknown product, ``memory_mib`` and
+    ``compute_capability`` (GFD labels) give a low-confidence spec.
+    """
+
+    gpu_type: str
+    num_gpus: int = 1
+    gpus_per_node: int = 0
+    num_nodes: int = 1
+    interconnect: str = "nvlink"
+    network_gbps: float = 100.0
+    memory_mib: float | None = None
+    compute_capability: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """A checked (job, placement) pair in numbers, ready for the scaling model and the feature vector."""
+
+    model: str
+    dataset: str
+    family: Family
+    batch_size: int
+    precision: str
+    params: float
+    flops_per_sample: float
+    spec: GPUSpec
+    num_gpus: int
+    gpus_per_node: int
+    num_nodes: int
+    interconnect: str
+    network_gbps: float
+    low_confidence: bool
+
+    @property
+    def local_batch(self) -> float:
+        return self.batch_size / self.num_gpus
+
+
+def resolve(job: JobFeatures, hw: HardwareFeatures) -> Resolved:
+    """Check and complete a (job, placement) pair; ``InvalidInputError`` names the bad field."""
+    info = lookup_model(job.model) if job.model else None
+    if info is None and (job.params is None or job.flops_per_sample is None):
+        what = f"unknown model {job.model!r}" if job.model else "no model"
+        raise InvalidInputError(
+            f"{what}: give a zoo model name (see `perfmodel.zoo.model_names()`) or both params and "
+            "flops_per_sample"
+        )
+    if job.batch_size is None or job.batch_size <= 0:
+        raise InvalidInputError(f"batch_size must be > 0, got {job.batch_size}")
+    if job.precision not in PRECISIONS:
+        raise InvalidInputError(f"precision must be one of {', '.join(PRECISIONS)}, got {job.precision!r}")
+    params = job.params if job.params is not None else (info.params if info else 0.0)
+    if not params or params <= 0 or not math.isfinite(params):
+        raise InvalidInputError(f"params must be > 0, got {job.params}")
+    dataset = canonical_dataset(job.dataset) if job.dataset else (info.default_dataset if info else "")
+    flops = (
+        job.flops_per_sample if job.flops_per_sample is not None else (info.flops_on(dataset) if info else 0)
+    )
+    if not flops or flops <= 0 or not math.isfinite(flops):
+        raise InvalidInputError(f"flops_per_sample must be > 0, got {job.flops_per_sample}")
+    if hw.num_gpus is None or hw.num_gpus <= 0:
+        raise InvalidInputError(f"num_gpus must be > 0, got {hw.num_gpus}")
+    if hw.num_nodes <= 0 or hw.num_nodes > hw.num_gpus:
+        raise InvalidInputError(f"num_nodes must be in 1..num_gpus ({hw.num_gpus}), got {hw.num_nodes}")
+    per_node = hw.gpus_per_node or -(-hw.num_gpus // hw.num_nodes)
+    if per_node <= 0 or per_node > hw.num_gpus or per_node * hw.num_nodes < hw.num_gpus:
+        raise InvalidInputError(
+            f"gpus_per_node={hw.gpus_per_node} cannot hold {hw.num_gpus} GPUs on {hw.num_nodes} node(s)"
+        )
+    if hw.interconnect not in INTERCONNECTS:
+        raise InvalidInputError(f"interconnect must be nvlink or pcie, got {hw.interconnect!r}")
+    if not hw.network_gbps or hw.network_gbps <= 0:
+        raise InvalidInputError(f"network_gbps must be > 0, got {hw.network_gbps}")
+    low = info is None
+    canonical = canonical_gpu_type(hw.gpu_type)
+    spec: GPUSpec | None
+    if canonical is not None:
+        spec = spec_for_product(hw.gpu_type) if canonical != hw.gpu_type else gpu_spec(canonical)
+    else:
+        spec = spec_from_labels(hw.memory_mib, hw.compute_capability)
+        low = True
+    if spec is None:
+        raise InvalidInputError(
+            f"unknown GPU {hw.gpu_type!r}: not a known product label and no memory/compute-capability labels"
+        )
+    return Resolved(
+        model=info.name if info else (job.model.strip().lower() or "custom"),
+        dataset=dataset,
+        family=info.family if info else Family.OTHER,
+        batch_size=int(job.batch_size),
+        precision=job.precision,
+        params=float(params),
+        flops_per_sample=float(flops),
+        spec=spec,
+        num_gpus=int(hw.num_gpus),
+        gpus_per_node=int(per_node),
+        num_nodes=int(hw.num_nodes),
+        interconnect=hw.interconnect,
+        network_gbps=float(hw.network_gbps),
+        low_confidence=low or spec.low_confidence,
+    )
+
+
+def effective_tflops(spec: GPUSpec, precision: str) -> float:
+    """Peak TFLOP/s the scaling model uses: FP32, or tensor cores capped at 3x FP32 for half precision."""
+    if precision == "fp32":
+        return spec.fp32_tflops
+    return min(spec.tflops(precision), _AMP_CAP * spec.fp32_tflops)
+
+
+def compute_time(r: Resolved) -> float:
+    """Analytic per-iteration compute time (seconds) at the per-GPU batch."""
+    flops = (
+        r.local_batch
+        * r.flops_per_sample
+        / (effective_tflops(r.spec, r.precision) * 1e12 * _COMPUTE_EFFICIENCY)
+    )
+    weights = 3.0 * r.params * 4.0 / (r.spec.memory_bandwidth_gbs * 1e9)
+    return flops + weights + _STEP_OVERHEAD_S
+
+
+def slowest_link_gbs(r: Resolved) -> float:
+    """Per-direction bandwidth (GB/s) of the slowest link the gradient all-reduce crosses."""
+    if r.num_nodes > 1:
+        return r.network_gbps / 8.0
+    if r.interconnect == "nvlink" and r.spec.nvlink_gbs > 0:
+        return r.spec.nvlink_gbs / 2.0
+    return r.spec.pcie_gbs
+
+
+def sync_time(r: Resolved) -> float:
+    """Analytic ring all-reduce time of fp32 gradients (seconds); 0 on one GPU."""
+    n = r.num_gpus
+    if n <= 1:
+        return 0.0
+    ring = 2.0 * (n - 1) / n
+    bandwidth = ring * r.params * 4.0 / (slowest_link_gbs(r) * 1e9 * _SYNC_EFFICIENCY)
+    return bandwidth + 2.0 * (n - 1) * _RING_STEP_LATENCY_S
+
+
+def scaling_time(r: Resolved) -> float:
+    """Iteration time of the scaling model: compute + sync (no overlap assumed; the learned part corrects)."""
+    return compute_time(r) + sync_time(r)
+
+
+def feature_vector(r: Resolved) -> list[float]:
+    """The numbers the learned model sees, in ``FEATURE_NAMES`` order."""
+    s = r.spec
+    c = compute_time(r)
+    sy = sync_time(r)
+    total = c + sy
+    weights = 3.0 * r.params * 4.0 / (s.memory_bandwidth_gbs * 1e9)
+    return [
+        math.log(r.local_batch),
+        math.log(r.params),
+        math.log(r.flops_per_sample),
+        math.log(s.fp32_tflops),
+        math.log(effective_tflops(s, r.precision)),
+        math.log(s.memory_bandwidth_gbs),
+        math.log(s.memory_gib),
+        s.compute_capability[0] + s.compute_capability[1] / 10.0,
+        float(_FAMILY_CODE[r.family]),
+        0.0 if r.precision == "fp32" else 1.0,
+        math.log(c),
+        math.log(weights),
+        math.log(r.num_gpus),
+        float(r.num_nodes),
+        math.log(r.gpus_per_node),
+        math.log(sy + 1e-6),
+        math.log((sy + 1e-6) / total),
+        math.log(total),
+    ]

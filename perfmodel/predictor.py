@@ -1,0 +1,355 @@
+"""The throughput predictor: scaling model x learned correction, batch API, cache and model file.
+
+prediction of iteration time = ``features.scaling_time`` (compute at the per-GPU batch + gradient sync
+over the slowest link) x ``exp(forest(features))``, where ``forest`` is a gradient-boosted tree ensemble
+(XGBoost, trained by ``perfmodel.train``) on the log of measured / modelled iteration time. Because the
+trees only learn a bounded correction factor, unseen GPU counts and placements follow the scaling model's
+physics instead of a tree's flat extrapolation. Samples/s = iterations/s x global batch. The interval
+``[low, high]`` is the prediction times the 10th / 90th percentile of the out-of-fold error ratios seen in
+training, widened 2x (in log space) when the prediction is low-confidence (model or GPU not in the zoo or
+catalogue) or when the placement has more GPUs than any training row.
+
+The model file (``perfmodel/data/predictor.json``) holds the feature-schema version, the trees as flat
+arrays (evaluated here with numpy, so serving needs neither xgboost's import time nor its per-call
+overhead: 100 rows take well under a millisecond) and the error quantiles. A file of another schema, or a
+corrupt one, is refused with ``ModelFileError``. ``Predictor.predict`` caches results per
+(job features, placement); the cache is an LRU bounded by ``cache_size``.
+
+Pure apart from ``Predictor.load`` (reads the model file).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from perfmodel.errors import InvalidInputError, ModelFileError
+from perfmodel.features import (
+    FEATURE_NAMES,
+    FEATURE_SCHEMA_VERSION,
+    HardwareFeatures,
+    JobFeatures,
+    Resolved,
+    feature_vector,
+    resolve,
+    scaling_time,
+)
+
+log = logging.getLogger(__name__)
+
+MODEL_FILE = "predictor.json"
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class Predictions:
+    """Predictions for a batch of rows, in row order (plain lists, one entry per row).
+
+    ``low``/``high`` bound ``samples_per_s`` (the ~80% interval); ``iters_low``/``iters_high`` bound
+    ``iters_per_s``. ``low_confidence`` marks rows whose model or GPU was not known to the zoo/catalogue.
+    """
+
+    samples_per_s: list[float]
+    iters_per_s: list[float]
+    low: list[float]
+    high: list[float]
+    iters_low: list[float]
+    iters_high: list[float]
+    low_confidence: list[bool]
+
+    def __len__(self) -> int:
+        return len(self.samples_per_s)
+
+
+@dataclass(frozen=True, slots=True)
+class _RowResult:
+    samples_per_s: float
+    iters_per_s: float
+    low: float
+    high: float
+    low_confidence: bool
+
+
+class Forest:
+    """A tree ensemble as flat arrays, evaluated for many rows at once with numpy.
+
+    Every node has a global index; leaves point to themselves, so ``depth`` steps of
+    ``node = left if x[feature] < threshold else right`` reach every row's leaf in every tree.
+    """
+
+    def __init__(
+        self,
+        roots: npt.NDArray[np.int64],
+        feature: npt.NDArray[np.int64],
+        threshold: FloatArray,
+        left: npt.NDArray[np.int64],
+        right: npt.NDArray[np.int64],
+        value: FloatArray,
+        depth: int,
+        base: float,
+    ) -> None:
+        self.roots = roots
+        self.feature = feature
+        self.threshold = threshold
+        self.left = left
+        self.right = right
+        self.value = value
+        self.depth = depth
+        self.base = base
+
+    @staticmethod
+    def from_trees(trees: Sequence[dict[str, list[Any]]], base: float) -> Forest:
+        """Build from per-tree dicts with ``left``, ``right``, ``feature``, ``threshold``, ``value``
+        (``left[i] == -1`` marks a leaf); raises ``ValueError`` on inconsistent arrays."""
+        roots, feat, thr, lft, rgt, val = [], [], [], [], [], []
+        offset = 0
+        depth = 0
+        for t in trees:
+            n = len(t["left"])
+            if not (len(t["right"]) == len(t["feature"]) == len(t["threshold"]) == len(t["value"]) == n):
+                raise ValueError("tree arrays of different lengths")
+            roots.append(offset)
+            d = [0] * n
+            for i in range(n):
+                li, ri = int(t["left"][i]), int(t["right"][i])
+                if li == -1:
+                    lft.append(offset + i)
+                    rgt.append(offset + i)
+                    feat.append(0)
+                else:
+                    if not (0 <= li < n and 0 <= ri < n):
+                        raise ValueError("child index out of range")
+                    lft.append(offset + li)
+                    rgt.append(offset + ri)
+                    feat.append(int(t["feature"][i]))
+                    d[li] = d[i] + 1
+                    d[ri] = d[i] + 1
+                thr.append(float(t["threshold"][i]))
+                val.append(float(t["value"][i]))
+            depth = max(depth, max(d) if d else 0)
+            offset += n
+        return Forest(
+            np.asarray(roots, dtype=np.int64),
+            np.asarray(feat, dtype=np.int64),
+            np.asarray(thr, dtype=np.float32).astype(np.float64),
+            np.asarray(lft, dtype=np.int64),
+            np.asarray(rgt, dtype=np.int64),
+            np.asarray(val, dtype=np.float64),
+            depth,
+            base,
+        )
+
+    def predict(self, x: FloatArray) -> FloatArray:
+        """Sum of leaf values plus the base, for each row of ``x`` (rows x features)."""
+        rows, nf = x.shape
+        # XGBoost compares float32 features with float32 thresholds: do the same.
+        flat = x.astype(np.float32).astype(np.float64).ravel()
+        node = np.broadcast_to(self.roots, (rows, self.roots.size)).copy()
+        row_off = (np.arange(rows, dtype=np.int64) * nf)[:, None]
+        for _ in range(self.depth):
+            xv = flat[row_off + self.feature[node]]
+            node = np.where(xv < self.threshold[node], self.left[node], self.right[node])
+        out: FloatArray = self.value[node].sum(axis=1) + self.base
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMeta:
+    """What a model file says about itself besides the trees."""
+
+    schema: str
+    feature_names: tuple[str, ...]
+    q_low: float
+    q_high: float
+    max_gpus_seen: int
+    trained_on: str
+    created_by: str
+
+
+def _read_model(path: Path) -> tuple[Forest, ModelMeta]:
+    try:
+        raw = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ModelFileError(f"model file {path} not found; run `perfsched perfmodel train`") from None
+    except (OSError, ValueError) as exc:
+        raise ModelFileError(f"model file {path} is not valid JSON ({exc}); retrain it") from exc
+    if not isinstance(raw, dict):
+        raise ModelFileError(f"model file {path} is not a perfmodel predictor file")
+    schema = raw.get("feature_schema")
+    if schema != FEATURE_SCHEMA_VERSION:
+        raise ModelFileError(
+            f"model file {path} was trained for feature schema {schema!r} but this perfmodel uses "
+            f"{FEATURE_SCHEMA_VERSION!r}; retrain it with `perfsched perfmodel train`"
+        )
+    try:
+        names = tuple(raw["feature_names"])
+        if names != FEATURE_NAMES:
+            raise ModelFileError(
+                f"model file {path}: feature names differ from schema {FEATURE_SCHEMA_VERSION}"
+            )
+        forest = Forest.from_trees(raw["trees"], float(raw["base_score"]))
+        if forest.feature.size and int(forest.feature.max()) >= len(names):
+            raise ModelFileError(f"model file {path}: a split uses a feature index out of range")
+        meta = ModelMeta(
+            schema=schema,
+            feature_names=names,
+            q_low=float(raw["quantiles"]["low"]),
+            q_high=float(raw["quantiles"]["high"]),
+            max_gpus_seen=int(raw["max_gpus_seen"]),
+            trained_on=str(raw.get("trained_on", "")),
+            created_by=str(raw.get("created_by", "")),
+        )
+    except ModelFileError:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelFileError(f"model file {path} is corrupt ({exc!r}); retrain it") from exc
+    return forest, meta
+
+
+class Predictor:
+    """Batch throughput predictor with a per-(job, placement) cache. Build with ``Predictor.load()``."""
+
+    def __init__(self, forest: Forest, meta: ModelMeta, cache_size: int = 65536) -> None:
+        self.forest = forest
+        self.meta = meta
+        self._cache: OrderedDict[tuple[JobFeatures, HardwareFeatures], _RowResult] = OrderedDict()
+        self._cache_size = cache_size
+        self._resolved: dict[tuple[JobFeatures, HardwareFeatures], Resolved] = {}
+
+    @classmethod
+    def load(cls, path: Path | None = None, cache_size: int = 65536) -> Predictor:
+        """Load the shipped model (or ``path``); ``ModelFileError`` if missing, corrupt or other schema."""
+        if path is None:
+            with resources.as_file(resources.files("perfmodel") / "data" / MODEL_FILE) as p:
+                forest, meta = _read_model(Path(p))
+        else:
+            forest, meta = _read_model(path)
+        return cls(forest, meta, cache_size)
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+
+    def _resolve(self, job: JobFeatures, hw: HardwareFeatures) -> Resolved:
+        key = (job, hw)
+        r = self._resolved.get(key)
+        if r is None:
+            r = resolve(job, hw)
+            if len(self._resolved) >= self._cache_size:
+                self._resolved.clear()
+            self._resolved[key] = r
+        return r
+
+    def log_correction(self, resolved: Sequence[Resolved]) -> FloatArray:
+        """The forest's log(measured / scaling-model time) for resolved rows."""
+        if not resolved:
+            return np.zeros(0)
+        x = np.asarray([feature_vector(r) for r in resolved], dtype=np.float64)
+        return self.forest.predict(x)
+
+    def predict(self, rows: Sequence[tuple[JobFeatures, HardwareFeatures]]) -> Predictions:
+        """Predict every row; ``InvalidInputError`` naming the row and field on bad input.
+
+        Use ``predict_each`` to get per-row errors instead of one exception.
+        """
+        results: list[_RowResult | None] = [None] * len(rows)
+        todo: list[int] = []
+        resolved: list[Resolved] = []
+        for i, row in enumerate(rows):
+            hit = self._cache.get(row)
+            if hit is not None:
+                results[i] = hit
+                continue
+            try:
+                resolved.append(self._resolve(*row))
+            except InvalidInputError as exc:
+                raise InvalidInputError(f"row {i}: {exc}") from exc
+            todo.append(i)
+        if todo:
+            computed = self._compute(resolved)
+            for i, res in zip(todo, computed, strict=True):
+                results[i] = res
+                self._remember(rows[i], res)
+        done = [r for r in results if r is not None]
+        return Predictions(
+            samples_per_s=[r.samples_per_s for r in done],
+            iters_per_s=[r.iters_per_s for r in done],
+            low=[r.low for r in done],
+            high=[r.high for r in done],
+            iters_low=[r.low / b for r, b in zip(done, (row[0].batch_size for row in rows), strict=True)],
+            iters_high=[r.high / b for r, b in zip(done, (row[0].batch_size for row in rows), strict=True)],
+            low_confidence=[r.low_confidence for r in done],
+        )
+
+    def predict_one(self, job: JobFeatures, hw: HardwareFeatures) -> Predictions:
+        return self.predict([(job, hw)])
+
+    def predict_each(
+        self, rows: Sequence[tuple[JobFeatures, HardwareFeatures]]
+    ) -> list[Predictions | InvalidInputError]:
+        """Like ``predict`` but one result per row: a one-row ``Predictions`` or the row's error."""
+        out: list[Predictions | InvalidInputError] = []
+        good: list[int] = []
+        for i, row in enumerate(rows):
+            try:
+                self._resolve(*row)
+                good.append(i)
+                out.append(InvalidInputError("pending"))
+            except InvalidInputError as exc:
+                out.append(exc)
+        if good:
+            preds = self.predict([rows[i] for i in good])
+            for k, i in enumerate(good):
+                out[i] = Predictions(
+                    [preds.samples_per_s[k]],
+                    [preds.iters_per_s[k]],
+                    [preds.low[k]],
+                    [preds.high[k]],
+                    [preds.iters_low[k]],
+                    [preds.iters_high[k]],
+                    [preds.low_confidence[k]],
+                )
+        return out
+
+    def _compute(self, resolved: Sequence[Resolved]) -> list[_RowResult]:
+        corr = self.log_correction(resolved)
+        out = []
+        for r, c in zip(resolved, corr, strict=True):
+            t = scaling_time(r) * math.exp(float(c))
+            its = 1.0 / t
+            widen = 2.0 if (r.low_confidence or r.num_gpus > self.meta.max_gpus_seen) else 1.0
+            # q_low/q_high are quantiles of log(measured / predicted) throughput.
+            lo = its * math.exp(widen * self.meta.q_low)
+            hi = its * math.exp(widen * self.meta.q_high)
+            b = r.batch_size
+            out.append(_RowResult(its * b, its, lo * b, hi * b, r.low_confidence))
+        return out
+
+    def _remember(self, key: tuple[JobFeatures, HardwareFeatures], value: _RowResult) -> None:
+        self._cache[key] = value
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
+
+def remaining_time(
+    remaining_work: float, throughput: float, low: float, high: float
+) -> tuple[float, float, float]:
+    """Remaining seconds (estimate, earliest, latest) = remaining work / throughput, in the same work unit.
+
+    ``low``/``high`` bound the throughput; the earliest finish uses ``high``, the latest ``low``.
+    ``InvalidInputError`` on non-positive throughput or negative work.
+    """
+    if remaining_work < 0:
+        raise InvalidInputError(f"remaining work must be >= 0, got {remaining_work}")
+    if throughput <= 0 or low <= 0 or high <= 0:
+        raise InvalidInputError("throughput and its interval must be > 0")
+    return remaining_work / throughput, remaining_work / high, remaining_work / low
