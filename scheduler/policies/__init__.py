@@ -12,12 +12,24 @@ from typing import Any
 
 from scheduler.core.errors import ConfigError
 from scheduler.core.protocols import Policy
+from scheduler.policies.deadline import DeadlinePolicy
+from scheduler.policies.elastic import ElasticPolicy
 from scheduler.policies.fifo import FifoPolicy
+from scheduler.policies.ftf import FtfPolicy
+from scheduler.policies.hetero import HeteroPolicy
+from scheduler.policies.las import LasPolicy
+from scheduler.policies.srsf import SrsfPolicy
 
 PolicyFactory = Callable[[Mapping[str, Any] | None], Policy]
 
 POLICIES: dict[str, PolicyFactory] = {
     "fifo": FifoPolicy.from_config,
+    "las": LasPolicy.from_config,
+    "srsf": SrsfPolicy.from_config,
+    "ftf": FtfPolicy.from_config,
+    "hetero": HeteroPolicy.from_config,
+    "elastic": ElasticPolicy.from_config,
+    "deadline": DeadlinePolicy.from_config,
 }
 
 

@@ -205,6 +205,45 @@ def _try_place(index: FreeIndex, req: Request, types_: Sequence[str]) -> Allocat
     return last
 
 
+def _resize_in_place(
+    index: FreeIndex, req: Request, cur: Allocation, types_: Sequence[str]
+) -> Allocation | None:
+    """Shrink or grow a running gang on its own nodes (no migration) when its type stays; None if not.
+
+    Called while ``cur`` is still committed; the result is not committed.
+    """
+    if cur.gpu_type not in types_ or cur.gpus_per_replica != req.job.gpus_per_replica:
+        return None
+    for target in req.replicas:
+        if target < cur.replicas:
+            # drop replicas from the nodes holding the fewest first, so the gang stays tight
+            per_node = dict(cur.replicas_per_node)
+            drop = cur.replicas - target
+            for node_name, r in sorted(cur.replicas_per_node, key=lambda x: (x[1], x[0])):
+                take = min(r, drop)
+                per_node[node_name] = r - take
+                drop -= take
+                if drop == 0:
+                    break
+            return Allocation.of(cur.job, cur.gpu_type, cur.gpus_per_replica, per_node)
+        if target > cur.replicas:
+            extra = index.place(
+                replicas=target - cur.replicas,
+                gpus_per_replica=cur.gpus_per_replica,
+                gpu_type=cur.gpu_type,
+                job=cur.job,
+                prefer=dict(cur.replicas_per_node),
+            )
+            if isinstance(extra, Allocation):
+                per_node = dict(cur.replicas_per_node)
+                for node_name, r in extra.replicas_per_node:
+                    per_node[node_name] = per_node.get(node_name, 0) + r
+                return Allocation.of(cur.job, cur.gpu_type, cur.gpus_per_replica, per_node)
+        if target == cur.replicas:
+            return cur
+    return None
+
+
 def greedy_allocate(
     snapshot: ClusterSnapshot,
     jobs: Sequence[Job],
@@ -269,10 +308,13 @@ def greedy_allocate(
             )
             ahead += 1
             continue
+        res: Allocation | Unschedulable | None = None
         if cur is not None:
+            res = _resize_in_place(index, req, cur, types_)
             index.release(cur)
             del reserved[name]
-        res = _try_place(index, req, types_)
+        if res is None:
+            res = _try_place(index, req, types_)
         if not isinstance(res, Allocation) and cur is not None and index.fits(cur):
             res = cur  # the change failed: keep what runs
         if not isinstance(res, Allocation) and preemptive and types_:
