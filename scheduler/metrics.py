@@ -10,3 +10,86 @@ from prometheus_client import CollectorRegistry
 
 #: The registry every perfsched metric is registered on (also served by ``/metrics``).
 REGISTRY = CollectorRegistry(auto_describe=True)
+
+# --- extender (scheduler/extender) -----------------------------------------------------------------
+from prometheus_client import Counter, Gauge, Histogram  # noqa: E402
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.004, 0.006, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+_NODE_COUNT_BUCKETS = (0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
+
+#: Seconds the extender spent answering one kube-scheduler call, by verb (filter|prioritize|bind|preempt).
+EXTENDER_REQUEST_SECONDS = Histogram(
+    "perfsched_extender_request_duration_seconds",
+    "Time to answer one kube-scheduler extender call, by verb.",
+    ["verb"],
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+#: Extender calls by verb and HTTP status code (4xx = bad request bodies).
+EXTENDER_REQUESTS = Counter(
+    "perfsched_extender_requests_total",
+    "Extender calls answered, by verb and HTTP status code.",
+    ["verb", "code"],
+    registry=REGISTRY,
+)
+#: Candidate nodes per filter call: stage="in" as sent by kube-scheduler, stage="passed" as returned.
+EXTENDER_FILTER_NODES = Histogram(
+    "perfsched_extender_filter_nodes",
+    "Candidate nodes per filter call, as sent (stage=in) and as passed (stage=passed).",
+    ["stage"],
+    buckets=_NODE_COUNT_BUCKETS,
+    registry=REGISTRY,
+)
+#: Nodes rejected by filter, by reason category (insufficient_free_gpus, gpu_type, outside_gang_placement...).
+EXTENDER_REJECTIONS = Counter(
+    "perfsched_extender_filter_rejections_total",
+    "Nodes the extender's filter rejected, by reason category.",
+    ["reason"],
+    registry=REGISTRY,
+)
+#: Bind results: success, error (permanent, e.g. pod gone or bound elsewhere), temporary_error (API down).
+EXTENDER_BINDS = Counter(
+    "perfsched_extender_binds_total",
+    "Bind calls by result.",
+    ["result"],
+    registry=REGISTRY,
+)
+#: Gang placements recorded on TrainingJobs (status.placement), by result (success|error).
+EXTENDER_PLACEMENT_RECORDS = Counter(
+    "perfsched_extender_placement_records_total",
+    "Placement records written to TrainingJob status, by result.",
+    ["result"],
+    registry=REGISTRY,
+)
+#: Seconds since the extender's cache last heard from the API about a kind (nodes|pods|trainingjobs).
+EXTENDER_CACHE_AGE_SECONDS = Gauge(
+    "perfsched_extender_cache_age_seconds",
+    "Seconds since the last list or watch event, by kind.",
+    ["kind"],
+    registry=REGISTRY,
+)
+#: Watch restarts by kind and reason (ended: server closed it; error: dropped; gone: 410, relisted).
+EXTENDER_WATCH_RESTARTS = Counter(
+    "perfsched_extender_watch_restarts_total",
+    "Watch restarts of the extender's cache, by kind and reason.",
+    ["kind", "reason"],
+    registry=REGISTRY,
+)
+#: Batched calls from the extender to the throughput predictor, and the (job, shape) rows they held.
+EXTENDER_PREDICTOR_CALLS = Counter(
+    "perfsched_extender_predictor_calls_total",
+    "Batched throughput-predictor calls made by the extender's prioritize.",
+    registry=REGISTRY,
+)
+EXTENDER_PREDICTOR_ROWS = Counter(
+    "perfsched_extender_predictor_rows_total",
+    "(job, placement) rows looked up by prioritize, by result (hit: memoised, miss: sent to the predictor).",
+    ["result"],
+    registry=REGISTRY,
+)
+#: Fraction of prioritize's (job, placement) lookups answered from the extender's memo since start.
+EXTENDER_PREDICTOR_HIT_RATIO = Gauge(
+    "perfsched_extender_predictor_cache_hit_ratio",
+    "Fraction of prediction lookups answered from the extender's memo since start.",
+    registry=REGISTRY,
+)

@@ -1,0 +1,90 @@
+"""``perfsched extender``: run the scheduler extender webhook (uvicorn) for kube-scheduler.
+
+CLI command module (I/O): reads settings from ``PERFSCHED_*``, the kubeconfig from ``--kubeconfig``,
+``KUBECONFIG`` or the in-cluster service account, starts the watch-fed cache, loads the throughput
+predictor, and serves ``scheduler.extender.create_app`` until interrupted. Heavy imports happen inside
+the command so that ``perfsched --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import typer
+
+log = logging.getLogger(__name__)
+
+
+def _load_oracle() -> object:
+    """The predictor-backed oracle the policies use, so the extender scores with the same model."""
+    from scheduler import oracles
+
+    factory = getattr(oracles, "PredictorOracle", None)
+    if factory is None:
+        from scheduler.oracles import predictor as predictor_oracle  # type: ignore[attr-defined]
+
+        factory = predictor_oracle.PredictorOracle
+    load = getattr(factory, "load", None)
+    return load() if callable(load) else factory()
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("extender")
+    def extender(
+        host: str = typer.Option(
+            None, "--host", help="Address to listen on [default: PERFSCHED_EXTENDER_HOST]."
+        ),
+        port: int = typer.Option(
+            None, "--port", help="Port to listen on [default: PERFSCHED_EXTENDER_PORT]."
+        ),
+        kubeconfig: str = typer.Option(
+            None, "--kubeconfig", help="Kubeconfig file [default: $KUBECONFIG, else in-cluster config]."
+        ),
+        sync_timeout: float = typer.Option(
+            60.0, "--sync-timeout", help="Seconds to wait for the first list of nodes, pods and jobs."
+        ),
+    ) -> None:
+        """Run the kube-scheduler extender: filter, prioritize and bind by predicted throughput."""
+        import uvicorn
+        from pydantic import ValidationError
+
+        from scheduler.core.errors import ConfigError
+        from scheduler.extender import create_app
+        from scheduler.k8s.binder import KubeBinder, load_api_client
+        from scheduler.k8s.cache import ClusterCache
+        from scheduler.k8s.listwatch import KubeListWatch
+        from scheduler.settings import Settings
+
+        try:
+            settings = Settings()
+        except ValidationError as exc:
+            raise ConfigError(f"invalid PERFSCHED_* settings: {exc}") from None
+        logging.basicConfig(
+            level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        api = load_api_client(kubeconfig)
+        cache = ClusterCache(
+            KubeListWatch(api, settings.namespace),
+            assume_ttl_s=settings.extender_assume_ttl_seconds,
+            watch_timeout_s=settings.extender_watch_timeout_seconds,
+        )
+        try:
+            oracle = _load_oracle()
+        except Exception as exc:
+            raise ConfigError(f"cannot load the throughput predictor: {exc}") from None
+        cache.start()
+        if not cache.wait_synced(sync_timeout):
+            log.warning(
+                "cache not synced after %.0f s (still waiting for %s); /readyz stays 503 until it is",
+                sync_timeout,
+                ", ".join(cache.unsynced()),
+            )
+        app = create_app(settings, cache, oracle, binder=KubeBinder(api))  # type: ignore[arg-type]
+        uvicorn.run(
+            app,
+            host=host or settings.extender_host,
+            port=port or settings.extender_port,
+            log_level=settings.log_level.lower(),
+            access_log=False,
+        )
+        cache.stop()

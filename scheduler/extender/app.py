@@ -1,0 +1,428 @@
+"""The extender's HTTP application: ``create_app()`` builds the FastAPI app kube-scheduler calls.
+
+Shell module. Routes: ``POST /filter``, ``/prioritize``, ``/bind``, ``/preempt`` (wire format in
+``scheduler.extender.wire``), ``GET /healthz`` (the process answers), ``/readyz`` (503 until the cache
+has listed every kind once), ``/metrics`` (Prometheus text). Nothing is built at import time.
+
+Hot path: bodies are read with a size limit and parsed with orjson; filter and prioritize check the
+structure by hand (``parse_extender_args``) and answer from the precomputed cache without awaiting
+anything, so a call costs one parse, one pass over the node names and one serialisation. Bind does API
+I/O in the thread pool. Bad input never causes a 500: malformed JSON or a wrong shape is a 400 and an
+oversized body a 413, each with ``{"Error": message}`` naming the field; an unexpected failure inside
+filter becomes the wire's ``Error`` field (the scheduling attempt fails and is retried) and inside
+prioritize all-zero scores (kube-scheduler ignores prioritize errors anyway).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Protocol
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from scheduler import metrics
+from scheduler.core.errors import ConfigError, PermanentError
+from scheduler.core.protocols import ThroughputOracle
+from scheduler.extender import wire
+from scheduler.extender.decide import Decider, FilterOutcome, Weights
+from scheduler.k8s.cache import ClusterCache, Kind
+from scheduler.k8s.codec import pod_gpu_request
+from scheduler.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_JSON = "application/json"
+
+
+class Binder(Protocol):
+    """Creates Bindings and records placements (``scheduler.k8s.binder.KubeBinder``; fakes in tests).
+
+    ``bind`` raises ``PermanentError`` when binding cannot succeed (the pod is gone or bound elsewhere)
+    and any other exception for failures a retry may fix; binding a pod again to the node it is already
+    on succeeds. ``record_placement`` merges ``{pod name: node}`` into the TrainingJob's placement.
+    """
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+
+    def record_placement(self, namespace: str, job_name: str, placement: dict[str, str]) -> None: ...
+
+
+class _HTTPError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _json(obj: Any, status: int = 200) -> Response:
+    return Response(content=orjson.dumps(obj), status_code=status, media_type=_JSON)
+
+
+async def _read_json(request: Request, limit: int) -> Any:
+    """The request body as JSON, refusing bodies over ``limit`` bytes (413) and bad JSON (400)."""
+    length = request.headers.get("content-length")
+    if length is not None:
+        try:
+            if int(length) > limit:
+                raise _HTTPError(413, f"request body of {length} bytes is over the limit of {limit} bytes")
+        except ValueError:
+            raise _HTTPError(400, f"Content-Length header is not a number: {length!r}") from None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _HTTPError(413, f"request body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    if not body:
+        raise _HTTPError(400, "request body is empty: expected a JSON object")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise _HTTPError(400, f"request body is not valid JSON: {exc}") from None
+
+
+class _Predictions:
+    """Bookkeeping for the predictor metrics (calls, hits, misses, hit ratio)."""
+
+    def __init__(self) -> None:
+        self.hits = 0
+        self.total = 0
+
+    def __call__(self, sent: int, hits: int, misses: int) -> None:
+        if sent:
+            metrics.EXTENDER_PREDICTOR_CALLS.inc()
+        if hits:
+            metrics.EXTENDER_PREDICTOR_ROWS.labels("hit").inc(hits)
+        if misses:
+            metrics.EXTENDER_PREDICTOR_ROWS.labels("miss").inc(misses)
+        self.hits += hits
+        self.total += hits + misses
+        if self.total:
+            metrics.EXTENDER_PREDICTOR_HIT_RATIO.set(self.hits / self.total)
+
+
+def _openapi_schemas() -> dict[str, Any]:
+    models: list[type[BaseModel]] = [
+        wire.ExtenderArgs,
+        wire.ExtenderFilterResult,
+        wire.HostPriority,
+        wire.ExtenderBindingArgs,
+        wire.ExtenderBindingResult,
+        wire.ExtenderPreemptionArgs,
+        wire.ExtenderPreemptionResult,
+    ]
+    _, top = models_json_schema(
+        [(m, "validation") for m in models], ref_template="#/components/schemas/{model}"
+    )
+    defs: dict[str, Any] = top.get("$defs", {})
+    return defs
+
+
+def _body(name: str) -> dict[str, Any]:
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {_JSON: {"schema": {"$ref": f"#/components/schemas/{name}"}}},
+        }
+    }
+
+
+def _reply(schema: dict[str, Any], description: str) -> dict[int | str, dict[str, Any]]:
+    return {
+        200: {"description": description, "content": {_JSON: {"schema": schema}}},
+        400: {"description": 'malformed body; {"Error": message naming the field}'},
+        413: {"description": "body over the size limit"},
+    }
+
+
+def create_app(
+    settings: Settings,
+    cache: ClusterCache,
+    oracle: ThroughputOracle | None,
+    *,
+    binder: Binder | None = None,
+    registry: CollectorRegistry | None = None,
+) -> FastAPI:
+    """Build the extender app over a (started or test-fed) cache, a throughput oracle and a binder.
+
+    ``binder`` None disables ``/bind`` (kube-scheduler's DefaultBinder binds instead; configure the
+    scheduler without ``bindVerb`` then). ``registry`` is what ``/metrics`` serves (default: perfsched's).
+    """
+    limit = settings.extender_max_body_bytes
+    predictions = _Predictions()
+    decider = Decider(
+        cache,
+        oracle,
+        weights=Weights(
+            throughput=settings.extender_weight_throughput,
+            locality=settings.extender_weight_locality,
+            packing=settings.extender_weight_packing,
+        ),
+        predict_cache_size=settings.extender_predict_cache_size,
+        on_predict=predictions,
+    )
+    served_registry = registry or metrics.REGISTRY
+    exported_restarts: dict[tuple[str, str], int] = {}
+
+    app = FastAPI(
+        title="perfsched scheduler extender",
+        version="v1",
+        description="k8s.io/kube-scheduler/extender/v1 webhook: filter, prioritize, bind and preempt "
+        "by predicted throughput.",
+    )
+    app.state.decider = decider
+    app.state.cache = cache
+
+    def _done(verb: str, start: float, code: int) -> None:
+        metrics.EXTENDER_REQUEST_SECONDS.labels(verb).observe(time.perf_counter() - start)
+        metrics.EXTENDER_REQUESTS.labels(verb, str(code)).inc()
+
+    def _bad(verb: str, start: float, status: int, message: str) -> Response:
+        log.info("bad %s request: %s", verb, message)
+        _done(verb, start, status)
+        return _json({"Error": message}, status)
+
+    @app.post(
+        "/filter",
+        openapi_extra=_body("ExtenderArgs"),
+        responses=_reply({"$ref": "#/components/schemas/ExtenderFilterResult"}, "ExtenderFilterResult"),
+    )
+    async def filter_(request: Request) -> Response:
+        start = time.perf_counter()
+        try:
+            args = wire.parse_extender_args(await _read_json(request, limit))
+            outcome = decider.filter(args.pod, args.names, args.node_objects)
+        except _HTTPError as exc:
+            return _bad("filter", start, exc.status, exc.message)
+        except (wire.WireError, ConfigError) as exc:
+            return _bad("filter", start, 400, str(exc))
+        except Exception as exc:
+            log.exception("filter failed")
+            _done("filter", start, 200)
+            return _json(
+                {
+                    "Nodes": None,
+                    "NodeNames": None,
+                    "FailedNodes": None,
+                    "FailedAndUnresolvableNodes": None,
+                    "Error": f"perfsched: internal error in filter: {exc}",
+                }
+            )
+        reply = _filter_reply(outcome, args)
+        metrics.EXTENDER_FILTER_NODES.labels("in").observe(len(args.names))
+        metrics.EXTENDER_FILTER_NODES.labels("passed").observe(len(outcome.passed))
+        for reason, n in outcome.categories.items():
+            metrics.EXTENDER_REJECTIONS.labels(reason).inc(n)
+        _done("filter", start, 200)
+        return Response(content=reply, media_type=_JSON)
+
+    @app.post(
+        "/prioritize",
+        openapi_extra=_body("ExtenderArgs"),
+        responses=_reply(
+            {"type": "array", "items": {"$ref": "#/components/schemas/HostPriority"}}, "HostPriorityList"
+        ),
+    )
+    async def prioritize(request: Request) -> Response:
+        start = time.perf_counter()
+        try:
+            args = wire.parse_extender_args(await _read_json(request, limit))
+        except _HTTPError as exc:
+            return _bad("prioritize", start, exc.status, exc.message)
+        except wire.WireError as exc:
+            return _bad("prioritize", start, 400, str(exc))
+        try:
+            scores = decider.prioritize(args.pod, args.names, args.node_objects)
+        except ConfigError as exc:
+            return _bad("prioritize", start, 400, str(exc))
+        except Exception:
+            log.exception("prioritize failed; answering neutral scores")
+            scores = [(n, 0) for n in args.names]
+        body = orjson.dumps([{"Host": h, "Score": s} for h, s in scores])
+        _done("prioritize", start, 200)
+        return Response(content=body, media_type=_JSON)
+
+    @app.post(
+        "/bind",
+        openapi_extra=_body("ExtenderBindingArgs"),
+        responses=_reply({"$ref": "#/components/schemas/ExtenderBindingResult"}, "ExtenderBindingResult"),
+    )
+    async def bind(request: Request) -> Response:
+        start = time.perf_counter()
+        try:
+            args = wire.parse_binding_args(await _read_json(request, limit))
+        except _HTTPError as exc:
+            return _bad("bind", start, exc.status, exc.message)
+        except wire.WireError as exc:
+            return _bad("bind", start, 400, str(exc))
+        if binder is None:
+            _done("bind", start, 200)
+            metrics.EXTENDER_BINDS.labels("error").inc()
+            return _json({"Error": "perfsched: this extender was started without a binder"})
+        error = await _bind(args)
+        _done("bind", start, 200)
+        return _json({"Error": error})
+
+    async def _bind(args: wire.ExtenderBindingArgs) -> str:
+        assert binder is not None
+        ns, name, node = args.PodNamespace, args.PodName, args.Node
+        pod = cache.pod(ns, name)
+        if pod is not None and pod.uid and args.PodUID and pod.uid != args.PodUID:
+            pod = None  # the cache holds an older pod of the same name
+        if pod is not None and pod.node_name:
+            if pod.node_name == node:
+                metrics.EXTENDER_BINDS.labels("success").inc()
+                return ""  # idempotent: it is already there
+            metrics.EXTENDER_BINDS.labels("error").inc()
+            return f"perfsched: pod {ns}/{name} is already bound to {pod.node_name}"
+        gpus = pod.gpus if pod is not None else 0
+        refused = cache.reserve(ns, name, args.PodUID, node, gpus)
+        if refused is not None:
+            metrics.EXTENDER_BINDS.labels("error").inc()
+            return refused
+        try:
+            await run_in_threadpool(binder.bind, ns, name, args.PodUID, node)
+        except PermanentError as exc:
+            cache.forget(ns, name)
+            metrics.EXTENDER_BINDS.labels("error").inc()
+            return f"perfsched: {exc}"
+        except Exception as exc:
+            cache.forget(ns, name)
+            metrics.EXTENDER_BINDS.labels("temporary_error").inc()
+            log.warning("bind of %s/%s to %s failed: %s", ns, name, node, exc)
+            return f"perfsched: binding {ns}/{name} to {node} failed: {exc}"
+        metrics.EXTENDER_BINDS.labels("success").inc()
+        if pod is not None and pod.job and settings.extender_record_placement:
+            job_ns, _, job_name = pod.job.partition("/")
+            try:
+                await run_in_threadpool(binder.record_placement, job_ns, job_name, {name: node})
+                metrics.EXTENDER_PLACEMENT_RECORDS.labels("success").inc()
+            except Exception as exc:
+                metrics.EXTENDER_PLACEMENT_RECORDS.labels("error").inc()
+                log.warning("could not record placement of %s/%s on %s: %s", ns, name, pod.job, exc)
+        return ""
+
+    @app.post(
+        "/preempt",
+        openapi_extra=_body("ExtenderPreemptionArgs"),
+        responses=_reply(
+            {"$ref": "#/components/schemas/ExtenderPreemptionResult"}, "ExtenderPreemptionResult"
+        ),
+    )
+    async def preempt(request: Request) -> Response:
+        start = time.perf_counter()
+        try:
+            args = wire.parse_preemption_args(await _read_json(request, limit))
+            candidates = _preempt_candidates(args)
+            kept = decider.preempt(args.Pod, candidates)
+        except _HTTPError as exc:
+            return _bad("preempt", start, exc.status, exc.message)
+        except (wire.WireError, ConfigError) as exc:
+            return _bad("preempt", start, 400, str(exc))
+        meta = args.NodeNameToMetaVictims or {}
+        full = args.NodeNameToVictims or {}
+        out: dict[str, Any] = {}
+        for node, uids in kept.items():
+            pdb = (
+                meta[node].NumPDBViolations
+                if node in meta
+                else full[node].NumPDBViolations
+                if node in full
+                else 0
+            )
+            out[node] = {"Pods": [{"UID": u} for u in uids], "NumPDBViolations": pdb}
+        _done("preempt", start, 200)
+        return _json({"NodeNameToMetaVictims": out})
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return Response(content=b"ok", media_type="text/plain")
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        if cache.synced:
+            return Response(content=b"ok", media_type="text/plain")
+        return _json({"ready": False, "waiting_for": cache.unsynced()}, 503)
+
+    @app.get("/metrics")
+    async def metrics_() -> Response:
+        for kind in Kind:
+            age = cache.age(kind)
+            metrics.EXTENDER_CACHE_AGE_SECONDS.labels(kind.value).set(age if age != float("inf") else -1)
+        for key, count in list(cache.watch_restarts.items()):
+            delta = count - exported_restarts.get(key, 0)
+            if delta > 0:
+                metrics.EXTENDER_WATCH_RESTARTS.labels(*key).inc(delta)
+                exported_restarts[key] = count
+        return Response(content=generate_latest(served_registry), media_type=CONTENT_TYPE_LATEST)
+
+    schemas = _openapi_schemas()
+
+    def custom_openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            spec = get_openapi(
+                title=app.title, version=app.version, description=app.description, routes=app.routes
+            )
+            spec.setdefault("components", {}).setdefault("schemas", {}).update(schemas)
+            app.openapi_schema = spec
+        return app.openapi_schema
+
+    app.openapi = custom_openapi  # type: ignore[method-assign]
+    return app
+
+
+def _filter_reply(outcome: FilterOutcome, args: wire.ParsedArgs) -> bytes:
+    if args.node_objects is not None:
+        if not outcome.managed:
+            items = args.node_objects
+        else:
+            keep = set(outcome.passed)
+            items = [obj for obj, n in zip(args.node_objects, args.names, strict=True) if n in keep]
+        return orjson.dumps(
+            {
+                "Nodes": {"metadata": {}, "items": items},
+                "NodeNames": None,
+                "FailedNodes": outcome.failed,
+                "FailedAndUnresolvableNodes": outcome.unresolvable,
+                "Error": "",
+            }
+        )
+    return orjson.dumps(
+        {
+            "Nodes": None,
+            "NodeNames": outcome.passed,
+            "FailedNodes": outcome.failed,
+            "FailedAndUnresolvableNodes": outcome.unresolvable,
+            "Error": "",
+        }
+    )
+
+
+def _preempt_candidates(args: wire.ExtenderPreemptionArgs) -> dict[str, list[tuple[str, int | None]]]:
+    """node -> [(victim UID, victim GPUs or None when only the UID is known)]."""
+    out: dict[str, list[tuple[str, int | None]]] = {}
+    if args.NodeNameToMetaVictims is not None:
+        for node, mv in args.NodeNameToMetaVictims.items():
+            out[node] = [(p.UID, None) for p in (mv.Pods or [])]
+    if args.NodeNameToVictims is not None:
+        for node, v in args.NodeNameToVictims.items():
+            victims: list[tuple[str, int | None]] = []
+            for i, pod in enumerate(v.Pods or []):
+                meta = pod.get("metadata") if isinstance(pod, dict) else None
+                uid = meta.get("uid") if isinstance(meta, dict) else None
+                if not isinstance(uid, str) or not uid:
+                    raise wire.WireError(f"NodeNameToVictims[{node}].Pods[{i}].metadata.uid: missing")
+                victims.append((uid, pod_gpu_request(pod, f"NodeNameToVictims[{node}].Pods[{i}]")))
+            out[node] = victims
+    return out

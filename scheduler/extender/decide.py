@@ -1,0 +1,620 @@
+"""The extender's decisions: which nodes a pod may go to (filter), how good each is (prioritize), and
+which preemption candidates are real (preempt).
+
+Shell-side logic without HTTP: it reads the watch-fed ``ClusterCache`` (under its lock, so one request
+sees one consistent state), asks the ``ThroughputOracle`` at most once per request (all distinct
+placement shapes in one batch, memoised), and uses the core's ``check_node`` for per-node reasons and
+``place_gang`` for gang placement, so the extender places gangs exactly as the policies and the
+simulator do. No I/O of its own; it holds two memo tables (predictions, gang plans).
+
+Pods: a pod is *managed* when it asks for ``nvidia.com/gpu``; others pass through untouched (kube-scheduler
+only calls the extender for pods that ask for a managed resource, and blocking a pod we have no opinion
+on would be worse than letting it through). A managed pod's job is its TrainingJob (label
+``perfsched.dev/job-name``); a GPU pod without one is a one-replica job described by its optional
+``perfsched.dev/model`` / ``perfsched.dev/batch-size`` annotations.
+
+Gangs: the replicas of one TrainingJob generation are placed together. The gang's plan is, in order:
+the operator's plan (the ``perfsched.dev/planned-node`` annotations of the gang's unplaced pods) while it
+still fits; else a plan this extender computed earlier for the gang while it still fits; else a fresh
+``place_gang`` over the cache (replicas already bound count as ``prefer``), and, if none of those nodes is
+among kube-scheduler's candidates, over the candidates only. A pod passes only nodes of its gang's plan.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.core.decisions import Unschedulable
+from scheduler.core.node_fit import GPU_RESOURCE, check_node
+from scheduler.core.placement import LocalityLevel, locality_level, place_gang, spread_of
+from scheduler.core.protocols import ThroughputOracle
+from scheduler.core.types import Allocation, Interconnect, Job, Node, PlacementShape
+from scheduler.k8s.cache import ClusterCache
+from scheduler.k8s.codec import PodInfo, decode_node, decode_pod, pod_gpu_request
+
+log = logging.getLogger(__name__)
+
+#: Rejection categories (the ``reason`` label of the rejections metric).
+R_UNKNOWN_NODE = "unknown_node"
+R_NO_GPUS = "no_gpus"
+R_GPU_TYPE = "gpu_type"
+R_NOT_ALLOWED = "gpu_type_not_allowed"
+R_CORDONED = "cordoned"
+R_TOO_SMALL = "node_too_small"
+R_FREE = "insufficient_free_gpus"
+R_GANG = "outside_gang_placement"
+R_JOB = "job_unschedulable"
+
+_LOCALITY_SCORE = {
+    LocalityLevel.NVLINK_DOMAIN: 10.0,
+    LocalityLevel.NODE: 10.0,
+    LocalityLevel.RACK: 6.0,
+    LocalityLevel.ZONE: 3.0,
+    LocalityLevel.CLUSTER: 0.0,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """Weights of the three prioritize terms (any non-negative scale; they are normalised)."""
+
+    throughput: float = 6.0
+    locality: float = 3.0
+    packing: float = 1.0
+
+
+@dataclass(slots=True)
+class FilterOutcome:
+    """What filter decided: passing node names (request order), failures, and rejection categories."""
+
+    passed: list[str]
+    failed: dict[str, str]
+    unresolvable: dict[str, str]
+    categories: dict[str, int] = field(default_factory=dict)
+    managed: bool = True
+
+
+@dataclass(slots=True)
+class PodContext:
+    """A pod of the request with everything the decisions need, resolved once per request."""
+
+    pod: PodInfo
+    gpus: int
+    job: Job | None
+    job_problem: str
+    gpu_type: str | None
+    allowed: frozenset[str]
+    gang_key: tuple[str, str] | None
+    replicas: int  # gang size (1 for a lone pod)
+    placed: dict[str, int]  # node -> replicas of the gang already bound or assumed there (not this pod)
+    planned: dict[str, int]  # node -> unplaced gang replicas (incl. this pod) the operator planned there
+
+    @property
+    def unplaced(self) -> int:
+        return max(1, self.replicas - sum(self.placed.values()))
+
+
+class Decider:
+    """Filter, prioritize and preempt over a ``ClusterCache`` and a ``ThroughputOracle``."""
+
+    def __init__(
+        self,
+        cache: ClusterCache,
+        oracle: ThroughputOracle | None,
+        *,
+        weights: Weights = Weights(),
+        predict_cache_size: int = 4096,
+        on_predict: Callable[[int, int, int], None] | None = None,
+    ) -> None:
+        self.cache = cache
+        self.oracle = oracle
+        self.weights = weights
+        self._predict_cache: OrderedDict[tuple[Any, ...], float] = OrderedDict()
+        self._predict_cache_size = predict_cache_size
+        # gang -> (plan for its unplaced replicas, where its replicas were placed when it was made)
+        self._plans: dict[tuple[str, str], tuple[Allocation, dict[str, int]]] = {}
+        # callback(queries sent, cache hits, cache misses) for metrics
+        self._on_predict = on_predict
+
+    # --- context ------------------------------------------------------------------------------------
+    def context(self, pod_obj: Mapping[str, Any]) -> PodContext:
+        """Resolve the request's pod: GPU request, job, the operator's decision and the gang's state."""
+        pod = decode_pod(pod_obj)
+        gpus = pod_gpu_request(pod_obj)
+        cache = self.cache
+        job: Job | None = None
+        problem = ""
+        replicas = 1
+        placed: dict[str, int] = {}
+        planned: dict[str, int] = {}
+        gang_key: tuple[str, str] | None = None
+        info = cache.jobs.get(pod.job) if pod.job else None
+        if info is not None:
+            job = info.job
+            problem = info.problem
+        if pod.job:
+            gang_key = (pod.job, pod.generation)
+            members = cache.gang(pod.job, pod.generation)
+            replicas = max(1, len(members) if any(m.key == pod.key for m in members) else len(members) + 1)
+            if info is not None and info.status.allocation is not None:
+                alloc = info.status.allocation
+                if str(info.status.gang_generation) == pod.generation or not pod.generation:
+                    replicas = max(replicas, alloc.replicas)
+            for m in members:
+                if m.key == pod.key:
+                    continue
+                where = cache.placed_node(m)
+                if where and not m.terminal:
+                    placed[where] = placed.get(where, 0) + 1
+                elif m.planned_node and not m.terminal:
+                    planned[m.planned_node] = planned.get(m.planned_node, 0) + 1
+            if pod.planned_node:
+                planned[pod.planned_node] = planned.get(pod.planned_node, 0) + 1
+        elif gpus > 0 and pod.model and pod.batch_size > 0:
+            job = Job(
+                name=pod.key,
+                submit_time=0.0,
+                total_work=1.0,
+                gpus_per_replica=gpus,
+                model=pod.model,
+                batch_size=pod.batch_size,
+            )
+        allowed = job.allowed_gpu_types if job is not None else frozenset()
+        return PodContext(
+            pod=pod,
+            gpus=gpus,
+            job=job,
+            job_problem=problem,
+            gpu_type=pod.gpu_type or None,
+            allowed=allowed,
+            gang_key=gang_key,
+            replicas=replicas,
+            placed=placed,
+            planned=planned,
+        )
+
+    # --- filter -----------------------------------------------------------------------------------
+    def filter(
+        self, pod_obj: Mapping[str, Any], names: Sequence[str], node_objects: Sequence[Any] | None
+    ) -> FilterOutcome:
+        with self.cache.lock:
+            self.cache.expire_assumed()
+            ctx = self.context(pod_obj)
+            if ctx.gpus <= 0:
+                return FilterOutcome(list(names), {}, {}, managed=False)
+            return self._filter(ctx, names, node_objects)
+
+    def _filter(
+        self, ctx: PodContext, names: Sequence[str], node_objects: Sequence[Any] | None
+    ) -> FilterOutcome:
+        nodes = self.cache.nodes
+        free = self.cache.free
+        g = ctx.gpus
+        want_type = ctx.gpu_type
+        allowed = ctx.allowed
+        passed: list[str] = []
+        failed: dict[str, str] = {}
+        unres: dict[str, str] = {}
+        cats: dict[str, int] = {}
+        if ctx.job_problem:
+            # the TrainingJob itself cannot be scheduled as written: no node will do
+            reason = f"perfsched: TrainingJob {ctx.pod.job} cannot be scheduled: {ctx.job_problem}"
+            for name in names:
+                unres[name] = reason
+            cats[R_JOB] = len(names)
+            return FilterOutcome([], failed, unres, cats)
+        fits: list[str] = []
+        for i, name in enumerate(names):
+            node = nodes.get(name)
+            if node is None:
+                node = self._node_from_request(node_objects, i)
+                if node is None:
+                    failed[name] = (
+                        f"perfsched: node {name} is not in the extender's cache yet (watch lag); retry"
+                    )
+                    cats[R_UNKNOWN_NODE] = cats.get(R_UNKNOWN_NODE, 0) + 1
+                    continue
+                f = node.gpus if node.schedulable else 0
+            else:
+                f = free.get(name, 0)
+            t = node.gpu_type
+            # fast path: the common "fits" case without building a reason
+            if (
+                f >= g
+                and node.schedulable
+                and (want_type is None or t == want_type)
+                and (not allowed or t in allowed)
+            ):
+                fits.append(name)
+                continue
+            why = check_node(node, f, gpus_per_replica=g, gpu_type=want_type, allowed_gpu_types=allowed)
+            if why is None:  # pragma: no cover - the fast path covers every fitting node
+                fits.append(name)
+                continue
+            cat = _category(node, f, g, want_type, allowed)
+            cats[cat] = cats.get(cat, 0) + 1
+            (failed if why.resolvable else unres)[name] = why.reason
+        if ctx.gang_key is None or (ctx.replicas <= 1 and not ctx.placed and not ctx.planned):
+            passed = fits
+        else:
+            plan = self._gang_plan(ctx, fits)
+            if isinstance(plan, Unschedulable):
+                reason = f"perfsched: gang {ctx.pod.job}: {plan.reason}"
+                target = failed if plan.resolvable else unres
+                for name in fits:
+                    target[name] = reason
+                if fits:
+                    cats[R_GANG] = cats.get(R_GANG, 0) + len(fits)
+            else:
+                in_plan = set(plan.nodes)
+                where = _describe_plan(plan, nodes)
+                for name in fits:
+                    if name in in_plan:
+                        passed.append(name)
+                    else:
+                        failed[name] = (
+                            f"perfsched: gang {ctx.pod.job} ({ctx.replicas} x {g} GPUs) is placed on "
+                            f"{where}; "
+                            "this node is outside that placement"
+                        )
+                        cats[R_GANG] = cats.get(R_GANG, 0) + 1
+        return FilterOutcome(passed, failed, unres, cats)
+
+    def _node_from_request(self, node_objects: Sequence[Any] | None, i: int) -> Node | None:
+        """A node sent in full that the cache does not know (yet): decode it from the request."""
+        if node_objects is None:
+            return None
+        try:
+            return decode_node(node_objects[i])
+        except (ValueError, IndexError):
+            return None
+
+    def _fits_now(self, per_node: Mapping[str, int], g: int, gpu_type: str | None) -> bool:
+        nodes = self.cache.nodes
+        free = self.cache.free
+        for name, r in per_node.items():
+            node = nodes.get(name)
+            if node is None or (gpu_type is not None and node.gpu_type != gpu_type):
+                return False
+            if free.get(name, 0) < r * g:
+                return False
+        return True
+
+    def _gang_plan(self, ctx: PodContext, fits: Sequence[str]) -> Allocation | Unschedulable:
+        """Where the gang's unplaced replicas (this pod included) should go; see the module docstring."""
+        assert ctx.gang_key is not None
+        g = ctx.gpus
+        unplaced = ctx.unplaced
+        nodes = self.cache.nodes
+        gpu_type = ctx.gpu_type
+        # 1. the operator's plan, if it covers every unplaced replica and still fits
+        if ctx.planned and sum(ctx.planned.values()) >= unplaced:
+            planned_types = {nodes[n].gpu_type for n in ctx.planned if n in nodes}
+            if len(planned_types) == 1 and self._fits_now(ctx.planned, g, gpu_type):
+                return Allocation.of(ctx.pod.job, planned_types.pop(), g, ctx.planned)
+        # 2. our own earlier plan, minus the replicas placed since, if it still fits
+        memo = self._plans.get(ctx.gang_key)
+        if memo is not None and memo[0].gpus_per_replica == g:
+            old, placed_then = memo
+            left = dict(old.replicas_per_node)
+            for name, r in ctx.placed.items():
+                if name in left:
+                    left[name] = max(0, left[name] - max(0, r - placed_then.get(name, 0)))
+            left = {n: r for n, r in left.items() if r > 0}
+            if sum(left.values()) >= unplaced and self._fits_now(left, g, gpu_type):
+                return Allocation.of(ctx.pod.job, old.gpu_type, g, left)
+        # 3. a fresh placement with the shared algorithm, over the cache, then over the candidates
+        types = self._candidate_types(ctx, fits)
+        best: Allocation | Unschedulable = Unschedulable(
+            f"no candidate node has GPU type {gpu_type}" if gpu_type else "no candidate node fits one replica"
+        )
+        for pool in (None, fits):
+            for t in types:
+                pool_nodes = (
+                    [n for n in nodes.values() if n.gpu_type == t]
+                    if pool is None
+                    else [nodes[n] for n in pool if n in nodes and nodes[n].gpu_type == t]
+                )
+                result = place_gang(
+                    pool_nodes,
+                    self.cache.free,
+                    replicas=unplaced,
+                    gpus_per_replica=g,
+                    gpu_type=t,
+                    job=ctx.pod.job,
+                    prefer=ctx.placed or None,
+                )
+                if isinstance(result, Allocation):
+                    if set(result.nodes).intersection(fits):
+                        self._plans[ctx.gang_key] = (result, dict(ctx.placed))
+                        if len(self._plans) > 10_000:
+                            self._plans.pop(next(iter(self._plans)))
+                        return result
+                elif isinstance(best, Unschedulable):
+                    best = result
+        return best
+
+    def _candidate_types(self, ctx: PodContext, fits: Sequence[str]) -> list[str]:
+        """GPU types the gang may use: the decision, else the types of the fitting nodes (placed first)."""
+        if ctx.gpu_type:
+            return [ctx.gpu_type]
+        nodes = self.cache.nodes
+        order: dict[str, None] = {}
+        for name in ctx.placed:
+            if name in nodes:
+                order[nodes[name].gpu_type] = None
+        for name in fits:
+            node = nodes.get(name)
+            if node is not None:
+                order[node.gpu_type] = None
+        return list(order)
+
+    # --- prioritize -------------------------------------------------------------------------------
+    def prioritize(
+        self, pod_obj: Mapping[str, Any], names: Sequence[str], node_objects: Sequence[Any] | None
+    ) -> list[tuple[str, int]]:
+        """A 0..10 score per node name, in request order (see ``score_nodes``)."""
+        with self.cache.lock:
+            ctx = self.context(pod_obj)
+            if ctx.gpus <= 0:
+                return [(n, 0) for n in names]
+            nodes: list[Node | None] = []
+            for i, name in enumerate(names):
+                node = self.cache.nodes.get(name)
+                if node is None:
+                    node = self._node_from_request(node_objects, i)
+                nodes.append(node)
+            free = [
+                self.cache.free.get(n, 0) if n in self.cache.nodes else (nd.gpus if nd else 0)
+                for n, nd in zip(names, nodes, strict=True)
+            ]
+            anchors = list(ctx.placed) or ([ctx.pod.planned_node] if ctx.pod.planned_node else [])
+            node_map = self.cache.nodes
+        return list(zip(names, self.score_nodes(ctx, nodes, free, anchors, node_map), strict=True))
+
+    def score_nodes(
+        self,
+        ctx: PodContext,
+        nodes: Sequence[Node | None],
+        free: Sequence[int],
+        anchors: Sequence[str],
+        node_map: Mapping[str, Node],
+    ) -> list[int]:
+        """Weighted mean of three 0..10 terms, rounded:
+
+        - throughput: 10 x predicted throughput of the job with this node in its placement / the best
+          candidate's (one oracle call for all distinct shapes); skipped (weight 0) without a job model;
+        - locality: how tight the gang stays with this node added to its bound replicas (or the pod's
+          planned node): same NVLink domain or node 10, rack 6, zone 3, else 0; skipped without anchors;
+        - packing (best fit): 10 x (1 - GPUs left free on the node after this pod / node's GPUs).
+        Nodes unknown to the cache score 0.
+        """
+        w = self.weights
+        g = ctx.gpus
+        pack = [0.0] * len(nodes)
+        for i, node in enumerate(nodes):
+            if node is None or node.gpus <= 0:
+                continue
+            left = max(0, free[i] - g)
+            pack[i] = 10.0 * (1.0 - left / node.gpus)
+        loc: list[float] | None = None
+        if anchors and w.locality > 0:
+            anchor_nodes = [a for a in anchors if a in node_map]
+            level_cache: dict[str, float] = {}
+            loc = []
+            for node in nodes:
+                if node is None:
+                    loc.append(0.0)
+                    continue
+                key = (
+                    node.name
+                    if node.name in anchor_nodes
+                    else f"{node.nvlink_domain}|{node.rack}|{node.zone}|{node.interconnect}"
+                )
+                s = level_cache.get(key)
+                if s is None:
+                    s = _LOCALITY_SCORE[locality_level([*anchor_nodes, node.name], node_map)]
+                    level_cache[key] = s
+                loc.append(s)
+        tp = (
+            self._throughput_term(ctx, nodes, free, node_map)
+            if w.throughput > 0 and ctx.job is not None
+            else None
+        )
+        total_w = (
+            w.packing + (w.locality if loc is not None else 0.0) + (w.throughput if tp is not None else 0.0)
+        )
+        out: list[int] = []
+        for i, node in enumerate(nodes):
+            if node is None or total_w <= 0:
+                out.append(0)
+                continue
+            s = w.packing * pack[i]
+            if loc is not None:
+                s += w.locality * loc[i]
+            if tp is not None:
+                s += w.throughput * tp[i]
+            out.append(min(10, max(0, math.floor(s / total_w + 0.5))))
+        return out
+
+    def _shape_for(
+        self, ctx: PodContext, node: Node, free: int, node_map: Mapping[str, Node]
+    ) -> PlacementShape:
+        """The placement shape the gang has if this pod goes on ``node``.
+
+        Bound replicas stay where they are; the rest of the unplaced replicas go on ``node`` while it
+        has room, the remainder on further nodes of the same size (counted, not named).
+        """
+        g = ctx.gpus
+        per_node = dict(ctx.placed)
+        rest = ctx.unplaced
+        here = min(rest, max(1, free // g)) if g > 0 else 1
+        per_node[node.name] = per_node.get(node.name, 0) + here
+        rest -= here
+        alloc = Allocation.of(ctx.pod.job or ctx.pod.key, node.gpu_type, g, per_node)
+        nm = node_map if node.name in node_map else {**node_map, node.name: node}
+        shape = spread_of(alloc, nm)
+        if rest <= 0:
+            return shape
+        per_extra = max(1, node.gpus // g)
+        extra = -(-rest // per_extra)
+        return PlacementShape(
+            gpu_type=node.gpu_type,
+            num_gpus=shape.num_gpus + rest * g,
+            num_nodes=shape.num_nodes + extra,
+            gpus_per_node=max(shape.gpus_per_node, min(rest, per_extra) * g),
+            interconnect=Interconnect.PCIE if not node.nvlink_domain else shape.interconnect,
+            network_gbps=shape.network_gbps,
+        )
+
+    def _throughput_term(
+        self, ctx: PodContext, nodes: Sequence[Node | None], free: Sequence[int], node_map: Mapping[str, Node]
+    ) -> list[float] | None:
+        job = ctx.job
+        if job is None or self.oracle is None:
+            return None
+        shapes: list[PlacementShape | None] = []
+        by_key: dict[tuple[Any, ...], PlacementShape] = {}
+        shape_memo: dict[tuple[Any, ...], PlacementShape] = {}
+        for i, node in enumerate(nodes):
+            if node is None:
+                shapes.append(None)
+                continue
+            # nodes alike in type, size, free room and topology give the same shape: compute it once
+            mk = (
+                node.gpu_type,
+                node.gpus,
+                free[i] // max(1, ctx.gpus),
+                node.interconnect,
+                node.network_gbps,
+                node.nvlink_domain,
+                node.rack,
+                node.zone,
+                node.name in ctx.placed,
+            )
+            shape = shape_memo.get(mk)
+            if shape is None:
+                shape = self._shape_for(ctx, node, free[i], node_map)
+                shape_memo[mk] = shape
+            shapes.append(shape)
+            by_key[(*_job_key(job), shape)] = shape
+        values = self._predict(job, by_key)
+        if values is None:
+            return None
+        jk = _job_key(job)
+        raw = [values.get((*jk, s), 0.0) if s is not None else 0.0 for s in shapes]
+        best = max(raw, default=0.0)
+        if best <= 0:
+            return None
+        return [10.0 * max(0.0, v) / best for v in raw]
+
+    def _predict(
+        self, job: Job, by_key: Mapping[tuple[Any, ...], PlacementShape]
+    ) -> dict[tuple[Any, ...], float] | None:
+        """Memoised predictions for every key; the misses go to the oracle in one batch."""
+        out: dict[tuple[Any, ...], float] = {}
+        misses: list[tuple[tuple[Any, ...], PlacementShape]] = []
+        cache = self._predict_cache
+        for key, shape in by_key.items():
+            v = cache.get(key)
+            if v is None:
+                misses.append((key, shape))
+            else:
+                cache.move_to_end(key)
+                out[key] = v
+        sent = 0
+        if misses:
+            assert self.oracle is not None
+            try:
+                values = self.oracle.throughput([(job, s) for _, s in misses])
+                sent = len(misses)
+            except Exception as exc:  # the predictor must never fail a scheduling call
+                log.warning("throughput prediction failed for %s: %s; scoring by packing only", job.name, exc)
+                if self._on_predict is not None:
+                    self._on_predict(len(misses), len(out), len(misses))
+                return None
+            for (key, _), v in zip(misses, values, strict=False):
+                val = float(v) if v is not None and math.isfinite(float(v)) else 0.0
+                cache[key] = val
+                out[key] = val
+            while len(cache) > self._predict_cache_size:
+                cache.popitem(last=False)
+        if self._on_predict is not None:
+            self._on_predict(sent, len(by_key) - len(misses), len(misses))
+        return out
+
+    # --- preempt ----------------------------------------------------------------------------------
+    def preempt(
+        self, pod_obj: Mapping[str, Any], candidates: Mapping[str, list[tuple[str, int | None]]]
+    ) -> dict[str, list[str]]:
+        """Keep the candidate nodes where evicting the victims really frees room for this pod.
+
+        ``candidates`` maps node name -> victims as ``(uid, gpus or None when unknown)``. A node is kept
+        when the pod's GPU type/allowed types match it and its free GPUs plus the victims' GPUs cover the
+        pod's request. Returns node -> victim UIDs (unchanged) for the kept nodes.
+        """
+        with self.cache.lock:
+            ctx = self.context(pod_obj)
+            if ctx.gpus <= 0:
+                return {n: [u for u, _ in v] for n, v in candidates.items() if v}
+            kept: dict[str, list[str]] = {}
+            for name, victims in candidates.items():
+                node = self.cache.nodes.get(name)
+                if node is None or not victims:
+                    continue
+                freed = 0
+                for uid, gpus in victims:
+                    if gpus is None:
+                        p = self.cache.pod_by_uid(uid)
+                        gpus = p.gpus if p is not None and p.node_name == name else 0
+                    freed += gpus
+                room = self.cache.free.get(name, 0) + freed
+                why = check_node(
+                    node,
+                    room,
+                    gpus_per_replica=ctx.gpus,
+                    gpu_type=ctx.gpu_type,
+                    allowed_gpu_types=ctx.allowed,
+                )
+                if why is None:
+                    kept[name] = [u for u, _ in victims]
+            return kept
+
+
+def _job_key(job: Job) -> tuple[Any, ...]:
+    return (job.name, job.model, job.dataset, job.batch_size, job.precision, job.params, job.flops_per_sample)
+
+
+def _category(node: Node, free: int, g: int, want_type: str | None, allowed: frozenset[str]) -> str:
+    """The rejection category, checked in the same order as ``check_node``."""
+    if node.capacity_for_jobs <= 0 and node.gpus <= 0:
+        return R_NO_GPUS
+    if want_type is not None and node.gpu_type != want_type:
+        return R_GPU_TYPE
+    if allowed and node.gpu_type not in allowed:
+        return R_NOT_ALLOWED
+    if not node.schedulable:
+        return R_CORDONED
+    if node.gpus < g:
+        return R_TOO_SMALL
+    return R_FREE
+
+
+def _describe_plan(plan: Allocation, nodes: Mapping[str, Node]) -> str:
+    names = plan.nodes
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    members = [nodes[n] for n in names if n in nodes]
+    level = locality_level(plan, nodes)
+    if level is LocalityLevel.NVLINK_DOMAIN and len(members) > 1 and members[0].nvlink_domain:
+        return f"NVLink domain {members[0].nvlink_domain} (nodes {shown})"
+    if level is LocalityLevel.RACK and members:
+        return f"rack {members[0].rack} (nodes {shown})"
+    return f"node{'s' if len(names) > 1 else ''} {shown}"
+
+
+__all__ = ["GPU_RESOURCE", "Decider", "FilterOutcome", "PodContext", "Weights"]

@@ -1,0 +1,189 @@
+"""The ``k8s.io/kube-scheduler/extender/v1`` wire types, and cheap parsers for the hot path.
+
+Edge module (pydantic, no I/O). The Go types have no JSON tags, so keys are the PascalCase field names
+and nil pointers, maps and slices travel as ``null``; the embedded Pod and Node objects use ordinary
+camelCase API JSON. The pydantic models document the format (they feed the OpenAPI schema and the
+golden tests) and validate the small bodies (bind, preempt); ``parse_extender_args`` checks a filter or
+prioritize body's structure by hand instead, because validating thousands of full Node objects with
+pydantic would cost more than the whole decision. Go decodes replies case-insensitively and
+``TestCompatibility`` sends all-lowercase keys too, so the parsers accept either spelling.
+Every parser raises ``WireError`` with a message naming the field; the app turns it into HTTP 400.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class WireError(ValueError):
+    """A request body does not have the extender wire shape; the message names the field."""
+
+
+class _Go(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+class NodeList(_Go):
+    """``v1.NodeList``: ``{"metadata": {}, "items": [Node, ...]}``."""
+
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    items: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ExtenderArgs(_Go):
+    """Filter and prioritize request. ``Nodes`` is null when nodeCacheCapable, ``NodeNames`` otherwise."""
+
+    Pod: dict[str, Any]
+    Nodes: NodeList | None = None
+    NodeNames: list[str] | None = None
+
+
+class ExtenderFilterResult(_Go):
+    """Filter reply: the nodes that pass (same form as the request), and the failed ones with reasons."""
+
+    Nodes: NodeList | None = None
+    NodeNames: list[str] | None = None
+    FailedNodes: dict[str, str] | None = None
+    FailedAndUnresolvableNodes: dict[str, str] | None = None
+    Error: str = ""
+
+
+class HostPriority(_Go):
+    """One entry of the prioritize reply (``HostPriorityList`` is a JSON array of these); Score 0..10."""
+
+    Host: str
+    Score: int = Field(ge=0, le=10)
+
+
+class ExtenderBindingArgs(_Go):
+    PodName: str = Field(min_length=1)
+    PodNamespace: str = Field(min_length=1)
+    PodUID: str = ""
+    Node: str = Field(min_length=1)
+
+
+class ExtenderBindingResult(_Go):
+    Error: str = ""
+
+
+class MetaPod(_Go):
+    UID: str
+
+
+class MetaVictims(_Go):
+    Pods: list[MetaPod] | None = None
+    NumPDBViolations: int = 0
+
+
+class Victims(_Go):
+    Pods: list[dict[str, Any]] | None = None
+    NumPDBViolations: int = 0
+
+
+class ExtenderPreemptionArgs(_Go):
+    Pod: dict[str, Any]
+    NodeNameToVictims: dict[str, Victims] | None = None
+    NodeNameToMetaVictims: dict[str, MetaVictims] | None = None
+
+
+class ExtenderPreemptionResult(_Go):
+    NodeNameToMetaVictims: dict[str, MetaVictims] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedArgs:
+    """A filter/prioritize request after the structural check.
+
+    ``names`` are the candidate node names in request order; ``node_objects`` holds the full Node
+    objects when kube-scheduler sent them (nodeCacheCapable false) and is None otherwise.
+    """
+
+    pod: dict[str, Any]
+    names: list[str]
+    node_objects: list[dict[str, Any]] | None
+
+
+def _get(body: dict[str, Any], key: str) -> Any:
+    if key in body:
+        return body[key]
+    return body.get(key.lower())
+
+
+def parse_extender_args(body: object) -> ParsedArgs:
+    """Check a decoded filter/prioritize body's structure cheaply; raise ``WireError`` naming the field."""
+    if not isinstance(body, dict):
+        raise WireError(f"request body: expected a JSON object (ExtenderArgs), got {_kind(body)}")
+    pod = _get(body, "Pod")
+    if not isinstance(pod, dict):
+        raise WireError(f"Pod: expected a Pod object, got {_kind(pod)}")
+    meta = pod.get("metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta.get("name"):
+        raise WireError("Pod.metadata.name: missing or not a string")
+    names_raw = _get(body, "NodeNames")
+    nodes_raw = _get(body, "Nodes")
+    if names_raw is not None:
+        if not isinstance(names_raw, list):
+            raise WireError(f"NodeNames: expected a list of node names, got {_kind(names_raw)}")
+        for i, n in enumerate(names_raw):
+            if type(n) is not str:
+                raise WireError(f"NodeNames[{i}]: expected a string, got {_kind(n)}")
+        return ParsedArgs(pod, names_raw, None)
+    if nodes_raw is None:
+        raise WireError("Nodes and NodeNames are both null: one of them must list the candidate nodes")
+    if not isinstance(nodes_raw, dict):
+        raise WireError(f"Nodes: expected a NodeList object, got {_kind(nodes_raw)}")
+    items = nodes_raw.get("items")
+    if items is None:
+        items = []
+    if not isinstance(items, list):
+        raise WireError(f"Nodes.items: expected a list, got {_kind(items)}")
+    names: list[str] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise WireError(f"Nodes.items[{i}]: expected a Node object, got {_kind(item)}")
+        m = item.get("metadata")
+        name = m.get("name") if isinstance(m, dict) else None
+        if not isinstance(name, str) or not name:
+            raise WireError(f"Nodes.items[{i}].metadata.name: missing or not a string")
+        names.append(name)
+    return ParsedArgs(pod, names, items)
+
+
+def parse_binding_args(body: object) -> ExtenderBindingArgs:
+    if isinstance(body, dict):
+        body = {k if k in _BIND_KEYS else _BIND_KEYS_LOWER.get(k.lower(), k): v for k, v in body.items()}
+    try:
+        return ExtenderBindingArgs.model_validate(body)
+    except ValidationError as exc:
+        raise WireError(f"ExtenderBindingArgs: {describe(exc)}") from None
+
+
+def parse_preemption_args(body: object) -> ExtenderPreemptionArgs:
+    try:
+        return ExtenderPreemptionArgs.model_validate(body)
+    except ValidationError as exc:
+        raise WireError(f"ExtenderPreemptionArgs: {describe(exc)}") from None
+
+
+_BIND_KEYS = frozenset(ExtenderBindingArgs.model_fields)
+_BIND_KEYS_LOWER = {k.lower(): k for k in _BIND_KEYS}
+
+
+def describe(exc: ValidationError) -> str:
+    """A pydantic error as ``Field.path: message`` parts, at most three."""
+    parts = []
+    for err in exc.errors()[:3]:
+        loc = ".".join(str(p) for p in err["loc"]) or "body"
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), type(value).__name__
+    )

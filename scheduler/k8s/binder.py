@@ -1,0 +1,146 @@
+"""Binding pods to nodes and recording a gang's placement on its TrainingJob.
+
+Adapter module (I/O through the official ``kubernetes`` client). ``KubeBinder.bind`` creates the pod's
+``Binding`` (``POST .../pods/{name}/binding``) with ``_preload_content=False``: the client would otherwise
+bind and then raise ``ValueError: Invalid value for `target``` while parsing the reply
+(kubernetes-client/python#825). The Binding carries the pod's UID, so a pod deleted and recreated under
+the same name is never bound by a stale request. Binding is idempotent: when the API answers 409
+Conflict because the pod is already bound, the pod is read back and the call succeeds if it is on the
+requested node.
+
+The gang's placement is recorded as a JSON merge patch of ``status.placement`` (``{pod name: node}``)
+through the TrainingJob's status subresource. A merge patch only touches the keys it names, so it does
+not race with the operator's own status writes as long as those are patches too (they are); it needs
+no resourceVersion and never conflicts. Placement recording is best effort: a failure is logged and
+counted by the caller, and the bind still succeeds (the pods' ``spec.nodeName`` is the ground truth).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+
+from scheduler.core.errors import PermanentError, TemporaryError
+from scheduler.k8s import crd
+
+log = logging.getLogger(__name__)
+
+
+class BindError(PermanentError):
+    """The pod could not be bound to the node; the message says why (shown in the pod's events)."""
+
+
+class TemporaryBindError(TemporaryError):
+    """The bind failed for a reason a retry may fix (API unavailable, timeout)."""
+
+
+class KubeBinder:
+    """The extender's ``Binder`` (``scheduler.extender.app.Binder``) over the API server."""
+
+    def __init__(self, api_client: Any) -> None:
+        from kubernetes import client
+
+        self._core = client.CoreV1Api(api_client)
+        self._custom = client.CustomObjectsApi(api_client)
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        if uid:
+            body["metadata"]["uid"] = uid
+        try:
+            resp = self._core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
+            resp.release_conn()
+            return
+        except ApiException as exc:
+            if exc.status == 409:
+                current = self._node_of(namespace, name)
+                if current == node:
+                    return  # already bound where we wanted it: idempotent success
+                if current:
+                    raise BindError(
+                        f"pod {namespace}/{name} is already bound to {current}, not {node}"
+                    ) from None
+                raise BindError(f"binding {namespace}/{name} to {node} conflicted: {_message(exc)}") from None
+            if exc.status == 404:
+                raise BindError(f"pod {namespace}/{name} no longer exists") from None
+            if exc.status in (429, 500, 502, 503, 504):
+                raise TemporaryBindError(
+                    f"API server answered {exc.status} binding {namespace}/{name}: {_message(exc)}"
+                ) from None
+            raise BindError(
+                f"binding {namespace}/{name} to {node} failed ({exc.status}): {_message(exc)}"
+            ) from None
+
+    def _node_of(self, namespace: str, name: str) -> str:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            resp = self._core.read_namespaced_pod(name, namespace, _preload_content=False)
+        except ApiException:
+            return ""
+        pod = orjson.loads(resp.data)
+        return str((pod.get("spec") or {}).get("nodeName") or "")
+
+    def record_placement(self, namespace: str, job_name: str, placement: dict[str, str]) -> None:
+        """Merge ``placement`` into the TrainingJob's ``status.placement``."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self._custom.patch_namespaced_custom_object_status(
+                crd.GROUP,
+                crd.VERSION,
+                namespace,
+                crd.PLURAL,
+                job_name,
+                {"status": {"placement": placement}},
+                _preload_content=False,
+            ).release_conn()
+        except ApiException as exc:
+            raise TemporaryBindError(
+                f"recording placement on TrainingJob {namespace}/{job_name} failed "
+                f"({exc.status}): {_message(exc)}"
+            ) from None
+
+
+def _message(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if body:
+        try:
+            parsed = orjson.loads(body)
+            if isinstance(parsed, dict) and parsed.get("message"):
+                return str(parsed["message"])
+        except orjson.JSONDecodeError:
+            pass
+    return str(getattr(exc, "reason", "") or exc)
+
+
+def load_api_client(kubeconfig: str | None = None) -> Any:
+    """An ``ApiClient`` from ``kubeconfig`` (or ``KUBECONFIG``/``~/.kube/config``), else in-cluster config."""
+    import os
+
+    from kubernetes import client, config
+
+    from scheduler.core.errors import ConfigError
+
+    path = kubeconfig or os.environ.get("KUBECONFIG") or ""
+    try:
+        if path:
+            return config.new_client_from_config(config_file=path)
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config()
+            return client.ApiClient()
+        default = os.path.expanduser("~/.kube/config")
+        if os.path.exists(default):
+            return config.new_client_from_config(config_file=default)
+    except (config.ConfigException, OSError) as exc:
+        raise ConfigError(f"cannot load kubeconfig {path or '(in-cluster)'}: {exc}") from None
+    raise ConfigError("no kubeconfig: set KUBECONFIG or run inside a cluster")

@@ -1,0 +1,453 @@
+"""A thread-safe, watch-fed cache of Nodes, Pods and TrainingJobs for the scheduler extender.
+
+Adapter module (threads, no API client of its own): ``ClusterCache`` is fed through a ``ListWatchSource``
+(``scheduler.k8s.listwatch.KubeListWatch`` over the API server, a fake in tests) and keeps
+what the extender's hot path needs precomputed: each node as a core ``Node`` and its free GPUs, updated
+incrementally on every event. Free GPUs are allocatable GPUs minus
+
+- GPUs of every non-terminal pod bound to the node (``spec.nodeName`` set), Running or not, and
+- GPUs of pods this extender has bound but whose binding the watch has not shown yet ("assumed" pods,
+  added by ``assume`` before the Binding is created and dropped when the watch shows the pod bound, when
+  the bind fails (``forget``), or after a time-to-live).
+
+Each kind is fed by list + watch from the list's ``resourceVersion``. A watch that ends or drops is
+resumed from the last ``resourceVersion`` seen (bookmarks included); ``410 Gone`` (an expired version)
+makes the cache relist that kind and replace its contents. ``watch_restarts`` and ``age`` are exposed
+for metrics. Tests drive the cache with a fake ``ListWatchSource`` or by calling ``replace``/``apply``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+from scheduler.core.decisions import Unschedulable
+from scheduler.core.errors import TemporaryError
+from scheduler.core.types import Job, Node
+from scheduler.k8s import crd
+from scheduler.k8s.codec import GPU_RESOURCE, CodecError, PodInfo, decode_node, decode_pod
+
+log = logging.getLogger(__name__)
+
+
+class Kind(StrEnum):
+    """The kinds the cache holds (the values are the API's plural resource names)."""
+
+    NODES = "nodes"
+    PODS = "pods"
+    TRAININGJOBS = "trainingjobs"
+
+
+class WatchGone(TemporaryError):
+    """The watch's resourceVersion is too old (HTTP 410 Gone): the kind must be relisted."""
+
+
+class ListWatchSource(Protocol):
+    """Where the cache's objects come from: the API server, or a fake in tests.
+
+    ``list`` returns the items (API JSON dicts) and the list's resourceVersion. ``watch`` yields watch
+    events ``{"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": {...}}`` from ``resource_version``
+    on, and returns when the server ends the watch; it raises ``WatchGone`` on 410 and any other
+    exception on a dropped connection.
+    """
+
+    def list(self, kind: Kind) -> tuple[list[dict[str, Any]], str]: ...
+
+    def watch(self, kind: Kind, resource_version: str, timeout_seconds: int) -> Iterator[dict[str, Any]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingJobInfo:
+    """A TrainingJob as the extender uses it: the core ``Job`` (or why it has none) and its status."""
+
+    key: str
+    job: Job | None
+    problem: str
+    status: crd.TrainingJobStatus
+
+
+@dataclass(slots=True)
+class _Assumed:
+    node: str
+    gpus: int
+    uid: str
+    expires: float
+
+
+class ClusterCache:
+    """Nodes, pods and TrainingJobs, with free GPUs per node kept current. Thread-safe.
+
+    Readers that need a consistent view across several calls hold ``lock`` (re-entrant) while reading.
+    ``version`` increases on every change, so derived data (gang plans) can be memoised per version.
+    """
+
+    def __init__(
+        self,
+        source: ListWatchSource | None = None,
+        *,
+        assume_ttl_s: float = 60.0,
+        watch_timeout_s: int = 300,
+        retry_backoff_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.lock = threading.RLock()
+        self._source = source
+        self._assume_ttl = assume_ttl_s
+        self._watch_timeout = watch_timeout_s
+        self._backoff = retry_backoff_s
+        self._clock = clock
+        self.version = 0
+        self.nodes: dict[str, Node] = {}
+        #: free GPUs per node (allocatable - bound pods - assumed pods), never below 0
+        self.free: dict[str, int] = {}
+        self._used: dict[str, int] = {}
+        self._assumed_by_node: dict[str, int] = {}
+        self._pods: dict[str, PodInfo] = {}  # by namespace/name
+        self._assumed: dict[str, _Assumed] = {}  # by namespace/name
+        self._gangs: dict[tuple[str, str], set[str]] = {}  # (job, generation) -> pod keys
+        self.jobs: dict[str, TrainingJobInfo] = {}
+        self._synced: dict[Kind, bool] = {k: False for k in Kind}
+        self._last_event: dict[Kind, float] = {}
+        self._rv: dict[Kind, str] = {}
+        #: watch restarts by (kind, reason): reason is "ended", "error" or "gone"
+        self.watch_restarts: Counter[tuple[str, str]] = Counter()
+        self.decode_errors = 0
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # --- reading ----------------------------------------------------------------------------------
+    @property
+    def synced(self) -> bool:
+        """True once every kind has been listed at least once."""
+        return all(self._synced.values())
+
+    def unsynced(self) -> list[str]:
+        """Kinds not listed yet (what ``/readyz`` waits for)."""
+        return [k.value for k, done in self._synced.items() if not done]
+
+    def pod_by_uid(self, uid: str) -> PodInfo | None:
+        with self.lock:
+            for p in self._pods.values():
+                if p.uid == uid:
+                    return p
+            return None
+
+    def age(self, kind: Kind) -> float:
+        """Seconds since the last list or watch event of ``kind`` (inf before the first)."""
+        last = self._last_event.get(kind)
+        return float("inf") if last is None else max(0.0, self._clock() - last)
+
+    def pod(self, namespace: str, name: str) -> PodInfo | None:
+        with self.lock:
+            return self._pods.get(f"{namespace}/{name}")
+
+    def gang(self, job: str, generation: str) -> list[PodInfo]:
+        """Pods of one generation of a job's gang, sorted by replica index then name."""
+        with self.lock:
+            keys = self._gangs.get((job, generation), ())
+            pods = [self._pods[k] for k in keys if k in self._pods]
+        return sorted(
+            pods, key=lambda p: (p.replica_index if p.replica_index is not None else 1 << 30, p.name)
+        )
+
+    def assumed_node(self, namespace: str, name: str) -> str | None:
+        """The node a pod was assumed onto by a bind the watch has not confirmed yet, if any."""
+        with self.lock:
+            self._expire_assumed()
+            a = self._assumed.get(f"{namespace}/{name}")
+            return a.node if a is not None else None
+
+    def placed_node(self, pod: PodInfo) -> str:
+        """Where a pod is: its ``nodeName``, else the node an unconfirmed bind put it on, else ""."""
+        if pod.node_name:
+            return pod.node_name
+        a = self._assumed.get(pod.key)
+        return a.node if a is not None else ""
+
+    def used(self, node: str) -> int:
+        with self.lock:
+            return self._used.get(node, 0) + self._assumed_by_node.get(node, 0)
+
+    # --- assumed pods (bind reservations) ---------------------------------------------------------
+    def assume(self, namespace: str, name: str, uid: str, node: str, gpus: int) -> None:
+        """Reserve ``gpus`` on ``node`` for a pod about to be bound (replacing an earlier reservation)."""
+        key = f"{namespace}/{name}"
+        with self.lock:
+            self._drop_assumed(key)
+            existing = self._pods.get(key)
+            if existing is not None and existing.holds_gpus:
+                return  # the watch already counts it
+            self._assumed[key] = _Assumed(node, gpus, uid, self._clock() + self._assume_ttl)
+            self._assumed_by_node[node] = self._assumed_by_node.get(node, 0) + gpus
+            self._refresh_free(node)
+            self.version += 1
+
+    def reserve(self, namespace: str, name: str, uid: str, node: str, gpus: int) -> str | None:
+        """Check that ``gpus`` are free on ``node`` and ``assume`` them, atomically; or say why not.
+
+        Returns None when reserved (or when nothing needs reserving), else a reason a person can read.
+        Two binds racing for the last GPUs of a node cannot both succeed.
+        """
+        with self.lock:
+            self._expire_assumed()
+            key = f"{namespace}/{name}"
+            known = self.nodes.get(node)
+            if gpus <= 0:
+                return None
+            if known is None:
+                return f"perfsched: node {node} is not in the extender's cache"
+            mine = self._assumed.get(key)
+            free = self.free.get(node, 0) + (mine.gpus if mine is not None and mine.node == node else 0)
+            if free < gpus:
+                return f"perfsched: node {node} no longer fits: needs {gpus} {GPU_RESOURCE}, {free} free"
+            self.assume(namespace, name, uid, node, gpus)
+            return None
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Release a reservation made by ``assume`` (the bind failed)."""
+        with self.lock:
+            if self._drop_assumed(f"{namespace}/{name}"):
+                self.version += 1
+
+    def _drop_assumed(self, key: str) -> bool:
+        a = self._assumed.pop(key, None)
+        if a is None:
+            return False
+        left = self._assumed_by_node.get(a.node, 0) - a.gpus
+        if left > 0:
+            self._assumed_by_node[a.node] = left
+        else:
+            self._assumed_by_node.pop(a.node, None)
+        self._refresh_free(a.node)
+        return True
+
+    def _expire_assumed(self) -> None:
+        if not self._assumed:
+            return
+        now = self._clock()
+        expired = [k for k, a in self._assumed.items() if a.expires <= now]
+        for k in expired:
+            log.warning("assumed pod never showed up bound; releasing its GPUs", extra={"pod": k})
+            self._drop_assumed(k)
+        if expired:
+            self.version += 1
+
+    def expire_assumed(self) -> None:
+        """Drop reservations older than the time-to-live (called by the watch loop and by readers)."""
+        with self.lock:
+            self._expire_assumed()
+
+    # --- writing ----------------------------------------------------------------------------------
+    def _refresh_free(self, name: str) -> None:
+        node = self.nodes.get(name)
+        if node is None:
+            self.free.pop(name, None)
+            return
+        cap = node.gpus if node.schedulable else 0
+        self.free[name] = max(0, cap - self._used.get(name, 0) - self._assumed_by_node.get(name, 0))
+
+    def replace(self, kind: Kind, items: list[dict[str, Any]], resource_version: str = "") -> None:
+        """Replace everything of ``kind`` with a fresh list (initial sync and relist after 410)."""
+        with self.lock:
+            if kind is Kind.NODES:
+                self.nodes = {}
+                for obj in items:
+                    node = self._decode_node(obj)
+                    if node is not None:
+                        self.nodes[node.name] = node
+                self.free = {}
+                for name in self.nodes:
+                    self._refresh_free(name)
+            elif kind is Kind.PODS:
+                self._pods = {}
+                self._gangs = {}
+                self._used = {}
+                for obj in items:
+                    pod = self._decode_pod(obj)
+                    if pod is not None:
+                        self._add_pod(pod)
+                for key in [k for k in self._assumed if self._pods.get(k, None) is not None]:
+                    if self._pods[key].node_name or self._pods[key].terminal:
+                        self._drop_assumed(key)
+                for name in self.nodes:
+                    self._refresh_free(name)
+            else:
+                self.jobs = {}
+                for obj in items:
+                    info = _decode_trainingjob(obj)
+                    self.jobs[info.key] = info
+            self._rv[kind] = resource_version
+            self._synced[kind] = True
+            self._last_event[kind] = self._clock()
+            self.version += 1
+
+    def apply(self, kind: Kind, event_type: str, obj: dict[str, Any]) -> None:
+        """Apply one watch event (ADDED, MODIFIED, DELETED; BOOKMARK only moves the resourceVersion)."""
+        meta = obj.get("metadata") or {}
+        rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+        with self.lock:
+            self._last_event[kind] = self._clock()
+            if isinstance(rv, str) and rv:
+                self._rv[kind] = rv
+            if event_type == "BOOKMARK":
+                return
+            deleted = event_type == "DELETED"
+            if kind is Kind.NODES:
+                self._apply_node(obj, deleted)
+            elif kind is Kind.PODS:
+                self._apply_pod(obj, deleted)
+            else:
+                info = _decode_trainingjob(obj)
+                if deleted:
+                    self.jobs.pop(info.key, None)
+                else:
+                    self.jobs[info.key] = info
+            self.version += 1
+
+    def _decode_node(self, obj: Mapping[str, Any]) -> Node | None:
+        try:
+            return decode_node(obj)
+        except CodecError as exc:
+            self.decode_errors += 1
+            log.warning("ignoring node that does not decode: %s", exc)
+            return None
+
+    def _decode_pod(self, obj: Mapping[str, Any]) -> PodInfo | None:
+        try:
+            return decode_pod(obj)
+        except CodecError as exc:
+            self.decode_errors += 1
+            log.warning("ignoring pod that does not decode: %s", exc)
+            return None
+
+    def _apply_node(self, obj: Mapping[str, Any], deleted: bool) -> None:
+        if deleted:
+            meta = obj.get("metadata") or {}
+            name = str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
+            self.nodes.pop(name, None)
+            self.free.pop(name, None)
+            return
+        node = self._decode_node(obj)
+        if node is not None:
+            self.nodes[node.name] = node
+            self._refresh_free(node.name)
+
+    def _apply_pod(self, obj: Mapping[str, Any], deleted: bool) -> None:
+        pod = self._decode_pod(obj)
+        if pod is None:
+            return
+        old = self._pods.get(pod.key)
+        if old is not None:
+            self._remove_pod(old)
+        if deleted:
+            self._drop_assumed(pod.key)
+            return
+        self._add_pod(pod)
+        if pod.node_name or pod.terminal:
+            # the watch now shows where the pod is: its own accounting replaces the reservation
+            self._drop_assumed(pod.key)
+
+    def _add_pod(self, pod: PodInfo) -> None:
+        self._pods[pod.key] = pod
+        if pod.job:
+            self._gangs.setdefault((pod.job, pod.generation), set()).add(pod.key)
+        if pod.holds_gpus:
+            self._used[pod.node_name] = self._used.get(pod.node_name, 0) + pod.gpus
+            self._refresh_free(pod.node_name)
+
+    def _remove_pod(self, pod: PodInfo) -> None:
+        self._pods.pop(pod.key, None)
+        if pod.job:
+            members = self._gangs.get((pod.job, pod.generation))
+            if members is not None:
+                members.discard(pod.key)
+                if not members:
+                    del self._gangs[(pod.job, pod.generation)]
+        if pod.holds_gpus:
+            left = self._used.get(pod.node_name, 0) - pod.gpus
+            if left > 0:
+                self._used[pod.node_name] = left
+            else:
+                self._used.pop(pod.node_name, None)
+            self._refresh_free(pod.node_name)
+
+    # --- list + watch loops -----------------------------------------------------------------------
+    def sync_once(self, kind: Kind) -> None:
+        """List ``kind`` and replace the cache's contents with it (no watch)."""
+        if self._source is None:
+            raise RuntimeError("ClusterCache has no ListWatchSource")
+        items, rv = self._source.list(kind)
+        self.replace(kind, items, rv)
+
+    def run_kind(self, kind: Kind, stop: threading.Event | None = None) -> None:
+        """List then watch ``kind`` until ``stop`` is set: resume after drops, relist after 410."""
+        if self._source is None:
+            raise RuntimeError("ClusterCache has no ListWatchSource")
+        stop = stop or self._stop
+        need_list = True
+        while not stop.is_set():
+            try:
+                if need_list:
+                    self.sync_once(kind)
+                    need_list = False
+                for event in self._source.watch(kind, self._rv.get(kind, ""), self._watch_timeout):
+                    if stop.is_set():
+                        return
+                    self._handle_event(kind, event)
+                    self.expire_assumed()
+                self.watch_restarts[(kind.value, "ended")] += 1
+            except WatchGone:
+                self.watch_restarts[(kind.value, "gone")] += 1
+                log.info("watch expired (410 Gone); relisting", extra={"kind": kind.value})
+                need_list = True
+            except Exception as exc:
+                self.watch_restarts[(kind.value, "error")] += 1
+                log.warning("watch of %s failed (%s); retrying", kind.value, exc)
+                stop.wait(self._backoff)
+
+    def _handle_event(self, kind: Kind, event: Mapping[str, Any]) -> None:
+        etype = event.get("type")
+        obj = event.get("object")
+        if etype == "ERROR":
+            code = obj.get("code") if isinstance(obj, Mapping) else None
+            if code == 410:
+                raise WatchGone(str(obj.get("message", "resourceVersion too old")))  # type: ignore[union-attr]
+            raise TemporaryError(f"watch error event: {obj}")
+        if not isinstance(etype, str) or not isinstance(obj, dict):
+            return
+        self.apply(kind, etype, obj)
+
+    def start(self, kinds: tuple[Kind, ...] = tuple(Kind)) -> None:
+        """Start one daemon thread per kind running ``run_kind``."""
+        for kind in kinds:
+            t = threading.Thread(target=self.run_kind, args=(kind,), name=f"watch-{kind.value}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout)
+
+    def wait_synced(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.synced:
+                return True
+            time.sleep(0.05)
+        return self.synced
+
+
+def _decode_trainingjob(obj: Mapping[str, Any]) -> TrainingJobInfo:
+    key = crd.job_key(obj)
+    converted = crd.trainingjob_to_job(obj, now=time.time())
+    status = crd.parse_status(obj)
+    if isinstance(converted, Unschedulable):
+        return TrainingJobInfo(key, None, converted.reason, status)
+    return TrainingJobInfo(key, converted, "", status)

@@ -1,0 +1,270 @@
+"""Conversion of raw Kubernetes JSON (Node and Pod objects as plain dicts) into perfsched's core types.
+
+Pure: no I/O and no client objects; it works on the dicts that ``orjson.loads`` gives for API JSON, so
+the extender's hot path and the watch cache share one cheap decoder. Node labels read are the ones in
+ARCHITECTURE.md (``nvidia.com/gpu.product`` and the topology labels); the GPU count is the node's
+allocatable ``nvidia.com/gpu`` (falling back to the ``nvidia.com/gpu.count`` label). A pod's GPU
+request follows the scheduler's rule for extended resources: requests (or limits, which default them)
+summed over containers, and the largest init container if that is more.
+
+Every decoder raises ``CodecError`` (a ``ConfigError``) whose message names the field that is wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from scheduler.core.errors import ConfigError
+from scheduler.core.types import Interconnect, Node
+
+GPU_RESOURCE = "nvidia.com/gpu"
+LABEL_PRODUCT = "nvidia.com/gpu.product"
+LABEL_COUNT = "nvidia.com/gpu.count"
+LABEL_MEMORY = "nvidia.com/gpu.memory"
+LABEL_ZONE = "topology.kubernetes.io/zone"
+LABEL_RACK = "perfsched.dev/rack"
+LABEL_NVLINK_DOMAIN = "perfsched.dev/nvlink-domain"
+LABEL_NETWORK_GBPS = "perfsched.dev/network-gbps"
+LABEL_INTERCONNECT = "perfsched.dev/interconnect"
+
+POD_LABEL_JOB = "perfsched.dev/job-name"
+POD_LABEL_REPLICA = "perfsched.dev/replica-index"
+POD_LABEL_GENERATION = "perfsched.dev/generation"
+POD_ANN_GPU_TYPE = "perfsched.dev/gpu-type"
+POD_ANN_PLANNED_NODE = "perfsched.dev/planned-node"
+POD_ANN_MODEL = "perfsched.dev/model"
+POD_ANN_BATCH_SIZE = "perfsched.dev/batch-size"
+
+DEFAULT_NETWORK_GBPS = 100.0
+
+_TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+class CodecError(ConfigError):
+    """A Kubernetes object does not have the shape perfsched expects; the message names the field."""
+
+
+def _canonical_gpu_type(product: str) -> str | None:
+    # perfmodel owns the product-label catalogue; imported lazily so this module stays cheap to import.
+    from perfmodel.gpus import canonical_gpu_type
+
+    return canonical_gpu_type(product)
+
+
+@lru_cache(maxsize=4096)
+def gpu_type_of_product(product: str) -> str:
+    """Canonical GPU type of a ``nvidia.com/gpu.product`` label; an unknown product keeps its label.
+
+    Unknown products are not an error (a new GPU generation must still be schedulable): the node keeps
+    the raw label as its type, so jobs that name it in ``allowedGPUTypes`` or the operator's decision
+    still match it.
+    """
+    if not product:
+        return ""
+    try:
+        canonical = _canonical_gpu_type(product)
+    except ImportError:  # pragma: no cover - perfmodel is part of this distribution
+        canonical = None
+    return canonical or product
+
+
+def parse_count(value: object, field: str) -> int:
+    """An integer resource quantity (``"8"``, ``8``, ``"8k"`` is refused): extended resources are whole.
+
+    GPUs are an extended resource, which Kubernetes only allows as whole numbers; a decimal suffix such
+    as ``"2k"`` or ``"500m"`` is therefore refused with the field named.
+    """
+    if isinstance(value, bool):
+        raise CodecError(f"{field}: expected a whole number, got {value!r}")
+    if isinstance(value, int):
+        count = value
+    elif isinstance(value, str):
+        try:
+            count = int(value)
+        except ValueError:
+            raise CodecError(f"{field}: expected a whole number of GPUs, got {value!r}") from None
+    else:
+        raise CodecError(f"{field}: expected a whole number, got {type(value).__name__}")
+    if count < 0:
+        raise CodecError(f"{field}: must not be negative, got {count}")
+    return count
+
+
+def _mapping(obj: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    value = obj.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise CodecError(f"{where}.{key}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def object_name(obj: object, where: str) -> str:
+    """``metadata.name`` of an API object, with a clear error when it is missing."""
+    if not isinstance(obj, Mapping):
+        raise CodecError(f"{where}: expected an object, got {type(obj).__name__}")
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        raise CodecError(f"{where}.metadata: missing or not an object")
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise CodecError(f"{where}.metadata.name: missing or not a string")
+    return name
+
+
+def decode_node(obj: Mapping[str, Any], gpu_type_of: Callable[[str], str] = gpu_type_of_product) -> Node:
+    """A Node API object (dict) -> core ``Node``. Nodes without GPUs decode with ``gpus=0``."""
+    name = object_name(obj, "Node")
+    where = f"Node {name}"
+    meta = _mapping(obj, "metadata", where)
+    labels = _mapping(meta, "labels", f"{where}.metadata")
+    status = _mapping(obj, "status", where)
+    spec = _mapping(obj, "spec", where)
+    allocatable = _mapping(status, "allocatable", f"{where}.status")
+    if GPU_RESOURCE in allocatable:
+        gpus = parse_count(allocatable[GPU_RESOURCE], f"{where}.status.allocatable[{GPU_RESOURCE}]")
+    elif LABEL_COUNT in labels:
+        gpus = parse_count(labels[LABEL_COUNT], f"{where}.metadata.labels[{LABEL_COUNT}]")
+    else:
+        gpus = 0
+    product = str(labels.get(LABEL_PRODUCT, ""))
+    interconnect_label = str(labels.get(LABEL_INTERCONNECT, "nvlink")).lower()
+    try:
+        interconnect = Interconnect(interconnect_label)
+    except ValueError:
+        raise CodecError(
+            f"{where}.metadata.labels[{LABEL_INTERCONNECT}]: expected nvlink or pcie, "
+            f"got {interconnect_label!r}"
+        ) from None
+    network_raw = labels.get(LABEL_NETWORK_GBPS)
+    network = DEFAULT_NETWORK_GBPS
+    if network_raw is not None:
+        try:
+            network = float(network_raw)
+        except (TypeError, ValueError):
+            raise CodecError(
+                f"{where}.metadata.labels[{LABEL_NETWORK_GBPS}]: expected a number, got {network_raw!r}"
+            ) from None
+    return Node(
+        name=name,
+        gpu_type=gpu_type_of(product),
+        gpus=gpus,
+        gpu_product=product,
+        zone=str(labels.get(LABEL_ZONE, "")),
+        rack=str(labels.get(LABEL_RACK, "")),
+        nvlink_domain=str(labels.get(LABEL_NVLINK_DOMAIN, "")),
+        interconnect=interconnect,
+        network_gbps=network,
+        schedulable=not bool(spec.get("unschedulable", False)),
+    )
+
+
+def _container_gpus(container: object, where: str) -> int:
+    if not isinstance(container, Mapping):
+        raise CodecError(f"{where}: expected an object")
+    resources = _mapping(container, "resources", where)
+    requests = _mapping(resources, "requests", f"{where}.resources")
+    if GPU_RESOURCE in requests:
+        return parse_count(requests[GPU_RESOURCE], f"{where}.resources.requests[{GPU_RESOURCE}]")
+    limits = _mapping(resources, "limits", f"{where}.resources")
+    if GPU_RESOURCE in limits:
+        return parse_count(limits[GPU_RESOURCE], f"{where}.resources.limits[{GPU_RESOURCE}]")
+    return 0
+
+
+def pod_gpu_request(pod: Mapping[str, Any], where: str = "Pod") -> int:
+    """GPUs a pod asks for: the containers' sum, or the largest init container if that is more."""
+    spec = _mapping(pod, "spec", where)
+    total = 0
+    for key in ("containers", "initContainers"):
+        containers = spec.get(key)
+        if containers is None:
+            continue
+        if not isinstance(containers, list):
+            raise CodecError(f"{where}.spec.{key}: expected a list, got {type(containers).__name__}")
+        for i, c in enumerate(containers):
+            gpus = _container_gpus(c, f"{where}.spec.{key}[{i}]")
+            total = total + gpus if key == "containers" else max(total, gpus)
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    """What the scheduler needs to know about one pod.
+
+    ``job`` is ``namespace/name`` of the pod's TrainingJob ("" for pods that belong to none).
+    ``holds_gpus`` is true while the pod is bound to a node and not finished: such a pod's GPUs are in
+    use whether or not it is Running yet (kube-scheduler counts bound Pending pods the same way).
+    """
+
+    uid: str
+    namespace: str
+    name: str
+    node_name: str
+    gpus: int
+    phase: str
+    scheduler_name: str = ""
+    job: str = ""
+    generation: str = ""
+    replica_index: int | None = None
+    gpu_type: str = ""
+    planned_node: str = ""
+    model: str = ""
+    batch_size: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in _TERMINAL_PHASES
+
+    @property
+    def holds_gpus(self) -> bool:
+        return bool(self.node_name) and not self.terminal and self.gpus > 0
+
+
+def decode_pod(obj: Mapping[str, Any]) -> PodInfo:
+    """A Pod API object (dict) -> ``PodInfo``; raises ``CodecError`` naming a malformed field."""
+    name = object_name(obj, "Pod")
+    meta = _mapping(obj, "metadata", "Pod")
+    namespace = str(meta.get("namespace") or "")
+    where = f"Pod {namespace}/{name}"
+    labels = _mapping(meta, "labels", f"{where}.metadata")
+    annotations = _mapping(meta, "annotations", f"{where}.metadata")
+    spec = _mapping(obj, "spec", where)
+    status = _mapping(obj, "status", where)
+    job_name = str(labels.get(POD_LABEL_JOB, ""))
+    replica_raw = labels.get(POD_LABEL_REPLICA)
+    replica: int | None = None
+    if replica_raw is not None:
+        try:
+            replica = int(replica_raw)
+        except (TypeError, ValueError):
+            replica = None
+    # a bad optional annotation must not hide the pod (its GPUs still count): it reads as "not given"
+    batch_raw = annotations.get(POD_ANN_BATCH_SIZE)
+    try:
+        batch = max(0, int(batch_raw)) if batch_raw is not None else 0
+    except (TypeError, ValueError):
+        batch = 0
+    return PodInfo(
+        uid=str(meta.get("uid") or ""),
+        namespace=namespace,
+        name=name,
+        node_name=str(spec.get("nodeName") or ""),
+        gpus=pod_gpu_request(obj, where),
+        phase=str(status.get("phase") or "Pending"),
+        scheduler_name=str(spec.get("schedulerName") or ""),
+        job=f"{namespace}/{job_name}" if job_name else "",
+        generation=str(labels.get(POD_LABEL_GENERATION, "")),
+        replica_index=replica,
+        gpu_type=str(annotations.get(POD_ANN_GPU_TYPE, "")),
+        planned_node=str(annotations.get(POD_ANN_PLANNED_NODE, "")),
+        model=str(annotations.get(POD_ANN_MODEL, "")),
+        batch_size=batch,
+    )

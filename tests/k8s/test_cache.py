@@ -1,0 +1,215 @@
+"""The watch-fed cache keeps free GPUs right through events, binds, dropped watches and 410 Gone."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.k8s.cache import ClusterCache, Kind, WatchGone
+from tests.extender.kube import fed_cache, kube_node, kube_pod, kube_tj
+
+
+class FakeSource:
+    """Scripted ``ListWatchSource``: each ``watch`` call plays the next script (events or an exception)."""
+
+    def __init__(self, lists: dict[Kind, list[tuple[list[dict[str, Any]], str]]], scripts: list[Any]) -> None:
+        self.lists = lists
+        self.scripts = scripts
+        self.list_calls: list[Kind] = []
+        self.watch_calls: list[tuple[Kind, str]] = []
+        self.stop = threading.Event()
+
+    def list(self, kind: Kind) -> tuple[list[dict[str, Any]], str]:
+        self.list_calls.append(kind)
+        queue = self.lists[kind]
+        return queue.pop(0) if len(queue) > 1 else queue[0]
+
+    def watch(self, kind: Kind, resource_version: str, timeout_seconds: int) -> Iterator[dict[str, Any]]:
+        self.watch_calls.append((kind, resource_version))
+        if not self.scripts:
+            self.stop.set()
+            return
+        script = self.scripts.pop(0)
+        if isinstance(script, Exception):
+            raise script
+        yield from script
+
+
+def test_free_gpus_follow_pod_events() -> None:
+    cache = fed_cache([kube_node("a", "A100", 8), kube_node("b", "V100", 4)])
+    assert cache.free == {"a": 8, "b": 4}
+    # a pod bound but not yet Running already holds its GPUs: 8 - 3 = 5
+    cache.apply(Kind.PODS, "ADDED", kube_pod("p1", 3, node="a", phase="Pending"))
+    assert cache.free["a"] == 5
+    # an unbound pod holds nothing
+    cache.apply(Kind.PODS, "ADDED", kube_pod("p2", 4))
+    assert cache.free == {"a": 5, "b": 4}
+    # p2 bound to b: 4 - 4 = 0
+    cache.apply(Kind.PODS, "MODIFIED", kube_pod("p2", 4, node="b"))
+    assert cache.free["b"] == 0
+    # p1 finished: its GPUs come back even before the pod is deleted
+    cache.apply(Kind.PODS, "MODIFIED", kube_pod("p1", 3, node="a", phase="Succeeded"))
+    assert cache.free["a"] == 8
+    cache.apply(Kind.PODS, "DELETED", kube_pod("p2", 4, node="b"))
+    assert cache.free["b"] == 4
+
+
+def test_node_events_and_cordon() -> None:
+    cache = fed_cache([kube_node("a", "A100", 8)], [kube_pod("p", 2, node="a")])
+    cache.apply(Kind.NODES, "ADDED", kube_node("c", "T4", 1))
+    assert cache.free["c"] == 1 and cache.nodes["c"].gpu_type == "T4"
+    cache.apply(Kind.NODES, "MODIFIED", kube_node("a", "A100", 8, unschedulable=True))
+    assert cache.free["a"] == 0  # cordoned: nothing to give
+    cache.apply(Kind.NODES, "DELETED", kube_node("c", "T4", 1))
+    assert "c" not in cache.nodes and "c" not in cache.free
+
+
+def test_reservation_counts_until_the_watch_shows_the_binding() -> None:
+    now = [0.0]
+    cache = fed_cache([kube_node("a", "A100", 8)], [kube_pod("p", 4)], assume_ttl_s=30, clock=lambda: now[0])
+    assert cache.reserve("team-a", "p", "uid-team-a-p", "a", 4) is None
+    assert cache.free["a"] == 4  # 8 - 4 reserved
+    # a second pod asking 6 cannot have the node: 4 free
+    assert cache.reserve("team-a", "q", "uid-q", "a", 6) == (
+        "perfsched: node a no longer fits: needs 6 nvidia.com/gpu, 4 free"
+    )
+    # the watch shows p bound: the reservation is replaced by the pod itself, never counted twice
+    cache.apply(Kind.PODS, "MODIFIED", kube_pod("p", 4, node="a", phase="Pending"))
+    assert cache.free["a"] == 4
+    assert cache.assumed_node("team-a", "p") is None
+
+
+def test_failed_bind_releases_and_ttl_expires() -> None:
+    now = [0.0]
+    cache = fed_cache([kube_node("a", "A100", 8)], assume_ttl_s=30, clock=lambda: now[0])
+    assert cache.reserve("team-a", "p", "u", "a", 8) is None
+    assert cache.free["a"] == 0
+    cache.forget("team-a", "p")
+    assert cache.free["a"] == 8
+    assert cache.reserve("team-a", "q", "u2", "a", 2) is None
+    now[0] = 31.0  # the watch never showed q bound within the TTL: released
+    cache.expire_assumed()
+    assert cache.free["a"] == 8
+
+
+def test_reserving_again_for_the_same_pod_does_not_double_count() -> None:
+    cache = fed_cache([kube_node("a", "A100", 8)])
+    assert cache.reserve("ns", "p", "u", "a", 8) is None
+    assert cache.reserve("ns", "p", "u", "a", 8) is None  # bind retried by kube-scheduler
+    assert cache.free["a"] == 0
+
+
+def test_list_watch_resumes_after_a_dropped_watch_and_relists_after_410() -> None:
+    nodes1 = [kube_node("a", "A100", 8)]
+    nodes2 = [kube_node("a", "A100", 8), kube_node("b", "V100", 4)]
+    ev_added = {"type": "ADDED", "object": kube_node("c", "T4", 1)}
+    ev_added["object"]["metadata"]["resourceVersion"] = "205"
+    bookmark = {"type": "BOOKMARK", "object": {"kind": "Node", "metadata": {"resourceVersion": "210"}}}
+    source = FakeSource(
+        {Kind.NODES: [(nodes1, "200"), (nodes2, "300")]},
+        [
+            [ev_added, bookmark],  # then the server ends the watch normally
+            ConnectionResetError("dropped"),  # a dropped connection: resume from 210
+            [{"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old"}}],
+            WatchGone("expired"),  # 410 as an HTTP status also relists
+        ],
+    )
+    cache = ClusterCache(source, retry_backoff_s=0.0)
+    cache.run_kind(Kind.NODES, source.stop)
+    # resourceVersions used: list 200 -> watch 200; ended -> resume 210 (bookmark); dropped -> resume 210;
+    # 410 -> relist (300) -> watch 300; WatchGone -> relist (300 again) -> watch 300; scripts done
+    assert source.watch_calls == [
+        (Kind.NODES, "200"),
+        (Kind.NODES, "210"),
+        (Kind.NODES, "210"),
+        (Kind.NODES, "300"),
+        (Kind.NODES, "300"),
+    ]
+    assert source.list_calls == [Kind.NODES] * 3
+    # ended twice: the first script, and the last watch the fake ends when its scripts run out
+    assert cache.watch_restarts == {("nodes", "ended"): 2, ("nodes", "error"): 1, ("nodes", "gone"): 2}
+    # after the relist the cache holds exactly the second list: c (seen only by the old watch) is gone
+    assert sorted(cache.nodes) == ["a", "b"]
+
+
+def test_synced_only_after_every_kind_is_listed() -> None:
+    cache = ClusterCache()
+    assert not cache.synced and cache.unsynced() == ["nodes", "pods", "trainingjobs"]
+    cache.replace(Kind.NODES, [], "1")
+    cache.replace(Kind.PODS, [], "1")
+    assert cache.unsynced() == ["trainingjobs"]
+    cache.replace(Kind.TRAININGJOBS, [kube_tj("tj", replicas=2, gpus=2)], "1")
+    assert cache.synced
+    assert cache.jobs["team-a/tj"].job is not None
+    assert cache.jobs["team-a/tj"].job.gpus_per_replica == 2  # type: ignore[union-attr]
+
+
+def test_undecodable_objects_are_skipped_not_fatal() -> None:
+    bad = kube_node("bad", "A100", 8)
+    bad["status"]["allocatable"]["nvidia.com/gpu"] = "lots"
+    cache = fed_cache([bad, kube_node("ok", "T4", 1)])
+    assert sorted(cache.nodes) == ["ok"] and cache.decode_errors == 1
+
+
+def test_gang_members_are_grouped_by_job_and_generation() -> None:
+    pods = [
+        kube_pod("tj-1-w1", 2, job="tj", replica=1, generation="1"),
+        kube_pod("tj-1-w0", 2, job="tj", replica=0, generation="1", node="a"),
+        kube_pod("tj-2-w0", 2, job="tj", replica=0, generation="2"),
+    ]
+    cache = fed_cache([kube_node("a")], pods)
+    assert [p.name for p in cache.gang("team-a/tj", "1")] == ["tj-1-w0", "tj-1-w1"]
+    assert [p.name for p in cache.gang("team-a/tj", "2")] == ["tj-2-w0"]
+
+
+_events = st.lists(
+    st.tuples(
+        st.sampled_from(["p0", "p1", "p2", "p3", "p4"]),
+        st.sampled_from(["ADDED", "MODIFIED", "DELETED", "RESERVE", "FORGET"]),
+        st.sampled_from(["", "a", "b"]),
+        st.integers(1, 4),
+        st.sampled_from(["Pending", "Running", "Succeeded"]),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_events)
+def test_free_gpus_always_equal_a_recount_from_scratch(events: list[tuple[str, str, str, int, str]]) -> None:
+    """Invariant: incremental free GPUs == allocatable - (bound live pods + reservations not yet seen)."""
+    nodes = [kube_node("a", "A100", 8), kube_node("b", "V100", 4)]
+    cache = fed_cache(nodes)
+    live: dict[str, dict[str, Any]] = {}
+    reserved: dict[str, tuple[str, int]] = {}
+    for name, kind, node, gpus, phase in events:
+        if kind == "RESERVE":
+            unbound = live.get(name, {}).get("spec", {}).get("nodeName") in (None, "")
+            if node and unbound and cache.reserve("team-a", name, "u", node, gpus) is None:
+                reserved[name] = (node, gpus)
+            continue
+        if kind == "FORGET":
+            cache.forget("team-a", name)
+            reserved.pop(name, None)
+            continue
+        obj = kube_pod(name, gpus, node=node, phase=phase)
+        cache.apply(Kind.PODS, kind, obj)
+        if kind == "DELETED":
+            live.pop(name, None)
+            reserved.pop(name, None)
+        else:
+            live[name] = obj
+            if node or phase == "Succeeded":
+                reserved.pop(name, None)
+    used = {"a": 0, "b": 0}
+    for obj in live.values():
+        n = obj["spec"].get("nodeName")
+        if n and obj["status"]["phase"] != "Succeeded":
+            used[n] += int(obj["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
+    for n, g in reserved.values():
+        used[n] += g
+    assert cache.free == {"a": max(0, 8 - used["a"]), "b": max(0, 4 - used["b"])}
