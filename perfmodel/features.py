@@ -22,6 +22,7 @@ trained on and ``perfmodel.predictor`` refuses another one. Pure module.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from perfmodel.errors import InvalidInputError
@@ -162,7 +163,8 @@ def resolve(job: JobFeatures, hw: HardwareFeatures) -> Resolved:
         low = True
     if spec is None:
         raise InvalidInputError(
-            f"unknown GPU {hw.gpu_type!r}: not a known product label and no memory/compute-capability labels"
+            f"gpu_type: unknown GPU {hw.gpu_type!r} (not a known product label, and no memory or "
+            "compute-capability labels to estimate it from)"
         )
     return Resolved(
         model=info.name if info else (job.model.strip().lower() or "custom"),
@@ -251,3 +253,87 @@ def feature_vector(r: Resolved) -> list[float]:
         math.log((sy + 1e-6) / total),
         math.log(total),
     ]
+
+
+ROW_COLUMNS: tuple[str, ...] = (
+    "model",
+    "dataset",
+    "batch_size",
+    "gpu_product",
+    "gpus",
+    "gpus_per_node",
+    "interconnect",
+    "network_gbps",
+    "precision",
+    "params",
+    "flops_per_sample",
+)
+
+
+def _num(row: Mapping[str, str | None], column: str, kind: type[int] | type[float]) -> float | None:
+    text = (row.get(column) or "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidInputError(f"{column}: not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise InvalidInputError(f"{column}: not a finite number: {text!r}")
+    if kind is int:
+        if value != int(value):
+            raise InvalidInputError(f"{column}: not a whole number: {text!r}")
+        return int(value)
+    return value
+
+
+def parse_row(row: Mapping[str, str | None]) -> tuple[JobFeatures, HardwareFeatures]:
+    """A (job, placement) pair from flag-named text fields (the ``perfsched predict`` CSV columns).
+
+    ``batch_size`` is the global batch; ``gpus_per_node`` defaults to ``gpus`` (one node) and the node count
+    is ``ceil(gpus / gpus_per_node)``; ``interconnect`` defaults to NVLink where the GPU has it, else PCIe;
+    ``network_gbps`` to 100; ``precision`` to fp32. Raises ``InvalidInputError`` naming the column.
+    """
+    product = (row.get("gpu_product") or "").strip()
+    if not product:
+        raise InvalidInputError("gpu_product: missing (an nvidia.com/gpu.product value or a GPU type)")
+    batch = _num(row, "batch_size", int)
+    if batch is None:
+        raise InvalidInputError("batch_size: missing (the global batch size)")
+    if batch <= 0:
+        raise InvalidInputError(f"batch_size: must be > 0, got {int(batch)}")
+    gpus = _num(row, "gpus", int)
+    gpus = 1 if gpus is None else gpus
+    if gpus <= 0:
+        raise InvalidInputError(f"gpus: must be > 0, got {int(gpus)}")
+    per_node = _num(row, "gpus_per_node", int)
+    per_node = gpus if per_node is None else per_node
+    if per_node <= 0:
+        raise InvalidInputError(f"gpus_per_node: must be > 0, got {int(per_node)}")
+    per_node = min(per_node, gpus)
+    nodes = -(-int(gpus) // int(per_node))
+    interconnect = (row.get("interconnect") or "").strip().lower()
+    if not interconnect:
+        canonical = canonical_gpu_type(product)
+        has_nvlink = (
+            canonical is not None and (spec_for_product(product) or gpu_spec(canonical)).nvlink_gbs > 0
+        )
+        interconnect = "nvlink" if has_nvlink else "pcie"
+    if interconnect not in INTERCONNECTS:
+        raise InvalidInputError(f"interconnect: must be nvlink or pcie, got {interconnect!r}")
+    network = _num(row, "network_gbps", float)
+    network = 100.0 if network is None else network
+    if network <= 0:
+        raise InvalidInputError(f"network_gbps: must be > 0, got {network}")
+    precision = (row.get("precision") or "fp32").strip().lower()
+    if precision not in PRECISIONS:
+        raise InvalidInputError(f"precision: must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    params = _num(row, "params", float)
+    flops = _num(row, "flops_per_sample", float)
+    model = (row.get("model") or "").strip()
+    if lookup_model(model) is None and (params is None or flops is None):
+        what = f"unknown model {model!r}" if model else "missing"
+        raise InvalidInputError(f"model: {what}; give a zoo model name or both params and flops_per_sample")
+    job = JobFeatures(model, (row.get("dataset") or "").strip(), int(batch), precision, params, flops)
+    hw = HardwareFeatures(product, int(gpus), int(per_node), nodes, interconnect, float(network))
+    return job, hw

@@ -338,18 +338,3 @@ class Predictor:
         self._cache[key] = value
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
-
-
-def remaining_time(
-    remaining_work: float, throughput: float, low: float, high: float
-) -> tuple[float, float, float]:
-    """Remaining seconds (estimate, earliest, latest) = remaining work / throughput, in the same work unit.
-
-    ``low``/``high`` bound the throughput; the earliest finish uses ``high``, the latest ``low``.
-    ``InvalidInputError`` on non-positive throughput or negative work.
-    """
-    if remaining_work < 0:
-        raise InvalidInputError(f"remaining work must be >= 0, got {remaining_work}")
-    if throughput <= 0 or low <= 0 or high <= 0:
-        raise InvalidInputError("throughput and its interval must be > 0")
-    return remaining_work / throughput, remaining_work / high, remaining_work / low

@@ -1,0 +1,196 @@
+"""Online correction of predictions from observed throughput, and remaining-time estimates.
+
+The offline predictor is wrong in systematic ways: a GPU generation it never saw, a software stack that
+is faster or slower than the measured one, one job's data loader. ``OnlineCorrector`` learns a
+multiplicative correction of the predictor's throughput in three nested levels, each a shrunken mean of
+``log(observed / predicted)`` residuals left over by the level above it:
+
+1. per GPU type (a systematic bias on one GPU type moves every model on it),
+2. per model x GPU type (learned from any job of that model on that type, used by all of them),
+3. per job (its own data loader, input sizes, ...).
+
+Level estimates are ``sum(residual) / (count + prior)``, with priors of 3, 1 and 0.25 observations, so one
+observation moves a level partly, and a few observations of a job make its predictions converge to what it
+really does (the three levels together absorb nearly all of a consistent residual). A job's observations
+count at most ``job_weight_cap`` times in the shared levels, so one long-running job reporting every round
+does not drown the others. ``decay`` < 1 forgets old observations of a job exponentially (throughput drifts).
+The interval of a corrected prediction narrows with the job's observation count down to the spread of its
+own residuals.
+
+``remaining_time`` = remaining work / predicted throughput with the interval's bounds. The operator, the
+extender and ``perfsched predict --observed`` all use this class. Pure apart from the in-memory state
+it holds (no I/O, no clock).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+
+from perfmodel.errors import InvalidInputError
+from perfmodel.features import HardwareFeatures, JobFeatures, resolve
+from perfmodel.predictor import Predictions, Predictor
+
+PRIOR_GPU = 3.0
+PRIOR_MODEL_GPU = 1.0
+PRIOR_JOB = 0.25
+
+
+@dataclass(slots=True)
+class _JobStats:
+    model: str
+    gpu_type: str
+    weight: float = 0.0
+    sum_r: float = 0.0
+    sum_r2: float = 0.0
+    count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RemainingTime:
+    """Seconds left: the estimate and its interval (earliest = at the high throughput bound)."""
+
+    seconds: float
+    earliest: float
+    latest: float
+
+
+@dataclass(slots=True)
+class OnlineCorrector:
+    """Hierarchical multiplicative correction over a ``Predictor`` (see the module docstring)."""
+
+    predictor: Predictor
+    decay: float = 1.0
+    job_weight_cap: float = 3.0
+    _jobs: dict[Hashable, _JobStats] = field(default_factory=dict)
+
+    def _key_of(self, job: JobFeatures, hw: HardwareFeatures, job_id: Hashable | None) -> Hashable:
+        return job_id if job_id is not None else (job, hw)
+
+    def observe(
+        self,
+        job: JobFeatures,
+        hw: HardwareFeatures,
+        observed_samples_per_s: float,
+        job_id: Hashable | None = None,
+    ) -> float:
+        """Record one observation; returns its residual ``log(observed / offline prediction)``.
+
+        ``job_id`` names the job (default: the (job, placement) pair itself). ``InvalidInputError`` on a
+        non-positive or non-finite throughput or an invalid job/placement.
+        """
+        if not (observed_samples_per_s > 0 and math.isfinite(observed_samples_per_s)):
+            raise InvalidInputError(f"observed_samples_per_s must be > 0, got {observed_samples_per_s}")
+        r = resolve(job, hw)
+        base = self.predictor.predict([(job, hw)]).samples_per_s[0]
+        residual = math.log(observed_samples_per_s / base)
+        key = self._key_of(job, hw, job_id)
+        st = self._jobs.get(key)
+        if st is None or st.model != r.model or st.gpu_type != r.spec.gpu_type:
+            # A job moved to another GPU type starts a new record (its residual there is a new question).
+            st = _JobStats(r.model, r.spec.gpu_type)
+            self._jobs[key] = st
+        st.weight = st.weight * self.decay + 1.0
+        st.sum_r = st.sum_r * self.decay + residual
+        st.sum_r2 = st.sum_r2 * self.decay + residual * residual
+        st.count += 1
+        return residual
+
+    def observations(self) -> int:
+        return sum(s.count for s in self._jobs.values())
+
+    def _gpu_level(self, gpu_type: str) -> float:
+        w = s = 0.0
+        for st in self._jobs.values():
+            if st.gpu_type == gpu_type and st.weight > 0:
+                cw = min(st.weight, self.job_weight_cap)
+                w += cw
+                s += cw * st.sum_r / st.weight
+        return s / (w + PRIOR_GPU)
+
+    def _model_gpu_level(self, model: str, gpu_type: str, gpu_bias: float) -> float:
+        w = s = 0.0
+        for st in self._jobs.values():
+            if st.gpu_type == gpu_type and st.model == model and st.weight > 0:
+                cw = min(st.weight, self.job_weight_cap)
+                w += cw
+                s += cw * (st.sum_r / st.weight - gpu_bias)
+        return s / (w + PRIOR_MODEL_GPU)
+
+    def correction(self, job: JobFeatures, hw: HardwareFeatures, job_id: Hashable | None = None) -> float:
+        """The log correction applied to this row (sum of the three levels)."""
+        r = resolve(job, hw)
+        return self._correction(r.model, r.spec.gpu_type, self._jobs.get(self._key_of(job, hw, job_id)))[0]
+
+    def _correction(self, model: str, gpu_type: str, st: _JobStats | None) -> tuple[float, float, float]:
+        """(log correction, job evidence weight, spread of the job's own residuals)."""
+        g = self._gpu_level(gpu_type)
+        mg = self._model_gpu_level(model, gpu_type, g)
+        total = g + mg
+        if st is None or st.gpu_type != gpu_type or st.weight <= 0:
+            return total, 0.0, 0.0
+        mean = st.sum_r / st.weight
+        total += st.weight * (mean - total) / (st.weight + PRIOR_JOB)
+        std = math.sqrt(max(0.0, st.sum_r2 / st.weight - mean * mean))
+        return total, st.weight, std
+
+    def predict(
+        self,
+        rows: Sequence[tuple[JobFeatures, HardwareFeatures]],
+        job_ids: Sequence[Hashable | None] | None = None,
+    ) -> Predictions:
+        """Corrected predictions for ``rows`` (``job_ids[i]`` names row i's job when given)."""
+        base = self.predictor.predict(rows)
+        if not self._jobs:
+            return base
+        ids = list(job_ids) if job_ids is not None else [None] * len(rows)
+        if len(ids) != len(rows):
+            raise InvalidInputError(f"{len(ids)} job ids for {len(rows)} rows")
+        out: dict[str, list[float]] = {k: [] for k in ("s", "i", "lo", "hi", "ilo", "ihi")}
+        for k, ((job, hw), jid) in enumerate(zip(rows, ids, strict=True)):
+            r = resolve(job, hw)
+            st = self._jobs.get(self._key_of(job, hw, jid))
+            corr, weight, std = self._correction(r.model, r.spec.gpu_type, st)
+            s = base.samples_per_s[k] * math.exp(corr)
+            # Interval: the offline one around the corrected value, narrowed by the job's own evidence
+            # (1 / sqrt(1 + observations)) but never below the spread of its observed residuals.
+            narrow = 1.0 / math.sqrt(1.0 + weight)
+            lo_w = max(math.log(base.samples_per_s[k] / base.low[k]) * narrow, std)
+            hi_w = max(math.log(base.high[k] / base.samples_per_s[k]) * narrow, std)
+            lo, hi = s * math.exp(-lo_w), s * math.exp(hi_w)
+            b = job.batch_size
+            out["s"].append(s)
+            out["i"].append(s / b)
+            out["lo"].append(lo)
+            out["hi"].append(hi)
+            out["ilo"].append(lo / b)
+            out["ihi"].append(hi / b)
+        return Predictions(
+            out["s"], out["i"], out["lo"], out["hi"], out["ilo"], out["ihi"], list(base.low_confidence)
+        )
+
+
+def remaining_time(
+    remaining_work: float, work_unit: str, predictions: Predictions, index: int = 0
+) -> RemainingTime:
+    """Remaining seconds = remaining work / predicted throughput, with the interval's bounds.
+
+    ``work_unit`` is ``iterations`` or ``samples`` (the job's declared work unit); ``predictions[index]``
+    is the row of the job's current placement.
+    """
+    if remaining_work < 0 or not math.isfinite(remaining_work):
+        raise InvalidInputError(f"remaining work must be >= 0, got {remaining_work}")
+    if work_unit == "iterations":
+        mid, lo, hi = (
+            predictions.iters_per_s[index],
+            predictions.iters_low[index],
+            predictions.iters_high[index],
+        )
+    elif work_unit == "samples":
+        mid, lo, hi = predictions.samples_per_s[index], predictions.low[index], predictions.high[index]
+    else:
+        raise InvalidInputError(f"work_unit must be iterations or samples, got {work_unit!r}")
+    if min(mid, lo, hi) <= 0:
+        raise InvalidInputError("predicted throughput must be > 0")
+    return RemainingTime(remaining_work / mid, remaining_work / hi, remaining_work / lo)
