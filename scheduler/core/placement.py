@@ -247,7 +247,11 @@ class FreeIndex:
             raise ValueError(f"job {job!r}: replicas and gpus_per_replica must be positive")
         need = replicas * gpus_per_replica
         # Fast rejection by counting (the common case in a full cluster) before any search.
-        if gpu_type in self._types and self._type_free[gpu_type] < need:
+        if (
+            gpu_type in self._types
+            and self._type_free[gpu_type] < need <= self._type_cap[gpu_type]
+            and gpus_per_replica <= self._max_free[gpu_type]
+        ):
             free = self._type_free[gpu_type]
             return Unschedulable(f"waiting for {need} GPUs of type {gpu_type}: {free} free")
         reason = self.why_not(replicas=replicas, gpus_per_replica=gpus_per_replica, gpu_type=gpu_type)

@@ -336,6 +336,8 @@ def greedy_allocate(
             decisions[name] = Decision(name, None, "; ".join(parts), unresolvable=not res.resolvable)
             if strict and blocked_by is None and res.resolvable:
                 blocked_by = name
+            if not res.resolvable:
+                continue  # a job that can never run is not "ahead" of anyone
         ahead += 1
     for j in jobs:
         if j.name not in decisions:

@@ -1,0 +1,97 @@
+"""run_round: invariant checks on a policy's decisions and the reasons waiting jobs wait."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+import pytest
+
+from scheduler.core.decisions import ActionKind, Decision
+from scheduler.core.errors import ConfigError
+from scheduler.core.protocols import ThroughputOracle
+from scheduler.core.round import PolicyInvariantError, RoundCosts, run_round
+from scheduler.core.types import ClusterSnapshot, Job
+from scheduler.policies import make_policy
+from tests.builders import FakeOracle, alloc, cluster, job, node, snapshot
+
+
+class FixedPolicy:
+    """Returns the decisions it was built with (to feed run_round bad answers)."""
+
+    name = "fixed"
+
+    def __init__(self, decisions: Mapping[str, Decision]) -> None:
+        self.decisions = decisions
+
+    def allocate(
+        self, snapshot: ClusterSnapshot, jobs: Sequence[Job], oracle: ThroughputOracle
+    ) -> Mapping[str, Decision]:
+        return self.decisions
+
+
+NODES = [node("a").gpus(8, "V100").build(), node("k").gpus(8, "K80").build()]
+
+
+@pytest.mark.parametrize(
+    ("j", "decision", "message"),
+    [
+        (
+            job("j").replicas(2).gpus_per_replica(8).build(),
+            alloc("j", "V100", 8, {"a": 2}),
+            "over-commits node a",
+        ),
+        (job("j").replicas(2).gpus_per_replica(2).build(), alloc("j", "V100", 2, {"a": 1}), "outside [2, 2]"),
+        (
+            job("j").replicas(1, 2).gpus_per_replica(2).build(),
+            alloc("j", "V100", 2, {"a": 3}),
+            "outside [1, 2]",
+        ),
+        (job("j").allowed("K80").build(), alloc("j", "V100", 1, {"a": 1}), "not in its allowed types"),
+        (job("j").build(), alloc("j", "V100", 1, {"k": 1}), "node k has K80"),
+        (job("j").build(), alloc("j", "V100", 1, {"zz": 1}), "unknown node"),
+        (job("j").gpus_per_replica(2).build(), alloc("j", "V100", 1, {"a": 2}), "GPUs per replica"),
+    ],
+)
+def test_invariant_violations_name_the_policy(j: Job, decision: object, message: str) -> None:
+    policy = FixedPolicy({"j": Decision("j", decision)})  # type: ignore[arg-type]
+    with pytest.raises(PolicyInvariantError, match=re.escape(message)) as err:
+        run_round(snapshot(NODES), [j], policy, FakeOracle())
+    assert "'fixed'" in str(err.value)
+
+
+def test_missing_decision_is_a_violation() -> None:
+    with pytest.raises(PolicyInvariantError, match="no decision"):
+        run_round(snapshot(NODES), [job("j").build()], FixedPolicy({}), FakeOracle())
+
+
+def test_waiting_reasons() -> None:
+    nodes = cluster(("V100", 8, 8))  # 64 V100
+    jobs = [
+        job("big").replicas(16).gpus_per_replica(8).build(),  # 128 GPUs: never
+        job("k80").allowed("K80").build(),  # type not in cluster: never
+        job("run").replicas(7).gpus_per_replica(8).submitted(1).build(),  # takes 56
+        job("w1").replicas(2).gpus_per_replica(8).submitted(2).build(),  # 16 > 8 free
+        job("w2").replicas(1).gpus_per_replica(8).submitted(3).build(),  # would fit, strict FIFO blocks it
+    ]
+    res = run_round(snapshot(nodes), jobs, make_policy("fifo"), FakeOracle())
+    w = res.waiting
+    assert not w["big"].resolvable and "asks 128 GPUs, cluster has 64" in w["big"].reason
+    assert not w["k80"].resolvable and "allows GPU types K80" in w["k80"].reason
+    assert w["w1"].resolvable and w["w1"].reason.startswith("waiting for 16 GPUs of type V100: 8 free")
+    assert "1 job ahead in the queue" in w["w1"].reason
+    assert "blocked behind job w1" in w["w2"].reason
+    assert [a.job for a in res.actions if a.kind is ActionKind.START] == ["run"]
+
+
+def test_costs_are_validated() -> None:
+    with pytest.raises(ConfigError, match="restart_cost_s"):
+        RoundCosts(restart_cost_s=-1)
+
+
+def test_effective_decision_reflects_forced_keep() -> None:
+    p = job("p").replicas(1).gpus_per_replica(8).non_preemptible().build()
+    snap = snapshot(NODES, allocations=[alloc("p", "V100", 8, {"a": 1})])
+    res = run_round(snap, [p], FixedPolicy({"p": Decision("p", None)}), FakeOracle())
+    assert res.decisions["p"].allocation == alloc("p", "V100", 8, {"a": 1})
+    assert "non-preemptible" in res.decisions["p"].reason
