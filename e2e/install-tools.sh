@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the local Kubernetes control plane needs, into a cache outside the repo keyed by version:
-#   - etcd from Debian's etcd-server package (apt-get), when /usr/bin/etcd is missing
+#   - etcd built from its Go module (e2e/etcd-build); Debian's etcd-server (apt-get) if that build fails
 #   - kube-apiserver, kube-controller-manager, kube-scheduler built from the k8s.io/kubernetes Go module
 #   - kwok and helm built from their Go modules
 # Skips every step whose output is already there. Fails with a message saying what to fix.
@@ -13,24 +13,37 @@ CACHE="${PERFSCHED_CACHE:-$HOME/.cache/perfsched}"
 K8S_BIN="$CACHE/k8s-$K8S_VERSION"
 KWOK_BIN="$CACHE/kwok-$KWOK_VERSION"
 HELM_BIN="$CACHE/helm-$HELM_VERSION"
+ETCD_VERSION="$(awk '$1 == "go.etcd.io/etcd/server/v3" && $2 ~ /^v/ {print $2}' "$here/etcd-build/go.mod")"
+ETCD_BIN="$CACHE/etcd-$ETCD_VERSION"
 
 die() { echo "install-tools: $*" >&2; exit 1; }
 
-# --- etcd -------------------------------------------------------------------------------------------
-if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then
-  command -v apt-get >/dev/null 2>&1 || die "etcd is missing and apt-get is not available: install etcd-server (Debian) or put etcd on PATH"
-  echo "install-tools: installing etcd-server with apt-get"
-  sudo_cmd=""; [ "$(id -u)" = 0 ] || sudo_cmd="sudo"
-  $sudo_cmd apt-get update -qq >/dev/null || die "apt-get update failed"
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq etcd-server >/dev/null \
-    || die "apt-get install etcd-server failed"
-  # Debian starts the service on install; we run our own etcd per cluster.
-  ($sudo_cmd systemctl stop etcd 2>/dev/null || $sudo_cmd service etcd stop 2>/dev/null || pkill -x etcd || true) >/dev/null 2>&1
-fi
-
-# --- Go-built binaries ----------------------------------------------------------------------------------
-command -v go >/dev/null 2>&1 || die "Go is not installed: install Go >= 1.25 (https://go.dev/doc/install) and retry"
+# --- Go ------------------------------------------------------------------------------------------------
+command -v go >/dev/null 2>&1 || die "Go is not installed: install Go >= 1.26 (https://go.dev/doc/install) and retry"
 export GOTOOLCHAIN=local CGO_ENABLED=0
+
+# --- etcd -------------------------------------------------------------------------------------------
+# Built from its Go module (e2e/etcd-build pins it): Debian's etcd-server is 3.4.23, which lacks
+# RequestWatchProgress; kwok v0.8.0's client-go then has every watch fail and falls back to slow relists
+# (pods take 10+ s to change phase). Debian's package stays the fallback when the build fails.
+if [ ! -x "$ETCD_BIN/etcd" ]; then
+  echo "install-tools: building etcd $ETCD_VERSION into $ETCD_BIN"
+  mkdir -p "$ETCD_BIN"
+  if ! (cd "$here/etcd-build" && go build -trimpath -ldflags "-s -w" -o "$ETCD_BIN/etcd" go.etcd.io/etcd/server/v3); then
+    rm -rf "$ETCD_BIN"
+    echo "install-tools: WARNING: building etcd $ETCD_VERSION failed; falling back to Debian's etcd-server" >&2
+    if ! command -v etcd >/dev/null 2>&1 && [ ! -x /usr/bin/etcd ]; then
+      command -v apt-get >/dev/null 2>&1 || die "etcd: the Go build failed and apt-get is not available: install etcd >= 3.5.13 on PATH"
+      echo "install-tools: installing etcd-server with apt-get"
+      sudo_cmd=""; [ "$(id -u)" = 0 ] || sudo_cmd="sudo"
+      $sudo_cmd apt-get update -qq >/dev/null || die "apt-get update failed"
+      DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq etcd-server >/dev/null \
+        || die "apt-get install etcd-server failed"
+      # Debian starts its own etcd service on install; stop the service (never other etcd processes)
+      ($sudo_cmd systemctl stop etcd 2>/dev/null || $sudo_cmd service etcd stop 2>/dev/null || true) >/dev/null 2>&1
+    fi
+  fi
+fi
 
 if ! "$K8S_BIN/kube-apiserver" --version 2>/dev/null | grep -qx "Kubernetes $K8S_VERSION" \
    || [ ! -x "$K8S_BIN/kube-scheduler" ] || [ ! -x "$K8S_BIN/kube-controller-manager" ]; then
@@ -58,4 +71,18 @@ if [ ! -x "$HELM_BIN/helm" ]; then
   GOBIN="$HELM_BIN" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" \
     || { rm -rf "$HELM_BIN"; die "building helm $HELM_VERSION failed (see above)"; }
 fi
-echo "install-tools: ok (k8s $K8S_BIN, kwok $KWOK_BIN, helm $HELM_BIN, etcd $(command -v etcd || echo /usr/bin/etcd))"
+etcd_path="$ETCD_BIN/etcd"; [ -x "$etcd_path" ] || etcd_path="$(command -v etcd || echo /usr/bin/etcd)"
+echo "install-tools: ok (k8s $K8S_BIN, kwok $KWOK_BIN, helm $HELM_BIN, etcd $etcd_path)"
+
+# --- prometheus (promtool + prometheus server) -- owned by the Helm/observability issue (7) -----------
+# `promtool check rules` / `promtool test rules` and the e2e scrape test need Debian's prometheus package.
+if ! command -v promtool >/dev/null 2>&1; then
+  command -v apt-get >/dev/null 2>&1 || die "promtool is missing and apt-get is not available: install Prometheus (promtool on PATH)"
+  echo "install-tools: installing prometheus (promtool) with apt-get"
+  sudo_cmd=""; [ "$(id -u)" = 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq >/dev/null || die "apt-get update failed"
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends prometheus >/dev/null \
+    || die "apt-get install prometheus failed"
+  # Debian starts the service on install; the e2e test runs its own prometheus per run.
+  ($sudo_cmd systemctl stop prometheus 2>/dev/null || $sudo_cmd service prometheus stop 2>/dev/null || true) >/dev/null 2>&1
+fi

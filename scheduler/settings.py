@@ -6,6 +6,8 @@ operator, emulator) reads the fields it needs from the same object. Edge module 
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -37,6 +39,67 @@ class Settings(BaseSettings):
     extender_predict_cache_size: int = Field(default=4096, ge=0)
     #: record each bound pod's node in its TrainingJob's status.placement
     extender_record_placement: bool = True
+
+    # --- workload emulator (scheduler/emulator, `perfsched emulate`) ----------------------------------
+    #: emulated seconds per wall-clock second (60: an hour of training per minute)
+    emulator_time_scale: float = Field(default=1.0, gt=0)
+    #: emulated seconds between checkpoints (a restart loses the progress since the last one)
+    emulator_checkpoint_interval_seconds: float = Field(default=300.0, ge=0)
+    #: wall seconds between progress annotations of a running gang, and between emulator steps
+    emulator_report_interval_seconds: float = Field(default=2.0, gt=0)
+    emulator_tick_seconds: float = Field(default=1.0, gt=0)
+
+    # --- training workers (scheduler.worker.ProgressReporter, set from the downward API) ---------------
+    pod_name: str = ""
+    pod_namespace: str = ""
+    #: least wall seconds between two progress annotations a worker writes
+    worker_report_interval_seconds: float = Field(default=10.0, gt=0)
+
+    # --- operator (scheduler/operator, `perfsched operator`) --------------------------------------------
+    #: scheduling policy by registry name (`scheduler.policies.POLICIES`) and its config (JSON object)
+    operator_policy: str = "fifo"
+    operator_policy_config: dict[str, Any] = Field(default_factory=dict)
+    #: seconds between rounds; rounds also run on TrainingJob/pod/node events, at most every min interval
+    operator_round_period_seconds: float = Field(default=5.0, gt=0)
+    operator_min_round_interval_seconds: float = Field(default=0.5, ge=0)
+    #: what restarting and resizing a running job costs (seconds of lost time the planner charges)
+    operator_restart_cost_seconds: float = Field(default=30.0, ge=0)
+    operator_resize_cost_seconds: float = Field(default=10.0, ge=0)
+    #: a running job is not resized or moved again sooner than this after its last change
+    operator_min_resize_interval_seconds: float = Field(default=60.0, ge=0)
+    #: worker crashes a job may have before it is marked Failed
+    operator_backoff_limit: int = Field(default=3, ge=0)
+    #: a gang whose pods are not all scheduled this long after creation is torn down and requeued (0: never)
+    operator_gang_start_timeout_seconds: float = Field(default=300.0, ge=0)
+    #: leader election on a coordination.k8s.io Lease (namespace empty: the operator's own namespace,
+    #: from the service account, else "default")
+    operator_leader_elect: bool = True
+    operator_lease_name: str = "perfsched-operator"
+    operator_lease_namespace: str = ""
+    operator_lease_duration_seconds: float = Field(default=15.0, gt=0)
+    operator_renew_deadline_seconds: float = Field(default=10.0, gt=0)
+    operator_retry_period_seconds: float = Field(default=2.0, gt=0)
+    #: this replica's identity in the Lease (empty: hostname + pid)
+    operator_identity: str = ""
+    #: port of the operator's /metrics and /healthz (0: not served)
+    operator_metrics_port: int = Field(default=9090, ge=0, le=65535)
+    operator_metrics_host: str = "0.0.0.0"
+    #: MASTER_PORT given to the workers (the port of the job's headless Service)
+    operator_master_port: int = Field(default=29500, ge=1, le=65535)
+
+    @model_validator(mode="after")
+    def _operator_lease(self) -> Settings:
+        if not self.operator_renew_deadline_seconds < self.operator_lease_duration_seconds:
+            raise ValueError(
+                "PERFSCHED_OPERATOR_RENEW_DEADLINE_SECONDS must be smaller than "
+                "PERFSCHED_OPERATOR_LEASE_DURATION_SECONDS (a leader must stop before its Lease can expire)"
+            )
+        if not self.operator_retry_period_seconds < self.operator_renew_deadline_seconds:
+            raise ValueError(
+                "PERFSCHED_OPERATOR_RETRY_PERIOD_SECONDS must be smaller than "
+                "PERFSCHED_OPERATOR_RENEW_DEADLINE_SECONDS"
+            )
+        return self
 
     @model_validator(mode="after")
     def _extender_weights(self) -> Settings:

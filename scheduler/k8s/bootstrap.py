@@ -1,0 +1,197 @@
+"""Bootstrapping a cluster for perfsched: API clients, CRDs, fake GPU nodes, namespaces, service accounts.
+
+Used by the local control plane (``scheduler.devcluster``), the e2e fixtures and the benchmarks, which
+must not import ``kubernetes`` themselves. ``node_manifest`` is pure (a core ``Node`` to the Kubernetes
+Node object KWOK plays); everything else calls the API server and waits with a deadline, raising
+``TemporaryError`` with what it was waiting for when time runs out.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.rest import ApiException
+
+from scheduler.core.errors import PermanentError, TemporaryError
+from scheduler.core.types import Interconnect, Node
+
+log = logging.getLogger(__name__)
+
+#: The annotation KWOK is told to manage nodes by (``--manage-nodes-with-annotation-selector``).
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+KWOK_NODE_VALUE = "fake"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def api_client(kubeconfig: str | Path) -> k8s.ApiClient:
+    """An API client for the current context of ``kubeconfig``."""
+    return k8s_config.new_client_from_config(config_file=str(kubeconfig))
+
+
+def node_manifest(
+    node: Node,
+    extra_labels: Mapping[str, str] | None = None,
+    cpu: str = "128",
+    memory: str = "1Ti",
+    pods: int = 110,
+) -> dict[str, Any]:
+    """The Kubernetes Node for a fake GPU node: the labels perfsched reads and ``nvidia.com/gpu`` capacity.
+
+    Labels follow NVIDIA GPU Feature Discovery (``nvidia.com/gpu.product``/``.count``) and perfsched's
+    topology labels; the status carries the capacity, which KWOK's node stage keeps.
+    """
+    labels = {
+        "kubernetes.io/hostname": node.name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "type": "kwok",
+        "nvidia.com/gpu.product": node.gpu_product or node.gpu_type,
+        "nvidia.com/gpu.count": str(node.gpus),
+        "perfsched.dev/network-gbps": f"{node.network_gbps:g}",
+        "perfsched.dev/interconnect": Interconnect(node.interconnect).value,
+    }
+    if node.rack:
+        labels["perfsched.dev/rack"] = node.rack
+    if node.nvlink_domain:
+        labels["perfsched.dev/nvlink-domain"] = node.nvlink_domain
+    if node.zone:
+        labels["topology.kubernetes.io/zone"] = node.zone
+    labels.update({k: v for k, v in (extra_labels or {}).items() if k != GPU_RESOURCE})
+    resources = {"cpu": cpu, "memory": memory, "pods": str(pods), GPU_RESOURCE: str(node.gpus)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": node.name,
+            "labels": labels,
+            "annotations": {KWOK_NODE_ANNOTATION: KWOK_NODE_VALUE},
+        },
+        "spec": {"unschedulable": not node.schedulable},
+        "status": {"allocatable": dict(resources), "capacity": dict(resources)},
+    }
+
+
+def create_nodes(
+    api: k8s.ApiClient,
+    nodes: Sequence[Node],
+    extra_labels: Mapping[str, Mapping[str, str]] | None = None,
+    workers: int = 8,
+) -> None:
+    """Create a fake node for each of ``nodes`` (existing nodes of the same name are left alone)."""
+    core = k8s.CoreV1Api(api)
+    extra = extra_labels or {}
+
+    def create(node: Node) -> None:
+        try:
+            core.create_node(node_manifest(node, extra.get(node.name)))
+        except ApiException as exc:
+            if exc.status != 409:
+                raise PermanentError(f"creating node {node.name}: {exc.status} {exc.reason}") from exc
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(create, nodes))
+
+
+def _wait(what: str, check: Callable[[], bool], timeout_s: float, poll_s: float = 0.25) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if check():
+                return
+        except ApiException as exc:
+            if exc.status not in (404, 409, 429, 500, 503):
+                raise
+        if time.monotonic() > deadline:
+            raise TemporaryError(f"timed out after {timeout_s:g}s waiting for {what}")
+        time.sleep(poll_s)
+
+
+def ready_node_names(api: k8s.ApiClient) -> set[str]:
+    """Names of the nodes whose Ready condition is True."""
+    out: set[str] = set()
+    for node in k8s.CoreV1Api(api).list_node().items:
+        for cond in node.status.conditions or []:
+            if cond.type == "Ready" and cond.status == "True":
+                out.add(node.metadata.name)
+    return out
+
+
+def wait_nodes_ready(api: k8s.ApiClient, names: Iterable[str], timeout_s: float = 60.0) -> None:
+    """Wait until every named node reports Ready (KWOK's node stage)."""
+    wanted = set(names)
+    _wait(f"{len(wanted)} KWOK nodes to become Ready", lambda: wanted <= ready_node_names(api), timeout_s)
+
+
+def load_crds(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    """Every CustomResourceDefinition document in ``paths`` (other kinds are ignored)."""
+    docs: list[dict[str, Any]] = []
+    for path in paths:
+        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+                docs.append(doc)
+    return docs
+
+
+def apply_crds(api: k8s.ApiClient, crds: Sequence[Mapping[str, Any]], timeout_s: float = 30.0) -> list[str]:
+    """Create or replace each CRD and wait until all are Established; returns their names."""
+    ext = k8s.ApiextensionsV1Api(api)
+    names: list[str] = []
+    for crd in crds:
+        name = str(crd["metadata"]["name"])
+        names.append(name)
+        try:
+            ext.create_custom_resource_definition(crd)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise PermanentError(f"creating CRD {name}: {exc.status} {exc.body}") from exc
+            current = ext.read_custom_resource_definition(name)
+            body = dict(crd)
+            body["metadata"] = {**crd["metadata"], "resourceVersion": current.metadata.resource_version}
+            ext.replace_custom_resource_definition(name, body)
+
+    def established() -> bool:
+        for name in names:
+            crd = ext.read_custom_resource_definition(name)
+            conds = {c.type: c.status for c in (crd.status.conditions or [])}
+            if conds.get("Established") != "True":
+                return False
+        return True
+
+    _wait(f"CRDs {', '.join(names)} to be Established", established, timeout_s)
+    return names
+
+
+def wait_service_account(
+    api: k8s.ApiClient, namespace: str, name: str = "default", timeout_s: float = 30.0
+) -> None:
+    """Wait for a ServiceAccount (the ``default`` one appears once KCM's serviceaccount controller runs)."""
+    core = k8s.CoreV1Api(api)
+    _wait(
+        f"ServiceAccount {namespace}/{name}",
+        lambda: core.read_namespaced_service_account(name, namespace) is not None,
+        timeout_s,
+    )
+
+
+def create_namespace(api: k8s.ApiClient, name: str, labels: Mapping[str, str] | None = None) -> None:
+    """Create a namespace and wait for its ``default`` ServiceAccount, so pods can be created at once."""
+    core = k8s.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": name, "labels": dict(labels or {})}})
+    wait_service_account(api, name)
+
+
+def delete_namespace(api: k8s.ApiClient, name: str) -> None:
+    """Ask for a namespace to be deleted (the namespace controller empties it); does not wait."""
+    try:
+        k8s.CoreV1Api(api).delete_namespace(name)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise

@@ -1,0 +1,143 @@
+"""API access for the workload emulator and the worker progress helper: job pods, TrainingJobs, nodes.
+
+``KubeWorkload`` lists the pods of TrainingJobs (label ``perfsched.dev/job-name``) with their progress
+annotations, reads TrainingJob objects and node GPU products, and patches pod annotations. It converts
+the API's JSON once, with ``scheduler.k8s.codec``; callers get plain values. Impure (HTTP to the API).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.rest import ApiException
+
+from scheduler.core.errors import PermanentError, TemporaryError
+from scheduler.k8s import crd
+from scheduler.k8s.codec import LABEL_PRODUCT, POD_LABEL_JOB, PodInfo, decode_pod
+from scheduler.k8s.progress import (
+    ANNOTATION_PROGRESS,
+    ANNOTATION_START_PROGRESS,
+    ProgressReport,
+    parse_progress,
+    parse_start_progress,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPod:
+    """A TrainingJob pod as the emulator sees it."""
+
+    info: PodInfo
+    deleting: bool
+    report: ProgressReport | None
+    start_progress: float | None
+    annotations: Mapping[str, str]
+
+
+def load_client(kubeconfig: str | None = None) -> k8s.ApiClient:
+    """An API client: ``kubeconfig`` (or ``$KUBECONFIG``), else the in-cluster service account."""
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    if path:
+        return k8s_config.new_client_from_config(config_file=path)
+    try:
+        cfg = k8s.Configuration()
+        k8s_config.load_incluster_config(client_configuration=cfg)
+        return k8s.ApiClient(cfg)
+    except k8s_config.ConfigException:
+        return k8s_config.new_client_from_config()
+
+
+def _raise(what: str, exc: ApiException) -> None:
+    if exc.status in (409, 429) or (exc.status or 0) >= 500:
+        raise TemporaryError(f"{what}: {exc.status} {exc.reason}") from exc
+    raise PermanentError(f"{what}: {exc.status} {exc.reason}") from exc
+
+
+class KubeWorkload:
+    """The emulator's and worker helper's view of the API (one client, node products cached)."""
+
+    def __init__(self, api: k8s.ApiClient) -> None:
+        self._api = api
+        self._core = k8s.CoreV1Api(api)
+        self._custom = k8s.CustomObjectsApi(api)
+        self._products: dict[str, str] = {}
+
+    def list_job_pods(self, namespace: str = "") -> list[WorkerPod]:
+        """Every pod carrying ``perfsched.dev/job-name`` (all namespaces when ``namespace`` is empty)."""
+        try:
+            if namespace:
+                resp = self._core.list_namespaced_pod(
+                    namespace, label_selector=POD_LABEL_JOB, _preload_content=False
+                )
+            else:
+                resp = self._core.list_pod_for_all_namespaces(
+                    label_selector=POD_LABEL_JOB, _preload_content=False
+                )
+        except ApiException as exc:
+            _raise("listing TrainingJob pods", exc)
+        items = orjson.loads(resp.data).get("items") or []
+        out: list[WorkerPod] = []
+        for obj in items:
+            meta = obj.get("metadata") or {}
+            ann = meta.get("annotations") or {}
+            out.append(
+                WorkerPod(
+                    info=decode_pod(obj),
+                    deleting=meta.get("deletionTimestamp") is not None,
+                    report=parse_progress(ann.get(ANNOTATION_PROGRESS)),
+                    start_progress=parse_start_progress(ann.get(ANNOTATION_START_PROGRESS)),
+                    annotations={str(k): str(v) for k, v in ann.items()},
+                )
+            )
+        return out
+
+    def training_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The TrainingJob object as JSON, or None when it does not exist."""
+        try:
+            obj = self._custom.get_namespaced_custom_object(
+                crd.GROUP, crd.VERSION, namespace, crd.PLURAL, name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            _raise(f"reading TrainingJob {namespace}/{name}", exc)
+        return dict(obj)
+
+    def node_product(self, name: str) -> str:
+        """The node's ``nvidia.com/gpu.product`` label ('' when unlabelled or missing); cached."""
+        if name not in self._products:
+            try:
+                node = self._core.read_node(name)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return ""
+                _raise(f"reading node {name}", exc)
+            self._products[name] = str((node.metadata.labels or {}).get(LABEL_PRODUCT, ""))
+        return self._products[name]
+
+    def pod_annotations(self, namespace: str, name: str) -> dict[str, str]:
+        """The annotations of one pod."""
+        try:
+            pod = self._core.read_namespaced_pod(name, namespace)
+        except ApiException as exc:
+            _raise(f"reading pod {namespace}/{name}", exc)
+        return dict(pod.metadata.annotations or {})
+
+    def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
+        """Merge-patch the pod's annotations (a None value removes the key)."""
+        try:
+            self._core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": dict(annotations)}})
+        except ApiException as exc:
+            if exc.status == 404:
+                log.debug("pod %s/%s is gone; report dropped", namespace, name)
+                return
+            _raise(f"annotating pod {namespace}/{name}", exc)
