@@ -179,6 +179,8 @@ class Request:
     ``gpu_types`` and ``replicas`` are tried in order (replicas outer, types inner). ``rank``: lower is
     more urgent; a preemptive round lets a job evict running jobs whose rank exceeds its own by more than
     the margin. ``note`` tells a waiting person where the job stands (e.g. "LAS queue 1").
+    ``keep_current``: a running job whose allocation matches any of the options keeps it; when false
+    the first replica count is the target and a running job is resized in place towards it.
     """
 
     job: Job

@@ -191,6 +191,7 @@ class DeadlinePolicy:
                     reps,
                     rank=0.0 if is_admitted else 1.0,
                     note=notes.get(j.name, "best-effort"),
+                    keep_current=False,  # the first replica count is the target, not just an option
                 )
             )
         return greedy_allocate(snapshot, jobs, requests, preemptive=True, extra=extra)

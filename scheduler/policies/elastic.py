@@ -141,7 +141,7 @@ class ElasticPolicy:
                 continue
             reps = tuple(range(s.replicas, min_replicas_of(j) - 1, -1))
             note = f"speed-up {table.get(j.name, s.gpu_type, s.replicas) / norm[j.name]:.2f}"
-            requests.append(Request(j, (s.gpu_type,), reps, note=note))
+            requests.append(Request(j, (s.gpu_type,), reps, note=note, keep_current=False))
         return greedy_allocate(snapshot, jobs, requests, preemptive=False, extra=extra)
 
 
