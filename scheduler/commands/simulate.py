@@ -1,0 +1,324 @@
+"""``perfsched simulate`` and ``perfsched experiment survey-mre``: trace-driven simulation from the CLI.
+
+Parses and checks the options, runs ``scheduler.sim.runner.run_simulations``, prints a table (or the
+report as JSON on stdout with ``--json``), and writes the JSON/CSV report and PNG plots under ``--out``.
+A ``rich`` progress bar goes to stderr on long runs (never with ``--json``). User errors raise
+``ConfigError`` (exit 2, one line, no traceback).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from scheduler.core.errors import ConfigError
+
+_PROGRESS_MIN_JOBS = 2000
+
+
+def _floats(text: str, option: str) -> tuple[float, ...]:
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        pct = part.endswith("%")
+        try:
+            value = float(part[:-1] if pct else part)
+        except ValueError:
+            raise ConfigError(f"{option}: not a number: {part!r}") from None
+        out.append(value / 100.0 if pct else value)
+    if not out:
+        raise ConfigError(f"{option}: give at least one value")
+    return tuple(out)
+
+
+def _policy_configs(path: Path | None) -> dict[str, dict[str, Any]]:
+    if path is None:
+        return {}
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read policy config: {exc}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise ConfigError(f"{path}: must map policy names to config mappings")
+    return {str(k): dict(v) for k, v in data.items()}
+
+
+def _fmt(v: Any, kind: str = "") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if kind == "h":
+        return f"{v / 3600.0:.2f}"
+    if kind == "pct":
+        return f"{100 * v:.1f}%"
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    return str(v)
+
+
+def _print_table(report: dict[str, Any], title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    cols = [
+        ("policy", "policy", ""),
+        ("mre", "MRE", "pct"),
+        ("jobs", "jobs", ""),
+        ("avg JCT h", "avg_jct_s", "h"),
+        ("p50 JCT h", "p50_jct_s", "h"),
+        ("p99 JCT h", "p99_jct_s", "h"),
+        ("avg queue h", "avg_queueing_s", "h"),
+        ("makespan h", "makespan_s", "h"),
+        ("util", "utilization", "pct"),
+        ("preempt/job", "preemptions_per_job", ""),
+        ("restarts/job", "restarts_per_job", ""),
+        ("FTF rho avg", "ftf_rho_avg", ""),
+        ("wall s", "wall_s", ""),
+    ]
+    for header, _, _ in cols:
+        table.add_column(header, justify="right")
+    for row in report["results"]:
+        table.add_row(*[_fmt(row.get(key), kind) for _, key, kind in cols])
+    console = Console()
+    console.print(table)
+    load = report["load"]
+    if load["mode"] == "raw":
+        console.print(f"load: raw trace times (offered load {load['raw_offered_load']:.2f} of the cluster)")
+    else:
+        console.print(
+            f"load: {load['target']:g} of {report['cluster_gpus']} GPUs (raw trace offers "
+            f"{load['raw_offered_load']:.2f}; inter-arrival times x {load['interarrival_factor']:.2f})"
+        )
+    console.print(f"models: {report['model_assignment']}")
+    if report.get("jobs_dropped_too_large"):
+        console.print(
+            f"dropped {report['jobs_dropped_too_large']} jobs asking for more GPUs than the cluster has"
+        )
+
+
+def _run(req: Any, *, as_json: bool, out: Path | None, title: str, emit: bool = True) -> dict[str, Any]:
+    from scheduler.sim.reports import to_json, write_plots, write_reports
+    from scheduler.sim.runner import run_simulations
+
+    show_progress = not as_json and (req.max_jobs or _PROGRESS_MIN_JOBS) >= _PROGRESS_MIN_JOBS
+    if show_progress:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        tasks: dict[str, Any] = {}
+
+        def on_progress(label: str, done: int, total: int) -> None:
+            if label not in tasks:
+                tasks[label] = progress.add_task(f"simulating {label}", total=total)
+            progress.update(tasks[label], completed=done)
+
+        with progress:
+            outcome = run_simulations(req, on_progress=on_progress)
+    else:
+        outcome = run_simulations(req)
+    report = outcome.report
+    if out is not None:
+        files = write_reports(out, report, outcome.runs)
+        files += write_plots(out, outcome.runs, title=f"({report['trace']}, {report['cluster']})")
+        report["files"] = [str(f) for f in files]
+        (out / "report.json").write_text(to_json(report) + "\n", encoding="utf-8")
+    if not emit:
+        return report
+    if as_json:
+        typer.echo(to_json(report))
+    else:
+        _print_table(report, title)
+        if out is not None:
+            typer.echo(f"report and plots written to {out}/")
+    return report
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``simulate`` and the ``experiment`` group to the CLI."""
+
+    @app.command("simulate")
+    def simulate(
+        policy: str = typer.Option(
+            "las", "--policy", help="Policy name(s), comma-separated (fifo, las, srsf, ...)."
+        ),
+        trace: str = typer.Option(
+            "philly-10k", "--trace", help="Trace CSV file, or a name: philly-10k, philly-full."
+        ),
+        cluster: str | None = typer.Option(
+            None, "--cluster", help="Cluster spec YAML, or a shipped name (default homogeneous-64xV100)."
+        ),
+        gpus: int | None = typer.Option(
+            None, "--gpus", help="Homogeneous V100 cluster of N GPUs (8 per node)."
+        ),
+        load: str = typer.Option(
+            "0.8", "--load", help="Offered load as a fraction of the cluster, or 'raw'."
+        ),
+        mre: str = typer.Option(
+            "0", "--mre", help="Injected mean relative error(s) of the policy's oracle, e.g. 0,0.1,25%."
+        ),
+        round_seconds: float = typer.Option(
+            360.0, "--round-seconds", help="Round period while jobs wait (0 = rounds on events only)."
+        ),
+        restart_cost: float = typer.Option(30.0, "--restart-cost", help="Seconds a restart or resize costs."),
+        seed: int = typer.Option(0, "--seed", help="Seed for model assignment and injected errors."),
+        out: str = typer.Option(
+            "out/simulate", "--out", help="Directory for report.json, summary.csv, jobs-*.csv, *.png."
+        ),
+        as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+        jobs: int | None = typer.Option(None, "--jobs", help="Replay only the first N jobs of the trace."),
+        elastic: bool = typer.Option(
+            False, "--elastic", help="Make jobs elastic (1 .. 2x their traced GPUs)."
+        ),
+        deadline_slack: float | None = typer.Option(
+            None, "--deadline-slack", help="Give each job the deadline submit + X x its traced duration."
+        ),
+        oracle: str = typer.Option(
+            "table", "--oracle", help="What the policy is told: table (with --mre) or predictor."
+        ),
+        policy_config: str = typer.Option(
+            "", "--policy-config", help="YAML mapping policy name -> config fields."
+        ),
+    ) -> None:
+        """Replay a job trace through the scheduling policies on a simulated cluster."""
+        from scheduler.sim.runner import SimulationRequest
+        from scheduler.sim.traces import parse_load
+
+        names = tuple(p.strip() for p in policy.split(",") if p.strip())
+        req = SimulationRequest(
+            policies=names,
+            trace=trace,
+            cluster=cluster,
+            gpus=gpus,
+            load=parse_load(load),
+            mres=_floats(mre, "--mre"),
+            round_seconds=round_seconds,
+            restart_cost_s=restart_cost,
+            seed=seed,
+            max_jobs=jobs,
+            elastic=elastic,
+            deadline_slack=deadline_slack,
+            oracle=oracle,
+            policy_configs=_policy_configs(Path(policy_config) if policy_config else None),
+        )
+        _run(req, as_json=as_json, out=Path(out) if out else None, title="perfsched simulate")
+
+    experiment = typer.Typer(help="Reproduce published experiments with the simulator.", no_args_is_help=True)
+    app.add_typer(experiment, name="experiment")
+
+    @experiment.command("survey-mre")
+    def survey_mre(
+        trace: str = typer.Option(
+            "philly-10k", "--trace", help="Trace CSV file or name (10,000 consecutive jobs)."
+        ),
+        gpus: int = typer.Option(64, "--gpus", help="Homogeneous GPUs (8 per node)."),
+        load: str = typer.Option(
+            "1.0", "--load", help="Offered load as a fraction of the cluster, or 'raw'."
+        ),
+        mre: str = typer.Option("0,0.1,0.25,0.5,0.75", "--mre", help="SRSF execution-time MREs."),
+        seed: int = typer.Option(0, "--seed", help="Seed for model assignment and injected errors."),
+        jobs: int = typer.Option(10_000, "--jobs", help="Consecutive jobs from the start of the trace."),
+        baselines: str = typer.Option(
+            "las,fifo", "--baselines", help="Performance-unaware policies to compare."
+        ),
+        out: str = typer.Option("out/survey-mre", "--out", help="Directory for the report and plot."),
+        as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+    ) -> None:
+        """SRSF with execution-time error MRE 0..75% vs LAS and FIFO on 64 GPUs (the survey's Figure 4)."""
+        from scheduler.sim.reports import to_json
+        from scheduler.sim.runner import SimulationRequest
+        from scheduler.sim.traces import parse_load
+
+        mres = _floats(mre, "--mre")
+        base = tuple(b.strip() for b in baselines.split(",") if b.strip())
+        plan = tuple(("srsf", m) for m in mres) + tuple((b, 0.0) for b in base)
+        req = SimulationRequest(
+            policies=("srsf", *base),
+            trace=trace,
+            gpus=gpus,
+            load=parse_load(load),
+            mres=mres,
+            seed=seed,
+            max_jobs=jobs,
+            survey=True,
+            plan=plan,
+            policy_configs={"fifo": {"backfill": True}},
+        )
+        out_dir = Path(out) if out else None
+        report = _run(req, as_json=as_json, out=None, title="survey-mre", emit=False)
+        _survey_outputs(report, out_dir)
+        if as_json:
+            typer.echo(to_json(report))
+        else:
+            _print_table(report, "survey-mre (avg JCT by setting)")
+            _print_survey(report, out_dir)
+
+    del survey_mre, simulate
+
+
+def _survey_label(row: dict[str, Any]) -> str:
+    return f"SRSF {100 * row['mre']:g}%" if row["policy"] == "srsf" else str(row["policy"]).upper()
+
+
+def _survey_outputs(report: dict[str, Any], out: Path | None) -> None:
+    """The survey's table (avg JCT and its ratio to SRSF with MRE 0) and bar plot, saved under ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from scheduler.sim.reports import to_json
+
+    rows = report["results"]
+    ref = next((r["avg_jct_s"] for r in rows if r["policy"] == "srsf" and r["mre"] == 0), None)
+    labels, values = [], []
+    for r in rows:
+        labels.append(_survey_label(r))
+        values.append(r["avg_jct_s"] / 3600.0)
+        r["jct_ratio_to_srsf_mre0"] = (r["avg_jct_s"] / ref) if ref else None
+    if out is None:
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.bar(
+        labels, values, color=["#4c72b0"] * sum(1 for r in rows if r["policy"] == "srsf") + ["#dd8452"] * 9
+    )
+    ax.set_ylabel("average JCT (hours)")
+    load = report["load"]
+    load_txt = "raw trace times" if load["mode"] == "raw" else f"load {load['target']:g}"
+    ax.set_title(f"{report['trace_jobs']} Philly jobs, {report['cluster_gpus']} GPUs, {load_txt}")
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / "survey_mre.png", dpi=110)
+    plt.close(fig)
+    report["files"] = [str(out / "survey_mre.png"), str(out / "report.json")]
+    (out / "report.json").write_text(to_json(report) + "\n", encoding="utf-8")
+
+
+def _print_survey(report: dict[str, Any], out: Path | None) -> None:
+    typer.echo("")
+    typer.echo(f"{'setting':<12} {'avg JCT (h)':>12} {'vs SRSF 0%':>11}")
+    for r in report["results"]:
+        ratio = r.get("jct_ratio_to_srsf_mre0")
+        avg = r["avg_jct_s"] / 3600.0
+        typer.echo(
+            f"{_survey_label(r):<12} {avg:>12.2f} {ratio:>10.2f}x"
+            if ratio
+            else f"{_survey_label(r):<12} {avg:>12.2f}"
+        )
+    if out is not None:
+        typer.echo(f"plot: {out / 'survey_mre.png'}")

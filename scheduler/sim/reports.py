@@ -1,0 +1,246 @@
+"""Simulation reports: summary metrics from an engine run, JSON/CSV files and PNG plots.
+
+``summarize`` is pure: it turns an ``EngineResult`` into one flat ``dict`` of metrics (avg/p50/p99 JCT,
+queueing delay, makespan, utilisation, preemptions/restarts per job, deadline satisfaction, finish-time
+fairness, engine speed). ``write_reports`` and ``write_plots`` write files (the only I/O here);
+matplotlib is imported inside ``write_plots`` with the non-interactive Agg backend.
+
+Finish-time fairness follows Themis' rho = T_shared / T_fair, where T_fair is the job's run time if
+it had its fair share of the cluster: with N the average number of jobs in the system while the job
+was, a job asking g of C GPUs gets min(g, C/N) GPUs, so T_fair = T_ideal x max(1, g N / C) (T_ideal =
+the job's duration alone on the GPUs it asked for; for Philly jobs, the trace duration). rho <= 1 is
+fair; we report its mean, its maximum and the share of jobs with rho <= 1.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scheduler.sim.engine import EngineResult
+
+log = logging.getLogger(__name__)
+
+#: the columns of the summary CSV, in order (JSON has the same keys)
+SUMMARY_FIELDS = (
+    "policy",
+    "mre",
+    "cluster",
+    "trace",
+    "load",
+    "jobs",
+    "jobs_total",
+    "unfinished",
+    "failed",
+    "avg_jct_s",
+    "p50_jct_s",
+    "p99_jct_s",
+    "avg_queueing_s",
+    "p50_queueing_s",
+    "p99_queueing_s",
+    "makespan_s",
+    "utilization",
+    "preemptions",
+    "preemptions_per_job",
+    "restarts_per_job",
+    "resizes_per_job",
+    "deadline_jobs",
+    "deadline_met_ratio",
+    "ftf_rho_avg",
+    "ftf_rho_max",
+    "ftf_fair_ratio",
+    "events",
+    "rounds",
+    "wall_s",
+    "events_per_s",
+)
+
+
+def _pct(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if values.size else math.nan
+
+
+def _active_integral(result: EngineResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    t = np.asarray(result.series_t, dtype=float)
+    n = np.asarray(result.series_waiting, dtype=float) + np.asarray(result.series_running, dtype=float)
+    area = np.concatenate(([0.0], np.cumsum(n[:-1] * np.diff(t)))) if t.size else np.zeros(0)
+    return t, n, area
+
+
+def _integral_at(t: np.ndarray, n: np.ndarray, area: np.ndarray, at: np.ndarray) -> np.ndarray:
+    k = np.clip(np.searchsorted(t, at, side="right") - 1, 0, max(0, t.size - 1))
+    out: np.ndarray = area[k] + n[k] * np.maximum(0.0, at - t[k])
+    return out
+
+
+def summarize(result: EngineResult, **labels: Any) -> dict[str, Any]:
+    """Flat metrics of one run; ``labels`` (policy, mre, cluster, trace, load) are copied in front."""
+    recs = result.records
+    done = [r for r in recs if r.finish is not None]
+    jct = np.array([r.finish - r.submit_time for r in done if r.finish is not None], dtype=float)
+    queue = np.array([r.queueing_delay for r in done if r.queueing_delay is not None], dtype=float)
+    first = min((r.submit_time for r in recs), default=0.0)
+    makespan = max((r.finish for r in done if r.finish is not None), default=first) - first
+    gpu_s = sum(r.gpu_seconds for r in recs)
+    util = gpu_s / (result.total_gpus * makespan) if makespan > 0 and result.total_gpus else math.nan
+    n = max(1, len(recs))
+    with_deadline = [r for r in recs if r.deadline is not None]
+    met = [r for r in with_deadline if r.finish is not None and r.finish <= (r.deadline or 0.0) + 1e-6]
+
+    rho_avg = rho_max = fair = math.nan
+    if done and result.series_t:
+        t, act, area = _active_integral(result)
+        sub = np.array([r.submit_time for r in done], dtype=float)
+        fin = np.array([r.finish for r in done], dtype=float)
+        span = np.maximum(fin - sub, 1e-9)
+        n_avg = np.maximum(1.0, (_integral_at(t, act, area, fin) - _integral_at(t, act, area, sub)) / span)
+        g = np.array([r.gpus for r in done], dtype=float)
+        ideal = np.array([r.ideal_duration for r in done], dtype=float)
+        ok = np.isfinite(ideal) & (ideal > 0)
+        if ok.any():
+            t_fair = ideal[ok] * np.maximum(1.0, g[ok] * n_avg[ok] / result.total_gpus)
+            rho = (fin[ok] - sub[ok]) / t_fair
+            rho_avg, rho_max, fair = float(rho.mean()), float(rho.max()), float((rho <= 1.0 + 1e-9).mean())
+
+    out: dict[str, Any] = {k: labels.get(k) for k in ("policy", "mre", "cluster", "trace", "load")}
+    out.update(
+        jobs=len(done),
+        jobs_total=len(recs),
+        unfinished=sum(1 for r in recs if r.finish is None and not r.failed),
+        failed=sum(1 for r in recs if r.failed),
+        avg_jct_s=float(jct.mean()) if jct.size else math.nan,
+        p50_jct_s=_pct(jct, 50),
+        p99_jct_s=_pct(jct, 99),
+        avg_queueing_s=float(queue.mean()) if queue.size else math.nan,
+        p50_queueing_s=_pct(queue, 50),
+        p99_queueing_s=_pct(queue, 99),
+        makespan_s=makespan,
+        utilization=util,
+        preemptions=sum(r.preemptions for r in recs),
+        preemptions_per_job=sum(r.preemptions for r in recs) / n,
+        restarts_per_job=sum(r.restarts for r in recs) / n,
+        resizes_per_job=sum(r.resizes for r in recs) / n,
+        deadline_jobs=len(with_deadline),
+        deadline_met_ratio=(len(met) / len(with_deadline)) if with_deadline else None,
+        ftf_rho_avg=rho_avg,
+        ftf_rho_max=rho_max,
+        ftf_fair_ratio=fair,
+        events=result.events,
+        rounds=result.rounds,
+        wall_s=result.wall_s,
+        events_per_s=result.events / result.wall_s if result.wall_s > 0 else math.nan,
+    )
+    return out
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN: write null instead."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def to_json(report: Mapping[str, Any]) -> str:
+    return json.dumps(_clean(dict(report)), indent=2, sort_keys=False)
+
+
+def write_reports(
+    out_dir: Path, report: Mapping[str, Any], runs: Sequence[tuple[str, EngineResult]]
+) -> list[Path]:
+    """Write ``report.json``, ``summary.csv`` and ``jobs-<run>.csv`` per run into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    p = out_dir / "report.json"
+    p.write_text(to_json(report) + "\n", encoding="utf-8")
+    written.append(p)
+    p = out_dir / "summary.csv"
+    with p.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(SUMMARY_FIELDS), extrasaction="ignore")
+        w.writeheader()
+        for row in report.get("results", []):
+            w.writerow({k: ("" if v is None else v) for k, v in _clean(row).items()})
+    written.append(p)
+    for label, result in runs:
+        p = out_dir / f"jobs-{label}.csv"
+        with p.open("w", newline="", encoding="utf-8") as fh:
+            w2 = csv.writer(fh)
+            w2.writerow(
+                ["job", "submit_s", "gpus", "first_start_s", "finish_s", "jct_s", "queueing_s",
+                 "preemptions", "restarts", "resizes", "gpu_seconds", "deadline_s", "failed"]
+            )  # fmt: skip
+            for r in result.records:
+                w2.writerow(
+                    [r.name, r.submit_time, r.gpus, r.first_start, r.finish, r.jct, r.queueing_delay,
+                     r.preemptions, r.restarts, r.resizes, round(r.gpu_seconds, 3), r.deadline, r.failed]
+                )  # fmt: skip
+        written.append(p)
+    return written
+
+
+def _thin(t: Sequence[float], y: Any, limit: int = 4000) -> tuple[np.ndarray, np.ndarray]:
+    ta, ya = np.asarray(t, dtype=float), np.asarray(y, dtype=float)
+    if ta.size > limit:
+        idx = np.linspace(0, ta.size - 1, limit).astype(int)
+        ta, ya = ta[idx], ya[idx]
+    return ta, ya
+
+
+def write_plots(out_dir: Path, runs: Sequence[tuple[str, EngineResult]], title: str = "") -> list[Path]:
+    """PNG plots: JCT CDF per run, GPU utilisation over time, queue length over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, res in runs:
+        jct = np.sort([r.jct for r in res.records if r.jct is not None])
+        if jct.size:
+            ax.plot(jct / 3600.0, np.arange(1, jct.size + 1) / jct.size, label=label)
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time (hours, log scale)")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_title(f"JCT CDF {title}".strip())
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths.append(out_dir / "jct_cdf.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    for fname, ylabel, pick in (
+        (
+            "utilization.png",
+            "GPUs allocated / total",
+            lambda r: np.asarray(r.series_used) / max(1, r.total_gpus),
+        ),
+        ("queue_length.png", "jobs waiting", lambda r: np.asarray(r.series_waiting)),
+    ):
+        fig, ax = plt.subplots(figsize=(8, 4))
+        for label, res in runs:
+            if res.series_t:
+                t, y = _thin(res.series_t, pick(res))
+                ax.step(t / 3600.0, y, where="post", label=label, linewidth=0.8)
+        ax.set_xlabel("simulated time (hours)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{ylabel} over time {title}".strip())
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        paths.append(out_dir / fname)
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    return paths

@@ -1,0 +1,249 @@
+"""Running simulations end to end: trace + cluster + policies x MREs -> engine runs -> one report.
+
+``SimulationRequest`` holds everything ``perfsched simulate`` and ``perfsched experiment survey-mre``
+take; ``run_simulations`` loads the trace and cluster, builds the workload once, and runs the engine
+once per (policy, MRE) with the same jobs, returning the report (a JSON-able dict whose ``results`` list
+has one row of metrics per run) and the raw engine results (for plots and per-job CSVs). Reads the
+trace, spec and truth-table files; otherwise pure. The benchmarks call it too.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from scheduler.core.errors import ConfigError
+from scheduler.core.protocols import Policy, ThroughputOracle
+from scheduler.sim.cluster import ClusterSpec, homogeneous_spec, load_cluster_spec, spec_to_nodes
+from scheduler.sim.engine import Engine, EngineConfig, EngineResult
+from scheduler.sim.reports import summarize
+from scheduler.sim.traces import load_trace, rescale_load
+from scheduler.sim.workload import TraceDurationTruth, WorkloadOptions, build_workload
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TRACE = "philly-10k"
+DEFAULT_CLUSTER = "homogeneous-64xV100"
+SURVEY_MRES = (0.0, 0.10, 0.25, 0.50, 0.75)
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationRequest:
+    """One ``perfsched simulate`` invocation (see ``docs``/README ``## Simulator`` for each option).
+
+    ``survey=True`` switches to the survey's semantics: event-driven rounds (arrivals, completions and
+    LAS queue-threshold crossings; no periodic ticks), no restart cost, one execution-time error per job.
+    """
+
+    policies: tuple[str, ...]
+    trace: str = DEFAULT_TRACE
+    cluster: str | None = None
+    gpus: int | None = None
+    load: float | None = 0.8
+    mres: tuple[float, ...] = (0.0,)
+    round_seconds: float = 360.0
+    restart_cost_s: float = 30.0
+    seed: int = 0
+    max_jobs: int | None = None
+    elastic: bool = False
+    deadline_slack: float | None = None
+    reference_gpu: str = "V100"
+    oracle: str = "table"
+    survey: bool = False
+    policy_configs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: explicit (policy, MRE) runs; None = every policy x every MRE
+    plan: tuple[tuple[str, float], ...] | None = None
+
+    def run_plan(self) -> tuple[tuple[str, float], ...]:
+        if self.plan is not None:
+            return self.plan
+        mres = self.mres if self.oracle == "table" else (math.nan,)
+        return tuple((p, m) for p in self.policies for m in mres)
+
+    def validate(self) -> None:
+        if not self.policies:
+            raise ConfigError("--policy: give at least one policy")
+        if self.round_seconds < 0 or not math.isfinite(self.round_seconds):
+            raise ConfigError(f"--round-seconds: must be >= 0, got {self.round_seconds}")
+        if self.restart_cost_s < 0 or not math.isfinite(self.restart_cost_s):
+            raise ConfigError(f"--restart-cost: must be >= 0 seconds, got {self.restart_cost_s}")
+        for m in self.mres:
+            if not (0 <= m < 10 and math.isfinite(m)):
+                raise ConfigError(f"--mre: each value must be in [0, 10), got {m}")
+        if self.max_jobs is not None and self.max_jobs < 1:
+            raise ConfigError(f"--jobs: must be >= 1, got {self.max_jobs}")
+        if self.oracle not in ("table", "predictor"):
+            raise ConfigError(f"--oracle: must be 'table' or 'predictor', got {self.oracle!r}")
+        if self.cluster is not None and self.gpus is not None:
+            raise ConfigError("--cluster and --gpus: give one of them, not both")
+
+
+@dataclass(slots=True)
+class SimulationOutcome:
+    report: dict[str, Any]
+    runs: list[tuple[str, EngineResult]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Relay:
+    """Forwards the engine's (done, total) progress with the run's label."""
+
+    target: Callable[[str, int, int], None]
+    label: str
+
+    def __call__(self, done: int, total: int) -> None:
+        self.target(self.label, done, total)
+
+
+def resolve_cluster(req: SimulationRequest) -> ClusterSpec:
+    if req.gpus is not None:
+        return homogeneous_spec(req.gpus)
+    return load_cluster_spec(req.cluster or DEFAULT_CLUSTER)
+
+
+def las_thresholds_gpu_s(policy: Policy) -> tuple[float, ...]:
+    """The attained-service levels (GPU-seconds) at which ``policy`` moves a job between queues.
+
+    Read from the policy's public config (``thresholds_gpu_hours`` or ``queue_thresholds_gpu_hours``)
+    when it has one; other policies have none.
+    """
+    config = getattr(policy, "config", None)
+    for attr in ("queue_thresholds_gpu_hours", "thresholds_gpu_hours", "thresholds"):
+        values = getattr(config, attr, None)
+        if values:
+            return tuple(float(v) * 3600.0 for v in values)
+    return ()
+
+
+def _make_oracles(
+    req: SimulationRequest, truth_table: Any, mre: float
+) -> tuple[ThroughputOracle, ThroughputOracle]:
+    from scheduler.oracles.table import TableOracle
+
+    truth = TableOracle(truth_table)
+    if req.oracle == "predictor":
+        from scheduler.oracles.predictor import PredictorOracle
+
+        return PredictorOracle.load(), truth
+    told = TableOracle(truth_table, mre=mre, seed=req.seed, per_shape=not req.survey)
+    return told, truth
+
+
+def run_simulations(
+    req: SimulationRequest,
+    *,
+    on_progress: Callable[[str, int, int], None] | None = None,
+) -> SimulationOutcome:
+    """Run every (policy, MRE) of ``req`` on the same workload; see the module docstring."""
+    from perfmodel.truth import GroundTruth
+    from scheduler.core.round import run_round
+    from scheduler.policies import make_policy
+
+    req.validate()
+    plan = req.run_plan()
+    policies: dict[str, Policy] = {}
+    for name, _ in plan:
+        if name not in policies:
+            policies[name] = make_policy(name, req.policy_configs.get(name))
+    spec = resolve_cluster(req)
+    nodes = spec_to_nodes(spec)
+    trace = load_trace(req.trace)
+    rows: Sequence[Any] = trace.jobs[: req.max_jobs] if req.max_jobs else trace.jobs
+    cluster_gpus = spec.total_gpus
+    ref_nodes = [p.gpus_per_node for p in spec.pools if p.gpu_type == req.reference_gpu]
+    truth_table = GroundTruth.load()
+    fitting = [r for r in rows if r.num_gpus <= cluster_gpus]
+    scaled, scaling = rescale_load(fitting, cluster_gpus, req.load)
+    workload = build_workload(
+        scaled,
+        truth_table,
+        WorkloadOptions(
+            seed=req.seed,
+            reference_gpu=req.reference_gpu,
+            reference_node_gpus=max(ref_nodes) if ref_nodes else 8,
+            elastic=req.elastic,
+            deadline_slack=req.deadline_slack,
+        ),
+    )
+    dropped = len(rows) - len(fitting)
+    report: dict[str, Any] = {
+        "trace": trace.name,
+        "trace_source": trace.source,
+        "trace_jobs": len(rows),
+        "jobs_dropped_too_large": dropped,
+        "cluster": spec.name,
+        "cluster_gpus": cluster_gpus,
+        "cluster_gpu_types": list(spec.gpu_types()),
+        "load": {
+            "mode": "raw" if req.load is None else "scaled",
+            "target": req.load,
+            "raw_offered_load": scaling.raw_load,
+            "interarrival_factor": scaling.factor,
+            "definition": "sum(num_gpus x duration) / (cluster GPUs x arrival span)",
+        },
+        "semantics": (
+            "survey: event-driven (arrival, completion, LAS threshold), no restart cost, one error per job"
+            if req.survey
+            else f"rounds on events plus every {req.round_seconds:g} s while jobs wait"
+        ),
+        "round_seconds": 0.0 if req.survey else req.round_seconds,
+        "restart_cost_s": 0.0 if req.survey else req.restart_cost_s,
+        "seed": req.seed,
+        "reference_gpu": req.reference_gpu,
+        "oracle": req.oracle,
+        "elastic_jobs": req.elastic,
+        "model_assignment": (
+            f"the trace has no model information: each job's (model, dataset, batch size) was drawn with "
+            f"seed {req.seed} from the ground-truth catalogue (as Gavel does), and its work set so that it "
+            f"runs for its traced duration on {req.reference_gpu}"
+            if workload.models_assigned
+            else "models from the trace"
+        ),
+        "model_mix": workload.model_mix,
+        "results": [],
+    }
+    runs: list[tuple[str, EngineResult]] = []
+    runs_of: dict[str, int] = {}
+    for name, _ in plan:
+        runs_of[name] = runs_of.get(name, 0) + 1
+    for name, mre in plan:
+        policy = policies[name]
+        told, truth = _make_oracles(req, truth_table, mre)
+        if req.survey:
+            truth = TraceDurationTruth(truth, workload.ideal_durations, req.reference_gpu)
+        cfg = EngineConfig(
+            round_seconds=0.0 if req.survey else req.round_seconds,
+            restart_cost_s=0.0 if req.survey else req.restart_cost_s,
+            resize_cost_s=0.0 if req.survey else req.restart_cost_s,
+            wake_thresholds_gpu_s=las_thresholds_gpu_s(policy),
+        )
+        label = name if runs_of[name] == 1 or math.isnan(mre) else f"{name}-mre{mre:g}"
+        progress = _Relay(on_progress, label) if on_progress is not None else None
+
+        engine = Engine(
+            nodes,
+            workload.jobs,
+            policy,
+            told,
+            truth,
+            cfg,
+            run_round=run_round,
+            ideal_durations=workload.ideal_durations,
+            on_progress=progress,
+        )
+        result = engine.run()
+        row = summarize(
+            result,
+            policy=policy.name,
+            mre=None if math.isnan(mre) else mre,
+            cluster=spec.name,
+            trace=trace.name,
+            load=req.load if req.load is not None else "raw",
+        )
+        report["results"].append(row)
+        runs.append((label, result))
+        log.info("simulation run done", extra={"run": label, "wall_s": result.wall_s})
+    return SimulationOutcome(report=report, runs=runs)
