@@ -115,7 +115,17 @@ class FreeIndex:
     jobs). Nodes that are unschedulable or have no GPUs never receive a gang.
     """
 
-    __slots__ = ("_buckets", "_free", "_groups", "_max_free", "_nodes", "_type_cap", "_type_free", "_types")
+    __slots__ = (
+        "_buckets",
+        "_free",
+        "_groups",
+        "_max_free",
+        "_nodes",
+        "_slots",
+        "_type_cap",
+        "_type_free",
+        "_types",
+    )
 
     def __init__(self, nodes: Sequence[Node], free: Mapping[str, int] | None = None) -> None:
         self._nodes: dict[str, Node] = {}
@@ -124,6 +134,7 @@ class FreeIndex:
         self._type_free: dict[str, int] = {}
         self._type_cap: dict[str, int] = {}
         self._max_free: dict[str, int] = {}
+        self._slots: dict[tuple[str, int], int] = {}
         # (gpu type, nvlink?) -> buckets[free count] -> sorted node names
         self._buckets: dict[tuple[str, bool], list[list[str]]] = {}
         # (gpu type, kind, group name) -> node names (sorted); kind in "domain" | "rack" | "zone"
@@ -211,6 +222,15 @@ class FreeIndex:
             )
 
     # -------------------------------------------------------------- placement
+    def _slots_capacity(self, gpu_type: str, gpr: int) -> int:
+        """Whole replicas of ``gpr`` GPUs the type's nodes hold when empty (cached per size)."""
+        key = (gpu_type, gpr)
+        cached = self._slots.get(key)
+        if cached is None:
+            cached = sum(self._nodes[n].capacity_for_jobs // gpr for n in self._types.get(gpu_type, ()))
+            self._slots[key] = cached
+        return cached
+
     def why_not(self, *, replicas: int, gpus_per_replica: int, gpu_type: str) -> Unschedulable | None:
         """A reason the gang can never or cannot now fit by counting alone (None: counts allow it)."""
         need = replicas * gpus_per_replica
@@ -222,8 +242,7 @@ class FreeIndex:
                 f"the largest {gpu_type} node has {self._max_free[gpu_type]}",
                 resolvable=False,
             )
-        slots_cap = sum(self._nodes[n].capacity_for_jobs // gpus_per_replica for n in self._types[gpu_type])
-        if replicas > slots_cap:
+        if replicas > self._slots_capacity(gpu_type, gpus_per_replica):
             return Unschedulable(
                 f"asks {need} GPUs of type {gpu_type}, cluster has {self._type_cap[gpu_type]}",
                 resolvable=False,
@@ -249,8 +268,9 @@ class FreeIndex:
         # Fast rejection by counting (the common case in a full cluster) before any search.
         if (
             gpu_type in self._types
-            and self._type_free[gpu_type] < need <= self._type_cap[gpu_type]
+            and self._type_free[gpu_type] < need
             and gpus_per_replica <= self._max_free[gpu_type]
+            and replicas <= self._slots_capacity(gpu_type, gpus_per_replica)
         ):
             free = self._type_free[gpu_type]
             return Unschedulable(f"waiting for {need} GPUs of type {gpu_type}: {free} free")

@@ -24,7 +24,6 @@ from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import ClusterSnapshot, Job, PlacementShape
 from scheduler.policies.base import (
     Request,
-    batch_throughput,
     greedy_allocate,
     parse_config,
     replica_options,
@@ -69,13 +68,14 @@ class FtfPolicy:
     ) -> Mapping[str, Decision]:
         infos = type_infos(snapshot)
         live = [j for j in jobs if j.remaining_work > 0]
-        table = ThroughputTable(oracle, live, infos, lambda j: (j.max_replicas,))
         node_map = snapshot.node_map()
         running = [j for j in live if j.name in snapshot.allocations]
         cur_q: list[tuple[Job, PlacementShape]] = [
             (j, spread_of(snapshot.allocations[j.name], node_map)) for j in running
         ]
-        current = dict(zip((j.name for j in running), batch_throughput(oracle, cur_q), strict=True))
+        # one oracle call: the table plus each running job's current placement
+        table = ThroughputTable(oracle, live, infos, lambda j: (j.max_replicas,), extra=cur_q)
+        current = dict(zip((j.name for j in running), table.extra_answers, strict=True))
         keyed: list[tuple[float, float, str, Job, tuple[str, ...]]] = []
         extra: dict[str, Decision] = {}
         for j in live:

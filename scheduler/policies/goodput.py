@@ -27,7 +27,9 @@ class ThroughputTable:
         jobs: Sequence[Job],
         infos: Mapping[str, TypeInfo],
         counts: Callable[[Job], Iterable[int]],
+        extra: Sequence[tuple[Job, PlacementShape]] = (),
     ) -> None:
+        """``extra`` questions ride along in the same oracle call; ``extra_answers`` holds their answers."""
         keys: list[tuple[str, str, int]] = []
         queries: list[tuple[Job, PlacementShape]] = []
         for job in jobs:
@@ -41,8 +43,9 @@ class ThroughputTable:
                         continue
                     keys.append((job.name, t, r))
                     queries.append((job, info.shape(gpus)))
-        values = batch_throughput(oracle, queries)
-        self._table: dict[tuple[str, str, int], float] = dict(zip(keys, values, strict=True))
+        values = batch_throughput(oracle, [*queries, *extra])
+        self._table: dict[tuple[str, str, int], float] = dict(zip(keys, values[: len(keys)], strict=True))
+        self.extra_answers: list[float] = values[len(keys) :]
 
     def get(self, job: str, gpu_type: str, replicas: int) -> float:
         """Throughput in work units/s, 0.0 where it cannot run or was not asked."""

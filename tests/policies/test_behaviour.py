@@ -213,3 +213,13 @@ def test_allowed_types_and_rigid_size(name: str) -> None:
     res = run_round(snapshot(nodes), [j], make_policy(name), FakeOracle())
     (a,) = res.actions
     assert a.after is not None and a.after.gpu_type == "K80" and a.after.replicas == 3
+
+
+@pytest.mark.parametrize("name", ["srsf", "ftf", "hetero", "elastic", "deadline"])
+def test_one_batched_oracle_call_per_round(name: str) -> None:
+    nodes = cluster(("V100", 2, 8), ("K80", 2, 8))
+    jobs = [job(f"j{i}").replicas(1, 2).gpus_per_replica(2).submitted(i).build() for i in range(6)]
+    snap = snapshot(nodes, now=100, allocations=[alloc("j0", "V100", 2, {"v100-000": 2})])
+    oracle = FakeOracle()
+    run_round(snap, jobs, make_policy(name), oracle)
+    assert oracle.calls == 1
