@@ -17,6 +17,7 @@ import logging
 import os
 import secrets
 import shutil
+import ssl
 import subprocess
 import tempfile
 import time
@@ -490,7 +491,8 @@ class DevCluster:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         deadline = time.monotonic() + timeout_s
         last = "no answer"
-        with httpx.Client(verify=str(ca) if ca else False, timeout=2.0) as http:
+        verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=str(ca)) if ca else False
+        with httpx.Client(verify=verify, timeout=2.0) as http:
             while True:
                 if not is_running(record):
                     raise DevClusterError(

@@ -1,0 +1,203 @@
+"""Helpers for e2e tests: started components (kill/restart), waiting, pods and events.
+
+Imported by ``e2e/conftest.py`` and by e2e test modules of every perfsched component. Test code, so it
+may use the ``kubernetes`` client directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+from kubernetes import client as k8s
+
+from scheduler.devcluster.process import ProcessRecord, is_running, spawn, stop, tail
+
+REPO = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
+
+
+def wait_until(check: Callable[[], T], timeout: float, what: str, interval: float = 0.2) -> T:
+    """Poll ``check`` until it returns something truthy; fail the test naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        last = check()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what} (last: {last!r})")
+        time.sleep(interval)
+
+
+@dataclass
+class KubeCluster:
+    """The cluster the e2e session runs against (``kube_cluster`` fixture).
+
+    ``extender_url``/``extender_port`` are where kube-scheduler's ``perfsched`` profile calls the
+    extender (empty/None for an external cluster whose extender runs elsewhere). ``api`` is an admin
+    client; ``core`` a CoreV1Api on it.
+    """
+
+    kubeconfig: str
+    endpoints: dict[str, str]
+    api: k8s.ApiClient
+    extender_url: str = ""
+    extender_port: int | None = None
+    state_dir: Path | None = None
+    pids: dict[str, int] = field(default_factory=dict)
+    logs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def core(self) -> k8s.CoreV1Api:
+        return k8s.CoreV1Api(self.api)
+
+    @property
+    def custom(self) -> k8s.CustomObjectsApi:
+        return k8s.CustomObjectsApi(self.api)
+
+    @property
+    def local(self) -> bool:
+        return self.state_dir is not None
+
+
+def perfsched_argv(argv: Sequence[str]) -> list[str]:
+    """``["perfsched", ...]`` run with this interpreter (the venv's), other argv unchanged."""
+    if argv and argv[0] == "perfsched":
+        return [sys.executable, "-m", "scheduler.cli", *argv[1:]]
+    return list(argv)
+
+
+class Component:
+    """A process started by a test against the cluster; stopped at test teardown.
+
+    ``kill()`` is a crash (SIGKILL), ``stop()`` a clean shutdown (SIGTERM), ``restart()`` starts the
+    same command again and waits for its health URL.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_dir: Path,
+        env: Mapping[str, str] | None = None,
+        health_url: str = "",
+    ) -> None:
+        self.name = name
+        self.argv = perfsched_argv(argv)
+        self.env = dict(env or {})
+        self.health_url = health_url
+        self.log_path = log_dir / f"{name}.log"
+        self.record: ProcessRecord | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 60.0) -> Component:
+        self._proc, self.record = spawn(self.name, self.argv, self.log_path, env=self.env, cwd=REPO)
+        if self.health_url:
+            self.wait_healthy(timeout)
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self.record.pid if self.record else None
+
+    @property
+    def running(self) -> bool:
+        return self.record is not None and is_running(self.record)
+
+    def wait_healthy(self, timeout: float = 60.0) -> None:
+        def healthy() -> bool:
+            if not self.running:
+                raise AssertionError(f"{self.name} exited during start-up:\n{self.log()}")
+            try:
+                return httpx.get(self.health_url, timeout=2.0).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        try:
+            wait_until(healthy, timeout, f"{self.name} at {self.health_url}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n--- {self.log_path}:\n{self.log()}") from None
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM (then SIGKILL after ``timeout``); returns the exit code when known."""
+        if self.record is not None:
+            stop(self.record, timeout_s=timeout)
+        return self._reap()
+
+    def kill(self) -> int | None:
+        """SIGKILL, as a crash would."""
+        if self.record is not None and self.running:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.record.pid, signal.SIGKILL)
+        return self._reap()
+
+    def restart(self, timeout: float = 60.0) -> Component:
+        self.stop()
+        return self.start(timeout)
+
+    def _reap(self) -> int | None:
+        if self._proc is None:
+            return None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return self._proc.wait(timeout=10)
+        return None
+
+    def log(self, lines: int = 60) -> str:
+        return tail(self.log_path, lines)
+
+
+def gpu_pod(
+    name: str,
+    gpus: int,
+    scheduler_name: str = "perfsched",
+    annotations: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    owner: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A minimal pod asking for ``gpus`` x ``nvidia.com/gpu`` (``restartPolicy: Never``)."""
+    meta: dict[str, Any] = {
+        "name": name,
+        "annotations": dict(annotations or {}),
+        "labels": dict(labels or {}),
+    }
+    if owner is not None:
+        meta["ownerReferences"] = [dict(owner)]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "schedulerName": scheduler_name,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+                }
+            ],
+        },
+    }
+
+
+def pod_events(core: k8s.CoreV1Api, namespace: str, pod: str) -> list[k8s.CoreV1Event]:
+    """Events whose involved object is the pod, oldest first."""
+    events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={pod}").items
+    return sorted(events, key=lambda e: e.metadata.creation_timestamp)
+
+
+def extender_calls(extender_url: str) -> list[dict[str, Any]]:
+    """The calls the e2e minimal extender has recorded (``GET /calls``)."""
+    data: list[dict[str, Any]] = httpx.get(f"{extender_url}/calls", timeout=5.0).json()
+    return data
