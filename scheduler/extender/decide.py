@@ -310,9 +310,8 @@ class Decider:
                 return Allocation.of(ctx.pod.job, old.gpu_type, g, left)
         # 3. a fresh placement with the shared algorithm, over the cache, then over the candidates
         types = self._candidate_types(ctx, fits)
-        best: Allocation | Unschedulable = Unschedulable(
-            f"no candidate node has GPU type {gpu_type}" if gpu_type else "no candidate node fits one replica"
-        )
+        # the reason reported is the whole-cluster one: a candidates-only pool is smaller than the cluster
+        reason: Unschedulable | None = None
         for pool in (None, fits):
             for t in types:
                 pool_nodes = (
@@ -335,9 +334,15 @@ class Decider:
                         if len(self._plans) > 10_000:
                             self._plans.pop(next(iter(self._plans)))
                         return result
-                elif isinstance(best, Unschedulable):
-                    best = result
-        return best
+                elif reason is None:
+                    reason = result
+            if reason is None:
+                # the cluster has room, only not among these candidates: kube-scheduler may retry others
+                reason = Unschedulable("its placement is on nodes kube-scheduler did not offer this time")
+        if reason is None:
+            gpu_type = gpu_type or "any"
+            reason = Unschedulable(f"no candidate node of GPU type {gpu_type} fits one replica")
+        return reason
 
     def _candidate_types(self, ctx: PodContext, fits: Sequence[str]) -> list[str]:
         """GPU types the gang may use: the decision, else the types of the fitting nodes (placed first)."""

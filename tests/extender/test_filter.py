@@ -1,0 +1,265 @@
+"""Filter decisions: which nodes pass, and the reason a person reads for each node that does not."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from scheduler.extender.decide import Decider
+from scheduler.k8s.cache import ClusterCache, Kind
+from tests.extender.kube import fed_cache, kube_node, kube_pod, kube_tj
+
+
+def cluster() -> ClusterCache:
+    nodes = [
+        kube_node("a100-0", "A100", 8),  # 6 used below -> 2 free
+        kube_node("a100-1", "A100", 8),  # 8 free
+        kube_node("v100-0", "V100", 4),  # 4 free
+        kube_node("t4-0", "T4", 1),  # 1 GPU in total
+        kube_node("cpu-0", "", 0),  # no GPUs
+        kube_node("a100-c", "A100", 8, unschedulable=True),  # cordoned
+    ]
+    pods = [
+        kube_pod("busy-1", 4, node="a100-0"),
+        kube_pod("busy-2", 2, node="a100-0", phase="Pending"),  # bound, not running yet: still counts
+        kube_pod("old", 8, node="a100-1", phase="Succeeded"),  # finished: holds nothing
+    ]
+    jobs = [
+        kube_tj("only-v100", replicas=1, gpus=4, allowed=["V100"]),
+        kube_tj("bad-types", replicas=1, gpus=1, allowed=["B200"]),  # unknown type: never schedulable
+    ]
+    return fed_cache(nodes, pods, jobs)
+
+
+NAMES = ["a100-0", "a100-1", "v100-0", "t4-0", "cpu-0", "a100-c", "ghost"]
+
+NEEDS_4_A100 = "perfsched: needs 4 nvidia.com/gpu of type A100, node has 2 free"
+CACHE_LAG = "perfsched: node ghost is not in the extender's cache yet (watch lag); retry"
+CORDONED = "perfsched: node a100-c is cordoned (unschedulable)"
+T4_TOO_SMALL = "perfsched: needs 4 nvidia.com/gpu per replica, node has only 1 in total"
+NO_GPU = "perfsched: node cpu-0 has no nvidia.com/gpu"
+
+CASES: list[tuple[str, dict[str, Any], list[str], dict[str, str], dict[str, str]]] = [
+    (
+        # 4 GPUs, any type: a100-0 has 8 - (4 + 2) = 2 free < 4 -> wait; a100-1 8 free, v100-0 4 free pass;
+        # t4-0 has 1 GPU in total < 4 and cpu-0 none: waiting cannot fix those
+        "plain 4-GPU pod",
+        {},
+        ["a100-1", "v100-0"],
+        {"a100-0": NEEDS_4_A100, "a100-c": CORDONED, "ghost": CACHE_LAG},
+        {"t4-0": T4_TOO_SMALL, "cpu-0": NO_GPU},
+    ),
+    (
+        # the operator decided A100: V100 and T4 are wrong types (unresolvable); a100-1 is the only fit
+        "operator decided A100",
+        {"gpu_type": "A100"},
+        ["a100-1"],
+        {"a100-0": NEEDS_4_A100, "a100-c": CORDONED, "ghost": CACHE_LAG},
+        {
+            "v100-0": "perfsched: needs GPU type A100 (the round's decision), node has V100",
+            "t4-0": "perfsched: needs GPU type A100 (the round's decision), node has T4",
+            "cpu-0": NO_GPU,
+        },
+    ),
+    (
+        # TrainingJob allows only V100: every A100 node is unresolvable, whatever is free on it
+        "job allows V100 only",
+        {"job": "only-v100"},
+        ["v100-0"],
+        {"ghost": CACHE_LAG},
+        {
+            "a100-0": "perfsched: job allows GPU types V100, node has A100",
+            "a100-1": "perfsched: job allows GPU types V100, node has A100",
+            "a100-c": "perfsched: job allows GPU types V100, node has A100",
+            "t4-0": "perfsched: job allows GPU types V100, node has T4",
+            "cpu-0": NO_GPU,
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("title", "pod_kw", "passed", "failed", "unresolvable"), CASES, ids=[c[0] for c in CASES]
+)
+def test_filter_table(
+    title: str,
+    pod_kw: dict[str, Any],
+    passed: list[str],
+    failed: dict[str, str],
+    unresolvable: dict[str, str],
+    client_for: Callable[..., TestClient],
+) -> None:
+    client = client_for(cluster())
+    pod = kube_pod("p", 4, **pod_kw)
+    r = client.post("/filter", json={"Pod": pod, "Nodes": None, "NodeNames": NAMES})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["NodeNames"] == passed
+    assert body["FailedNodes"] == failed
+    assert body["FailedAndUnresolvableNodes"] == unresolvable
+    assert body["Error"] == ""
+
+
+def test_a_job_that_can_never_be_scheduled_fails_every_node_unresolvably(
+    client_for: Callable[..., TestClient],
+) -> None:
+    client = client_for(cluster())
+    pod = kube_pod("bad-types-w0", 1, job="bad-types")
+    body = client.post("/filter", json={"Pod": pod, "NodeNames": ["a100-1", "v100-0"]}).json()
+    assert body["NodeNames"] == []
+    assert set(body["FailedAndUnresolvableNodes"]) == {"a100-1", "v100-0"}
+    assert (
+        "spec.allowedGPUTypes names unknown GPU types ['B200']"
+        in body["FailedAndUnresolvableNodes"]["a100-1"]
+    )
+
+
+def test_pods_without_gpu_requests_pass_untouched(client_for: Callable[..., TestClient]) -> None:
+    client = client_for(cluster())
+    pod = kube_pod("web", 0)
+    body = client.post("/filter", json={"Pod": pod, "NodeNames": NAMES}).json()
+    assert (
+        body["NodeNames"] == NAMES and body["FailedNodes"] == {} and body["FailedAndUnresolvableNodes"] == {}
+    )
+
+
+def test_full_node_objects_unknown_to_the_cache_are_decoded_from_the_request(
+    client_for: Callable[..., TestClient],
+) -> None:
+    client = client_for(cluster())
+    fresh = kube_node("new-0", "H100", 8)  # created a moment ago: the watch has not delivered it yet
+    items = [kube_node("a100-1", "A100", 8), fresh]
+    body = client.post(
+        "/filter", json={"Pod": kube_pod("p", 8), "Nodes": {"metadata": {}, "items": items}}
+    ).json()
+    assert [n["metadata"]["name"] for n in body["Nodes"]["items"]] == ["a100-1", "new-0"]
+    assert body["Nodes"]["items"][1] == fresh  # echoed back unmodified
+    assert body["NodeNames"] is None
+
+
+def test_reservations_of_binds_not_yet_seen_count_as_used(client_for: Callable[..., TestClient]) -> None:
+    cache = cluster()
+    assert cache.reserve("team-a", "other", "u", "a100-1", 6) is None  # bound by us, watch not caught up
+    client = client_for(cache)
+    body = client.post("/filter", json={"Pod": kube_pod("p", 4), "NodeNames": ["a100-1"]}).json()
+    # 8 - 6 reserved = 2 free < 4
+    assert body["FailedNodes"] == {
+        "a100-1": "perfsched: needs 4 nvidia.com/gpu of type A100, node has 2 free"
+    }
+
+
+# --- gangs -------------------------------------------------------------------------------------------
+
+
+def gang_cluster(big_free: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Rack r1: big-0 (8 GPUs, its own NVLink node), n1 + n2 (4 GPUs each, NVLink domain d1), n3 (4, PCIe).
+    Rack r2: m1, m2 (4 GPUs each, PCIe). ``big_free`` False fills big-0 with a running pod."""
+    nodes = [
+        kube_node("big-0", "A100", 8, rack="r1"),
+        kube_node("n1", "A100", 4, rack="r1", domain="d1"),
+        kube_node("n2", "A100", 4, rack="r1", domain="d1"),
+        kube_node("n3", "A100", 4, rack="r1", interconnect="pcie"),
+        kube_node("m1", "A100", 4, rack="r2", interconnect="pcie"),
+        kube_node("m2", "A100", 4, rack="r2", interconnect="pcie"),
+    ]
+    pods = [] if big_free else [kube_pod("filler", 8, node="big-0", namespace="other")]
+    return nodes, pods
+
+
+GANG_NAMES = ["big-0", "n1", "n2", "n3", "m1", "m2"]
+
+
+def gang_pods(n: int = 4, gpus: int = 2, **kw: Any) -> list[dict[str, Any]]:
+    return [kube_pod(f"tj-w{i}", gpus, job="tj", replica=i, gpu_type="A100", **kw) for i in range(n)]
+
+
+def test_gang_goes_to_one_node_when_one_has_room(client_for: Callable[..., TestClient]) -> None:
+    nodes, pods = gang_cluster(big_free=True)
+    gang = gang_pods()
+    cache = fed_cache(
+        nodes, pods + gang, [kube_tj("tj", replicas=4, gpus=2, alloc_replicas=4, gpu_type="A100")]
+    )
+    body = client_for(cache).post("/filter", json={"Pod": gang[0], "NodeNames": GANG_NAMES}).json()
+    # 4 replicas x 2 GPUs = 8: big-0 (8 free NVLink node) holds the whole gang
+    assert body["NodeNames"] == ["big-0"]
+    assert body["FailedNodes"]["n1"] == (
+        "perfsched: gang team-a/tj (4 x 2 GPUs) is placed on node big-0; this node is outside that placement"
+    )
+
+
+def test_gang_goes_to_one_nvlink_domain_else_one_rack(client_for: Callable[..., TestClient]) -> None:
+    nodes, pods = gang_cluster(big_free=False)
+    gang = gang_pods()
+    cache = fed_cache(nodes, pods + gang, [kube_tj("tj", replicas=4, gpus=2)])
+    client = client_for(cache)
+    body = client.post("/filter", json={"Pod": gang[0], "NodeNames": GANG_NAMES}).json()
+    # big-0 is full; n1 + n2 (4 + 4 = 8 GPUs in NVLink domain d1) hold the gang
+    assert body["NodeNames"] == ["n1", "n2"]
+    assert "NVLink domain d1 (nodes n1, n2)" in body["FailedNodes"]["n3"]
+    # fill n2 with someone else: no domain has room; rack r1 (n1 + n3 = 8) beats spanning racks
+    cache.apply(Kind.PODS, "ADDED", kube_pod("x", 4, node="n2", namespace="other"))
+    client = client_for(cache)
+    body = client.post("/filter", json={"Pod": gang[0], "NodeNames": GANG_NAMES}).json()
+    assert body["NodeNames"] == ["n1", "n3"]
+    assert "rack r1" in body["FailedNodes"]["m1"]
+
+
+def test_later_replicas_follow_the_bound_ones(client_for: Callable[..., TestClient]) -> None:
+    nodes, pods = gang_cluster(big_free=False)
+    gang = gang_pods()
+    # replicas 0 and 1 already bound to n3 (PCIe, rack r1): the other two stay in rack r1 next to them
+    gang[0] = kube_pod("tj-w0", 2, job="tj", replica=0, gpu_type="A100", node="n3")
+    gang[1] = kube_pod("tj-w1", 2, job="tj", replica=1, gpu_type="A100", node="n3")
+    cache = fed_cache(nodes, pods + gang, [kube_tj("tj", replicas=4, gpus=2)])
+    body = client_for(cache).post("/filter", json={"Pod": gang[2], "NodeNames": GANG_NAMES}).json()
+    passed = body["NodeNames"]
+    assert passed and all(cache.nodes[n].rack == "r1" for n in passed)
+
+
+def test_operator_plan_is_followed_while_it_fits(client_for: Callable[..., TestClient]) -> None:
+    nodes, pods = gang_cluster(big_free=False)
+    # the operator planned two replicas on m1 and two on m2 (rack r2): followed, although d1 is tighter
+    gang = [
+        kube_pod(f"tj-w{i}", 2, job="tj", replica=i, gpu_type="A100", planned="m1" if i < 2 else "m2")
+        for i in range(4)
+    ]
+    cache = fed_cache(nodes, pods + gang, [kube_tj("tj", replicas=4, gpus=2)])
+    body = client_for(cache).post("/filter", json={"Pod": gang[0], "NodeNames": GANG_NAMES}).json()
+    assert body["NodeNames"] == ["m1", "m2"]
+
+
+def test_stale_operator_plan_falls_back_to_gang_placement(client_for: Callable[..., TestClient]) -> None:
+    nodes, pods = gang_cluster(big_free=False)
+    pods.append(kube_pod("squatter", 4, node="m1", namespace="other"))  # m1 planned but now full
+    gang = [
+        kube_pod(f"tj-w{i}", 2, job="tj", replica=i, gpu_type="A100", planned="m1" if i < 2 else "m2")
+        for i in range(4)
+    ]
+    cache = fed_cache(nodes, pods + gang, [kube_tj("tj", replicas=4, gpus=2)])
+    body = client_for(cache).post("/filter", json={"Pod": gang[0], "NodeNames": GANG_NAMES}).json()
+    assert body["NodeNames"] == ["n1", "n2"]  # the NVLink domain, as place_gang says
+
+
+def test_a_gang_that_does_not_fit_waits_with_the_reason(client_for: Callable[..., TestClient]) -> None:
+    nodes, pods = gang_cluster(big_free=False)
+    pods += [kube_pod(f"f{i}", 4, node=n, namespace="other") for i, n in enumerate(["n1", "n2", "n3", "m1"])]
+    gang = gang_pods()
+    cache = fed_cache(nodes, pods + gang, [kube_tj("tj", replicas=4, gpus=2)])
+    body = client_for(cache).post("/filter", json={"Pod": gang[0], "NodeNames": GANG_NAMES}).json()
+    # only m2 has room (4 free) but the gang needs 4 x 2 = 8: waiting (resolvable) on m2
+    assert body["NodeNames"] == []
+    assert body["FailedNodes"]["m2"] == "perfsched: gang team-a/tj: waiting for 8 GPUs of type A100: 4 free"
+
+
+def test_filter_never_passes_a_node_without_room() -> None:
+    """Invariant over every plain-pod decision in the table cluster: passed => free >= asked."""
+    cache = cluster()
+    decider = Decider(cache, None)
+    for g in range(0, 10):
+        out = decider.filter(kube_pod("p", g), NAMES, None)
+        for name in out.passed:
+            assert g == 0 or cache.free[name] >= g
+        assert set(out.passed) | set(out.failed) | set(out.unresolvable) == set(NAMES)
