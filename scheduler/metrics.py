@@ -93,3 +93,95 @@ EXTENDER_PREDICTOR_HIT_RATIO = Gauge(
     "Fraction of prediction lookups answered from the extender's memo since start.",
     registry=REGISTRY,
 )
+
+# --- operator (scheduler/operator) -----------------------------------------------------------------
+
+_ROUND_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
+_ERROR_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0)
+
+#: TrainingJobs by status.phase (Pending, Admitted, Running, Resizing, Preempted, Succeeded, Failed).
+OPERATOR_JOBS = Gauge(
+    "perfsched_operator_jobs",
+    "TrainingJobs the operator sees, by phase, as of its last round.",
+    ["phase"],
+    registry=REGISTRY,
+)
+#: Rounds run, by result (ok | error | skipped_not_leader).
+OPERATOR_ROUNDS = Counter(
+    "perfsched_operator_rounds_total",
+    "Scheduling rounds run by the operator, by result.",
+    ["result"],
+    registry=REGISTRY,
+)
+#: Seconds of one round: phase="policy" (run_round: policy + planning), phase="total" (list, decide, write).
+OPERATOR_ROUND_SECONDS = Histogram(
+    "perfsched_operator_round_duration_seconds",
+    "Duration of one operator round, for the policy and planning alone and in total.",
+    ["phase"],
+    buckets=_ROUND_BUCKETS,
+    registry=REGISTRY,
+)
+#: Actions applied, by kind (start, resize, preempt, complete, fail, restart).
+OPERATOR_ACTIONS = Counter(
+    "perfsched_operator_actions_total",
+    "Lifecycle actions the operator applied, by kind.",
+    ["kind"],
+    registry=REGISTRY,
+)
+#: Seconds from a job's creation to its first start (queueing delay).
+OPERATOR_QUEUE_WAIT_SECONDS = Histogram(
+    "perfsched_operator_queue_wait_seconds",
+    "Time from a TrainingJob's creation until its gang was first started.",
+    buckets=_WAIT_BUCKETS,
+    registry=REGISTRY,
+)
+#: Job completion time: seconds from creation to Succeeded.
+OPERATOR_JCT_SECONDS = Histogram(
+    "perfsched_operator_job_completion_seconds",
+    "Job completion time: from a TrainingJob's creation until it Succeeded.",
+    buckets=_WAIT_BUCKETS,
+    registry=REGISTRY,
+)
+#: |predicted - observed| / observed throughput of running jobs, by GPU type (the prediction the round used).
+OPERATOR_THROUGHPUT_ERROR = Histogram(
+    "perfsched_operator_throughput_relative_error_ratio",
+    "Relative error of predicted versus observed throughput of running jobs, by GPU type.",
+    ["gpu_type"],
+    buckets=_ERROR_BUCKETS,
+    registry=REGISTRY,
+)
+#: Jobs with a deadline that finished, by outcome (met | missed).
+OPERATOR_DEADLINES = Counter(
+    "perfsched_operator_deadlines_total",
+    "TrainingJobs with a deadline that finished, by whether the deadline was met.",
+    ["outcome"],
+    registry=REGISTRY,
+)
+#: 1 while this operator replica holds the leader Lease, else 0.
+OPERATOR_LEADER = Gauge(
+    "perfsched_operator_leader",
+    "Whether this operator replica is the leader (1) or not (0).",
+    registry=REGISTRY,
+)
+#: Nodes whose nvidia.com/gpu.product label maps to no canonical GPU type, by product label.
+OPERATOR_UNKNOWN_GPU_PRODUCTS = Gauge(
+    "perfsched_operator_unknown_gpu_product_nodes",
+    "Nodes whose GPU product label is not a known GPU (they keep the raw label as their type).",
+    ["product"],
+    registry=REGISTRY,
+)
+#: Work units lost to restarts, resizes and preemptions (progress since the last checkpoint).
+OPERATOR_LOST_WORK = Counter(
+    "perfsched_operator_lost_work_units_total",
+    "Work units (iterations or samples) lost to restarts, resizes and preemptions.",
+    ["unit"],
+    registry=REGISTRY,
+)
+#: API write failures of the operator, by operation (retried next round).
+OPERATOR_API_ERRORS = Counter(
+    "perfsched_operator_api_errors_total",
+    "Kubernetes API calls of the operator that failed after retries, by operation.",
+    ["operation"],
+    registry=REGISTRY,
+)

@@ -186,6 +186,7 @@ class TrainingJobStatus(_Wire):
     progress_percent_text: str | None = None
     lost_work: float = 0.0
     attained_service: float = 0.0
+    accounted_time: float | None = None
     estimated_completion: str | None = None
     admitted_time: str | None = None
     start_time: str | None = None

@@ -1,0 +1,317 @@
+"""The actuator: turns the operator's decisions into Kubernetes objects (pods, headless Services, Events).
+
+Two halves. The manifest builders (``gang_pods``, ``headless_service``, ``event_body``, ``pod_name``,
+``service_name``) are pure: a TrainingJob object and a core ``Allocation`` in, API JSON out. ``Actuator``
+does the I/O through a ``KubeApi`` and checks ``may_act()`` (the leader election) before every write, so
+a replica that has lost its Lease stops writing at the next call instead of at the next round.
+
+A gang of generation ``g`` has one pod per replica, named ``<job>-g<g>-<i>``: names are deterministic,
+so creating a gang twice (an operator restarted half-way, or two rounds racing) creates each pod once
+(``AlreadyExists`` counts as done). Pods carry ``schedulerName: perfsched``, an owner reference to the
+TrainingJob (the garbage collector removes them with it), the labels ``perfsched.dev/job-name``,
+``perfsched.dev/replica-index`` and ``perfsched.dev/generation``, the round's decision as the annotations
+``perfsched.dev/gpu-type`` and ``perfsched.dev/planned-node``, ``perfsched.dev/start-progress`` (the
+checkpoint the gang resumes from) and the environment of a distributed trainer: ``WORLD_SIZE``, ``RANK``,
+``MASTER_ADDR``/``MASTER_PORT`` (replica 0 behind the job's headless Service), and ``PERFSCHED_*`` for the
+progress helper. The first container of the template is the worker: it gets the ``nvidia.com/gpu``
+request and limit. ``restartPolicy`` is forced to ``Never``: a crashed worker fails the gang, and the
+operator restarts the whole gang from its checkpoint (counting it against the backoff limit).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import logging
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from scheduler.core.errors import PermanentError
+from scheduler.core.types import Allocation
+from scheduler.k8s import crd
+from scheduler.k8s.kubeapi import AlreadyExists, KubeApi, Obj
+
+log = logging.getLogger(__name__)
+
+SCHEDULER_NAME = "perfsched"
+GPU_RESOURCE = "nvidia.com/gpu"
+DEFAULT_MASTER_PORT = 29500
+COMPONENT = "perfsched-operator"
+
+_DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+class NotLeader(PermanentError):
+    """This operator replica does not hold the leader Lease (any more): it must not write."""
+
+
+def _short(name: str, limit: int, prefix: str = "") -> str:
+    """``name`` as a DNS-1035 label of at most ``limit`` characters (hash-suffixed when shortened)."""
+    clean = re.sub(r"[^a-z0-9-]", "-", name.lower()).strip("-")
+    candidate = f"{prefix}{clean}"
+    if _DNS1035.match(candidate) and len(candidate) <= limit:
+        return candidate
+    if not candidate or not candidate[0].isalpha():
+        candidate = f"tj-{candidate}"
+    digest = hashlib.sha256(name.encode()).hexdigest()[:6]
+    return f"{candidate[: limit - 7].rstrip('-')}-{digest}"
+
+
+def service_name(job_name: str) -> str:
+    """The job's headless Service (a DNS-1035 label, at most 63 characters)."""
+    return _short(job_name, 63)
+
+
+def pod_name(job_name: str, generation: int, replica: int) -> str:
+    return f"{job_name}-g{generation}-{replica}"
+
+
+def pod_hostname(job_name: str, replica: int) -> str:
+    """The pod's hostname inside the headless Service's subdomain (a DNS label, at most 63 characters)."""
+    suffix = f"-{replica}"
+    return _short(job_name, 63 - len(suffix)) + suffix
+
+
+def master_addr(job_name: str, namespace: str) -> str:
+    """DNS name of replica 0: ``<hostname>.<service>.<namespace>.svc``."""
+    return f"{pod_hostname(job_name, 0)}.{service_name(job_name)}.{namespace}.svc"
+
+
+def owner_reference(tj: Mapping[str, Any]) -> Obj:
+    meta = tj["metadata"]
+    return {
+        "apiVersion": crd.API_VERSION,
+        "kind": crd.KIND,
+        "name": meta["name"],
+        "uid": meta.get("uid", ""),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def replica_nodes(alloc: Allocation) -> list[str]:
+    """Node of each replica index: the node holding most replicas first (replica 0, the master, there)."""
+    order = sorted(alloc.replicas_per_node, key=lambda nr: (-nr[1], nr[0]))
+    return [node for node, count in order for _ in range(count)]
+
+
+def _set_env(container: Obj, env: Sequence[Obj]) -> None:
+    names = {e["name"] for e in env}
+    kept = [e for e in container.get("env") or [] if e.get("name") not in names]
+    container["env"] = kept + [copy.deepcopy(e) for e in env]
+
+
+def gang_pods(
+    tj: Mapping[str, Any],
+    spec: crd.TrainingJobSpec,
+    alloc: Allocation,
+    *,
+    generation: int,
+    start_progress: float,
+    master_port: int = DEFAULT_MASTER_PORT,
+) -> list[Obj]:
+    """The pod manifests of generation ``generation`` of the job's gang on ``alloc`` (pure)."""
+    meta = tj["metadata"]
+    name, namespace = meta["name"], meta.get("namespace", "default")
+    template = spec.template
+    tmeta = template.get("metadata") or {}
+    tspec = template.get("spec") or {}
+    nodes = replica_nodes(alloc)
+    world = len(nodes)
+    total = spec.work.total
+    pods: list[Obj] = []
+    for rank, node in enumerate(nodes):
+        labels = {str(k): str(v) for k, v in (tmeta.get("labels") or {}).items()}
+        labels.update(
+            {
+                crd.LABEL_JOB_NAME: name,
+                crd.LABEL_REPLICA_INDEX: str(rank),
+                crd.LABEL_GENERATION: str(generation),
+            }
+        )
+        annotations = {str(k): str(v) for k, v in (tmeta.get("annotations") or {}).items()}
+        annotations.update(
+            {
+                crd.ANNOTATION_GPU_TYPE: alloc.gpu_type,
+                crd.ANNOTATION_PLANNED_NODE: node,
+                crd.ANNOTATION_START_PROGRESS: _num(start_progress),
+                crd.ANNOTATION_TOTAL_WORK: _num(total),
+                "perfsched.dev/world-size": str(world),
+                "perfsched.dev/batch-size": str(spec.batch_size),
+            }
+        )
+        if spec.model:
+            annotations["perfsched.dev/model"] = spec.model
+        pspec: Obj = copy.deepcopy(dict(tspec))
+        pspec["schedulerName"] = SCHEDULER_NAME
+        pspec["restartPolicy"] = "Never"
+        pspec["hostname"] = pod_hostname(name, rank)
+        pspec["subdomain"] = service_name(name)
+        pspec["terminationGracePeriodSeconds"] = spec.checkpoint_grace_seconds
+        env: list[Obj] = [
+            {"name": "WORLD_SIZE", "value": str(world)},
+            {"name": "RANK", "value": str(rank)},
+            {"name": "MASTER_ADDR", "value": master_addr(name, namespace)},
+            {"name": "MASTER_PORT", "value": str(master_port)},
+            {"name": "PERFSCHED_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {
+                "name": "PERFSCHED_POD_NAMESPACE",
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}},
+            },
+            {"name": "PERFSCHED_JOB_NAME", "value": name},
+            {"name": "PERFSCHED_TOTAL_WORK", "value": _num(total)},
+            {"name": "PERFSCHED_WORK_UNIT", "value": spec.work.unit.value},
+            {"name": "PERFSCHED_START_PROGRESS", "value": _num(start_progress)},
+            {"name": "PERFSCHED_GENERATION", "value": str(generation)},
+            {"name": "PERFSCHED_GPU_TYPE", "value": alloc.gpu_type},
+        ]
+        containers = pspec.get("containers") or []
+        for i, c in enumerate(containers):
+            _set_env(c, env)
+            if i == 0:
+                res = c.setdefault("resources", {})
+                res.setdefault("limits", {})[GPU_RESOURCE] = str(alloc.gpus_per_replica)
+                res.setdefault("requests", {})[GPU_RESOURCE] = str(alloc.gpus_per_replica)
+        pods.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": pod_name(name, generation, rank),
+                    "namespace": namespace,
+                    "labels": labels,
+                    "annotations": annotations,
+                    "ownerReferences": [owner_reference(tj)],
+                },
+                "spec": pspec,
+            }
+        )
+    return pods
+
+
+def headless_service(tj: Mapping[str, Any], *, master_port: int = DEFAULT_MASTER_PORT) -> Obj:
+    """The job's headless Service: gives replica 0 the stable DNS name used as ``MASTER_ADDR`` (pure)."""
+    meta = tj["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": service_name(meta["name"]),
+            "namespace": meta.get("namespace", "default"),
+            "labels": {crd.LABEL_JOB_NAME: meta["name"]},
+            "ownerReferences": [owner_reference(tj)],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {crd.LABEL_JOB_NAME: meta["name"]},
+            "ports": [{"name": "dist", "port": master_port, "targetPort": master_port}],
+        },
+    }
+
+
+def event_body(
+    tj: Mapping[str, Any], *, type_: str, reason: str, message: str, now: float, instance: str = ""
+) -> Obj:
+    """A core/v1 Event about the TrainingJob (pure)."""
+    meta = tj["metadata"]
+    ts = crd.rfc3339(now)
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta.get("namespace", "default")},
+        "involvedObject": {
+            "apiVersion": crd.API_VERSION,
+            "kind": crd.KIND,
+            "name": meta["name"],
+            "namespace": meta.get("namespace", "default"),
+            "uid": meta.get("uid", ""),
+        },
+        "type": type_,
+        "reason": reason,
+        "message": message[:1024],
+        "source": {"component": COMPONENT},
+        "reportingComponent": "perfsched.dev/operator",
+        "reportingInstance": instance or COMPONENT,
+        "firstTimestamp": ts,
+        "lastTimestamp": ts,
+        "count": 1,
+    }
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+class Actuator:
+    """Applies the operator's changes through a ``KubeApi``; every write first checks ``may_act()``."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        *,
+        may_act: Callable[[], bool] = lambda: True,
+        master_port: int = DEFAULT_MASTER_PORT,
+        instance: str = "",
+    ) -> None:
+        self.api = api
+        self._may_act = may_act
+        self._port = master_port
+        self._instance = instance
+
+    def _check(self) -> None:
+        if not self._may_act():
+            raise NotLeader("this operator replica does not hold the leader Lease")
+
+    def start_gang(
+        self,
+        tj: Mapping[str, Any],
+        spec: crd.TrainingJobSpec,
+        alloc: Allocation,
+        *,
+        generation: int,
+        start_progress: float,
+    ) -> list[str]:
+        """Create the headless Service (once) and the gang's pods; returns the pod names."""
+        namespace = tj["metadata"].get("namespace", "default")
+        self._check()
+        with contextlib.suppress(AlreadyExists):
+            self.api.create_service(namespace, headless_service(tj, master_port=self._port))
+        names = []
+        for pod in gang_pods(
+            tj, spec, alloc, generation=generation, start_progress=start_progress, master_port=self._port
+        ):
+            self._check()
+            try:
+                self.api.create_pod(namespace, pod)
+            except AlreadyExists:
+                log.info("pod already exists", extra={"pod": pod["metadata"]["name"]})
+            names.append(pod["metadata"]["name"])
+        return names
+
+    def delete_pods(self, namespace: str, names: Sequence[str], grace_seconds: int | None) -> None:
+        """Delete pods gracefully (SIGTERM, then the grace period for the checkpoint)."""
+        for name in names:
+            self._check()
+            self.api.delete_pod(namespace, name, grace_seconds)
+
+    def delete_service(self, tj: Mapping[str, Any]) -> None:
+        self._check()
+        meta = tj["metadata"]
+        self.api.delete_service(meta.get("namespace", "default"), service_name(meta["name"]))
+
+    def patch_status(self, tj: Mapping[str, Any], status: Mapping[str, Any]) -> Obj:
+        self._check()
+        meta = tj["metadata"]
+        return self.api.patch_trainingjob_status(meta.get("namespace", "default"), meta["name"], status)
+
+    def event(self, tj: Mapping[str, Any], *, type_: str, reason: str, message: str, now: float) -> None:
+        """Record an Event; a failure to record one is logged, never fatal."""
+        self._check()
+        body = event_body(tj, type_=type_, reason=reason, message=message, now=now, instance=self._instance)
+        try:
+            self.api.create_event(tj["metadata"].get("namespace", "default"), body)
+        except Exception as exc:  # events are best effort, as in client-go's recorder
+            log.warning("could not record event", extra={"reason": reason, "error": str(exc)})

@@ -1,0 +1,92 @@
+"""The operator's throughput oracle: the ``perfmodel`` predictor, corrected online by observed throughput.
+
+In-memory state only (no I/O, no clock). ``CorrectedOracle`` answers the core's ``ThroughputOracle``
+questions with ``perfmodel.online.OnlineCorrector.predict`` (offline prediction times the learned
+per-GPU-type, per-model-and-type and per-job corrections) and feeds the workers' reported throughput into
+the corrector with ``observe``. Observations are keyed by the (job features, placement) pair, so a job's
+own correction applies exactly where it was measured, and the shared levels move every other prediction
+on that GPU type and model. Work units are converted to samples per second for the corrector
+(iterations x global batch) and back. A row the predictor cannot answer is 0 ("cannot run there"), as in
+``scheduler.oracles.PredictorOracle``, whose feature mapping this class reuses.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from scheduler.core.protocols import ThroughputOracle
+from scheduler.core.types import Job, PlacementShape, WorkUnit
+from scheduler.oracles.predictor import hardware_features, job_features
+
+if TYPE_CHECKING:
+    from perfmodel.online import OnlineCorrector
+
+log = logging.getLogger(__name__)
+
+
+class ThroughputLearner(Protocol):
+    """An oracle that also learns: ``observe`` records a measured throughput (work units/s)."""
+
+    def throughput(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[float]: ...
+
+    def observe(self, job: Job, shape: PlacementShape, throughput: float) -> None: ...
+
+
+class CorrectedOracle(ThroughputOracle):
+    """``ThroughputOracle`` over an ``OnlineCorrector`` (see the module docstring)."""
+
+    def __init__(self, corrector: OnlineCorrector) -> None:
+        self.corrector = corrector
+        self._warned: set[str] = set()
+
+    @classmethod
+    def load(cls) -> CorrectedOracle:
+        """The shipped predictor with an empty online correction."""
+        from perfmodel.online import OnlineCorrector
+        from perfmodel.predictor import Predictor
+
+        return cls(OnlineCorrector(Predictor.load()))
+
+    def _warn(self, job: Job, exc: Exception) -> None:
+        if job.name not in self._warned:
+            self._warned.add(job.name)
+            log.warning("predictor cannot answer for job", extra={"job": job.name, "error": str(exc)})
+
+    def throughput(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[float]:
+        from perfmodel.errors import InvalidInputError
+
+        if not queries:
+            return []
+        rows = [(job_features(job), hardware_features(shape)) for job, shape in queries]
+        try:
+            preds = self.corrector.predict(rows)
+            iters = list(preds.iters_per_s)
+        except InvalidInputError:
+            # one bad row must not blind the policy to every other job: answer row by row
+            iters = []
+            for (job, _), row in zip(queries, rows, strict=True):
+                try:
+                    iters.append(self.corrector.predict([row]).iters_per_s[0])
+                except InvalidInputError as exc:
+                    self._warn(job, exc)
+                    iters.append(0.0)
+        out = []
+        for (job, _), ips in zip(queries, iters, strict=True):
+            value = ips * job.batch_size if job.work_unit is WorkUnit.SAMPLES else ips
+            out.append(value if value > 0 and math.isfinite(value) else 0.0)
+        return out
+
+    def observe(self, job: Job, shape: PlacementShape, throughput: float) -> None:
+        """Record that ``job`` ran at ``throughput`` work units/s on ``shape``; bad input is ignored."""
+        from perfmodel.errors import InvalidInputError
+
+        if not (throughput > 0 and math.isfinite(throughput)) or job.batch_size <= 0:
+            return
+        samples = throughput if job.work_unit is WorkUnit.SAMPLES else throughput * job.batch_size
+        try:
+            self.corrector.observe(job_features(job), hardware_features(shape), samples)
+        except InvalidInputError as exc:
+            self._warn(job, exc)

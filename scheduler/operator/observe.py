@@ -1,0 +1,289 @@
+"""What the operator sees: each TrainingJob's gang, progress and health, derived from API objects alone.
+
+Pure (no I/O, ``now`` passed in). Nothing the operator decides is remembered in memory: the intent is in
+the TrainingJob's status (``status.allocation`` set = "a gang of generation ``status.gangGeneration``
+with this allocation should exist") and the facts are in the pods. ``observe_job`` joins the two:
+
+- ``cur``: pods of the intended generation; ``stale``: unfinished pods that are not (older generations,
+  or any pod while no gang is intended), which the operator deletes;
+- ``draining``: unfinished pods already being deleted; their GPUs stay taken until they are gone;
+- the gang's ``state``: ``IDLE`` (no gang, nothing draining: the job waits for the policy), ``DRAINING``,
+  ``STARTING`` (pods created, not all Running), ``RUNNING``, ``COMPLETED`` (replica 0 reported the
+  declared work done, or exited 0), ``CRASHED`` (a pod of the gang Failed), ``BROKEN`` (a pod of a
+  running gang vanished, or its node did), ``STUCK`` (the gang was not scheduled in time), ``MISSING``
+  (fewer pods than the intent: an operator died half-way through creating the gang; recreate the rest);
+- progress, checkpoint and observed throughput from the ``perfsched.dev/progress`` reports, replica 0
+  authoritative, falling back to the values saved in the status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from scheduler.core.types import Allocation
+from scheduler.k8s import crd
+from scheduler.k8s.codec import CodecError, PodInfo, decode_pod
+from scheduler.k8s.progress import ProgressReport, parse_progress, parse_start_progress
+
+
+class GangState(StrEnum):
+    IDLE = "idle"
+    DRAINING = "draining"
+    STARTING = "starting"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    CRASHED = "crashed"
+    BROKEN = "broken"
+    STUCK = "stuck"
+    MISSING = "missing"
+    TERMINAL = "terminal"
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    """One pod of a TrainingJob: the decoded facts plus what only the operator reads."""
+
+    info: PodInfo
+    deleting: bool
+    report: ProgressReport | None
+    start_progress: float | None
+    created: float | None
+    failure: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def unfinished(self) -> bool:
+        return not self.info.terminal
+
+    @property
+    def node(self) -> str:
+        """Where the pod is (bound) or is planned to be."""
+        return self.info.node_name or self.info.planned_node
+
+
+def _failure_text(obj: Mapping[str, Any]) -> str:
+    status = obj.get("status") or {}
+    parts = []
+    for cs in status.get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated") or {}
+        if term:
+            parts.append(
+                f"container {cs.get('name', '?')} exited with code {term.get('exitCode', '?')}"
+                + (f" ({term['reason']})" if term.get("reason") else "")
+            )
+    if status.get("reason"):
+        parts.append(str(status["reason"]) + (f": {status['message']}" if status.get("message") else ""))
+    return "; ".join(parts) or "pod failed"
+
+
+def pod_view(obj: Mapping[str, Any]) -> PodView | None:
+    """A pod API object as a ``PodView``; None for a pod whose fields do not decode."""
+    try:
+        info = decode_pod(obj)
+    except CodecError:
+        return None
+    meta = obj.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    return PodView(
+        info=info,
+        deleting=bool(meta.get("deletionTimestamp")),
+        report=parse_progress(annotations.get(crd.ANNOTATION_PROGRESS)),
+        start_progress=parse_start_progress(annotations.get(crd.ANNOTATION_START_PROGRESS)),
+        created=crd.parse_time(meta.get("creationTimestamp")),
+        failure=_failure_text(obj) if info.phase == "Failed" else "",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A TrainingJob as observed in one round (see the module docstring)."""
+
+    key: str
+    obj: Mapping[str, Any]
+    status: crd.TrainingJobStatus
+    state: GangState
+    generation: int
+    cur: tuple[PodView, ...] = ()
+    stale: tuple[PodView, ...] = ()
+    draining: tuple[PodView, ...] = ()
+    allocation: Allocation | None = None
+    progress: float = 0.0
+    checkpoint: float = 0.0
+    observed_throughput: float | None = None
+    start_progress: float = 0.0
+    detail: str = ""
+    running_replicas: int = 0
+    expected_replicas: int = 0
+    missing: tuple[int, ...] = field(default_factory=tuple)
+
+    @property
+    def name(self) -> str:
+        return str(self.obj["metadata"]["name"])
+
+    @property
+    def namespace(self) -> str:
+        return str(self.obj["metadata"].get("namespace", "default"))
+
+
+def intended_allocation(job_key: str, status: crd.TrainingJobStatus) -> Allocation | None:
+    """The gang the status says should exist, as a core ``Allocation`` (None: no gang intended)."""
+    a = status.allocation
+    if a is None or a.replicas <= 0 or not a.replicas_per_node or a.gpus_per_replica <= 0:
+        return None
+    return Allocation.of(job_key, a.gpu_type, a.gpus_per_replica, a.replicas_per_node)
+
+
+def observe_job(
+    obj: Mapping[str, Any],
+    pods: Sequence[PodView],
+    *,
+    now: float,
+    total_work: float | None,
+    node_names: Collection[str],
+    start_timeout_s: float,
+) -> JobView:
+    """Join a TrainingJob's status with its pods into a ``JobView`` (pure)."""
+    key = crd.job_key(obj)
+    status = crd.parse_status(obj)
+    gen = status.gang_generation
+    intent = intended_allocation(key, status)
+
+    cur = [p for p in pods if intent is not None and p.info.generation == str(gen)]
+    cur_names = {p.name for p in cur}
+    others = [p for p in pods if p.name not in cur_names]
+    stale = tuple(p for p in others if p.unfinished and not p.deleting)
+    draining = tuple(p for p in pods if p.unfinished and p.deleting)
+
+    # Progress: replica 0 of the current gang when it reports, else what the status saved.
+    progress, checkpoint = status.progress, status.checkpoint_progress
+    observed: float | None = None
+    r0 = next((p for p in cur if p.info.replica_index == 0), None)
+    if r0 is not None and r0.report is not None:
+        progress = r0.report.progress
+        if r0.unfinished and not r0.deleting and r0.report.throughput > 0:
+            observed = r0.report.throughput
+    # A checkpoint survives restarts: the best one any replica-0 report (old gangs included) has seen.
+    for p in pods:
+        if p.info.replica_index == 0 and p.report is not None:
+            checkpoint = max(checkpoint, p.report.checkpoint)
+    if total_work is not None:
+        progress = min(progress, total_work)
+        checkpoint = min(checkpoint, total_work)
+    checkpoint = min(checkpoint, max(progress, checkpoint))
+    progress = max(progress, checkpoint)
+    starts = [p.start_progress for p in cur if p.start_progress is not None]
+    start_progress = starts[0] if starts else status.checkpoint_progress
+
+    view = JobView(
+        key=key,
+        obj=obj,
+        status=status,
+        state=GangState.IDLE,
+        generation=gen,
+        cur=tuple(cur),
+        stale=stale,
+        draining=draining,
+        progress=progress,
+        checkpoint=checkpoint,
+        observed_throughput=observed,
+        start_progress=start_progress,
+    )
+
+    if status.phase in crd.TERMINAL_PHASES:
+        return replace(view, state=GangState.TERMINAL)
+    if intent is None:
+        return replace(view, state=GangState.DRAINING if (stale or draining) else GangState.IDLE)
+
+    expected = intent.replicas
+    view = replace(view, expected_replicas=expected)
+    done = (total_work is not None and progress >= total_work - 1e-9) or any(
+        p.info.replica_index == 0 and p.info.phase == "Succeeded" for p in cur
+    )
+    if done:
+        return replace(view, state=GangState.COMPLETED, detail="replica 0 reported all work done")
+    failed = [p for p in cur if p.info.phase == "Failed"]
+    if failed:
+        return replace(
+            view, state=GangState.CRASHED, detail=f"pod {failed[0].name} failed: {failed[0].failure}"
+        )
+    live = [p for p in cur if p.unfinished and not p.deleting]
+    present = {p.info.replica_index for p in cur}
+    missing = tuple(i for i in range(expected) if i not in present)
+    lost_nodes = sorted({p.node for p in live if p.node and p.node not in node_names})
+    if lost_nodes:
+        return replace(
+            view, state=GangState.BROKEN, detail=f"node {', '.join(lost_nodes)} of the gang is gone"
+        )
+    # A replica that already exited 0 is done, not gone: replica 0 finishing completes the job.
+    finished = sum(1 for p in cur if p.info.phase == "Succeeded")
+    running = sum(1 for p in live if p.info.phase == "Running") + finished
+    view = replace(view, running_replicas=running)
+    deleted = [p for p in cur if p.deleting and p.unfinished]
+    if missing or deleted:
+        if status.phase == "Admitted" and not deleted:
+            # The gang was being created when the previous leader stopped: create what is missing.
+            return replace(view, state=GangState.MISSING, missing=missing)
+        gone = sorted(
+            set(missing) | {p.info.replica_index for p in deleted if p.info.replica_index is not None}
+        )
+        return replace(
+            view,
+            state=GangState.BROKEN,
+            detail=f"replica(s) {', '.join(map(str, gone))} of the running gang disappeared",
+        )
+    members = [p for p in cur if (p.unfinished and not p.deleting) or p.info.phase == "Succeeded"]
+    view = replace(view, allocation=_allocation_of(key, intent, members))
+    if running == expected:
+        return replace(view, state=GangState.RUNNING)
+    unbound = [p for p in live if not p.info.node_name]
+    oldest = min((p.created for p in unbound if p.created is not None), default=None)
+    if unbound and oldest is not None and start_timeout_s > 0 and now - oldest > start_timeout_s:
+        return replace(
+            view,
+            state=GangState.STUCK,
+            detail=(
+                f"{len(unbound)} of {expected} pods were not scheduled within {start_timeout_s:.0f} s; "
+                "see their FailedScheduling events"
+            ),
+        )
+    return replace(view, state=GangState.STARTING)
+
+
+def _allocation_of(key: str, intent: Allocation, live: Sequence[PodView]) -> Allocation:
+    """The gang's allocation where its pods really are (bound node, else the planned one)."""
+    per_node: dict[str, int] = {}
+    for p in live:
+        node = p.node
+        if node:
+            per_node[node] = per_node.get(node, 0) + 1
+    return Allocation.of(key, intent.gpu_type, intent.gpus_per_replica, per_node)
+
+
+def held_allocations(
+    pods: Sequence[PodView], accounted: Collection[str], node_types: Mapping[str, str]
+) -> dict[str, Allocation]:
+    """Pseudo-allocations for GPUs held by pods no job in the round accounts for, one per pod.
+
+    Pods of perfsched jobs still draining (checkpointing after SIGTERM), leftovers of older generations
+    and pods perfsched does not manage all hold their GPUs until they are gone, but only for now: they
+    are modelled as allocations of jobs that are not in the round (``"<namespace>/<pod>#held"``), which
+    every policy treats as taken and never moves, rather than as ``Node.gpus_external``, which the core
+    reads as capacity that will never come back (and would make a waiting job look unschedulable).
+    ``accounted`` holds the keys (``namespace/name``) of pods whose GPUs a real allocation already
+    counts. A pod holds GPUs while it is bound and unfinished, also while it is being deleted.
+    """
+    out: dict[str, Allocation] = {}
+    for p in pods:
+        info = p.info
+        gpu_type = node_types.get(info.node_name)
+        if not info.holds_gpus or gpu_type is None or info.key in accounted:
+            continue
+        name = f"{info.key}#held"
+        out[name] = Allocation.of(name, gpu_type, info.gpus, {info.node_name: 1})
+    return out
