@@ -1,0 +1,48 @@
+# perfsched container image: one image, entrypoint `perfsched`, so the commands are
+#   perfsched extender | perfsched operator | perfsched simulate | perfsched emulate
+# Build:  docker build -t perfsched:dev .
+# Lint:   hadolint Dockerfile   (tests/deploy/test_image.py runs it)
+# Dependencies are pinned by deploy/image/requirements.lock (generated from the tested venv); the wheel is
+# built by deploy/image/build-wheel.sh, the same script the tests run, and carries the shipped predictor
+# model (perfmodel/data) and the simulator's sample traces and cluster specs as package data.
+
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+
+# ---- build: a virtualenv with the pinned dependencies and the perfsched wheel -------------------------
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
+WORKDIR /src
+RUN python -m venv /opt/perfsched \
+ && /opt/perfsched/bin/pip install --no-cache-dir "pip==26.3" "setuptools==84.2.1" "wheel==0.48.0"
+ENV PATH=/opt/perfsched/bin:$PATH
+COPY deploy/image/requirements.lock /src/deploy/image/requirements.lock
+RUN pip install --no-cache-dir --require-virtualenv -r deploy/image/requirements.lock
+COPY pyproject.toml README.md /src/
+COPY deploy/image/build-wheel.sh /src/deploy/image/build-wheel.sh
+COPY scheduler /src/scheduler
+COPY perfmodel /src/perfmodel
+RUN sh deploy/image/build-wheel.sh /wheels \
+ && pip install --no-cache-dir --no-deps /wheels/perfsched-*.whl \
+ && pip check \
+ && pip uninstall --yes setuptools wheel
+
+# ---- runtime: slim base, the venv, a non-root user --------------------------------------------------
+FROM ${PYTHON_IMAGE} AS runtime
+# xgboost needs the GNU OpenMP runtime, which the slim image does not carry.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libgomp1=12.2.0-14+deb12u1 \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --system --gid 10001 perfsched \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin perfsched
+COPY --from=build /opt/perfsched /opt/perfsched
+ENV PATH=/opt/perfsched/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    MPLCONFIGDIR=/tmp
+USER 10001:10001
+WORKDIR /tmp
+# The Helm chart runs `extender` and `operator`; 8888 = extender API and /metrics, 9090 = operator /metrics.
+EXPOSE 8888 9090
+ENTRYPOINT ["perfsched"]
+CMD ["--help"]

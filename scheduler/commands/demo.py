@@ -1,0 +1,172 @@
+"""``perfsched demo``: the one-command tour (``make demo``).
+
+CLI command module (I/O, rich output). Brings up the local control plane with perfsched's extender,
+operator and workload emulator, submits TrainingJobs from the shipped Philly sample on a heterogeneous
+KWOK cluster, shows jobs by phase, GPUs in use and the latest scheduling decisions live, and ends with a
+report. Cleans up on success, failure and Ctrl-C. Exit codes: 0 ok, 1 a step failed, 2 bad arguments,
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+_STATE_DIR = typer.Option(
+    None, "--state-dir", help="Cluster state directory [default: ~/.cache/perfsched/demo-cluster]."
+)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("demo")
+    def demo(
+        duration: float = typer.Option(180.0, "--duration", help="Seconds to run the workload (at most)."),
+        jobs: int = typer.Option(16, "--jobs", help="TrainingJobs to submit from the Philly sample."),
+        policy: str = typer.Option("", "--policy", help="Scheduling policy [default: the operator's]."),
+        cluster: str = typer.Option(
+            "gavel-heterogeneous", "--cluster", help="Cluster spec (shipped name or YAML file)."
+        ),
+        nodes_per_pool: int = typer.Option(
+            2, "--nodes-per-pool", help="Nodes kept from each pool of the spec."
+        ),
+        seed: int = typer.Option(0, "--seed", help="Seed of the model assignment."),
+        time_scale: float = typer.Option(1.0, "--time-scale", help="Emulated seconds per wall second."),
+        keep: bool = typer.Option(False, "--keep", help="Leave the cluster running at the end."),
+        state_dir: Path = _STATE_DIR,
+    ) -> None:
+        """Run a TrainingJob workload through perfsched on a local control plane and report how it went."""
+        import logging
+
+        from rich.console import Console
+
+        from scheduler.core.errors import ConfigError
+        from scheduler.demo.runner import DemoError, DemoOptions, run_demo
+
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+        console = Console()
+        if policy:
+            from scheduler.policies import POLICIES
+
+            if policy not in POLICIES:
+                raise ConfigError(
+                    f"--policy: unknown policy {policy!r}; known: {', '.join(sorted(POLICIES))}"
+                )
+        options = DemoOptions(
+            duration_s=duration,
+            jobs=jobs,
+            policy=policy,
+            cluster=cluster,
+            nodes_per_pool=nodes_per_pool,
+            seed=seed,
+            time_scale=time_scale,
+            keep=keep,
+            state_dir=state_dir,
+        )
+        live = _LiveView(console)
+        try:
+            with live:
+                report, where = run_demo(options, render=live.update, say=live.say)
+        except DemoError as exc:
+            console.print(f"[bold red]perfsched demo: {exc}[/]")
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            console.print("[yellow]perfsched demo: interrupted; the cluster was stopped.[/]")
+            raise typer.Exit(130) from None
+        _print_report(console, report, where, options)
+
+
+class _LiveView:
+    """A rich Live panel: jobs by phase, GPUs in use, recent decisions with their reasons."""
+
+    def __init__(self, console: Any) -> None:
+        from rich.live import Live
+
+        self.console = console
+        self.live = Live(console=console, refresh_per_second=4, transient=False)
+
+    def __enter__(self) -> _LiveView:
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.live.__exit__(*exc)  # type: ignore[arg-type]
+
+    def say(self, text: str) -> None:
+        self.live.console.print(text)
+
+    def update(self, watch: Any, options: Any, total_gpus: int) -> None:
+        import time
+
+        from rich.console import Group
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+
+        from scheduler.demo import report as rep
+
+        elapsed = time.monotonic() - watch.started
+        phases = rep.phase_counts(watch.tjs)
+        used = rep.gpus_in_use(watch.tjs)
+        head = Table.grid(padding=(0, 2))
+        head.add_row(
+            f"[bold]perfsched demo[/] {elapsed:5.0f}/{options.duration_s:.0f} s",
+            f"policy [cyan]{options.policy or 'default'}[/]",
+            f"submitted {watch.submitted}",
+        )
+        phase_table = Table(title="TrainingJobs by phase", show_edge=False)
+        for name in phases:
+            phase_table.add_column(name, justify="right")
+        phase_table.add_row(*(str(v) for v in phases.values()))
+        gpus = Table.grid(padding=(0, 1))
+        gpus.add_row(
+            "GPUs in use",
+            ProgressBar(total=max(1, total_gpus), completed=used, width=40),
+            f"{used}/{total_gpus}",
+        )
+        events = Table(title="recent decisions", show_edge=False, expand=True)
+        events.add_column("time", no_wrap=True)
+        events.add_column("job", no_wrap=True)
+        events.add_column("reason", no_wrap=True, style="cyan")
+        events.add_column("message", overflow="ellipsis", no_wrap=True)
+        for row in watch.events:
+            events.add_row(*row)
+        self.live.update(Group(head, phase_table, gpus, events))
+
+
+def _print_report(console: Any, report: Any, where: dict[str, Any], options: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title="perfsched demo report", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row(
+        "jobs",
+        f"{report.submitted} submitted, {report.succeeded} succeeded, "
+        f"{report.failed} failed, {report.unfinished} unfinished after {options.duration_s:.0f} s",
+    )
+    table.add_row("avg JCT", "-" if report.avg_jct_s is None else f"{report.avg_jct_s:.1f} s")
+    table.add_row("GPU utilisation", f"{report.utilisation:.0%}")
+    table.add_row(
+        "preemptions / resizes / restarts", f"{report.preemptions} / {report.resizes} / {report.restarts}"
+    )
+    table.add_row(
+        "predictor error",
+        "-"
+        if report.predictor_error is None
+        else f"{report.predictor_error:.1%} mean |predicted - observed| / observed "
+        f"({report.predictor_samples} samples)",
+    )
+    for key, label in (
+        ("logs", "logs"),
+        ("extender_metrics_file", "extender metrics"),
+        ("operator_metrics_file", "operator metrics"),
+    ):
+        if where.get(key):
+            table.add_row(label, str(where[key]))
+    console.print(table)
+    if options.keep and where.get("kubeconfig"):
+        console.print(
+            f"cluster kept: export KUBECONFIG={where['kubeconfig']}; kubectl get tj -n perfsched-demo; "
+            f"metrics at {where['extender_metrics']} and {where['operator_metrics']}"
+        )

@@ -1,0 +1,350 @@
+"""The Helm chart lints, renders with default and non-default values, ships the repo's CRDs unchanged,
+grants least-privilege RBAC, runs every container locked down, wires kube-scheduler to the extender, and
+its schema rejects bad values naming the field."""
+
+from __future__ import annotations
+
+import base64
+import filecmp
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.deploy.conftest import CHART, KUBE_VERSION, ROOT, Render, by_kind, run_helm
+
+NS = "perfsched-system"
+
+
+def containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = doc["spec"]["template"]["spec"]
+    return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+def scheduler_config(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    cm = by_kind(docs, "ConfigMap")["ps-perfsched-scheduler-config"]
+    return yaml.safe_load(cm["data"]["scheduler-config.yaml"])
+
+
+# --- lint and render ---------------------------------------------------------------------------------
+
+
+def test_helm_lint_passes_strict(helm: Path) -> None:
+    out = run_helm(helm, "lint", "--strict", str(CHART), *KUBE_VERSION)
+    assert out.returncode == 0, out.stdout + out.stderr
+    tls = run_helm(
+        helm,
+        "lint",
+        "--strict",
+        str(CHART),
+        "--set",
+        "tls.enabled=true",
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "metrics.prometheusRule.enabled=true",
+    )
+    assert tls.returncode == 0, tls.stdout + tls.stderr
+
+
+def test_default_render_has_every_component(render: Render) -> None:
+    docs = render()
+    kinds = sorted({d["kind"] for d in docs})
+    assert kinds == sorted(
+        [
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "CustomResourceDefinition",
+            "Deployment",
+            "PodDisruptionBudget",
+            "Role",
+            "RoleBinding",
+            "Service",
+            "ServiceAccount",
+        ]
+    )
+    assert set(by_kind(docs, "Deployment")) == {
+        "ps-perfsched-extender",
+        "ps-perfsched-operator",
+        "ps-perfsched-scheduler",
+    }
+    assert set(by_kind(docs, "ServiceAccount")) == {
+        "ps-perfsched-extender",
+        "ps-perfsched-operator",
+        "ps-perfsched-scheduler",
+    }
+    assert set(by_kind(docs, "CustomResourceDefinition")) == {"trainingjobs.perfsched.dev"}
+    # the optional Prometheus Operator objects are off by default (their CRDs may be absent)
+    assert not [d for d in docs if d["apiVersion"].startswith("monitoring.coreos.com")]
+    for d in docs:
+        if d["kind"] not in {"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}:
+            assert d["metadata"]["namespace"] in {NS, "kube-system"}, d["metadata"]
+
+
+def test_extender_deployment_is_highly_available_and_probed(render: Render) -> None:
+    docs = render()
+    ext = by_kind(docs, "Deployment")["ps-perfsched-extender"]
+    assert ext["spec"]["replicas"] == 2
+    (c,) = containers(ext)
+    assert c["args"][0] == "extender"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["resources"]["requests"] and c["resources"]["limits"]
+    pdb = by_kind(docs, "PodDisruptionBudget")["ps-perfsched-extender"]
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == ext["spec"]["selector"]["matchLabels"]
+    svc = by_kind(docs, "Service")["ps-perfsched-extender"]
+    assert svc["spec"]["selector"] == ext["spec"]["template"]["metadata"]["labels"]
+
+
+def test_operator_uses_leader_election(render: Render) -> None:
+    op = by_kind(render(), "Deployment")["ps-perfsched-operator"]
+    (c,) = containers(op)
+    assert c["args"][0] == "operator"
+    assert "--leader-elect" in c["args"]
+    two = by_kind(render("operator.replicas=2"), "Deployment")["ps-perfsched-operator"]
+    assert two["spec"]["replicas"] == 2
+
+
+def test_kube_scheduler_profile_calls_the_extender_service(render: Render) -> None:
+    docs = render()
+    sched = by_kind(docs, "Deployment")["ps-perfsched-scheduler"]
+    (c,) = containers(sched)
+    assert c["image"] == "registry.k8s.io/kube-scheduler:v1.35.4"
+    cfg = scheduler_config(docs)
+    assert cfg["kind"] == "KubeSchedulerConfiguration"
+    assert [p["schedulerName"] for p in cfg["profiles"]] == ["perfsched"]
+    assert cfg["leaderElection"]["resourceName"] == "ps-perfsched-scheduler"
+    (ext,) = cfg["extenders"]
+    # Service name . namespace . svc : port of the extender Service rendered above
+    svc = by_kind(docs, "Service")["ps-perfsched-extender"]
+    assert ext["urlPrefix"] == f"http://ps-perfsched-extender.{NS}.svc:{svc['spec']['ports'][0]['port']}"
+    assert (ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"]) == ("filter", "prioritize", "bind")
+    assert ext["nodeCacheCapable"] is True
+    assert ext["weight"] > 0  # kube-scheduler refuses a prioritize extender without a positive weight
+    assert ext["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]
+    assert "enableHTTPS" not in ext
+
+
+# --- security ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sets", [(), ("tls.enabled=true", "operator.replicas=2")])
+def test_every_container_is_non_root_read_only_without_escalation(
+    render: Render, sets: tuple[str, ...]
+) -> None:
+    for dep in by_kind(render(*sets), "Deployment").values():
+        pod = dep["spec"]["template"]["spec"]
+        for c in containers(dep):
+            sc = {**pod.get("securityContext", {}), **c.get("securityContext", {})}
+            name = f"{dep['metadata']['name']}/{c['name']}"
+            assert sc.get("runAsNonRoot") is True, name
+            assert sc.get("runAsUser", 0) != 0, name
+            assert sc.get("readOnlyRootFilesystem") is True, name
+            assert sc.get("allowPrivilegeEscalation") is False, name
+            assert sc.get("capabilities", {}).get("drop") == ["ALL"], name
+            assert not sc.get("privileged", False), name
+
+
+ALLOWED_EXTERNAL_ROLES = {
+    # upstream roles a second kube-scheduler needs; narrowly scoped by Kubernetes itself
+    "system:kube-scheduler",
+    "system:volume-scheduler",
+    "extension-apiserver-authentication-reader",
+}
+
+
+def test_rbac_is_least_privilege(render: Render) -> None:
+    docs = render()
+    roles = {**by_kind(docs, "ClusterRole"), **by_kind(docs, "Role")}
+    assert roles
+    for name, role in roles.items():
+        for rule in role["rules"]:
+            for field in ("verbs", "resources", "apiGroups"):
+                assert "*" not in rule.get(field, []), f"{name}: wildcard in {field}"
+            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), name
+            assert "secrets" not in rule["resources"], f"{name} must not read secrets"
+    for b in [*by_kind(docs, "ClusterRoleBinding").values(), *by_kind(docs, "RoleBinding").values()]:
+        ref = b["roleRef"]["name"]
+        assert ref not in {"cluster-admin", "admin", "edit"}, b["metadata"]["name"]
+        assert ref in roles or ref in ALLOWED_EXTERNAL_ROLES, f"{b['metadata']['name']} -> {ref}"
+        for s in b["subjects"]:
+            assert s["kind"] == "ServiceAccount" and s["namespace"] == NS
+    # the extender binds pods but never creates or deletes them; the operator does
+    ext = by_kind(docs, "ClusterRole")["ps-perfsched-extender"]
+    pod_verbs = {v for r in ext["rules"] if "pods" in r["resources"] for v in r["verbs"]}
+    assert pod_verbs == {"get", "list", "watch"}
+    op = by_kind(docs, "ClusterRole")["ps-perfsched-operator"]
+    assert {"create", "delete"} <= {v for r in op["rules"] if "pods" in r["resources"] for v in r["verbs"]}
+
+
+# --- non-default values -----------------------------------------------------------------------------
+
+
+def test_tls_generates_a_certificate_for_the_extender_service(render: Render, tmp_path: Path) -> None:
+    docs = render("tls.enabled=true")
+    (secret,) = by_kind(docs, "Secret").values()
+    assert secret["type"] == "kubernetes.io/tls"
+    cert = tmp_path / "tls.crt"
+    cert.write_bytes(base64.b64decode(secret["data"]["tls.crt"]))
+    text = subprocess.run(
+        ["openssl", "x509", "-in", str(cert), "-noout", "-text"], capture_output=True, text=True, check=True
+    ).stdout
+    assert f"DNS:ps-perfsched-extender.{NS}.svc" in text
+    ext = scheduler_config(docs)["extenders"][0]
+    assert ext["urlPrefix"].startswith(f"https://ps-perfsched-extender.{NS}.svc:")
+    assert ext["enableHTTPS"] is True
+    assert ext["tlsConfig"] == {
+        "caFile": "/etc/perfsched/tls/ca.crt",
+        "serverName": f"ps-perfsched-extender.{NS}.svc",
+    }
+    (c,) = containers(by_kind(docs, "Deployment")["ps-perfsched-extender"])
+    assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert any(a.startswith("--tls-cert-file=") for a in c["args"])
+
+
+def test_tls_with_an_existing_secret_generates_nothing(render: Render) -> None:
+    docs = render("tls.enabled=true", "tls.secretName=my-cert")
+    assert not by_kind(docs, "Secret")
+    sched = by_kind(docs, "Deployment")["ps-perfsched-scheduler"]
+    vols = {v["name"]: v for v in sched["spec"]["template"]["spec"]["volumes"]}
+    assert vols["tls"]["secret"]["secretName"] == "my-cert"
+
+
+def test_prometheus_operator_objects_match_the_shipped_rules(render: Render) -> None:
+    docs = render("metrics.serviceMonitor.enabled=true", "metrics.prometheusRule.enabled=true")
+    (rule,) = by_kind(docs, "PrometheusRule").values()
+    shipped = yaml.safe_load((CHART / "files" / "perfsched-rules.yaml").read_text())
+    assert rule["spec"]["groups"] == shipped["groups"]
+    (sm,) = by_kind(docs, "ServiceMonitor").values()
+    selected = [
+        s
+        for s in by_kind(docs, "Service").values()
+        if all(s["metadata"]["labels"].get(k) == v for k, v in sm["spec"]["selector"]["matchLabels"].items())
+    ]
+    # the extender Service (port http) and the operator metrics Service (port metrics)
+    ports = {p["name"] for s in selected for p in s["spec"]["ports"]}
+    assert {e["port"] for e in sm["spec"]["endpoints"]} == ports == {"http", "metrics"}
+
+
+def test_grafana_dashboard_configmap_is_picked_up_by_the_sidecar(render: Render) -> None:
+    cm = by_kind(render(), "ConfigMap")["ps-perfsched-dashboard"]
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dash = json.loads(cm["data"]["perfsched.json"])
+    assert dash["uid"] == "perfsched-overview"
+    assert not by_kind(render("grafana.dashboard.enabled=false"), "ConfigMap").get("ps-perfsched-dashboard")
+
+
+def test_non_default_values_change_what_is_rendered(render: Render) -> None:
+    docs = render(
+        "kubeScheduler.enabled=false",
+        "extender.replicas=3",
+        "extender.podDisruptionBudget.enabled=false",
+        "image.tag=1.2.3",
+        "extender.nodeSelector.perfsched\\.dev/role=system",
+        namespace="ml",
+    )
+    deps = by_kind(docs, "Deployment")
+    assert set(deps) == {"ps-perfsched-extender", "ps-perfsched-operator"}
+    assert not [d for d in docs if d["metadata"]["name"].startswith("ps-perfsched-scheduler")]
+    assert not by_kind(docs, "PodDisruptionBudget")
+    ext = deps["ps-perfsched-extender"]
+    assert ext["spec"]["replicas"] == 3
+    assert ext["spec"]["template"]["spec"]["nodeSelector"] == {"perfsched.dev/role": "system"}
+    assert containers(ext)[0]["image"] == "ghcr.io/perfsched/perfsched:1.2.3"
+    assert ext["metadata"]["namespace"] == "ml"
+
+
+# --- schema -------------------------------------------------------------------------------------------
+
+BAD_VALUES = [
+    # (--set, the field the error must name)
+    ("extender.replicas=0", "/extender/replicas"),
+    ("extender.port=70000", "/extender/port"),
+    ("extender.weight=0", "/extender/weight"),
+    ("extender.replica=3", "replica"),  # typo: unknown field
+    ("operator.replicas=3", "/operator/replicas"),
+    ("operator.leaderElection.enabled=false,operator.replicas=2", "/operator/replicas"),
+    ("logLevel=LOUD", "/logLevel"),
+    ("extender.httpTimeout=5 seconds", "/extender/httpTimeout"),
+    ("kubeScheduler.schedulerName=Perf Sched", "/kubeScheduler/schedulerName"),
+    (
+        "containerSecurityContext.readOnlyRootFilesystem=false",
+        "/containerSecurityContext/readOnlyRootFilesystem",
+    ),
+    ("podSecurityContext.runAsNonRoot=false", "/podSecurityContext/runAsNonRoot"),
+    ("tls.validityDays=0", "/tls/validityDays"),
+    ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
+]
+
+
+@pytest.mark.parametrize(("value", "field"), BAD_VALUES)
+def test_schema_rejects_invalid_values_naming_the_field(helm: Path, value: str, field: str) -> None:
+    out = run_helm(helm, "template", "ps", str(CHART), *KUBE_VERSION, "--set", value)
+    assert out.returncode != 0, f"{value} was accepted"
+    assert "schema" in out.stderr
+    assert field in out.stderr, out.stderr
+
+
+def test_schema_accepts_the_default_values_file_as_documented(helm: Path) -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert set(values) <= set(schema["properties"]), set(values) - set(schema["properties"])
+
+
+# --- CRDs ---------------------------------------------------------------------------------------------
+
+
+def test_chart_crds_are_identical_to_the_repo_crds() -> None:
+    repo = sorted(p.name for p in (ROOT / "crds").glob("*.yaml"))
+    chart = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
+    assert repo, "crds/*.yaml is missing"
+    assert chart == repo, "run helm/sync-crds.sh"
+    _, mismatch, errors = filecmp.cmpfiles(ROOT / "crds", CHART / "crds", repo, shallow=False)
+    assert not mismatch and not errors, f"{mismatch or errors} differ: run helm/sync-crds.sh"
+    check = subprocess.run(
+        ["bash", str(ROOT / "helm" / "sync-crds.sh"), "--check"], capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stderr
+
+
+def test_sync_script_reports_drift(tmp_path: Path) -> None:
+    # a copy of the layout with a changed chart CRD: --check must fail and name the fix
+    (tmp_path / "crds").mkdir()
+    (tmp_path / "helm" / "perfsched" / "crds").mkdir(parents=True)
+    (tmp_path / "crds" / "a.yaml").write_text("kind: A\n")
+    (tmp_path / "helm" / "perfsched" / "crds" / "a.yaml").write_text("kind: B\n")
+    script = tmp_path / "helm" / "sync-crds.sh"
+    script.write_text((ROOT / "helm" / "sync-crds.sh").read_text())
+    bad = subprocess.run(["bash", str(script), "--check"], capture_output=True, text=True)
+    assert bad.returncode == 1 and "run helm/sync-crds.sh" in bad.stderr
+    subprocess.run(["bash", str(script)], check=True, capture_output=True)
+    assert (tmp_path / "helm" / "perfsched" / "crds" / "a.yaml").read_text() == "kind: A\n"
+    assert subprocess.run(["bash", str(script), "--check"], capture_output=True).returncode == 0
+
+
+# --- the chart runs commands the image has ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("sets", [(), ("operator.leaderElection.enabled=false",)])
+def test_chart_commands_exist_in_the_perfsched_cli(render: Render, sets: tuple[str, ...]) -> None:
+    from typer.testing import CliRunner
+
+    from scheduler.cli import build_app
+
+    app = build_app()
+    runner = CliRunner()
+    for dep in by_kind(render(*sets), "Deployment").values():
+        for c in containers(dep):
+            if not c["image"].startswith("ghcr.io/perfsched/perfsched"):
+                continue
+            sub = c["args"][0]
+            result = runner.invoke(app, [sub, "--help"])
+            assert result.exit_code == 0, f"perfsched {sub} --help: {result.output}"
+            for arg in c["args"][1:]:
+                flag = arg.split("=", 1)[0]
+                assert flag in result.output, f"{dep['metadata']['name']}: perfsched {sub} has no {flag}"
