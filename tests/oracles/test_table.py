@@ -1,4 +1,4 @@
-"""TableOracle: exact ground truth at MRE 0, injected error with the asked mean, deterministic per (job, shape)."""
+"""TableOracle: exact truth at MRE 0, injected error with the asked mean, deterministic per (job, shape)."""
 
 from __future__ import annotations
 

@@ -108,7 +108,7 @@ def test_las_threshold_crossing_triggers_a_round() -> None:
 
 
 def test_without_wake_ups_nothing_changes_between_events() -> None:
-    # same jobs, but the engine is not told the boundary and runs no periodic rounds: a runs to 100, b 100..200
+    # same jobs, engine not told the boundary, no periodic rounds: a runs to 100, b 100..200
     result = _run(LAS_JOBS, 1, "las", {"thresholds_gpu_hours": [0.01]}, round_seconds=0.0)
     assert _jct(result) == pytest.approx({"a": 100.0, "b": 190.0})
 
