@@ -185,3 +185,39 @@ OPERATOR_API_ERRORS = Counter(
     ["operation"],
     registry=REGISTRY,
 )
+
+# --- dashboard and alerts (issue 7: helm/perfsched/files) -------------------------------------------
+# Needed by the Grafana dashboard ("GPUs allocated vs capacity by GPU type") and the
+# PerfschedJobsWaitingTooLong alert; the operator sets them once per round from its snapshot
+# (``record_cluster_gauges``), so they are as fresh as the last round.
+
+#: GPUs perfsched may hand out (allocatable minus external use, schedulable nodes only), by GPU type.
+CLUSTER_GPUS = Gauge(
+    "perfsched_cluster_gpus",
+    "GPUs perfsched may hand out, by canonical GPU type, as of the operator's last round.",
+    ["gpu_type"],
+    registry=REGISTRY,
+)
+#: GPUs held by TrainingJob allocations, by GPU type.
+CLUSTER_GPUS_ALLOCATED = Gauge(
+    "perfsched_cluster_gpus_allocated",
+    "GPUs allocated to TrainingJobs, by canonical GPU type, as of the operator's last round.",
+    ["gpu_type"],
+    registry=REGISTRY,
+)
+#: Seconds the longest-waiting not-yet-started TrainingJob has waited (0 when none waits).
+OLDEST_WAITING_SECONDS = Gauge(
+    "perfsched_operator_oldest_waiting_job_seconds",
+    "Seconds since creation of the oldest TrainingJob that waits to start (0 when none waits).",
+    registry=REGISTRY,
+)
+
+
+def record_cluster_gauges(
+    capacity_by_type: dict[str, int], allocated_by_type: dict[str, int], oldest_wait_s: float
+) -> None:
+    """Set the cluster gauges from one round: every GPU type of ``capacity_by_type`` gets both series."""
+    for gpu_type in sorted(set(capacity_by_type) | set(allocated_by_type)):
+        CLUSTER_GPUS.labels(gpu_type).set(capacity_by_type.get(gpu_type, 0))
+        CLUSTER_GPUS_ALLOCATED.labels(gpu_type).set(allocated_by_type.get(gpu_type, 0))
+    OLDEST_WAITING_SECONDS.set(max(0.0, oldest_wait_s))
