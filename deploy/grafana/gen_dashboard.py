@@ -81,8 +81,8 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 "timeseries",
                 "short",
                 [
-                    ("sum by (gpu_type) (perfsched_gpus_allocated)", "allocated {{gpu_type}}"),
-                    ("sum by (gpu_type) (perfsched_gpus_capacity)", "capacity {{gpu_type}}"),
+                    ("sum by (gpu_type) (perfsched_cluster_gpus_allocated)", "allocated {{gpu_type}}"),
+                    ("sum by (gpu_type) (perfsched_cluster_gpus)", "capacity {{gpu_type}}"),
                 ],
                 12,
                 "GPUs held by TrainingJobs against the GPUs perfsched may hand out, per GPU type.",
@@ -91,7 +91,7 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 "TrainingJobs by phase",
                 "timeseries",
                 "short",
-                [("sum by (phase) (perfsched_trainingjobs)", "{{phase}}")],
+                [("sum by (phase) (perfsched_operator_jobs)", "{{phase}}")],
                 12,
                 "Number of TrainingJobs in each phase.",
             ),
@@ -102,12 +102,12 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 [
                     (
                         "histogram_quantile(0.5, sum by (le) "
-                        "(rate(perfsched_job_queue_wait_seconds_bucket[$__rate_interval])))",
+                        "(rate(perfsched_operator_queue_wait_seconds_bucket[$__rate_interval])))",
                         "p50",
                     ),
                     (
                         "histogram_quantile(0.9, sum by (le) "
-                        "(rate(perfsched_job_queue_wait_seconds_bucket[$__rate_interval])))",
+                        "(rate(perfsched_operator_queue_wait_seconds_bucket[$__rate_interval])))",
                         "p90",
                     ),
                 ],
@@ -121,7 +121,7 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 [
                     (
                         "sum by (le) "
-                        "(increase(perfsched_job_completion_time_seconds_bucket[$__rate_interval]))",
+                        "(increase(perfsched_operator_job_completion_seconds_bucket[$__rate_interval]))",
                         "{{le}}",
                     )
                 ],
@@ -139,9 +139,9 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 "percentunit",
                 [
                     (
-                        "sum by (gpu_type) (rate(perfsched_predictor_relative_error_sum[$__rate_interval]))"
+                        "sum by (gpu_type) (rate(perfsched_operator_throughput_relative_error_ratio_sum[$__rate_interval]))"
                         " / sum by (gpu_type) "
-                        "(rate(perfsched_predictor_relative_error_count[$__rate_interval]))",
+                        "(rate(perfsched_operator_throughput_relative_error_ratio_count[$__rate_interval]))",
                         "{{gpu_type}}",
                     )
                 ],
@@ -153,9 +153,11 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 "timeseries",
                 "ops",
                 [
-                    ("sum(rate(perfsched_job_resizes_total[$__rate_interval]))", "resizes"),
-                    ("sum(rate(perfsched_job_preemptions_total[$__rate_interval]))", "preemptions"),
-                    ("sum(rate(perfsched_job_restarts_total[$__rate_interval]))", "restarts"),
+                    (
+                        "sum by (kind) (rate(perfsched_operator_actions_total"
+                        '{kind=~"resize|preempt|restart"}[$__rate_interval]))',
+                        "{{kind}}",
+                    )
                 ],
                 12,
                 "Lifecycle actions the operator took per second.",
@@ -166,8 +168,8 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 "percentunit",
                 [
                     (
-                        'sum(perfsched_job_deadlines_total{outcome="met"}) / '
-                        "clamp_min(sum(perfsched_job_deadlines_total), 1)",
+                        'sum(perfsched_operator_deadlines_total{outcome="met"}) / '
+                        "clamp_min(sum(perfsched_operator_deadlines_total), 1)",
                         "met",
                     )
                 ],
