@@ -282,6 +282,8 @@ def greedy_allocate(
         else:
             reserved[j.name] = cur
     rank_of = {r.job.name: r.rank for r in requests}
+    for name in [n for n in reserved if n not in rank_of]:
+        index.release(reserved.pop(name))  # no request: it stops this round, its GPUs are free now
     pending_victims = dict(reserved)  # running, preemptible, not yet walked
     preempted_by: dict[str, str] = {}
     blocked_by: str | None = None

@@ -96,7 +96,7 @@ class ElasticPolicy:
         current: dict[str, Share] = {}
         for j in live:
             cur = snapshot.allocations.get(j.name)
-            if cur is not None:
+            if cur is not None and (j.allows(cur.gpu_type) or not j.preemptible):
                 shares[j.name] = Share(cur.gpu_type, cur.replicas)
                 current[j.name] = Share(cur.gpu_type, cur.replicas)
 

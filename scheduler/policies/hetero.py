@@ -65,13 +65,32 @@ def solve_fractional(
 
     ``throughput[j, t]`` is normalised (0 where j cannot run on t), ``gpus[j]`` the GPUs job j asks,
     ``capacity[t]`` the GPUs of type t. Raises ``RuntimeError`` if the solver fails.
+
+    Jobs with identical rows and sizes are solved as one class with a multiplicity: both objectives
+    are symmetric in such jobs and the LP is convex, so giving each member the class's share is
+    optimal, and the LP shrinks from jobs to distinct (row, size) classes.
     """
+    n, m = throughput.shape
+    if n == 0 or m == 0:
+        return np.zeros((n, m))
+    keyed = np.column_stack([np.round(throughput, 9), gpus.astype(float)])
+    classes, inverse, counts = np.unique(keyed, axis=0, return_inverse=True, return_counts=True)
+    share = _solve_classes(classes[:, :m], classes[:, m], counts.astype(float), capacity, objective)
+    out: NDArray[np.float64] = share[inverse.reshape(-1)]
+    return out
+
+
+def _solve_classes(
+    throughput: NDArray[np.float64],
+    gpus: NDArray[np.float64],
+    counts: NDArray[np.float64],
+    capacity: NDArray[np.float64],
+    objective: Objective,
+) -> NDArray[np.float64]:
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
 
     n, m = throughput.shape
-    if n == 0 or m == 0:
-        return np.zeros((n, m))
     jj, tt = np.nonzero(throughput > 0)
     k = len(jj)
     if k == 0:
@@ -85,13 +104,14 @@ def solve_fractional(
     rows.append(jj)
     cols.append(var)
     vals.append(np.ones(k))
-    # sum_j gpus_j A[j, t] <= capacity_t (rows n..n+m-1)
+    # sum_j count_j gpus_j A[j, t] <= capacity_t (rows n..n+m-1)
     rows.append(n + tt)
     cols.append(var)
-    vals.append(gpus[jj].astype(float))
+    vals.append(counts[jj] * gpus[jj])
     b = [np.ones(n), capacity.astype(float)]
+    total = float(counts.sum())
     if objective == "max_min_fairness":
-        # z - sum_t X'[j, t] A[j, t] <= 0 for jobs that can run anywhere (rows n+m..)
+        # z - sum_t X'[j, t] A[j, t] <= 0 for classes that can run anywhere (rows n+m..)
         runnable = np.unique(jj)
         row_of = np.full(n, -1)
         row_of[runnable] = np.arange(len(runnable))
@@ -102,11 +122,12 @@ def solve_fractional(
         cols.append(np.full(len(runnable), k))
         vals.append(np.ones(len(runnable)))
         b.append(np.zeros(len(runnable)))
-        c = np.concatenate([-1e-3 * x / n, [-1.0]])
+        # a small weight on the total breaks the many max-min ties towards efficiency
+        c = np.concatenate([-1e-3 * counts[jj] * x / total, [-1.0]])
         nvars = k + 1
         bounds = [(0.0, 1.0)] * k + [(0.0, None)]
     else:
-        c = -x
+        c = -counts[jj] * x
         nvars = k
         bounds = [(0.0, 1.0)] * k
     a_ub = coo_matrix(

@@ -223,3 +223,15 @@ def test_one_batched_oracle_call_per_round(name: str) -> None:
     oracle = FakeOracle()
     run_round(snap, jobs, make_policy(name), oracle)
     assert oracle.calls == 1
+
+
+def test_hetero_lp_classes_match_the_per_job_lp() -> None:
+    # 3 identical jobs + 1 different, 2 GPUs of one type: max-min gives every job 2/4 = 0.5
+    x = np.array([[1.0], [1.0], [1.0], [1.0]])
+    share = solve_fractional(x, np.array([1.0, 1.0, 1.0, 1.0]), np.array([2.0]))
+    assert np.allclose(share, 0.5, atol=1e-6)
+    # two types; job a runs 4x faster on V100 (norm 1 vs 0.25), job b equally (1, 1); one GPU each.
+    # max-min: a on V100 full time (1.0), b on K80 full time (1.0)
+    x = np.array([[1.0, 0.25], [1.0, 1.0]])
+    share = solve_fractional(x, np.array([1.0, 1.0]), np.array([1.0, 1.0]))
+    assert np.allclose(share, [[1.0, 0.0], [0.0, 1.0]], atol=1e-6)
