@@ -90,7 +90,7 @@ def test_extender_deployment_is_highly_available_and_probed(render: Render) -> N
     ext = by_kind(docs, "Deployment")["ps-perfsched-extender"]
     assert ext["spec"]["replicas"] == 2
     (c,) = containers(ext)
-    assert c["args"][0] == "extender"
+    assert c["args"] == ["extender"]
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert c["resources"]["requests"] and c["resources"]["limits"]
@@ -104,8 +104,11 @@ def test_extender_deployment_is_highly_available_and_probed(render: Render) -> N
 def test_operator_uses_leader_election(render: Render) -> None:
     op = by_kind(render(), "Deployment")["ps-perfsched-operator"]
     (c,) = containers(op)
-    assert c["args"][0] == "operator"
-    assert "--leader-elect" in c["args"]
+    assert c["args"] == ["operator"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["PERFSCHED_OPERATOR_LEADER_ELECT"]["value"] == "true"
+    assert env["PERFSCHED_OPERATOR_LEASE_NAME"]["value"] == "ps-perfsched-operator"
+    assert env["PERFSCHED_OPERATOR_IDENTITY"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     two = by_kind(render("operator.replicas=2"), "Deployment")["ps-perfsched-operator"]
     assert two["spec"]["replicas"] == 2
 
@@ -204,7 +207,8 @@ def test_tls_generates_a_certificate_for_the_extender_service(render: Render, tm
     }
     (c,) = containers(by_kind(docs, "Deployment")["ps-perfsched-extender"])
     assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
-    assert any(a.startswith("--tls-cert-file=") for a in c["args"])
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["PERFSCHED_EXTENDER_TLS_CERT_FILE"] == "/etc/perfsched/tls/tls.crt"
 
 
 def test_tls_with_an_existing_secret_generates_nothing(render: Render) -> None:
@@ -330,11 +334,22 @@ def test_sync_script_reports_drift(tmp_path: Path) -> None:
 # --- the chart runs commands the image has ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("sets", [(), ("operator.leaderElection.enabled=false",)])
-def test_chart_commands_exist_in_the_perfsched_cli(render: Render, sets: tuple[str, ...]) -> None:
+CHART_SETTINGS_CASES = [
+    (),
+    ("operator.leaderElection.enabled=false", "operator.policy=fifo", "operator.policyConfig.seed=1"),
+    ("tls.enabled=true",),
+]
+
+
+@pytest.mark.parametrize("sets", CHART_SETTINGS_CASES)
+def test_chart_runs_perfsched_commands_with_valid_settings(render: Render, sets: tuple[str, ...]) -> None:
+    """Every perfsched container runs a real `perfsched` subcommand, and its PERFSCHED_* environment is
+    accepted by the Settings object that command reads (so a typo or a missing setting fails here)."""
+    from pydantic import ValidationError
     from typer.testing import CliRunner
 
     from scheduler.cli import build_app
+    from scheduler.settings import Settings
 
     app = build_app()
     runner = CliRunner()
@@ -342,9 +357,13 @@ def test_chart_commands_exist_in_the_perfsched_cli(render: Render, sets: tuple[s
         for c in containers(dep):
             if not c["image"].startswith("ghcr.io/perfsched/perfsched"):
                 continue
-            sub = c["args"][0]
-            result = runner.invoke(app, [sub, "--help"])
-            assert result.exit_code == 0, f"perfsched {sub} --help: {result.output}"
-            for arg in c["args"][1:]:
-                flag = arg.split("=", 1)[0]
-                assert flag in result.output, f"{dep['metadata']['name']}: perfsched {sub} has no {flag}"
+            result = runner.invoke(app, [*c["args"], "--help"])
+            assert result.exit_code == 0, f"perfsched {c['args']} --help: {result.output}"
+            env = {e["name"]: e.get("value", "from-the-downward-api") for e in c["env"]}
+            ours = {k: v for k, v in env.items() if k.startswith("PERFSCHED_")}
+            unknown = [k for k in ours if k.removeprefix("PERFSCHED_").lower() not in Settings.model_fields]
+            assert not unknown, f"{dep['metadata']['name']}: settings that do not exist: {unknown}"
+            try:
+                Settings(**{k.removeprefix("PERFSCHED_").lower(): v for k, v in ours.items()})
+            except ValidationError as exc:
+                pytest.fail(f"{dep['metadata']['name']}: invalid settings {exc}")
