@@ -1,0 +1,147 @@
+"""``perfsched operator``: run the TrainingJob operator (rounds loop, leader election, /metrics).
+
+CLI command module (I/O): reads settings from ``PERFSCHED_*`` (policy by name and its JSON config, round
+period, restart/resize costs, minimum resize interval, backoff limit, Lease), the kubeconfig from
+``--kubeconfig``, ``KUBECONFIG`` or the in-cluster service account, builds the policy (a bad name or
+config exits 2 naming the field), loads the throughput predictor with online correction, and runs until
+SIGTERM/SIGINT, releasing the leader Lease on the way out. ``--once`` runs a single round and prints
+what it did (useful to debug a policy against a live cluster). Heavy imports happen inside the command.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+
+import typer
+
+log = logging.getLogger(__name__)
+
+_SA_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def _own_namespace() -> str:
+    try:
+        with open(_SA_NAMESPACE) as f:
+            return f.read().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("operator")
+    def operator(
+        kubeconfig: str = typer.Option(
+            None, "--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG, else in-cluster config)."
+        ),
+        policy: str = typer.Option(
+            None, "--policy", help="Scheduling policy (default: PERFSCHED_OPERATOR_POLICY)."
+        ),
+        once: bool = typer.Option(
+            False, "--once", help="Run one round (no leader election), print it, exit."
+        ),
+    ) -> None:
+        """Run the TrainingJob operator: admit, order, start, resize and preempt jobs by policy."""
+        import signal
+        import threading
+
+        from pydantic import ValidationError
+
+        from scheduler.core.errors import ConfigError
+        from scheduler.core.round import RoundCosts
+        from scheduler.k8s.binder import load_api_client
+        from scheduler.k8s.kubeapi import RealKubeApi
+        from scheduler.operator.leader import LeaseElector
+        from scheduler.operator.learning import CorrectedOracle
+        from scheduler.operator.loop import OperatorLoop, serve_http
+        from scheduler.operator.reconcile import Operator, OperatorConfig
+        from scheduler.policies import make_policy
+        from scheduler.settings import Settings
+
+        try:
+            settings = Settings()
+        except ValidationError as exc:
+            raise ConfigError(f"invalid PERFSCHED_* settings: {exc}") from None
+        logging.basicConfig(
+            level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        policy_name = policy or settings.operator_policy
+        pol = make_policy(policy_name, settings.operator_policy_config)
+        from perfmodel import zoo
+
+        oracle = CorrectedOracle.load()
+        api = RealKubeApi(load_api_client(kubeconfig))
+        identity = settings.operator_identity or f"{socket.gethostname()}-{os.getpid()}"
+        elector: LeaseElector | None = None
+        if settings.operator_leader_elect and not once:
+            elector = LeaseElector(
+                api,
+                namespace=settings.operator_lease_namespace or _own_namespace(),
+                name=settings.operator_lease_name,
+                identity=identity,
+                lease_duration_s=settings.operator_lease_duration_seconds,
+                renew_deadline_s=settings.operator_renew_deadline_seconds,
+                retry_period_s=settings.operator_retry_period_seconds,
+            )
+        config = OperatorConfig(
+            namespace=settings.namespace,
+            costs=RoundCosts(
+                restart_cost_s=settings.operator_restart_cost_seconds,
+                resize_cost_s=settings.operator_resize_cost_seconds,
+                min_resize_interval_s=settings.operator_min_resize_interval_seconds,
+            ),
+            backoff_limit=settings.operator_backoff_limit,
+            gang_start_timeout_s=settings.operator_gang_start_timeout_seconds,
+            master_port=settings.operator_master_port,
+            instance=identity,
+        )
+        op = Operator(
+            api,
+            pol,
+            oracle,
+            config=config,
+            may_act=elector.is_leader if elector is not None else (lambda: True),
+            known_model=lambda m: zoo.lookup_model(m) is not None,
+        )
+        if once:
+            rep = op.run_round()
+            for kind, jobs in sorted(rep.actions.items()):
+                typer.echo(f"{kind}: {', '.join(jobs)}")
+            for job, why in sorted(rep.waiting.items()):
+                typer.echo(f"waiting: {job}: {why}")
+            for err in rep.errors:
+                typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(1 if rep.errors else 0)
+
+        loop = OperatorLoop(
+            op,
+            api,
+            elector=elector,
+            period_s=settings.operator_round_period_seconds,
+            min_interval_s=settings.operator_min_round_interval_seconds,
+            namespace=settings.namespace,
+        )
+        stop = threading.Event()
+
+        def _stop(signum: int, frame: object) -> None:
+            log.info("stopping", extra={"signal": signum})
+            stop.set()
+            loop.trigger()
+
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+        server = None
+        if settings.operator_metrics_port:
+            server, _ = serve_http(
+                settings.operator_metrics_host, settings.operator_metrics_port, loop.healthy
+            )
+        log.info(
+            "operator started",
+            extra={"identity": identity, "policy": policy_name, "leader_election": elector is not None},
+        )
+        try:
+            loop.run(stop)
+        finally:
+            if server is not None:
+                server.shutdown()

@@ -1,0 +1,166 @@
+"""The operator process: leader election, watches that trigger rounds, the round loop, /metrics and /healthz.
+
+Shell module (threads and I/O). ``OperatorLoop.run`` runs until its stop event is set:
+
+- the ``LeaseElector`` renews the Lease in its own thread (the round loop only acts while it leads);
+- one watch thread per kind (TrainingJobs, perfsched pods, Nodes) wakes the loop on every change, so a
+  new job, a pod that went Running or finished, or a node that came or went is handled within
+  ``min_interval`` instead of at the next period; watches that end or fail are restarted with backoff
+  (they only trigger rounds: every round lists the cluster afresh, so a missed event costs latency,
+  never correctness);
+- the loop runs a round every ``period`` seconds, or sooner when triggered, at most every ``min_interval``;
+- ``serve_http`` exposes ``/metrics`` (``scheduler.metrics.REGISTRY``) and ``/healthz`` (200 while the
+  loop has run or skipped a round within three periods, so a wedged loop gets the pod restarted).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from scheduler import metrics
+from scheduler.k8s.kubeapi import KINDS, KubeApi
+from scheduler.operator.leader import LeaseElector
+from scheduler.operator.reconcile import Operator
+
+log = logging.getLogger(__name__)
+
+
+class OperatorLoop:
+    """Runs an ``Operator`` as a long-lived process (see the module docstring)."""
+
+    def __init__(
+        self,
+        operator: Operator,
+        api: KubeApi,
+        *,
+        elector: LeaseElector | None = None,
+        period_s: float = 5.0,
+        min_interval_s: float = 0.5,
+        namespace: str = "",
+        watch_timeout_s: int = 120,
+    ) -> None:
+        self.operator = operator
+        self.api = api
+        self.elector = elector
+        self.period_s = period_s
+        self.min_interval_s = min_interval_s
+        self.namespace = namespace
+        self.watch_timeout_s = watch_timeout_s
+        self._wake = threading.Event()
+        self._last_tick = time.monotonic()
+        self.rounds = 0
+
+    def is_leader(self) -> bool:
+        return self.elector is None or self.elector.is_leader()
+
+    def trigger(self) -> None:
+        """Ask for a round soon (called by the watches)."""
+        self._wake.set()
+
+    def healthy(self) -> bool:
+        return time.monotonic() - self._last_tick < max(30.0, 3 * self.period_s)
+
+    # --- watches ---------------------------------------------------------------------------------------
+
+    def _watch(self, kind: str, stop: threading.Event) -> None:
+        failures = 0
+        while not stop.is_set():
+            try:
+                for _event, _obj in self.api.watch(
+                    kind, self.namespace if kind != "nodes" else "", self.watch_timeout_s
+                ):
+                    self.trigger()
+                    if stop.is_set():
+                        return
+                failures = 0
+            except Exception as exc:  # a watch only triggers rounds: log, back off, reconnect
+                failures += 1
+                delay = min(30.0, 0.5 * 2**failures) * random.uniform(0.5, 1.0)
+                log.info("watch ended with an error; reconnecting", extra={"kind": kind, "error": str(exc)})
+                stop.wait(delay)
+
+    # --- the loop --------------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event, kinds: Iterable[str] = KINDS) -> None:
+        threads = []
+        if self.elector is not None:
+            threads.append(threading.Thread(target=self.elector.run, args=(stop,), name="lease", daemon=True))
+        for kind in kinds:
+            threads.append(
+                threading.Thread(target=self._watch, args=(kind, stop), name=f"watch-{kind}", daemon=True)
+            )
+        for t in threads:
+            t.start()
+        last_round = 0.0
+        was_leader = False
+        try:
+            while not stop.is_set():
+                self._wake.wait(self.period_s)
+                if stop.is_set():
+                    break
+                since = time.monotonic() - last_round
+                if since < self.min_interval_s:
+                    stop.wait(self.min_interval_s - since)
+                self._wake.clear()
+                self._last_tick = time.monotonic()
+                leader = self.is_leader()
+                metrics.OPERATOR_LEADER.set(1 if leader else 0)
+                if leader != was_leader:
+                    log.info("leader" if leader else "standby", extra={"leader": leader})
+                    was_leader = leader
+                if not leader:
+                    continue
+                last_round = time.monotonic()
+                try:
+                    rep = self.operator.run_round()
+                    self.rounds += 1
+                    if rep.actions or rep.errors:
+                        log.info(
+                            "round",
+                            extra={
+                                "actions": {k: len(v) for k, v in rep.actions.items()},
+                                "errors": rep.errors[:5],
+                                "seconds": round(rep.total_seconds, 4),
+                            },
+                        )
+                except Exception:
+                    log.exception("round failed; retrying next period")
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(timeout=5.0)
+            metrics.OPERATOR_LEADER.set(0)
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("http " + format, *args)
+
+
+def serve_http(host: str, port: int, healthy: Callable[[], bool]) -> tuple[WSGIServer, threading.Thread]:
+    """Serve ``/metrics`` and ``/healthz`` in a daemon thread; returns the server (call ``shutdown``)."""
+    from prometheus_client import make_wsgi_app
+
+    metrics_app = make_wsgi_app(metrics.REGISTRY)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path in ("/healthz", "/readyz"):
+            ok = healthy()
+            start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
+            return [b"ok\n" if ok else b"round loop stalled\n"]
+        if path == "/metrics":
+            return metrics_app(environ, start_response)  # type: ignore[no-any-return]
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [b"not found\n"]
+
+    server = make_server(host, port, app, handler_class=_QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+    thread.start()
+    return server, thread
