@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scheduler.core.decisions import Action, ActionKind, Decision, RoundResult, Unschedulable
 from scheduler.core.errors import ConfigError, PermanentError
@@ -107,38 +107,55 @@ def _final_allocations(snapshot: ClusterSnapshot, actions: Sequence[Action]) -> 
     return final
 
 
-def _wait_reason(
-    job: Job,
-    dec: Decision | None,
-    held_back: Mapping[str, str],
-    free_by_type: Mapping[str, int],
-    cap_by_type: Mapping[str, int],
-    largest_by_type: Mapping[str, int],
-) -> Unschedulable:
-    types = [t for t in sorted(cap_by_type) if job.allows(t)]
-    if not types:
-        allowed = ", ".join(sorted(job.allowed_gpu_types))
-        have = ", ".join(sorted(cap_by_type)) or "none"
-        return Unschedulable(f"allows GPU types {allowed}; cluster has {have}", resolvable=False)
-    if job.gpus_per_replica > max(largest_by_type[t] for t in types):
-        biggest = max(largest_by_type[t] for t in types)
-        return Unschedulable(
-            f"needs {job.gpus_per_replica} GPUs per replica; the largest allowed node has {biggest}",
-            resolvable=False,
-        )
-    best_cap = max(cap_by_type[t] for t in types)
-    if job.min_gpus > best_cap:
-        return Unschedulable(f"asks {job.min_gpus} GPUs, cluster has {best_cap} of one allowed type", False)
-    if dec is not None and dec.unresolvable:
-        return Unschedulable(dec.reason or "the policy will never run it as specified", resolvable=False)
-    # the type it could ever fit on with the most free GPUs now
-    fitting = [
-        t for t in types if cap_by_type[t] >= job.min_gpus and largest_by_type[t] >= job.gpus_per_replica
-    ]
-    gpu_type = max(fitting or types, key=lambda t: (free_by_type.get(t, 0), t))
-    text = f"waiting for {job.min_gpus} GPUs of type {gpu_type}: {free_by_type.get(gpu_type, 0)} free"
-    extra = held_back.get(job.name) or (dec.reason if dec is not None else "")
-    return Unschedulable(f"{text}; {extra}" if extra else text)
+@dataclass
+class _WaitExplainer:
+    """Why jobs wait, from the GPUs per type after the round; memoised per job shape (many jobs share one)."""
+
+    free_by_type: Mapping[str, int]
+    cap_by_type: Mapping[str, int]
+    largest_by_type: Mapping[str, int]
+    memo: dict[tuple[frozenset[str], int, int], Unschedulable | str] = field(default_factory=dict)
+
+    def _by_shape(self, job: Job) -> Unschedulable | str:
+        """An unresolvable reason, or the GPU type to quote in the wait reason."""
+        key = (job.allowed_gpu_types, job.gpus_per_replica, job.min_gpus)
+        got = self.memo.get(key)
+        if got is not None:
+            return got
+        cap, largest = self.cap_by_type, self.largest_by_type
+        types = [t for t in sorted(cap) if job.allows(t)]
+        result: Unschedulable | str
+        if not types:
+            allowed = ", ".join(sorted(job.allowed_gpu_types))
+            have = ", ".join(sorted(cap)) or "none"
+            result = Unschedulable(f"allows GPU types {allowed}; cluster has {have}", resolvable=False)
+        elif job.gpus_per_replica > max(largest[t] for t in types):
+            biggest = max(largest[t] for t in types)
+            result = Unschedulable(
+                f"needs {job.gpus_per_replica} GPUs per replica; the largest allowed node has {biggest}",
+                resolvable=False,
+            )
+        elif job.min_gpus > max(cap[t] for t in types):
+            best_cap = max(cap[t] for t in types)
+            result = Unschedulable(
+                f"asks {job.min_gpus} GPUs, cluster has {best_cap} of one allowed type", False
+            )
+        else:
+            # the type it could ever fit on with the most free GPUs now
+            fitting = [t for t in types if cap[t] >= job.min_gpus and largest[t] >= job.gpus_per_replica]
+            result = max(fitting or types, key=lambda t: (self.free_by_type.get(t, 0), t))
+        self.memo[key] = result
+        return result
+
+    def reason(self, job: Job, dec: Decision | None, held_back: Mapping[str, str]) -> Unschedulable:
+        verdict = self._by_shape(job)
+        if isinstance(verdict, Unschedulable):
+            return verdict
+        if dec is not None and dec.unresolvable:
+            return Unschedulable(dec.reason or "the policy will never run it as specified", resolvable=False)
+        text = f"waiting for {job.min_gpus} GPUs of type {verdict}: {self.free_by_type.get(verdict, 0)} free"
+        extra = held_back.get(job.name) or (dec.reason if dec is not None else "")
+        return Unschedulable(f"{text}; {extra}" if extra else text)
 
 
 def run_round(
@@ -195,13 +212,12 @@ def run_round(
         free_by_type[n.gpu_type] = free_by_type.get(n.gpu_type, 0) + max(
             0, n.capacity_for_jobs - used.get(n.name, 0)
         )
+    explain = _WaitExplainer(free_by_type, cap_by_type, largest)
     waiting: dict[str, Unschedulable] = {}
     for job in jobs:
         if job.name in final or job.remaining_work <= 0:
             continue
-        waiting[job.name] = _wait_reason(
-            job, effective.get(job.name), detail.held_back, free_by_type, cap_by_type, largest
-        )
+        waiting[job.name] = explain.reason(job, effective.get(job.name), detail.held_back)
     log.debug(
         "round done",
         extra={

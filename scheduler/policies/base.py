@@ -159,16 +159,23 @@ def allowed_types(job: Job, infos: Mapping[str, TypeInfo]) -> tuple[str, ...]:
 
 
 class FreeByType:
-    """Free GPUs per type in a snapshot, computed once (``types_by_free`` for many jobs)."""
+    """Free GPUs per type in a snapshot, computed once; orders each job's allowed types by it."""
 
     def __init__(self, snapshot: ClusterSnapshot) -> None:
         node_free = snapshot.free_by_node()
         self.free: dict[str, int] = {}
+        self._memo: dict[frozenset[str], tuple[str, ...]] = {}
         for n in snapshot.nodes:
             self.free[n.gpu_type] = self.free.get(n.gpu_type, 0) + node_free.get(n.name, 0)
 
     def order(self, job: Job, infos: Mapping[str, TypeInfo]) -> tuple[str, ...]:
-        return tuple(sorted(allowed_types(job, infos), key=lambda t: (-self.free.get(t, 0), t)))
+        """The job's allowed types, most free GPUs first, then by name (memoised per allowed set)."""
+        key = job.allowed_gpu_types
+        got = self._memo.get(key)
+        if got is None:
+            got = tuple(sorted(allowed_types(job, infos), key=lambda t: (-self.free.get(t, 0), t)))
+            self._memo[key] = got
+        return got
 
 
 # ------------------------------------------------------------------------------------------ greedy
@@ -285,6 +292,13 @@ def greedy_allocate(
     for name in [n for n in reserved if n not in rank_of]:
         index.release(reserved.pop(name))  # no request: it stops this round, its GPUs are free now
     pending_victims = dict(reserved)  # running, preemptible, not yet walked
+    # per GPU type, running jobs least urgent first: a preemption attempt stops at the first one
+    # that may not be evicted, so a saturated cluster costs O(1) per waiting job
+    victims_by_type: dict[str, list[tuple[float, str]]] = {}
+    for v, a in pending_victims.items():
+        victims_by_type.setdefault(a.gpu_type, []).append((-rank_of.get(v, float("inf")), v))
+    for lst in victims_by_type.values():
+        lst.sort()
     preempted_by: dict[str, str] = {}
     blocked_by: str | None = None
     ahead = 0
@@ -323,7 +337,7 @@ def greedy_allocate(
             res = cur  # the change failed: keep what runs
         if not isinstance(res, Allocation) and preemptive and types_:
             res = _preempt_for(
-                index, req, types_, reserved, pending_victims, rank_of, preempt_margin, preempted_by
+                index, req, types_, reserved, pending_victims, victims_by_type, preempt_margin, preempted_by
             )
         if isinstance(res, Allocation):
             index.commit(res)
@@ -358,22 +372,23 @@ def _preempt_for(
     types_: Sequence[str],
     reserved: dict[str, Allocation],
     pending_victims: dict[str, Allocation],
-    rank_of: Mapping[str, float],
+    victims_by_type: Mapping[str, Sequence[tuple[float, str]]],
     margin: float,
     preempted_by: dict[str, str],
 ) -> Allocation | Unschedulable:
     """Evict running jobs ranked behind ``req`` until it fits; undo evictions not needed."""
     gpr = req.job.gpus_per_replica
     need_min = min(req.replicas) * gpr
+    threshold = req.rank + margin
+    rank_of: dict[str, float] = {}
     for t in types_:
-        victims = sorted(
-            (
-                v
-                for v, a in pending_victims.items()
-                if a.gpu_type == t and rank_of.get(v, float("inf")) > req.rank + margin
-            ),
-            key=lambda v: (-rank_of.get(v, float("inf")), v),
-        )
+        victims: list[str] = []
+        for neg_rank, v in victims_by_type.get(t, ()):
+            if -neg_rank <= threshold:
+                break
+            if v in pending_victims:
+                victims.append(v)
+                rank_of[v] = -neg_rank
         if not victims:
             continue
         if index.type_free(t) + sum(reserved[v].total_gpus for v in victims) < need_min:
@@ -393,7 +408,7 @@ def _preempt_for(
             continue
         index.commit(placed)
         # put back, most urgent first, the evictions that were not needed
-        for v in sorted(released, key=lambda v: (rank_of.get(v, float("inf")), v)):
+        for v in sorted(released, key=lambda v: (rank_of[v], v)):
             if index.fits(reserved[v]):
                 index.commit(reserved[v])
             else:
