@@ -197,7 +197,15 @@ def run_demo(
                 health_url=f"http://127.0.0.1:{extender_port}/readyz",
             ),
             ExtraComponent(
-                "perfsched-operator", _perfsched("operator", *operator_args), env={"KUBECONFIG": kubeconfig}
+                "perfsched-operator",
+                _perfsched("operator", "--kubeconfig", kubeconfig, *operator_args),
+                health_url=f"http://127.0.0.1:{operator_port}/healthz",
+                env={
+                    "PERFSCHED_OPERATOR_METRICS_PORT": str(operator_port),
+                    "PERFSCHED_OPERATOR_METRICS_HOST": "127.0.0.1",
+                    "PERFSCHED_OPERATOR_LEASE_NAMESPACE": "default",
+                    "PERFSCHED_OPERATOR_ROUND_PERIOD_SECONDS": "2",
+                },
             ),
             ExtraComponent(
                 "perfsched-emulator",

@@ -363,7 +363,11 @@ def test_chart_runs_perfsched_commands_with_valid_settings(render: Render, sets:
             ours = {k: v for k, v in env.items() if k.startswith("PERFSCHED_")}
             unknown = [k for k in ours if k.removeprefix("PERFSCHED_").lower() not in Settings.model_fields]
             assert not unknown, f"{dep['metadata']['name']}: settings that do not exist: {unknown}"
-            try:
-                Settings(**{k.removeprefix("PERFSCHED_").lower(): v for k, v in ours.items()})
-            except ValidationError as exc:
-                pytest.fail(f"{dep['metadata']['name']}: invalid settings {exc}")
+            # read them the way the command does: from the environment
+            with pytest.MonkeyPatch.context() as mp:
+                for k, v in ours.items():
+                    mp.setenv(k, v)
+                try:
+                    Settings()
+                except ValidationError as exc:
+                    pytest.fail(f"{dep['metadata']['name']}: invalid settings {exc}")
