@@ -29,6 +29,7 @@ def _perfsched_components(
     extender_port: int, kubeconfig: str, time_scale: float | None
 ) -> tuple[object, ...]:
     from scheduler.devcluster.cluster import ExtraComponent
+    from scheduler.devcluster.process import free_ports
     from scheduler.devcluster.tools import DevClusterError
 
     missing = [c for c in _COMPONENTS if importlib.util.find_spec(f"scheduler.commands.{c}") is None]
@@ -39,6 +40,8 @@ def _perfsched_components(
             + "` command yet (scheduler/commands/<name>.py); start the cluster without --with-perfsched"
         )
     emulator_env = {"PERFSCHED_EMULATOR_TIME_SCALE": f"{time_scale:g}"} if time_scale else {}
+    (operator_port,) = free_ports(1)
+    operator_url = f"http://127.0.0.1:{operator_port}"
     return (
         ExtraComponent(
             "perfsched-extender",
@@ -53,7 +56,16 @@ def _perfsched_components(
             ),
             health_url=f"http://127.0.0.1:{extender_port}/readyz",
         ),
-        ExtraComponent("perfsched-operator", tuple(_perfsched_argv("operator"))),
+        ExtraComponent(
+            "perfsched-operator",
+            (*_perfsched_argv("operator"), "--kubeconfig", kubeconfig),
+            health_url=f"{operator_url}/healthz",
+            env={
+                "PERFSCHED_OPERATOR_METRICS_HOST": "127.0.0.1",
+                "PERFSCHED_OPERATOR_METRICS_PORT": str(operator_port),
+            },
+            endpoint=operator_url,
+        ),
         ExtraComponent(
             "perfsched-emulator", (*_perfsched_argv("emulate"), "--kubeconfig", kubeconfig), env=emulator_env
         ),

@@ -72,6 +72,7 @@ class ExtraComponent:
     argv: tuple[str, ...]
     health_url: str = ""
     env: Mapping[str, str] = field(default_factory=dict)
+    endpoint: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -447,6 +448,8 @@ class DevCluster:
 
         for extra in options.extras:
             env = {"KUBECONFIG": kubeconfig, **extra.env}
+            if extra.endpoint:
+                state.endpoints[extra.name] = extra.endpoint
             self._spawn(state, extra.name, list(extra.argv), env=env)
             if extra.health_url:
                 self._wait_http(state, extra.name, extra.health_url, deadline)
