@@ -22,8 +22,11 @@ trained on and ``perfmodel.predictor`` refuses another one. Pure module.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
 
 from perfmodel.errors import InvalidInputError
 from perfmodel.gpus import GPUSpec, canonical_gpu_type, gpu_spec, spec_for_product, spec_from_labels
@@ -112,76 +115,164 @@ class Resolved:
     interconnect: str
     network_gbps: float
     low_confidence: bool
+    # The numbers ``feature_matrix`` reads, in ``_NUM_COLUMNS`` order (filled by ``combine``).
+    nums: tuple[float, ...] = ()
 
     @property
     def local_batch(self) -> float:
         return self.batch_size / self.num_gpus
 
 
-def resolve(job: JobFeatures, hw: HardwareFeatures) -> Resolved:
-    """Check and complete a (job, placement) pair; ``InvalidInputError`` names the bad field."""
+@dataclass(frozen=True, slots=True)
+class JobPart:
+    """The checked job side of a row (see ``resolve_job``)."""
+
+    model: str
+    dataset: str
+    family: Family
+    batch_size: int
+    precision: str
+    params: float
+    flops_per_sample: float
+    low_confidence: bool
+    nums: tuple[float, ...] = ()
+    precision_index: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HardwarePart:
+    """The checked placement side of a row (see ``resolve_hw``)."""
+
+    spec: GPUSpec
+    num_gpus: int
+    gpus_per_node: int
+    num_nodes: int
+    interconnect: str
+    network_gbps: float
+    nums: tuple[float, ...] = ()
+    tflops_by_precision: tuple[float, ...] = ()
+
+
+def resolve_job(job: JobFeatures) -> JobPart:
+    """Check and complete the job side; ``InvalidInputError`` names the bad field."""
     info = lookup_model(job.model) if job.model else None
     if info is None and (job.params is None or job.flops_per_sample is None):
         what = f"unknown model {job.model!r}" if job.model else "no model"
         raise InvalidInputError(
-            f"{what}: give a zoo model name (see `perfmodel.zoo.model_names()`) or both params and "
-            "flops_per_sample"
+            f"model: {what}; give a zoo model name (see `perfmodel.zoo.model_names()`) or both params "
+            "and flops_per_sample"
         )
     if job.batch_size is None or job.batch_size <= 0:
-        raise InvalidInputError(f"batch_size must be > 0, got {job.batch_size}")
+        raise InvalidInputError(f"batch_size: must be > 0, got {job.batch_size}")
     if job.precision not in PRECISIONS:
-        raise InvalidInputError(f"precision must be one of {', '.join(PRECISIONS)}, got {job.precision!r}")
+        raise InvalidInputError(f"precision: must be one of {', '.join(PRECISIONS)}, got {job.precision!r}")
     params = job.params if job.params is not None else (info.params if info else 0.0)
     if not params or params <= 0 or not math.isfinite(params):
-        raise InvalidInputError(f"params must be > 0, got {job.params}")
+        raise InvalidInputError(f"params: must be > 0, got {job.params}")
     dataset = canonical_dataset(job.dataset) if job.dataset else (info.default_dataset if info else "")
     flops = (
         job.flops_per_sample if job.flops_per_sample is not None else (info.flops_on(dataset) if info else 0)
     )
     if not flops or flops <= 0 or not math.isfinite(flops):
-        raise InvalidInputError(f"flops_per_sample must be > 0, got {job.flops_per_sample}")
+        raise InvalidInputError(f"flops_per_sample: must be > 0, got {job.flops_per_sample}")
+    family = info.family if info else Family.OTHER
+    return JobPart(
+        model=info.name if info else (job.model.strip().lower() or "custom"),
+        dataset=dataset,
+        family=family,
+        batch_size=int(job.batch_size),
+        precision=job.precision,
+        params=float(params),
+        flops_per_sample=float(flops),
+        low_confidence=info is None,
+        nums=(
+            float(job.batch_size),
+            float(params),
+            float(flops),
+            float(_FAMILY_CODE[family]),
+            0.0 if job.precision == "fp32" else 1.0,
+        ),
+        precision_index=PRECISIONS.index(job.precision),
+    )
+
+
+def resolve_hw(hw: HardwareFeatures) -> HardwarePart:
+    """Check and complete the placement side; ``InvalidInputError`` names the bad field."""
     if hw.num_gpus is None or hw.num_gpus <= 0:
-        raise InvalidInputError(f"num_gpus must be > 0, got {hw.num_gpus}")
+        raise InvalidInputError(f"gpus: must be > 0, got {hw.num_gpus}")
     if hw.num_nodes <= 0 or hw.num_nodes > hw.num_gpus:
-        raise InvalidInputError(f"num_nodes must be in 1..num_gpus ({hw.num_gpus}), got {hw.num_nodes}")
+        raise InvalidInputError(f"num_nodes: must be in 1..{hw.num_gpus} (the GPU count), got {hw.num_nodes}")
     per_node = hw.gpus_per_node or -(-hw.num_gpus // hw.num_nodes)
     if per_node <= 0 or per_node > hw.num_gpus or per_node * hw.num_nodes < hw.num_gpus:
         raise InvalidInputError(
-            f"gpus_per_node={hw.gpus_per_node} cannot hold {hw.num_gpus} GPUs on {hw.num_nodes} node(s)"
+            f"gpus_per_node: {hw.gpus_per_node} cannot hold {hw.num_gpus} GPUs on {hw.num_nodes} node(s)"
         )
     if hw.interconnect not in INTERCONNECTS:
-        raise InvalidInputError(f"interconnect must be nvlink or pcie, got {hw.interconnect!r}")
+        raise InvalidInputError(f"interconnect: must be nvlink or pcie, got {hw.interconnect!r}")
     if not hw.network_gbps or hw.network_gbps <= 0:
-        raise InvalidInputError(f"network_gbps must be > 0, got {hw.network_gbps}")
-    low = info is None
+        raise InvalidInputError(f"network_gbps: must be > 0, got {hw.network_gbps}")
     canonical = canonical_gpu_type(hw.gpu_type)
     spec: GPUSpec | None
     if canonical is not None:
         spec = spec_for_product(hw.gpu_type) if canonical != hw.gpu_type else gpu_spec(canonical)
     else:
         spec = spec_from_labels(hw.memory_mib, hw.compute_capability)
-        low = True
     if spec is None:
         raise InvalidInputError(
             f"gpu_type: unknown GPU {hw.gpu_type!r} (not a known product label, and no memory or "
             "compute-capability labels to estimate it from)"
         )
-    return Resolved(
-        model=info.name if info else (job.model.strip().lower() or "custom"),
-        dataset=dataset,
-        family=info.family if info else Family.OTHER,
-        batch_size=int(job.batch_size),
-        precision=job.precision,
-        params=float(params),
-        flops_per_sample=float(flops),
-        spec=spec,
-        num_gpus=int(hw.num_gpus),
-        gpus_per_node=int(per_node),
-        num_nodes=int(hw.num_nodes),
-        interconnect=hw.interconnect,
-        network_gbps=float(hw.network_gbps),
-        low_confidence=low or spec.low_confidence,
+    if hw.num_nodes > 1:
+        link = hw.network_gbps / 8.0
+    elif hw.interconnect == "nvlink" and spec.nvlink_gbs > 0:
+        link = spec.nvlink_gbs / 2.0
+    else:
+        link = spec.pcie_gbs
+    return HardwarePart(
+        spec,
+        int(hw.num_gpus),
+        int(per_node),
+        int(hw.num_nodes),
+        hw.interconnect,
+        float(hw.network_gbps),
+        nums=(
+            float(hw.num_gpus),
+            float(hw.num_nodes),
+            float(per_node),
+            spec.fp32_tflops,
+            spec.memory_bandwidth_gbs,
+            spec.memory_gib,
+            spec.compute_capability[0] + spec.compute_capability[1] / 10.0,
+            link,
+        ),
+        tflops_by_precision=tuple(effective_tflops(spec, p) for p in PRECISIONS),
     )
+
+
+def combine(j: JobPart, h: HardwarePart) -> Resolved:
+    """One resolved row from its checked parts."""
+    return Resolved(
+        j.model,
+        j.dataset,
+        j.family,
+        j.batch_size,
+        j.precision,
+        j.params,
+        j.flops_per_sample,
+        h.spec,
+        h.num_gpus,
+        h.gpus_per_node,
+        h.num_nodes,
+        h.interconnect,
+        h.network_gbps,
+        j.low_confidence or h.spec.low_confidence,
+        j.nums + h.nums + (h.tflops_by_precision[j.precision_index],),
+    )
+
+
+def resolve(job: JobFeatures, hw: HardwareFeatures) -> Resolved:
+    """Check and complete a (job, placement) pair; ``InvalidInputError`` names the bad field."""
+    return combine(resolve_job(job), resolve_hw(hw))
 
 
 def effective_tflops(spec: GPUSpec, precision: str) -> float:
@@ -189,17 +280,6 @@ def effective_tflops(spec: GPUSpec, precision: str) -> float:
     if precision == "fp32":
         return spec.fp32_tflops
     return min(spec.tflops(precision), _AMP_CAP * spec.fp32_tflops)
-
-
-def compute_time(r: Resolved) -> float:
-    """Analytic per-iteration compute time (seconds) at the per-GPU batch."""
-    flops = (
-        r.local_batch
-        * r.flops_per_sample
-        / (effective_tflops(r.spec, r.precision) * 1e12 * _COMPUTE_EFFICIENCY)
-    )
-    weights = 3.0 * r.params * 4.0 / (r.spec.memory_bandwidth_gbs * 1e9)
-    return flops + weights + _STEP_OVERHEAD_S
 
 
 def slowest_link_gbs(r: Resolved) -> float:
@@ -211,48 +291,97 @@ def slowest_link_gbs(r: Resolved) -> float:
     return r.spec.pcie_gbs
 
 
+FloatArray = npt.NDArray[np.float64]
+
+# Columns of ``Resolved.nums``: job side, then placement side, then the precision's effective TFLOP/s.
+_NUM_COLUMNS = (
+    "batch",
+    "params",
+    "flops",
+    "family",
+    "half",
+    "gpus",
+    "nodes",
+    "gpus_per_node",
+    "fp32_tflops",
+    "mem_bandwidth",
+    "mem_gib",
+    "cc",
+    "link_gbs",
+    "tflops",
+)
+_B, _P, _F, _FAM, _HALF, _N, _NODES, _GPN, _FP32, _BW, _MEM, _CC, _LINK, _TF = range(len(_NUM_COLUMNS))
+
+
+def _nums(rows: Sequence[Resolved]) -> FloatArray:
+    m = np.array([r.nums for r in rows], dtype=np.float64)
+    if m.shape != (len(rows), len(_NUM_COLUMNS)):
+        raise ValueError("rows must come from resolve()/combine()")
+    return m
+
+
+def _terms(m: FloatArray) -> tuple[FloatArray, FloatArray]:
+    n = m[:, _N]
+    compute = (m[:, _B] / n) * m[:, _F] / (m[:, _TF] * (1e12 * _COMPUTE_EFFICIENCY))
+    compute += 12.0 * m[:, _P] / (m[:, _BW] * 1e9) + _STEP_OVERHEAD_S
+    ring = 2.0 * (n - 1.0) / n
+    sync = ring * 4.0 * m[:, _P] / (m[:, _LINK] * (1e9 * _SYNC_EFFICIENCY))
+    sync += 2.0 * (n - 1.0) * _RING_STEP_LATENCY_S
+    return compute, sync
+
+
+def model_terms(rows: Sequence[Resolved]) -> tuple[FloatArray, FloatArray]:
+    """(compute time, sync time) of the scaling model for each row, in seconds, vectorised."""
+    return _terms(_nums(rows))
+
+
+def compute_time(r: Resolved) -> float:
+    """Analytic per-iteration compute time (seconds) at the per-GPU batch: flops + weight traffic + 2 ms."""
+    return float(model_terms([r])[0][0])
+
+
 def sync_time(r: Resolved) -> float:
     """Analytic ring all-reduce time of fp32 gradients (seconds); 0 on one GPU."""
-    n = r.num_gpus
-    if n <= 1:
-        return 0.0
-    ring = 2.0 * (n - 1) / n
-    bandwidth = ring * r.params * 4.0 / (slowest_link_gbs(r) * 1e9 * _SYNC_EFFICIENCY)
-    return bandwidth + 2.0 * (n - 1) * _RING_STEP_LATENCY_S
+    return float(model_terms([r])[1][0])
 
 
 def scaling_time(r: Resolved) -> float:
     """Iteration time of the scaling model: compute + sync (no overlap assumed; the learned part corrects)."""
-    return compute_time(r) + sync_time(r)
+    c, s = model_terms([r])
+    return float(c[0] + s[0])
+
+
+def feature_matrix(rows: Sequence[Resolved]) -> tuple[FloatArray, FloatArray]:
+    """(features in ``FEATURE_NAMES`` order, scaling-model iteration time) for each row, vectorised."""
+    m = _nums(rows)
+    compute, sync = _terms(m)
+    total = compute + sync
+    x = np.empty((len(rows), len(FEATURE_NAMES)), dtype=np.float64)
+    n = m[:, _N]
+    x[:, 0] = np.log(m[:, _B] / n)
+    x[:, 1] = np.log(m[:, _P])
+    x[:, 2] = np.log(m[:, _F])
+    x[:, 3] = np.log(m[:, _FP32])
+    x[:, 4] = np.log(m[:, _TF])
+    x[:, 5] = np.log(m[:, _BW])
+    x[:, 6] = np.log(m[:, _MEM])
+    x[:, 7] = m[:, _CC]
+    x[:, 8] = m[:, _FAM]
+    x[:, 9] = m[:, _HALF]
+    x[:, 10] = np.log(compute)
+    x[:, 11] = np.log(12.0 * m[:, _P] / (m[:, _BW] * 1e9))
+    x[:, 12] = np.log(n)
+    x[:, 13] = m[:, _NODES]
+    x[:, 14] = np.log(m[:, _GPN])
+    x[:, 15] = np.log(sync + 1e-6)
+    x[:, 16] = np.log((sync + 1e-6) / total)
+    x[:, 17] = np.log(total)
+    return x, total
 
 
 def feature_vector(r: Resolved) -> list[float]:
-    """The numbers the learned model sees, in ``FEATURE_NAMES`` order."""
-    s = r.spec
-    c = compute_time(r)
-    sy = sync_time(r)
-    total = c + sy
-    weights = 3.0 * r.params * 4.0 / (s.memory_bandwidth_gbs * 1e9)
-    return [
-        math.log(r.local_batch),
-        math.log(r.params),
-        math.log(r.flops_per_sample),
-        math.log(s.fp32_tflops),
-        math.log(effective_tflops(s, r.precision)),
-        math.log(s.memory_bandwidth_gbs),
-        math.log(s.memory_gib),
-        s.compute_capability[0] + s.compute_capability[1] / 10.0,
-        float(_FAMILY_CODE[r.family]),
-        0.0 if r.precision == "fp32" else 1.0,
-        math.log(c),
-        math.log(weights),
-        math.log(r.num_gpus),
-        float(r.num_nodes),
-        math.log(r.gpus_per_node),
-        math.log(sy + 1e-6),
-        math.log((sy + 1e-6) / total),
-        math.log(total),
-    ]
+    """The numbers the learned model sees for one row, in ``FEATURE_NAMES`` order."""
+    return [float(v) for v in feature_matrix([r])[0][0]]
 
 
 ROW_COLUMNS: tuple[str, ...] = (

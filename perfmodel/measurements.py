@@ -158,6 +158,8 @@ def _convert(row: dict[str, str]) -> Measurement | None:
     if mapped is None:  # gpt_pmp: pipeline-parallel, not a data-parallel job
         return None
     model, dataset = mapped
+    if src == "zeus":  # Zeus names its dataset per row (NCF on MovieLens-1M, BERT on two datasets)
+        dataset = row.get("dataset", "")
     dataset = canonical_dataset(dataset or row.get("dataset", ""))
     gpu = _GPU_MAP.get(row["gpu_type"], row["gpu_type"])
     n = int(float(row["num_gpus"]))

@@ -38,11 +38,14 @@ from perfmodel.features import (
     FEATURE_NAMES,
     FEATURE_SCHEMA_VERSION,
     HardwareFeatures,
+    HardwarePart,
     JobFeatures,
+    JobPart,
     Resolved,
-    feature_vector,
-    resolve,
-    scaling_time,
+    combine,
+    feature_matrix,
+    resolve_hw,
+    resolve_job,
 )
 
 log = logging.getLogger(__name__)
@@ -224,7 +227,8 @@ class Predictor:
         self.meta = meta
         self._cache: OrderedDict[tuple[JobFeatures, HardwareFeatures], _RowResult] = OrderedDict()
         self._cache_size = cache_size
-        self._resolved: dict[tuple[JobFeatures, HardwareFeatures], Resolved] = {}
+        self._jobs: dict[JobFeatures, JobPart] = {}
+        self._hws: dict[HardwareFeatures, HardwarePart] = {}
 
     @classmethod
     def load(cls, path: Path | None = None, cache_size: int = 65536) -> Predictor:
@@ -240,21 +244,26 @@ class Predictor:
         self._cache.clear()
 
     def _resolve(self, job: JobFeatures, hw: HardwareFeatures) -> Resolved:
-        key = (job, hw)
-        r = self._resolved.get(key)
-        if r is None:
-            r = resolve(job, hw)
-            if len(self._resolved) >= self._cache_size:
-                self._resolved.clear()
-            self._resolved[key] = r
-        return r
+        """Resolve a row, caching the job and placement sides separately (they recur across rows)."""
+        j = self._jobs.get(job)
+        if j is None:
+            j = resolve_job(job)
+            if len(self._jobs) >= self._cache_size:
+                self._jobs.clear()
+            self._jobs[job] = j
+        h = self._hws.get(hw)
+        if h is None:
+            h = resolve_hw(hw)
+            if len(self._hws) >= self._cache_size:
+                self._hws.clear()
+            self._hws[hw] = h
+        return combine(j, h)
 
     def log_correction(self, resolved: Sequence[Resolved]) -> FloatArray:
         """The forest's log(measured / scaling-model time) for resolved rows."""
         if not resolved:
             return np.zeros(0)
-        x = np.asarray([feature_vector(r) for r in resolved], dtype=np.float64)
-        return self.forest.predict(x)
+        return self.forest.predict(feature_matrix(resolved)[0])
 
     def predict(self, rows: Sequence[tuple[JobFeatures, HardwareFeatures]]) -> Predictions:
         """Predict every row; ``InvalidInputError`` naming the row and field on bad input.
@@ -321,17 +330,24 @@ class Predictor:
         return out
 
     def _compute(self, resolved: Sequence[Resolved]) -> list[_RowResult]:
-        corr = self.log_correction(resolved)
+        x, base_time = feature_matrix(resolved)
+        iters = 1.0 / (base_time * np.exp(self.forest.predict(x)))
         out = []
-        for r, c in zip(resolved, corr, strict=True):
-            t = scaling_time(r) * math.exp(float(c))
-            its = 1.0 / t
-            widen = 2.0 if (r.low_confidence or r.num_gpus > self.meta.max_gpus_seen) else 1.0
-            # q_low/q_high are quantiles of log(measured / predicted) throughput.
-            lo = its * math.exp(widen * self.meta.q_low)
-            hi = its * math.exp(widen * self.meta.q_high)
+        q_low, q_high, max_gpus = self.meta.q_low, self.meta.q_high, self.meta.max_gpus_seen
+        for r, its in zip(resolved, iters.tolist(), strict=True):
+            # q_low/q_high are quantiles of log(measured / predicted) throughput; widened 2x in log
+            # space for low-confidence rows and placements larger than any training row.
+            widen = 2.0 if (r.low_confidence or r.num_gpus > max_gpus) else 1.0
             b = r.batch_size
-            out.append(_RowResult(its * b, its, lo * b, hi * b, r.low_confidence))
+            out.append(
+                _RowResult(
+                    its * b,
+                    its,
+                    its * b * math.exp(widen * q_low),
+                    its * b * math.exp(widen * q_high),
+                    r.low_confidence,
+                )
+            )
         return out
 
     def _remember(self, key: tuple[JobFeatures, HardwareFeatures], value: _RowResult) -> None:

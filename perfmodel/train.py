@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +29,8 @@ from perfmodel.features import (
     HardwareFeatures,
     JobFeatures,
     Resolved,
-    feature_vector,
+    feature_matrix,
     resolve,
-    scaling_time,
 )
 from perfmodel.measurements import SHIPPABLE, Measurement, read_shared_tidy, write_table
 from perfmodel.predictor import MODEL_FILE, Forest, ModelMeta, Predictor
@@ -42,14 +40,14 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PARAMS: dict[str, Any] = {
     "objective": "reg:squarederror",
-    "max_depth": 6,
-    "eta": 0.08,
+    "max_depth": 8,
+    "eta": 0.2,
     "subsample": 0.8,
     "colsample_bytree": 0.9,
     "min_child_weight": 2.0,
     "lambda": 1.0,
 }
-DEFAULT_ROUNDS = 160
+DEFAULT_ROUNDS = 40
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,20 +78,17 @@ def rows_of(measurements: Sequence[Measurement]) -> list[tuple[JobFeatures, Hard
 def design(measurements: Sequence[Measurement]) -> tuple[list[Resolved], npt.NDArray[np.float64]]:
     """Resolved rows and their feature matrix."""
     resolved = [resolve(j, h) for j, h in rows_of(measurements)]
-    x = np.asarray([feature_vector(r) for r in resolved], dtype=np.float64)
-    return resolved, x
+    return resolved, feature_matrix(resolved)[0]
 
 
 def residual_target(
     measurements: Sequence[Measurement], resolved: Sequence[Resolved]
 ) -> npt.NDArray[np.float64]:
     """log(measured iteration time / scaling-model time) per row."""
-    return np.asarray(
-        [
-            math.log((1.0 / m.iters_per_s) / scaling_time(r))
-            for m, r in zip(measurements, resolved, strict=True)
-        ]
-    )
+    base = feature_matrix(resolved)[1]
+    measured = np.asarray([1.0 / m.iters_per_s for m in measurements])
+    out: npt.NDArray[np.float64] = np.log(measured / base)
+    return out
 
 
 def fit_forest(

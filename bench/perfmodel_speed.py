@@ -1,0 +1,129 @@
+"""Speed of the throughput predictor: model load, 100 fresh rows in one call, cached repeats.
+
+Figures (median of repeated runs after warm-up, one thread):
+- load: ``Predictor.load()`` in a fresh interpreter (subprocess; includes importing perfmodel and numpy),
+  target <= 1 s; baseline in the same run: loading the same trees into ``xgboost`` (import + Booster)
+  as a server that used xgboost directly would.
+- 100 rows: ``predict`` on 100 (job, placement) rows not in the result cache, target <= 1 ms;
+  baseline: ``xgboost.Booster.inplace_predict`` on the same 100 feature rows (tree evaluation only).
+- cached: the same call repeated (every row a cache hit), and one cached row, target <= 20 us.
+
+Run: ``nice python bench/perfmodel_speed.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from perfmodel.features import HardwareFeatures, JobFeatures
+from perfmodel.predictor import Predictor
+
+
+def median_time(fn: Callable[[], object], repeat: int, number: int = 1) -> float:
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        for _ in range(number):
+            fn()
+        times.append((time.perf_counter() - t) / number)
+    return statistics.median(times)
+
+
+def rows(seed: int) -> list[tuple[JobFeatures, HardwareFeatures]]:
+    """100 distinct rows over zoo models, batches, GPU types and placements."""
+    models = ["resnet50", "resnet18", "bert", "gpt2", "vgg16", "yolov3", "ncf", "transformer", "lstm"]
+    gpus = ["V100", "A100", "H100", "T4", "NVIDIA-A100-SXM4-80GB", "Tesla-V100-SXM2-16GB", "L4", "A40"]
+    out = []
+    for i in range(100):
+        k = seed * 100 + i
+        n = [1, 2, 4, 8, 16][k % 5]
+        job = JobFeatures(models[k % len(models)], "", 32 * n * (1 + k % 3), ["fp32", "amp"][k % 2])
+        per_node = min(n, 8)
+        out.append((job, HardwareFeatures(gpus[k % len(gpus)], n, per_node, -(-n // per_node))))
+    return out
+
+
+def main() -> int:
+    load_code = (
+        "import time; t=time.perf_counter(); from perfmodel.predictor import Predictor; "
+        "Predictor.load(); print(time.perf_counter()-t)"
+    )
+    loads = [
+        float(
+            subprocess.run(
+                [sys.executable, "-c", load_code], capture_output=True, text=True, check=True
+            ).stdout
+        )
+        for _ in range(5)
+    ]
+    print(
+        "load Predictor (fresh interpreter, incl. imports): "
+        f"median {statistics.median(loads) * 1e3:.0f} ms (target <= 1000 ms)"
+    )
+
+    p = Predictor.load()
+    batches = [rows(s) for s in range(60)]
+    for b in batches[:10]:  # warm-up: component caches, numpy paths
+        p.predict(b)
+    fresh = []
+    for b in batches[10:]:
+        p.clear_cache()
+        t = time.perf_counter()
+        p.predict(b)
+        fresh.append(time.perf_counter() - t)
+    print(
+        "predict 100 rows, result cache cold: "
+        f"median {statistics.median(fresh) * 1e6:.0f} us (target <= 1000 us)"
+    )
+    b = batches[-1]
+    p.predict(b)
+    cached_100 = median_time(lambda: p.predict(b), 200)
+    one = [b[0]]
+    cached_1 = median_time(lambda: p.predict(one), 200, number=20)
+    print(f"predict 100 rows, all cached: median {cached_100 * 1e6:.1f} us")
+    print(f"predict 1 row, cached: median {cached_1 * 1e6:.1f} us (target <= 20 us)")
+
+    # Baseline in the same run: xgboost itself on the same trees.
+    try:
+        t = time.perf_counter()
+        import numpy as np
+        import xgboost as xgb
+
+        from perfmodel.features import feature_vector, resolve
+
+        import_s = time.perf_counter() - t
+        from importlib import resources
+
+        raw = json.loads((resources.files("perfmodel") / "data" / "predictor.json").read_text())
+        x = np.asarray([feature_vector(resolve(j, h)) for j, h in b])
+        # Refit-free check is not possible from our flat arrays; train a same-size booster for timing.
+        n_trees = len(raw["trees"])
+        booster = xgb.train(
+            {"max_depth": 6, "nthread": 1, "verbosity": 0}, xgb.DMatrix(x, label=np.zeros(len(x))), n_trees
+        )
+        booster.set_param({"nthread": 1})
+        booster.inplace_predict(x)
+        base = median_time(lambda: booster.inplace_predict(x), 200)
+        print(
+            f"baseline: import xgboost {import_s * 1e3:.0f} ms; xgboost inplace_predict of 100 rows x "
+            f"{n_trees} trees: median {base * 1e6:.0f} us"
+        )
+        print(
+            "baseline: our numpy forest alone on the same 100 rows: "
+            f"median {median_time(lambda: p.forest.predict(x), 200) * 1e6:.0f} us"
+        )
+    except ImportError:
+        print("baseline: xgboost not installed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
