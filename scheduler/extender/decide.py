@@ -118,6 +118,7 @@ class Decider:
         self._predict_cache_size = predict_cache_size
         # gang -> (plan for its unplaced replicas, where its replicas were placed when it was made)
         self._plans: dict[tuple[str, str], tuple[Allocation, dict[str, int]]] = {}
+        self._shape_memo: dict[tuple[Any, ...], PlacementShape] = {}
         # callback(queries sent, cache hits, cache misses) for metrics
         self._on_predict = on_predict
 
@@ -209,8 +210,26 @@ class Decider:
             cats[R_JOB] = len(names)
             return FilterOutcome([], failed, unres, cats)
         fits: list[str] = []
+        fits_append = fits.append
+        fit_get = self.cache.fit.get
+        # reasons depend on (type, size, free) only, except the two that name the node: memoised
+        memo: dict[tuple[str, int, int], tuple[str, bool, str]] = {}
         for i, name in enumerate(names):
-            node = nodes.get(name)
+            info = fit_get(name)
+            if info is not None:
+                t, f, sched, _ = info
+                # fast path: the common "fits" case, from one lookup
+                if (
+                    f >= g
+                    and sched
+                    and (want_type is None or t == want_type)
+                    and (not allowed or t in allowed)
+                ):
+                    fits_append(name)
+                    continue
+                node = nodes[name]
+            else:
+                node = None
             if node is None:
                 node = self._node_from_request(node_objects, i)
                 if node is None:
@@ -230,15 +249,25 @@ class Decider:
                 and (want_type is None or t == want_type)
                 and (not allowed or t in allowed)
             ):
-                fits.append(name)
+                fits_append(name)
                 continue
-            why = check_node(node, f, gpus_per_replica=g, gpu_type=want_type, allowed_gpu_types=allowed)
-            if why is None:  # pragma: no cover - the fast path covers every fitting node
-                fits.append(name)
-                continue
-            cat = _category(node, f, g, want_type, allowed)
+            plain = node.schedulable and node.gpus > 0
+            key = (t, node.gpus, f)
+            hit = memo.get(key) if plain else None
+            if hit is None:
+                why = check_node(node, f, gpus_per_replica=g, gpu_type=want_type, allowed_gpu_types=allowed)
+                if why is None:  # pragma: no cover - the fast path covers every fitting node
+                    fits_append(name)
+                    continue
+                hit = (why.reason, why.resolvable, _category(node, f, g, want_type, allowed))
+                if plain:
+                    memo[key] = hit
+            reason, resolvable, cat = hit
             cats[cat] = cats.get(cat, 0) + 1
-            (failed if why.resolvable else unres)[name] = why.reason
+            if resolvable:
+                failed[name] = reason
+            else:
+                unres[name] = reason
         if ctx.gang_key is None or (ctx.replicas <= 1 and not ctx.placed and not ctx.planned):
             passed = fits
         else:
@@ -363,88 +392,102 @@ class Decider:
     def prioritize(
         self, pod_obj: Mapping[str, Any], names: Sequence[str], node_objects: Sequence[Any] | None
     ) -> list[tuple[str, int]]:
-        """A 0..10 score per node name, in request order (see ``score_nodes``)."""
+        """A 0..10 score per node name, in request order: the weighted mean of three 0..10 terms.
+
+        - throughput: 10 x predicted throughput of the job with this node in its placement / the best
+          candidate's (one oracle call for all distinct shapes); left out without a job model;
+        - locality: how tight the gang stays with this node added to its bound replicas (or to the pod's
+          planned node): same NVLink domain or node 10, rack 6, zone 3, else 0; left out without anchors;
+        - packing (best fit): 10 x (1 - GPUs left free on the node after this pod / node's GPUs).
+
+        Nodes alike in every input of the three terms (type, size, free GPUs, link, network, relation to
+        the gang) form one class; each class is scored once. Nodes unknown to the cache score 0.
+        """
         with self.cache.lock:
             ctx = self.context(pod_obj)
             if ctx.gpus <= 0:
                 return [(n, 0) for n in names]
-            nodes: list[Node | None] = []
-            for i, name in enumerate(names):
-                node = self.cache.nodes.get(name)
-                if node is None:
-                    node = self._node_from_request(node_objects, i)
-                nodes.append(node)
-            free = [
-                self.cache.free.get(n, 0) if n in self.cache.nodes else (nd.gpus if nd else 0)
-                for n, nd in zip(names, nodes, strict=True)
-            ]
-            anchors = list(ctx.placed) or ([ctx.pod.planned_node] if ctx.pod.planned_node else [])
-            node_map = self.cache.nodes
-        return list(zip(names, self.score_nodes(ctx, nodes, free, anchors, node_map), strict=True))
+            return self._score(ctx, names, node_objects)
 
-    def score_nodes(
+    def _score(
+        self, ctx: PodContext, names: Sequence[str], node_objects: Sequence[Any] | None
+    ) -> list[tuple[str, int]]:
+        w = self.weights
+        node_map = self.cache.nodes
+        anchors = [a for a in (list(ctx.placed) or [ctx.pod.planned_node]) if a and a in node_map]
+        rel = _Relation(anchors, node_map) if anchors else None
+        use_loc = rel is not None and w.locality > 0
+        use_tp = w.throughput > 0 and ctx.job is not None and self.oracle is not None
+        spread_matters = use_tp and bool(ctx.placed)
+        # class key -> (representative node, its free GPUs); node index -> class key
+        reps: dict[Any, tuple[Node, int]] = {}
+        keys: list[Any] = []
+        keys_append = keys.append
+        nodes_get = node_map.get
+        fit_get = self.cache.fit.get
+        relative = rel is not None and (use_loc or spread_matters)
+        for i, name in enumerate(names):
+            info = fit_get(name)
+            if info is None:
+                # not in the cache: a full Node object from the request, keyed by its own attributes
+                node = self._node_from_request(node_objects, i)
+                if node is None:
+                    keys_append(None)
+                    continue
+                f = node.gpus if node.schedulable else 0
+                key: Any = (
+                    node.gpu_type,
+                    node.gpus,
+                    f,
+                    node.interconnect,
+                    node.network_gbps,
+                    node.nvlink_domain,
+                )
+            else:
+                f = info[1]
+                key = (info[3] << 16) | f  # one int: class and free GPUs
+                node = None
+            if relative:
+                node = node or nodes_get(name)
+                assert rel is not None and node is not None
+                key = (key, rel.level(node), ctx.placed.get(name, 0) if spread_matters else 0)
+            keys_append(key)
+            if key not in reps:
+                reps[key] = (node or node_map[name], f)
+        # without the throughput term, classes that differ only in type/link share a score; fine to keep apart
+        scores = self._score_classes(ctx, reps, rel, use_loc, use_tp, node_map)
+        out: list[tuple[str, int]] = []
+        for name, k in zip(names, keys, strict=True):
+            out.append((name, 0 if k is None else scores[k]))
+        return out
+
+    def _score_classes(
         self,
         ctx: PodContext,
-        nodes: Sequence[Node | None],
-        free: Sequence[int],
-        anchors: Sequence[str],
+        reps: Mapping[Any, tuple[Node, int]],
+        rel: _Relation | None,
+        use_loc: bool,
+        use_tp: bool,
         node_map: Mapping[str, Node],
-    ) -> list[int]:
-        """Weighted mean of three 0..10 terms, rounded:
-
-        - throughput: 10 x predicted throughput of the job with this node in its placement / the best
-          candidate's (one oracle call for all distinct shapes); skipped (weight 0) without a job model;
-        - locality: how tight the gang stays with this node added to its bound replicas (or the pod's
-          planned node): same NVLink domain or node 10, rack 6, zone 3, else 0; skipped without anchors;
-        - packing (best fit): 10 x (1 - GPUs left free on the node after this pod / node's GPUs).
-        Nodes unknown to the cache score 0.
-        """
+    ) -> dict[Any, int]:
         w = self.weights
         g = ctx.gpus
-        pack = [0.0] * len(nodes)
-        for i, node in enumerate(nodes):
-            if node is None or node.gpus <= 0:
+        tp: dict[Any, float] | None = None
+        if use_tp:
+            shapes = {key: self._shape_for(ctx, node, f, node_map) for key, (node, f) in reps.items()}
+            tp = self._throughput_term(ctx, shapes)
+        total_w = w.packing + (w.locality if use_loc else 0.0) + (w.throughput if tp is not None else 0.0)
+        out: dict[Any, int] = {}
+        for key, (node, f) in reps.items():
+            if total_w <= 0 or node.gpus <= 0:
+                out[key] = 0
                 continue
-            left = max(0, free[i] - g)
-            pack[i] = 10.0 * (1.0 - left / node.gpus)
-        loc: list[float] | None = None
-        if anchors and w.locality > 0:
-            anchor_nodes = [a for a in anchors if a in node_map]
-            level_cache: dict[str, float] = {}
-            loc = []
-            for node in nodes:
-                if node is None:
-                    loc.append(0.0)
-                    continue
-                key = (
-                    node.name
-                    if node.name in anchor_nodes
-                    else f"{node.nvlink_domain}|{node.rack}|{node.zone}|{node.interconnect}"
-                )
-                s = level_cache.get(key)
-                if s is None:
-                    s = _LOCALITY_SCORE[locality_level([*anchor_nodes, node.name], node_map)]
-                    level_cache[key] = s
-                loc.append(s)
-        tp = (
-            self._throughput_term(ctx, nodes, free, node_map)
-            if w.throughput > 0 and ctx.job is not None
-            else None
-        )
-        total_w = (
-            w.packing + (w.locality if loc is not None else 0.0) + (w.throughput if tp is not None else 0.0)
-        )
-        out: list[int] = []
-        for i, node in enumerate(nodes):
-            if node is None or total_w <= 0:
-                out.append(0)
-                continue
-            s = w.packing * pack[i]
-            if loc is not None:
-                s += w.locality * loc[i]
+            s = w.packing * 10.0 * (1.0 - max(0, f - g) / node.gpus)
+            if use_loc and rel is not None:
+                s += w.locality * _LOCALITY_SCORE[rel.level(node)]
             if tp is not None:
-                s += w.throughput * tp[i]
-            out.append(min(10, max(0, math.floor(s / total_w + 0.5))))
+                s += w.throughput * tp[key]
+            out[key] = min(10, max(0, math.floor(s / total_w + 0.5)))
         return out
 
     def _shape_for(
@@ -456,9 +499,35 @@ class Decider:
         has room, the remainder on further nodes of the same size (counted, not named).
         """
         g = ctx.gpus
-        per_node = dict(ctx.placed)
         rest = ctx.unplaced
         here = min(rest, max(1, free // g)) if g > 0 else 1
+        memo_key: tuple[Any, ...] | None = None
+        if not ctx.placed:
+            # a gang with nothing bound yet: the shape depends on the node's class, not on its name
+            memo_key = (
+                node.gpu_type,
+                node.gpus,
+                node.interconnect,
+                node.network_gbps,
+                bool(node.nvlink_domain),
+            )
+            memo_key = (*memo_key, g, rest, here)
+            hit = self._shape_memo.get(memo_key)
+            if hit is not None:
+                return hit
+        shape = self._compute_shape(ctx, node, here, node_map)
+        if memo_key is not None:
+            if len(self._shape_memo) > 4096:
+                self._shape_memo.clear()
+            self._shape_memo[memo_key] = shape
+        return shape
+
+    def _compute_shape(
+        self, ctx: PodContext, node: Node, here: int, node_map: Mapping[str, Node]
+    ) -> PlacementShape:
+        g = ctx.gpus
+        rest = ctx.unplaced
+        per_node = dict(ctx.placed)
         per_node[node.name] = per_node.get(node.name, 0) + here
         rest -= here
         alloc = Allocation.of(ctx.pod.job or ctx.pod.key, node.gpu_type, g, per_node)
@@ -478,45 +547,22 @@ class Decider:
         )
 
     def _throughput_term(
-        self, ctx: PodContext, nodes: Sequence[Node | None], free: Sequence[int], node_map: Mapping[str, Node]
-    ) -> list[float] | None:
+        self, ctx: PodContext, shapes: Mapping[Any, PlacementShape]
+    ) -> dict[Any, float] | None:
+        """10 x predicted throughput / the best candidate's, per class; None when nothing is predictable."""
         job = ctx.job
         if job is None or self.oracle is None:
             return None
-        shapes: list[PlacementShape | None] = []
-        by_key: dict[tuple[Any, ...], PlacementShape] = {}
-        shape_memo: dict[tuple[Any, ...], PlacementShape] = {}
-        for i, node in enumerate(nodes):
-            if node is None:
-                shapes.append(None)
-                continue
-            # nodes alike in type, size, free room and topology give the same shape: compute it once
-            mk = (
-                node.gpu_type,
-                node.gpus,
-                free[i] // max(1, ctx.gpus),
-                node.interconnect,
-                node.network_gbps,
-                node.nvlink_domain,
-                node.rack,
-                node.zone,
-                node.name in ctx.placed,
-            )
-            shape = shape_memo.get(mk)
-            if shape is None:
-                shape = self._shape_for(ctx, node, free[i], node_map)
-                shape_memo[mk] = shape
-            shapes.append(shape)
-            by_key[(*_job_key(job), shape)] = shape
+        jk = _job_key(job)
+        by_key = {(*jk, shape): shape for shape in shapes.values()}
         values = self._predict(job, by_key)
         if values is None:
             return None
-        jk = _job_key(job)
-        raw = [values.get((*jk, s), 0.0) if s is not None else 0.0 for s in shapes]
-        best = max(raw, default=0.0)
+        raw = {key: values.get((*jk, shape), 0.0) for key, shape in shapes.items()}
+        best = max(raw.values(), default=0.0)
         if best <= 0:
             return None
-        return [10.0 * max(0.0, v) / best for v in raw]
+        return {key: 10.0 * max(0.0, v) / best for key, v in raw.items()}
 
     def _predict(
         self, job: Job, by_key: Mapping[tuple[Any, ...], PlacementShape]
@@ -589,6 +635,41 @@ class Decider:
                 if why is None:
                     kept[name] = [u for u, _ in victims]
             return kept
+
+
+class _Relation:
+    """Where a node stands relative to a gang's anchor nodes: ``locality_level(anchors + [node])``, cheaply.
+
+    Equal to the core's ``locality_level`` (one node alone: NVLink domain or node by its link; else the
+    anchors' shared NVLink domain, rack, zone, in that order) without building a list per node.
+    """
+
+    __slots__ = ("_anchors", "_domain", "_rack", "_zone")
+
+    def __init__(self, anchors: Sequence[str], node_map: Mapping[str, Node]) -> None:
+        members = [node_map[a] for a in dict.fromkeys(anchors)]
+        self._anchors = {m.name for m in members}
+        first = members[0]
+        self._domain = (
+            first.nvlink_domain if all(m.nvlink_domain == first.nvlink_domain for m in members) else ""
+        )
+        self._rack = first.rack if all(m.rack == first.rack for m in members) else ""
+        self._zone = first.zone if all(m.zone == first.zone for m in members) else ""
+
+    def level(self, node: Node) -> LocalityLevel:
+        if len(self._anchors) == 1 and node.name in self._anchors:
+            return (
+                LocalityLevel.NVLINK_DOMAIN
+                if node.interconnect is Interconnect.NVLINK
+                else LocalityLevel.NODE
+            )
+        if self._domain and node.nvlink_domain == self._domain:
+            return LocalityLevel.NVLINK_DOMAIN
+        if self._rack and node.rack == self._rack:
+            return LocalityLevel.RACK
+        if self._zone and node.zone == self._zone:
+            return LocalityLevel.ZONE
+        return LocalityLevel.CLUSTER
 
 
 def _job_key(job: Job) -> tuple[Any, ...]:

@@ -106,6 +106,12 @@ class ClusterCache:
         self.nodes: dict[str, Node] = {}
         #: free GPUs per node (allocatable - bound pods - assumed pods), never below 0
         self.free: dict[str, int] = {}
+        #: a small int per node naming its class: nodes alike in GPU type, GPU count, link, network and
+        #: whether they sit in a multi-node NVLink domain share it (the extender scores classes, not nodes)
+        self.node_class: dict[str, int] = {}
+        #: per node, what filter's fast path reads in one lookup: (GPU type, free GPUs, schedulable, class)
+        self.fit: dict[str, tuple[str, int, bool, int]] = {}
+        self._class_ids: dict[tuple[Any, ...], int] = {}
         self._used: dict[str, int] = {}
         self._assumed_by_node: dict[str, int] = {}
         self._pods: dict[str, PodInfo] = {}  # by namespace/name
@@ -248,20 +254,26 @@ class ClusterCache:
         node = self.nodes.get(name)
         if node is None:
             self.free.pop(name, None)
+            self.fit.pop(name, None)
             return
         cap = node.gpus if node.schedulable else 0
-        self.free[name] = max(0, cap - self._used.get(name, 0) - self._assumed_by_node.get(name, 0))
+        f = max(0, cap - self._used.get(name, 0) - self._assumed_by_node.get(name, 0))
+        self.free[name] = f
+        self.fit[name] = (node.gpu_type, f, node.schedulable, self.node_class.get(name, -1))
 
     def replace(self, kind: Kind, items: list[dict[str, Any]], resource_version: str = "") -> None:
         """Replace everything of ``kind`` with a fresh list (initial sync and relist after 410)."""
         with self.lock:
             if kind is Kind.NODES:
                 self.nodes = {}
+                self.node_class = {}
                 for obj in items:
                     node = self._decode_node(obj)
                     if node is not None:
                         self.nodes[node.name] = node
+                        self._classify(node)
                 self.free = {}
+                self.fit = {}
                 for name in self.nodes:
                     self._refresh_free(name)
             elif kind is Kind.PODS:
@@ -310,6 +322,13 @@ class ClusterCache:
                     self.jobs[info.key] = info
             self.version += 1
 
+    def _classify(self, node: Node) -> None:
+        key = (node.gpu_type, node.gpus, node.interconnect, node.network_gbps, bool(node.nvlink_domain))
+        cid = self._class_ids.get(key)
+        if cid is None:
+            cid = self._class_ids[key] = len(self._class_ids)
+        self.node_class[node.name] = cid
+
     def _decode_node(self, obj: Mapping[str, Any]) -> Node | None:
         try:
             return decode_node(obj)
@@ -331,11 +350,14 @@ class ClusterCache:
             meta = obj.get("metadata") or {}
             name = str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
             self.nodes.pop(name, None)
+            self.node_class.pop(name, None)
             self.free.pop(name, None)
+            self.fit.pop(name, None)
             return
         node = self._decode_node(obj)
         if node is not None:
             self.nodes[node.name] = node
+            self._classify(node)
             self._refresh_free(node.name)
 
     def _apply_pod(self, obj: Mapping[str, Any], deleted: bool) -> None:
