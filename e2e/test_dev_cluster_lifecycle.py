@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from e2e.harness import REPO
+from e2e.harness import REPO, wait_until
 from scheduler.devcluster.process import ProcessRecord, is_running, port_is_free
 from scheduler.k8s import bootstrap
 
@@ -126,3 +126,52 @@ def test_a_component_failing_at_start_is_reported_and_nothing_is_left_running(tm
     assert not _processes_with_cwd_under(state_dir)
     assert not (state_dir / "state.json").exists()
     assert perfsched("dev-cluster", "status", env=env).returncode == 3
+
+
+def test_up_with_perfsched_runs_a_trainingjob_to_success(tmp_path: Path) -> None:
+    from kubernetes import client as k8s
+
+    state_dir = tmp_path / "dc"
+    env = {**os.environ, "PERFSCHED_DEV_CLUSTER_DIR": str(state_dir)}
+    up = perfsched(
+        "dev-cluster", "up", "--cluster", SPEC, "--with-perfsched", "--time-scale", "200", "--json", env=env
+    )
+    assert up.returncode == 0, up.stderr
+    info = json.loads(up.stdout)
+    try:
+        assert {"perfsched-extender", "perfsched-operator", "perfsched-emulator"} <= set(info["pids"])
+        api = bootstrap.api_client(info["kubeconfig"])
+        custom, core = k8s.CustomObjectsApi(api), k8s.CoreV1Api(api)
+        job = {
+            "apiVersion": "perfsched.dev/v1alpha1",
+            "kind": "TrainingJob",
+            "metadata": {"name": "rn50"},
+            "spec": {
+                "model": "resnet50",
+                "dataset": "imagenet",
+                "batchSize": 256,
+                "work": {"iterations": 3000},
+                "replicas": {"max": 2, "gpusPerReplica": 4},
+                "template": {
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "worker", "image": "x"}]}
+                },
+            },
+        }
+        custom.create_namespaced_custom_object("perfsched.dev", "v1alpha1", "default", "trainingjobs", job)
+
+        def phase() -> str:
+            obj = custom.get_namespaced_custom_object(
+                "perfsched.dev", "v1alpha1", "default", "trainingjobs", "rn50"
+            )
+            return str((obj.get("status") or {}).get("phase", ""))
+
+        wait_until(lambda: phase() == "Succeeded", 120, "the TrainingJob to succeed")
+        pods = core.list_namespaced_pod("default", label_selector="perfsched.dev/job-name=rn50").items
+        assert len(pods) == 2
+        assert all(p.status.phase == "Succeeded" and p.spec.node_name for p in pods)
+        assert all(p.spec.scheduler_name == "perfsched" for p in pods)
+        api.close()
+    finally:
+        down = perfsched("dev-cluster", "down", env=env)
+        assert down.returncode == 0, down.stderr
+    assert not _processes_with_cwd_under(state_dir)
