@@ -1,0 +1,99 @@
+"""Preemption in the shared greedy allocation: only the evictions needed, least urgent first."""
+
+from __future__ import annotations
+
+from scheduler.core.decisions import ActionKind
+from scheduler.core.round import RoundCosts, run_round
+from scheduler.policies import make_policy
+from tests.builders import FakeOracle, alloc, job, node, snapshot
+
+NODES = [node("n1").gpus(4).build(), node("n2").gpus(4).build()]
+
+
+def kinds(result) -> dict[str, ActionKind]:  # type: ignore[no-untyped-def]
+    return {a.job: a.kind for a in result.actions}
+
+
+def test_srsf_evicts_only_what_it_needs_least_urgent_first() -> None:
+    # V100 speed 3/GPU. Remaining service: a = 4 GPUs x 120000/12 s = 40000 GPU-s,
+    # b = 4 x 240000/12 = 80000 GPU-s (least urgent), new = 4 x 1200/12 = 400 GPU-s (most urgent).
+    a = job("a").gpus_per_replica(4).work(120_000).build()
+    b = job("b").gpus_per_replica(4).work(240_000).build()
+    new = job("new").gpus_per_replica(4).work(1_200).submitted(5).build()
+    snap = snapshot(NODES, allocations=[alloc("a", "V100", 4, {"n1": 1}), alloc("b", "V100", 4, {"n2": 1})])
+    res = run_round(snap, [a, b, new], make_policy("srsf"), FakeOracle(), costs=RoundCosts(30, 10))
+    assert kinds(res) == {"a": ActionKind.KEEP, "b": ActionKind.PREEMPT, "new": ActionKind.START}
+    assert "preempted by job new" in res.waiting["b"].reason
+
+
+def test_margin_stops_near_equal_jobs_from_evicting_each_other() -> None:
+    # 8 GPUs x 3 = 24 units/s: run = 8 x 60000/24 = 20000 GPU-s; new = 8 x 54000/24 = 18000 GPU-s.
+    # SRSF evicts with margin 0, not with a 10000 GPU-s margin (20000 - 18000 < 10000)
+    run = job("run").gpus_per_replica(8).work(60_000).build()
+    new = job("new").gpus_per_replica(8).work(54_000).submitted(1).build()
+    big = [node("n").gpus(8).build()]
+    snap = snapshot(big, allocations=[alloc("run", "V100", 8, {"n": 1})])
+    res = run_round(snap, [run, new], make_policy("srsf"), FakeOracle())
+    assert kinds(res) == {"run": ActionKind.PREEMPT, "new": ActionKind.START}
+    res = run_round(snap, [run, new], make_policy("srsf", {"preempt_margin_gpu_s": 10_000}), FakeOracle())
+    assert kinds(res) == {"run": ActionKind.KEEP}
+
+
+def test_non_preemptible_jobs_are_never_victims() -> None:
+    low = job("low").gpus_per_replica(4).attained(100 * 3600).non_preemptible().build()  # LAS queue 2
+    new = job("new").gpus_per_replica(4).submitted(5).build()  # queue 0
+    snap = snapshot([node("n").gpus(4).build()], allocations=[alloc("low", "V100", 4, {"n": 1})])
+    res = run_round(snap, [low, new], make_policy("las"), FakeOracle())
+    assert kinds(res) == {"low": ActionKind.KEEP}
+    assert res.waiting["new"].resolvable
+
+
+def test_fifo_orders_by_priority_then_submit_time() -> None:
+    one = [node("n").gpus(4).build()]
+    early = job("early").gpus_per_replica(4).submitted(0).build()
+    urgent = job("urgent").gpus_per_replica(4).submitted(10).priority(5).build()
+    res = run_round(snapshot(one), [early, urgent], make_policy("fifo"), FakeOracle())
+    assert kinds(res) == {"urgent": ActionKind.START}
+    res = run_round(
+        snapshot(one), [early, urgent], make_policy("fifo", {"use_priority": False}), FakeOracle()
+    )
+    assert kinds(res) == {"early": ActionKind.START}
+
+
+def test_las_is_fifo_inside_a_queue_and_never_preempts_within_it() -> None:
+    one = [node("n").gpus(4).build()]
+    # both in queue 0 (< 1 GPU-hour); the running one arrived later but keeps its GPUs
+    waiting_first = job("first").gpus_per_replica(4).submitted(0).build()
+    running_later = job("later").gpus_per_replica(4).submitted(10).attained(600).build()
+    snap = snapshot(one, allocations=[alloc("later", "V100", 4, {"n": 1})])
+    res = run_round(snap, [waiting_first, running_later], make_policy("las"), FakeOracle())
+    assert kinds(res) == {"later": ActionKind.KEEP}
+
+
+def test_deadline_job_preempts_best_effort() -> None:
+    one = [node("n").gpus(4).build()]
+    # dl: 12000 units by t=1000 needs 12 units/s = all 4 V100 (4 x 3); be runs without a deadline
+    be = job("be").gpus_per_replica(4).work(10**6).build()
+    dl = job("dl").replicas(1, 4).work(12_000).deadline(1000).submitted(1).build()
+    snap = snapshot(one, allocations=[alloc("be", "V100", 4, {"n": 1})])
+    res = run_round(snap, [be, dl], make_policy("deadline"), FakeOracle())
+    assert kinds(res) == {"be": ActionKind.PREEMPT, "dl": ActionKind.START}
+    assert res.decisions["dl"].allocation is not None and res.decisions["dl"].allocation.replicas == 4
+
+
+def test_elastic_does_not_resize_non_preemptible_jobs() -> None:
+    one = [node("n").gpus(8).build()]
+    j = job("j").replicas(1, 8).non_preemptible().build()
+    snap = snapshot(one, allocations=[alloc("j", "V100", 1, {"n": 2})])
+    res = run_round(snap, [j], make_policy("elastic"), FakeOracle())
+    assert kinds(res) == {"j": ActionKind.KEEP}
+
+
+def test_hetero_serves_the_job_with_the_larger_deficit() -> None:
+    one = [node("n").gpus(1).build()]
+    # both plan 0.5 of the one GPU; served has received 900 of 1000 s (0.9), starved 0 -> starved runs
+    served = job("served").submitted(0).attained(900).build()
+    starved = job("starved").submitted(0).build()
+    snap = snapshot(one, now=1000, allocations=[alloc("served", "V100", 1, {"n": 1})])
+    res = run_round(snap, [served, starved], make_policy("hetero"), FakeOracle())
+    assert kinds(res) == {"served": ActionKind.PREEMPT, "starved": ActionKind.START}
