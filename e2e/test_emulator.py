@@ -93,3 +93,22 @@ def test_emulated_gang_progresses_at_its_true_throughput_and_succeeds(
     # it took (about) as long as the true throughput says, not much less
     remaining_s = (ITERATIONS - first.progress) / (rate * TIME_SCALE)
     assert elapsed >= 0.8 * remaining_s, (elapsed, remaining_s)
+
+
+def test_progress_reporter_writes_the_annotation_a_real_worker_would(
+    kube_cluster: KubeCluster, fresh_namespace: str
+) -> None:
+    from scheduler.worker import ProgressReporter
+
+    ns, core = fresh_namespace, kube_cluster.core
+    pod = gpu_pod("trainer-g2-0", 1, annotations={"perfsched.dev/start-progress": "300"})
+    core.create_namespaced_pod(ns, pod)
+    reporter = ProgressReporter("trainer-g2-0", ns, min_interval_s=0, kubeconfig=kube_cluster.kubeconfig)
+    assert reporter.start_progress() == 300.0
+    assert reporter.report(350.0)
+    assert reporter.checkpoint(400.0)
+    ann = core.read_namespaced_pod("trainer-g2-0", ns).metadata.annotations
+    report = parse_progress(ann["perfsched.dev/progress"])
+    assert report is not None
+    assert (report.progress, report.checkpoint) == (400.0, 400.0)
+    assert ann["perfsched.dev/start-progress"] == "300"  # the reporter only adds its own key
