@@ -133,8 +133,11 @@ class OperatorLoop:
                     log.exception("round failed; retrying next period")
         finally:
             stop.set()
+            # the Lease thread releases the Lease on its way out; watch threads may sit in a long poll and
+            # are daemons, so they are not waited for
             for t in threads:
-                t.join(timeout=5.0)
+                if t.name == "lease":
+                    t.join(timeout=5.0)
             metrics.OPERATOR_LEADER.set(0)
 
 

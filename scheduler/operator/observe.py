@@ -166,7 +166,7 @@ def observe_job(
     r0 = next((p for p in cur if p.info.replica_index == 0), None)
     if r0 is not None and r0.report is not None:
         progress = r0.report.progress
-        if r0.unfinished and not r0.deleting and r0.report.throughput > 0:
+        if not r0.deleting and r0.report.throughput > 0:
             observed = r0.report.throughput
     # A checkpoint survives restarts: the best one any replica-0 report (old gangs included) has seen.
     for p in pods:

@@ -448,6 +448,8 @@ class Operator:
                 "attainedService": self._attained(view, now),
             }
         )
+        if view.observed_throughput:
+            new["observedThroughput"] = view.observed_throughput
         for k in ("allocation", "accountedTime", "estimatedCompletion"):
             new.pop(k, None)
         conds = new["conditions"]
