@@ -4,12 +4,16 @@ Pure. A job's attained service is GPU-seconds received so far (GPUs x time: the 
 Jobs fall into queues by thresholds on it (default 1 and 10 GPU-hours: queue 0 below 1, queue 1 below
 10, queue 2 above); lower queues go first, FIFO (submit time) inside a queue. Preemptive between
 queues: a job in a lower queue evicts running jobs of higher queues when it does not fit otherwise;
-jobs in the same queue never evict each other. Type-agnostic (most free allowed GPU type).
+jobs in the same queue never evict each other. Type-agnostic (most free allowed GPU type). With
+``promote_knob: K`` a waiting job whose time spent waiting exceeds K times its time spent running goes
+back to queue 0 (Tiresias's starvation guard).
 
 Follows Gu et al., "Tiresias: A GPU Cluster Manager for Distributed Deep Learning", NSDI 2019
-(discretized 2D-LAS). Differs: no starvation "promote knob" (a long-waiting job is not moved back to
-queue 0), no placement-consolidation profiler (placement is the core's topology-aware best fit), and
-state is recomputed from the snapshot every round rather than kept by the scheduler.
+(discretized 2D-LAS). Differs: the promote knob is off by default and compares the job's whole
+waiting and running time (now - submit vs attained GPU-seconds / GPUs) rather than the time since its
+last preemption, which a stateless policy does not know; no placement-consolidation profiler
+(placement is the core's topology-aware best fit); state is recomputed from the snapshot every round
+rather than kept by the scheduler.
 """
 
 from __future__ import annotations
@@ -40,11 +44,13 @@ class LasConfig:
 
     thresholds_gpu_hours: tuple[float, ...] = (1.0, 10.0)
     preemptive: bool = True
+    promote_knob: float | None = None
 
     def __post_init__(self) -> None:
         t = self.thresholds_gpu_hours
         require(all(x > 0 for x in t), "thresholds_gpu_hours", f"must be positive, got {list(t)}")
         require(all(a < b for a, b in itertools.pairwise(t)), "thresholds_gpu_hours", "must increase")
+        require(self.promote_knob is None or self.promote_knob > 0, "promote_knob", "must be > 0")
 
 
 class LasPolicy:
@@ -60,8 +66,18 @@ class LasPolicy:
     def from_config(cls, config: Mapping[str, Any] | None = None) -> LasPolicy:
         return cls(parse_config(LasConfig, cls.name, config))
 
-    def queue_of(self, job: Job) -> int:
-        """0 for the least served; a job exactly at a threshold has crossed it."""
+    def queue_of(self, job: Job, now: float | None = None) -> int:
+        """0 for the least served; a job exactly at a threshold has crossed it.
+
+        With the promote knob and ``now``, a job that has waited more than knob x its running time
+        is promoted to queue 0.
+        """
+        knob = self.config.promote_knob
+        if knob is not None and now is not None and job.attained_service > 0:
+            ran = job.attained_service / max(1, job.min_gpus)
+            waited = max(0.0, now - job.submit_time - ran)
+            if waited > knob * ran:
+                return 0
         return bisect.bisect_right(self._bounds, job.attained_service)
 
     def allocate(
@@ -70,7 +86,11 @@ class LasPolicy:
         del oracle  # LAS ranks by attained service only
         infos = type_infos(snapshot)
         free = FreeByType(snapshot)
-        keyed = sorted(((self.queue_of(j), j.submit_time, j.name), j) for j in jobs)
+        running = snapshot.allocations
+        keyed = sorted(
+            ((self.queue_of(j, None if j.name in running else snapshot.now), j.submit_time, j.name), j)
+            for j in jobs
+        )
         requests = [
             Request(j, free.order(j, infos), replica_options(j), rank=float(q), note=f"LAS queue {q}")
             for (q, _, _), j in keyed

@@ -235,3 +235,17 @@ def test_hetero_lp_classes_match_the_per_job_lp() -> None:
     x = np.array([[1.0, 0.25], [1.0, 1.0]])
     share = solve_fractional(x, np.array([1.0, 1.0]), np.array([1.0, 1.0]))
     assert np.allclose(share, [[1.0, 0.0], [0.0, 1.0]], atol=1e-6)
+
+
+def test_las_promote_knob_rescues_a_starved_job() -> None:
+    nodes = [node("a").gpus(4).build()]
+    # starved: 2 GPU-hours on 4 GPUs = ran 1800 s, then waited 10000 - 0 - 1800 = 8200 s > 2 x 1800
+    starved = job("starved").gpus_per_replica(4).submitted(0).attained(2 * HOUR).build()
+    # runner: queue 1 too (1.5 GPU-hours), running, arrived earlier than nothing: it keeps the GPUs
+    runner = job("runner").gpus_per_replica(4).submitted(5).attained(1.5 * HOUR).build()
+    snap = snapshot(nodes, now=10_000, allocations=[alloc("runner", "V100", 4, {"a": 1})])
+    res = run_round(snap, [starved, runner], make_policy("las"), FakeOracle())
+    # without the knob both are in queue 1: FIFO would pick starved (earlier) but no preemption within a queue
+    assert {a.job: a.kind for a in res.actions} == {"runner": ActionKind.KEEP}
+    res = run_round(snap, [starved, runner], make_policy("las", {"promote_knob": 2.0}), FakeOracle())
+    assert {a.job: a.kind for a in res.actions} == {"runner": ActionKind.PREEMPT, "starved": ActionKind.START}
