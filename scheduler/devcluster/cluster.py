@@ -397,29 +397,7 @@ class DevCluster:
         self._wait_http(state, "kube-controller-manager", f"{kcm}/healthz", deadline)
 
         for sched in options.schedulers:
-            name = f"kube-scheduler-{sched}"
-            if sched == "perfsched":
-                cfg = configs.perfsched_scheduler_config(kubeconfig, state.extender_url, options.tuning)
-            elif sched == "default":
-                cfg = configs.default_scheduler_config(kubeconfig, options.tuning)
-            else:
-                raise DevClusterError(f"unknown scheduler {sched!r} (known: perfsched, default)")
-            cfg_path = run / f"{name}.yaml"
-            cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-            self._spawn(
-                state,
-                name,
-                [
-                    str(tools.kube_scheduler),
-                    f"--config={cfg_path}",
-                    f"--authentication-kubeconfig={kubeconfig}",
-                    f"--authorization-kubeconfig={kubeconfig}",
-                    "--bind-address=127.0.0.1",
-                    f"--secure-port={p[name]}",
-                    f"--cert-dir={run / ('pki-' + name)}",
-                    "--v=2",
-                ],
-            )
+            self._spawn_scheduler(tools, state, sched, options.tuning)
         for sched in options.schedulers:
             name = f"kube-scheduler-{sched}"
             self._wait_http(state, name, f"{state.endpoints[name]}/healthz", deadline)
@@ -453,6 +431,53 @@ class DevCluster:
             self._spawn(state, extra.name, list(extra.argv), env=env)
             if extra.health_url:
                 self._wait_http(state, extra.name, extra.health_url, deadline)
+
+    def _spawn_scheduler(
+        self, tools: Tools, state: ClusterState, sched: str, tuning: configs.SchedulerTuning
+    ) -> str:
+        name = f"kube-scheduler-{sched}"
+        kubeconfig = state.kubeconfig
+        if sched == "perfsched":
+            cfg = configs.perfsched_scheduler_config(kubeconfig, state.extender_url, tuning)
+        elif sched == "default":
+            cfg = configs.default_scheduler_config(kubeconfig, tuning)
+        else:
+            raise DevClusterError(f"unknown scheduler {sched!r} (known: perfsched, default)")
+        if name not in state.ports:
+            (state.ports[name],) = free_ports(1)
+            state.endpoints[name] = f"https://127.0.0.1:{state.ports[name]}"
+        run = self.state_dir / "run"
+        cfg_path = run / f"{name}.yaml"
+        cfg_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        self._spawn(
+            state,
+            name,
+            [
+                str(tools.kube_scheduler),
+                f"--config={cfg_path}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={state.ports[name]}",
+                f"--cert-dir={run / ('pki-' + name)}",
+                "--v=2",
+            ],
+        )
+        return name
+
+    def start_scheduler(
+        self, sched: str, tuning: configs.SchedulerTuning | None = None, timeout_s: float = 60.0
+    ) -> None:
+        """Start a kube-scheduler (``perfsched`` or ``default``) on a running cluster, e.g. after its pods
+        were created (benchmarks); ``down`` stops it with the rest."""
+        state = self.load()
+        if state is None or state.phase != "running":
+            raise DevClusterError(f"no running dev cluster in {self.state_dir}")
+        self._state = state
+        tools = self._tools or find_tools()
+        name = self._spawn_scheduler(tools, state, sched, tuning or configs.SchedulerTuning())
+        self._wait_http(state, name, f"{state.endpoints[name]}/healthz", timeout_s)
+        self._save()
 
     def _wait_api(self, state: ClusterState, kubeconfig: str, options: UpOptions, timeout_s: float) -> None:
         from scheduler.k8s import bootstrap
