@@ -249,7 +249,9 @@ class FreeIndex:
             )
         free = self._type_free[gpu_type]
         if free < need:
-            return Unschedulable(f"waiting for {need} GPUs of type {gpu_type}: {free} free")
+            return Unschedulable(
+                f"waiting for {need} GPU{'' if need == 1 else 's'} of type {gpu_type}: {free} free"
+            )
         return None
 
     def place(
@@ -273,7 +275,9 @@ class FreeIndex:
             and replicas <= self._slots_capacity(gpu_type, gpus_per_replica)
         ):
             free = self._type_free[gpu_type]
-            return Unschedulable(f"waiting for {need} GPUs of type {gpu_type}: {free} free")
+            return Unschedulable(
+                f"waiting for {need} GPU{'' if need == 1 else 's'} of type {gpu_type}: {free} free"
+            )
         reason = self.why_not(replicas=replicas, gpus_per_replica=gpus_per_replica, gpu_type=gpu_type)
         if reason is not None:
             return reason

@@ -153,7 +153,8 @@ class _WaitExplainer:
             return verdict
         if dec is not None and dec.unresolvable:
             return Unschedulable(dec.reason or "the policy will never run it as specified", resolvable=False)
-        text = f"waiting for {job.min_gpus} GPUs of type {verdict}: {self.free_by_type.get(verdict, 0)} free"
+        gpus = f"{job.min_gpus} GPU{'' if job.min_gpus == 1 else 's'}"
+        text = f"waiting for {gpus} of type {verdict}: {self.free_by_type.get(verdict, 0)} free"
         extra = held_back.get(job.name) or (dec.reason if dec is not None else "")
         return Unschedulable(f"{text}; {extra}" if extra else text)
 

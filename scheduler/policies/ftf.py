@@ -30,7 +30,7 @@ from scheduler.policies.base import (
     require,
     type_infos,
 )
-from scheduler.policies.goodput import ThroughputTable
+from scheduler.policies.goodput import ThroughputTable, size_bounds
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,13 +74,13 @@ class FtfPolicy:
             (j, spread_of(snapshot.allocations[j.name], node_map)) for j in running
         ]
         # one oracle call: the table plus each running job's current placement
-        table = ThroughputTable(oracle, live, infos, lambda j: (j.max_replicas,), extra=cur_q)
+        table = ThroughputTable(oracle, live, infos, size_bounds, extra=cur_q)
         current = dict(zip((j.name for j in running), table.extra_answers, strict=True))
         keyed: list[tuple[float, float, str, Job, tuple[str, ...]]] = []
         extra: dict[str, Decision] = {}
         for j in live:
             speeds = sorted(
-                ((table.get(j.name, t, j.max_replicas), t) for t in infos if j.allows(t)),
+                ((table.peak(j, t)[1], t) for t in infos if j.allows(t)),
                 key=lambda x: (-x[0], x[1]),
             )
             types = tuple(t for v, t in speeds if v > 0)

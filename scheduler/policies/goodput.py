@@ -47,6 +47,17 @@ class ThroughputTable:
         self._table: dict[tuple[str, str, int], float] = dict(zip(keys, values[: len(keys)], strict=True))
         self.extra_answers: list[float] = values[len(keys) :]
 
+    def peak(self, job: Job, gpu_type: str) -> tuple[int, float]:
+        """The largest asked replica count with a positive throughput on ``gpu_type``, and that throughput.
+
+        ``(0, 0.0)`` when the job cannot run there (or no asked count fits the type's capacity).
+        """
+        for r in range(job.max_replicas, 0, -1):
+            v = self.get(job.name, gpu_type, r)
+            if v > 0:
+                return r, v
+        return 0, 0.0
+
     def get(self, job: str, gpu_type: str, replicas: int) -> float:
         """Throughput in work units/s, 0.0 where it cannot run or was not asked."""
         return max(0.0, self._table.get((job, gpu_type, replicas), 0.0))
@@ -194,3 +205,9 @@ def shrink_for(
         shares[waiting.name] = Share(t, lo_w)
         return True
     return False
+
+
+def size_bounds(job: Job) -> tuple[int, ...]:
+    """Replica counts a type-aware ranking asks about: the job's largest and its smallest size."""
+    lo = job.min_replicas if job.is_elastic else job.max_replicas
+    return (job.max_replicas, lo)

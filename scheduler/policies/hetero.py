@@ -38,7 +38,7 @@ from scheduler.policies.base import (
     require,
     type_infos,
 )
-from scheduler.policies.goodput import ThroughputTable
+from scheduler.policies.goodput import ThroughputTable, size_bounds
 
 Objective = Literal["max_min_fairness", "max_total_throughput"]
 
@@ -63,8 +63,9 @@ def solve_fractional(
 ) -> NDArray[np.float64]:
     """Time fractions A (jobs x types) from the normalised throughput matrix, by HiGHS.
 
-    ``throughput[j, t]`` is normalised (0 where j cannot run on t), ``gpus[j]`` the GPUs job j asks,
-    ``capacity[t]`` the GPUs of type t. Raises ``RuntimeError`` if the solver fails.
+    ``throughput[j, t]`` is normalised (0 where j cannot run on t), ``gpus[j]`` the GPUs job j asks
+    (or ``gpus[j, t]``: what it would take on type t), ``capacity[t]`` the GPUs of type t.
+    Raises ``RuntimeError`` if the solver fails.
 
     Jobs with identical rows and sizes are solved as one class with a multiplicity: both objectives
     are symmetric in such jobs and the LP is convex, so giving each member the class's share is
@@ -73,9 +74,10 @@ def solve_fractional(
     n, m = throughput.shape
     if n == 0 or m == 0:
         return np.zeros((n, m))
-    keyed = np.column_stack([np.round(throughput, 9), gpus.astype(float)])
+    per_type = gpus.astype(float) if gpus.ndim == 2 else np.repeat(gpus.astype(float)[:, None], m, axis=1)
+    keyed = np.column_stack([np.round(throughput, 9), per_type])
     classes, inverse, counts = np.unique(keyed, axis=0, return_inverse=True, return_counts=True)
-    share = _solve_classes(classes[:, :m], classes[:, m], counts.astype(float), capacity, objective)
+    share = _solve_classes(classes[:, :m], classes[:, m:], counts.astype(float), capacity, objective)
     out: NDArray[np.float64] = share[inverse.reshape(-1)]
     return out
 
@@ -107,7 +109,7 @@ def _solve_classes(
     # sum_j count_j gpus_j A[j, t] <= capacity_t (rows n..n+m-1)
     rows.append(n + tt)
     cols.append(var)
-    vals.append(counts[jj] * gpus[jj])
+    vals.append(counts[jj] * gpus[jj, tt])
     b = [np.ones(n), capacity.astype(float)]
     total = float(counts.sum())
     if objective == "max_min_fairness":
@@ -160,13 +162,14 @@ class HeteroPolicy:
         infos = type_infos(snapshot)
         types = list(infos)
         live = [j for j in jobs if j.remaining_work > 0]
-        table = ThroughputTable(oracle, live, infos, lambda j: (j.max_replicas,))
-        raw = np.array(
-            [[table.get(j.name, t, j.max_replicas) for t in types] for j in live], dtype=float
-        ).reshape(len(live), len(types))
+        table = ThroughputTable(oracle, live, infos, size_bounds)
+        raw = np.array([[table.peak(j, t)[1] for t in types] for j in live], dtype=float).reshape(
+            len(live), len(types)
+        )
         best = raw.max(axis=1, initial=0.0)
         norm = np.divide(raw, best[:, None], out=np.zeros_like(raw), where=best[:, None] > 0)
-        gpus = np.array([j.max_gpus for j in live], dtype=float)
+        peaks = [[table.peak(j, t)[0] * j.gpus_per_replica for t in types] for j in live]
+        gpus = np.array(peaks, dtype=float).reshape(len(live), len(types))
         capacity = np.array([infos[t].capacity for t in types], dtype=float)
         share = solve_fractional(norm, gpus, capacity, self.config.objective)
         extra: dict[str, Decision] = {}

@@ -1,7 +1,8 @@
 """Shortest remaining service first (SRSF), with remaining time from the throughput oracle.
 
 Pure. Remaining service = GPUs asked x remaining time, and remaining time = remaining work / predicted
-throughput on the job's fastest allowed GPU type (one batched oracle call per round). Jobs with the
+throughput on the job's fastest allowed GPU type (one batched oracle call per round; an elastic job
+too big for a type's capacity is judged there at the largest size that fits). Jobs with the
 least remaining service go first; preemptive: a job evicts running jobs with more remaining service
 (by more than ``preempt_margin_gpu_s``). Type-aware: each job tries its allowed types fastest first.
 
@@ -28,7 +29,7 @@ from scheduler.policies.base import (
     require,
     type_infos,
 )
-from scheduler.policies.goodput import ThroughputTable
+from scheduler.policies.goodput import ThroughputTable, size_bounds
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,22 +60,21 @@ class SrsfPolicy:
     ) -> Mapping[str, Decision]:
         infos = type_infos(snapshot)
         live = [j for j in jobs if j.remaining_work > 0]
-        table = ThroughputTable(oracle, live, infos, lambda j: (j.max_replicas,))
+        table = ThroughputTable(oracle, live, infos, size_bounds)
         keyed: list[tuple[float, float, str, Job, tuple[str, ...]]] = []
         extra: dict[str, Decision] = {}
         for j in live:
-            speeds = sorted(
-                ((table.get(j.name, t, j.max_replicas), t) for t in infos if j.allows(t)),
-                key=lambda x: (-x[0], x[1]),
-            )
+            peaks = {t: table.peak(j, t) for t in infos if j.allows(t)}
+            speeds = sorted(((v, t) for t, (_, v) in peaks.items()), key=lambda x: (-x[0], x[1]))
             types = tuple(t for v, t in speeds if v > 0)
             if not types:
                 extra[j.name] = Decision(
                     j.name, None, "predicted throughput is 0 on every allowed GPU type", unresolvable=True
                 )
                 continue
-            remaining_s = j.remaining_work / speeds[0][0]
-            keyed.append((j.max_gpus * remaining_s, j.submit_time, j.name, j, types))
+            replicas, best = peaks[types[0]]
+            remaining_s = j.remaining_work / best
+            keyed.append((replicas * j.gpus_per_replica * remaining_s, j.submit_time, j.name, j, types))
         keyed.sort(key=lambda x: (x[0], x[1], x[2]))
         requests = [
             Request(

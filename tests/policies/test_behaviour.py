@@ -249,3 +249,12 @@ def test_las_promote_knob_rescues_a_starved_job() -> None:
     assert {a.job: a.kind for a in res.actions} == {"runner": ActionKind.KEEP}
     res = run_round(snap, [starved, runner], make_policy("las", {"promote_knob": 2.0}), FakeOracle())
     assert {a.job: a.kind for a in res.actions} == {"runner": ActionKind.PREEMPT, "starved": ActionKind.START}
+
+
+@pytest.mark.parametrize("name", ["fifo", "las", "srsf", "ftf", "hetero", "elastic", "deadline"])
+def test_elastic_job_too_big_for_a_type_still_runs_there_at_a_smaller_size(name: str) -> None:
+    # one V100 GPU only; the job may use 1..3 replicas: it runs on the V100 with 1
+    nodes = [node("v").gpus(1, "V100").build()]
+    j = job("j").replicas(1, 3).build()
+    res = run_round(snapshot(nodes), [j], make_policy(name), FakeOracle())
+    assert [(a.kind, a.after.replicas if a.after else 0) for a in res.actions] == [(ActionKind.START, 1)]
