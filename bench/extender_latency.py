@@ -27,14 +27,14 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scheduler.core.types import Job, PlacementShape  # noqa: E402
-from scheduler.k8s.cache import ClusterCache, Kind  # noqa: E402
+from scheduler.core.types import Job, PlacementShape
+from scheduler.k8s.cache import ClusterCache, Kind
 
 TYPES = [("A100", "NVIDIA-A100-SXM4-40GB", 8), ("V100", "Tesla-V100-SXM2-16GB", 8), ("T4", "Tesla-T4", 4)]
 
@@ -42,18 +42,19 @@ TYPES = [("A100", "NVIDIA-A100-SXM4-40GB", 8), ("V100", "Tesla-V100-SXM2-16GB", 
 class SpecOracle:
     """A cheap deterministic oracle (relative FP16 speed x GPUs) for when the real predictor is absent."""
 
-    SPEED = {"A100": 3.0, "V100": 1.0, "T4": 0.4}
+    SPEED: ClassVar[dict[str, float]] = {"A100": 3.0, "V100": 1.0, "T4": 0.4}
 
     def throughput(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[float]:
-        return [self.SPEED.get(s.gpu_type, 0.1) * s.num_gpus / (1 + 0.1 * (s.num_nodes - 1)) for _, s in queries]
+        return [
+            self.SPEED.get(s.gpu_type, 0.1) * s.num_gpus / (1 + 0.1 * (s.num_nodes - 1)) for _, s in queries
+        ]
 
 
 def make_oracle(kind: str) -> Any:
     if kind == "predictor":
-        from scheduler import oracles
+        from scheduler.oracles.predictor import PredictorOracle
 
-        factory = oracles.PredictorOracle  # type: ignore[attr-defined]
-        return factory.load() if hasattr(factory, "load") else factory()
+        return PredictorOracle.load()
     return SpecOracle()
 
 
@@ -127,7 +128,9 @@ def build_apps(n: int, oracle_kind: str) -> tuple[Any, Any]:
     async def echo(request: Request) -> Response:
         return Response(orjson.dumps(orjson.loads(await request.body())), media_type="application/json")
 
-    floor = Starlette(routes=[Route("/filter", echo, methods=["POST"]), Route("/prioritize", echo, methods=["POST"])])
+    floor = Starlette(
+        routes=[Route("/filter", echo, methods=["POST"]), Route("/prioritize", echo, methods=["POST"])]
+    )
     return app, floor
 
 
@@ -203,7 +206,13 @@ def _serve(which: str, n: int, oracle_kind: str, port: int, core: int | None) ->
         os.sched_setaffinity(0, {core})
     logging.disable(logging.WARNING)
     app, floor = build_apps(n, oracle_kind)
-    uvicorn.run(app if which == "extender" else floor, host="127.0.0.1", port=port, log_level="error", access_log=False)
+    uvicorn.run(
+        app if which == "extender" else floor,
+        host="127.0.0.1",
+        port=port,
+        log_level="error",
+        access_log=False,
+    )
 
 
 def http_caller(port: int, path: str, body: bytes) -> tuple[Callable[[], bytes], http.client.HTTPConnection]:
@@ -282,12 +291,15 @@ def main() -> None:
         print(json.dumps({"oracle": args.oracle, "rows": rows}, indent=2))
         return
     print(f"extender latency ({args.calls} calls each, oracle={args.oracle}, payload: 2-GPU pod, node names)")
-    print(f"{'mode':<14} {'verb':<11} {'nodes':>6} {'p50 ms':>8} {'p99 ms':>8} {'floor p50':>10} {'floor p99':>10} "
-          f"{'ratio p50':>10} {'ratio p99':>10}")
+    print(
+        f"{'mode':<14} {'verb':<11} {'nodes':>6} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'floor p50':>10} {'floor p99':>10} {'ratio p50':>10} {'ratio p99':>10}"
+    )
     for r in rows:
         print(
             f"{r['mode']:<14} {r['verb']:<11} {r['nodes']:>6} {r['p50_ms']:>8.3f} {r['p99_ms']:>8.3f} "
-            f"{r['floor_p50_ms']:>10.3f} {r['floor_p99_ms']:>10.3f} {r['ratio_p50']:>10.2f} {r['ratio_p99']:>10.2f}"
+            f"{r['floor_p50_ms']:>10.3f} {r['floor_p99_ms']:>10.3f} "
+            f"{r['ratio_p50']:>10.2f} {r['ratio_p99']:>10.2f}"
         )
 
 

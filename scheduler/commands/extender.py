@@ -15,30 +15,17 @@ import typer
 log = logging.getLogger(__name__)
 
 
-def _load_oracle() -> object:
-    """The predictor-backed oracle the policies use, so the extender scores with the same model."""
-    from scheduler import oracles
-
-    factory = getattr(oracles, "PredictorOracle", None)
-    if factory is None:
-        from scheduler.oracles import predictor as predictor_oracle  # type: ignore[attr-defined]
-
-        factory = predictor_oracle.PredictorOracle
-    load = getattr(factory, "load", None)
-    return load() if callable(load) else factory()
-
-
 def register(app: typer.Typer) -> None:
     @app.command("extender")
     def extender(
         host: str = typer.Option(
-            None, "--host", help="Address to listen on [default: PERFSCHED_EXTENDER_HOST]."
+            None, "--host", help="Address to listen on (default: $PERFSCHED_EXTENDER_HOST)."
         ),
         port: int = typer.Option(
-            None, "--port", help="Port to listen on [default: PERFSCHED_EXTENDER_PORT]."
+            None, "--port", help="Port to listen on (default: $PERFSCHED_EXTENDER_PORT)."
         ),
         kubeconfig: str = typer.Option(
-            None, "--kubeconfig", help="Kubeconfig file [default: $KUBECONFIG, else in-cluster config]."
+            None, "--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG, else in-cluster config)."
         ),
         sync_timeout: float = typer.Option(
             60.0, "--sync-timeout", help="Seconds to wait for the first list of nodes, pods and jobs."
@@ -68,8 +55,11 @@ def register(app: typer.Typer) -> None:
             assume_ttl_s=settings.extender_assume_ttl_seconds,
             watch_timeout_s=settings.extender_watch_timeout_seconds,
         )
+        from scheduler.oracles.predictor import PredictorOracle
+
         try:
-            oracle = _load_oracle()
+            # the same predictor the operator's policies use, so both agree on what is fast
+            oracle = PredictorOracle.load()
         except Exception as exc:
             raise ConfigError(f"cannot load the throughput predictor: {exc}") from None
         cache.start()
@@ -79,7 +69,7 @@ def register(app: typer.Typer) -> None:
                 sync_timeout,
                 ", ".join(cache.unsynced()),
             )
-        app = create_app(settings, cache, oracle, binder=KubeBinder(api))  # type: ignore[arg-type]
+        app = create_app(settings, cache, oracle, binder=KubeBinder(api))
         uvicorn.run(
             app,
             host=host or settings.extender_host,

@@ -57,8 +57,7 @@ class KubeBinder:
         if uid:
             body["metadata"]["uid"] = uid
         try:
-            resp = self._core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
-            resp.release_conn()
+            _drain(self._core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False))
             return
         except ApiException as exc:
             if exc.status == 409:
@@ -91,24 +90,46 @@ class KubeBinder:
         return str((pod.get("spec") or {}).get("nodeName") or "")
 
     def record_placement(self, namespace: str, job_name: str, placement: dict[str, str]) -> None:
-        """Merge ``placement`` into the TrainingJob's ``status.placement``."""
+        """Merge ``placement`` into the TrainingJob's ``status.placement`` (retries a dropped link)."""
         from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
 
-        try:
-            self._custom.patch_namespaced_custom_object_status(
-                crd.GROUP,
-                crd.VERSION,
-                namespace,
-                crd.PLURAL,
-                job_name,
-                {"status": {"placement": placement}},
-                _preload_content=False,
-            ).release_conn()
-        except ApiException as exc:
-            raise TemporaryBindError(
-                f"recording placement on TrainingJob {namespace}/{job_name} failed "
-                f"({exc.status}): {_message(exc)}"
-            ) from None
+        for attempt in range(3):
+            try:
+                _drain(
+                    self._custom.patch_namespaced_custom_object_status(
+                        crd.GROUP,
+                        crd.VERSION,
+                        namespace,
+                        crd.PLURAL,
+                        job_name,
+                        {"status": {"placement": placement}},
+                        _preload_content=False,
+                    )
+                )
+                return
+            except ApiException as exc:
+                raise TemporaryBindError(
+                    f"recording placement on TrainingJob {namespace}/{job_name} failed "
+                    f"({exc.status}): {_message(exc)}"
+                ) from None
+            except (OSError, HTTPError) as exc:  # a dropped connection: try again
+                if attempt == 2:
+                    raise TemporaryBindError(
+                        f"recording placement on TrainingJob {namespace}/{job_name} failed: {exc}"
+                    ) from None
+
+
+def _drain(resp: Any) -> None:
+    """Read a raw reply to its end, then give the connection back to the pool.
+
+    Releasing a connection whose reply was not read leaves that reply in the socket, and the next request
+    on the pooled connection fails with ``ResponseNotReady``.
+    """
+    try:
+        resp.read()
+    finally:
+        resp.release_conn()
 
 
 def _message(exc: Any) -> str:

@@ -17,6 +17,9 @@ class _Resp:
         self.data = orjson.dumps(data or {})
         self.released = False
 
+    def read(self) -> bytes:
+        return self.data
+
     def release_conn(self) -> None:
         self.released = True
 
