@@ -134,3 +134,31 @@ for _name in POLICIES:
 
 def test_every_policy_is_tested() -> None:
     assert {"fifo", "las", "srsf", "ftf", "hetero", "elastic", "deadline"} <= set(POLICIES)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), st.sampled_from([("fifo", {"backfill": True}), ("las", {}), ("srsf", {})]))
+def test_backfilling_policies_leave_no_gang_that_fits(
+    case: tuple[ClusterSnapshot, list[Job], FakeOracle], policy: tuple[str, dict[str, Any]]
+) -> None:
+    """Work conservation: after the round, no waiting job's smallest gang fits in the free GPUs."""
+    snap, jobs, oracle = case
+    res = run_round(snap, jobs, make_policy(*policy), oracle)
+    final = dict(snap.allocations)
+    for a in res.actions:
+        if a.after is None:
+            final.pop(a.job, None)
+        else:
+            final[a.job] = a.after
+    index = FreeIndex(snap.nodes)
+    for a in final.values():
+        index.commit(a)
+    for j in jobs:
+        why = res.waiting.get(j.name)
+        if why is None or not why.resolvable:
+            continue
+        lo = j.min_replicas if j.is_elastic else j.max_replicas
+        for t in TYPES:
+            if j.allows(t) and (policy[0] != "srsf" or oracle.rate(j, t) > 0):
+                fits = index.place(replicas=lo, gpus_per_replica=j.gpus_per_replica, gpu_type=t, job=j.name)
+                assert not isinstance(fits, Allocation), (j.name, why.reason)
