@@ -12,8 +12,9 @@ there, else the shipped table. Each split trains fresh models on its training pa
   through ``perfmodel.online.OnlineCorrector`` (errors on the remaining configurations);
 - the shipped model (trained on the permissive sources only) on the Sia tables it never saw.
 
-Methods: ``ours`` = XGBoost on log(measured / scaling-model time) x the scaling model (what ships);
-``xgb-plain`` = the same features and trees on log time directly (no scaling model); ``spec-ratio`` =
+Methods: ``ours`` = the shipped method (scaling model + compute forest + sync factors + placement forest,
+see ``perfmodel.predictor``); ``xgb-plain`` = one XGBoost on the same features predicting log time
+directly (no scaling model, same tree settings); ``spec-ratio`` =
 Habitat-style: the nearest measured configuration of the same model (any GPU type) scaled linearly in GPU
 count and by the GPUs' FLOP/s and memory-bandwidth ratios (it cannot predict a model it never saw).
 Errors are relative errors of throughput; MRE = mean, p90 = 90th percentile.
@@ -33,12 +34,12 @@ from pathlib import Path
 
 import numpy as np
 
-from perfmodel.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION, scaling_time
+from perfmodel.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION
 from perfmodel.gpus import gpu_spec, spec_ratio
 from perfmodel.measurements import Measurement, read_shared_tidy, read_table
 from perfmodel.online import OnlineCorrector
 from perfmodel.predictor import ModelMeta, Predictor
-from perfmodel.train import DEFAULT_ROUNDS, design, fit_forest, rows_of
+from perfmodel.train import DEFAULT_ROUNDS, design, fit_forest, fit_model, rows_of
 from perfmodel.truth import TABLE_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,10 +49,8 @@ Idx = np.ndarray
 class Data:
     def __init__(self, ms: list[Measurement]) -> None:
         self.ms = ms
-        self.resolved, self.x = design(ms)
-        self.t_true = np.asarray([1.0 / m.iters_per_s for m in ms])
-        self.t_scale = np.asarray([scaling_time(r) for r in self.resolved])
-        self.y_resid = np.log(self.t_true / self.t_scale)
+        self.resolved, self.d, self.t_true = design(ms)
+        self.x = self.d.x
         self.y_plain = np.log(self.t_true)
 
 
@@ -61,12 +60,12 @@ def rel_err(pred_t: np.ndarray, true_t: np.ndarray) -> np.ndarray:
 
 
 def fit_ours(d: Data, train: Idx, rounds: int) -> Callable[[Idx], np.ndarray]:
-    forest, _, _ = fit_forest(d.x[train], d.y_resid[train], seed=0, rounds=rounds)
-    return lambda test: d.t_scale[test] * np.exp(forest.predict(d.x[test]))
+    model, _ = fit_model(d.d.take(train), d.t_true[train], seed=0, rounds=rounds)
+    return lambda test: model.times(d.d.take(test))[0]
 
 
 def fit_plain(d: Data, train: Idx, rounds: int) -> Callable[[Idx], np.ndarray]:
-    forest, _, _ = fit_forest(d.x[train], d.y_plain[train], seed=0, rounds=rounds)
+    forest, _ = fit_forest(d.x[train], d.y_plain[train], seed=0, rounds=rounds)
     return lambda test: np.exp(forest.predict(d.x[test]))
 
 
@@ -148,9 +147,9 @@ def logo_with_observations(d: Data, rounds: int, per_model: int = 3) -> dict[str
     for gpu in sorted({m.gpu_type for m in d.ms}):
         test = np.asarray([i for i, m in enumerate(d.ms) if m.gpu_type == gpu])
         train = np.asarray([i for i, m in enumerate(d.ms) if m.gpu_type != gpu])
-        forest, _, _ = fit_forest(d.x[train], d.y_resid[train], seed=0, rounds=rounds)
+        model, _ = fit_model(d.d.take(train), d.t_true[train], seed=0, rounds=rounds)
         meta = ModelMeta(FEATURE_SCHEMA_VERSION, FEATURE_NAMES, -0.1, 0.1, 64, "bench", "bench")
-        corr = OnlineCorrector(Predictor(forest, meta))
+        corr = OnlineCorrector(Predictor(model, meta))
         rows = rows_of(d.ms)
         observed: set[int] = set()
         by_model: dict[str, list[int]] = defaultdict(list)
@@ -167,7 +166,7 @@ def logo_with_observations(d: Data, rounds: int, per_model: int = 3) -> dict[str
         pred = corr.predict([rows[i] for i in rest])
         t_pred = np.asarray([d.ms[i].batch_size / s for i, s in zip(rest, pred.samples_per_s, strict=True)])
         e = rel_err(t_pred, d.t_true[rest])
-        before = rel_err(d.t_scale[rest] * np.exp(forest.predict(d.x[rest])), d.t_true[rest])
+        before = rel_err(model.times(d.d.take(rest))[0], d.t_true[rest])
         # Baseline with the same 3 observations: spec-ratio from the observed configs of that model.
         spec = fit_spec_ratio(d, np.asarray(sorted(observed)), rounds)(rest)
         es = rel_err(spec, d.t_true[rest])
@@ -207,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--shared", default=str(ROOT.parent / "shared" / "throughput"))
     ap.add_argument("--quick", action="store_true", help="fewer trees (faster, slightly less accurate)")
     args = ap.parse_args(argv)
-    rounds = 60 if args.quick else DEFAULT_ROUNDS
+    rounds = 20 if args.quick else DEFAULT_ROUNDS
     shared: Path | None = Path(args.shared)
     t0 = time.perf_counter()
     if shared is not None and (shared / "throughput_isolated_tidy.csv.gz").is_file():

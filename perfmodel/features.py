@@ -32,8 +32,10 @@ from perfmodel.errors import InvalidInputError
 from perfmodel.gpus import GPUSpec, canonical_gpu_type, gpu_spec, spec_for_product, spec_from_labels
 from perfmodel.zoo import Family, canonical_dataset, lookup_model
 
-FEATURE_SCHEMA_VERSION = "perfmodel-features-v1"
+FEATURE_SCHEMA_VERSION = "perfmodel-features-v2"
 PRECISIONS = ("fp32", "amp", "fp16", "bf16")
+# Classes of the slowest link a placement's gradient sync crosses (``Design.link_class``).
+LINK_PCIE, LINK_NVLINK, LINK_NETWORK = 0, 1, 2
 INTERCONNECTS = ("nvlink", "pcie")
 
 _COMPUTE_EFFICIENCY = 0.35
@@ -223,11 +225,11 @@ def resolve_hw(hw: HardwareFeatures) -> HardwarePart:
             "compute-capability labels to estimate it from)"
         )
     if hw.num_nodes > 1:
-        link = hw.network_gbps / 8.0
+        link, link_class = hw.network_gbps / 8.0, LINK_NETWORK
     elif hw.interconnect == "nvlink" and spec.nvlink_gbs > 0:
-        link = spec.nvlink_gbs / 2.0
+        link, link_class = spec.nvlink_gbs / 2.0, LINK_NVLINK
     else:
-        link = spec.pcie_gbs
+        link, link_class = spec.pcie_gbs, LINK_PCIE
     return HardwarePart(
         spec,
         int(hw.num_gpus),
@@ -244,6 +246,7 @@ def resolve_hw(hw: HardwareFeatures) -> HardwarePart:
             spec.memory_gib,
             spec.compute_capability[0] + spec.compute_capability[1] / 10.0,
             link,
+            float(link_class),
         ),
         tflops_by_precision=tuple(effective_tflops(spec, p) for p in PRECISIONS),
     )
@@ -308,9 +311,12 @@ _NUM_COLUMNS = (
     "mem_gib",
     "cc",
     "link_gbs",
+    "link_class",
     "tflops",
 )
-_B, _P, _F, _FAM, _HALF, _N, _NODES, _GPN, _FP32, _BW, _MEM, _CC, _LINK, _TF = range(len(_NUM_COLUMNS))
+_B, _P, _F, _FAM, _HALF, _N, _NODES, _GPN, _FP32, _BW, _MEM, _CC, _LINK, _LCLASS, _TF = range(
+    len(_NUM_COLUMNS)
+)
 
 
 def _nums(rows: Sequence[Resolved]) -> FloatArray:
@@ -351,12 +357,11 @@ def scaling_time(r: Resolved) -> float:
     return float(c[0] + s[0])
 
 
-def feature_matrix(rows: Sequence[Resolved]) -> tuple[FloatArray, FloatArray]:
-    """(features in ``FEATURE_NAMES`` order, scaling-model iteration time) for each row, vectorised."""
-    m = _nums(rows)
+def _features(m: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(features in ``FEATURE_NAMES`` order, compute time, sync time) from a ``_nums`` matrix."""
     compute, sync = _terms(m)
     total = compute + sync
-    x = np.empty((len(rows), len(FEATURE_NAMES)), dtype=np.float64)
+    x = np.empty((m.shape[0], len(FEATURE_NAMES)), dtype=np.float64)
     n = m[:, _N]
     x[:, 0] = np.log(m[:, _B] / n)
     x[:, 1] = np.log(m[:, _P])
@@ -376,7 +381,54 @@ def feature_matrix(rows: Sequence[Resolved]) -> tuple[FloatArray, FloatArray]:
     x[:, 15] = np.log(sync + 1e-6)
     x[:, 16] = np.log((sync + 1e-6) / total)
     x[:, 17] = np.log(total)
-    return x, total
+    return x, compute, sync
+
+
+def feature_matrix(rows: Sequence[Resolved]) -> tuple[FloatArray, FloatArray]:
+    """(features in ``FEATURE_NAMES`` order, scaling-model iteration time) for each row, vectorised."""
+    x, compute, sync = _features(_nums(rows))
+    return x, compute + sync
+
+
+@dataclass(frozen=True, slots=True)
+class Design:
+    """What the predictor's two learned parts read for a batch of rows (see ``perfmodel.predictor``).
+
+    ``x_single`` are the features of the same job on one GPU at the same per-GPU batch (the compute
+    model's input); ``x`` those of the real placement; ``compute``/``sync`` the analytic times;
+    ``link_class`` the slowest link (``LINK_*``); ``num_gpus`` the GPU counts.
+    """
+
+    x: FloatArray
+    x_single: FloatArray
+    compute: FloatArray
+    sync: FloatArray
+    link_class: FloatArray
+    num_gpus: FloatArray
+
+    def take(self, index: npt.NDArray[np.int64] | npt.NDArray[np.bool_]) -> Design:
+        """The rows at ``index`` (integer positions or a boolean mask)."""
+        return Design(
+            self.x[index],
+            self.x_single[index],
+            self.compute[index],
+            self.sync[index],
+            self.link_class[index],
+            self.num_gpus[index],
+        )
+
+
+def design_of(rows: Sequence[Resolved]) -> Design:
+    """The ``Design`` of resolved rows, vectorised."""
+    m = _nums(rows)
+    x, compute, sync = _features(m)
+    single = m.copy()
+    single[:, _B] = m[:, _B] / m[:, _N]
+    single[:, _N] = 1.0
+    single[:, _NODES] = 1.0
+    single[:, _GPN] = 1.0
+    x1, _, _ = _features(single)
+    return Design(x, x1, compute, sync, m[:, _LCLASS].copy(), m[:, _N].copy())
 
 
 def feature_vector(r: Resolved) -> list[float]:

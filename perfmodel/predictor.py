@@ -1,19 +1,26 @@
-"""The throughput predictor: scaling model x learned correction, batch API, cache and model file.
+"""The throughput predictor: scaling model + two learned corrections, batch API, cache and model file.
 
-prediction of iteration time = ``features.scaling_time`` (compute at the per-GPU batch + gradient sync
-over the slowest link) x ``exp(forest(features))``, where ``forest`` is a gradient-boosted tree ensemble
-(XGBoost, trained by ``perfmodel.train``) on the log of measured / modelled iteration time. Because the
-trees only learn a bounded correction factor, unseen GPU counts and placements follow the scaling model's
-physics instead of a tree's flat extrapolation. Samples/s = iterations/s x global batch. The interval
-``[low, high]`` is the prediction times the 10th / 90th percentile of the out-of-fold error ratios seen in
-training, widened 2x (in log space) when the prediction is low-confidence (model or GPU not in the zoo or
-catalogue) or when the placement has more GPUs than any training row.
+For a job on ``n`` GPUs at per-GPU batch ``b`` (global batch / n), the predicted iteration time is
 
-The model file (``perfmodel/data/predictor.json``) holds the feature-schema version, the trees as flat
-arrays (evaluated here with numpy, so serving needs neither xgboost's import time nor its per-call
-overhead: 100 rows take well under a millisecond) and the error quantiles. A file of another schema, or a
-corrupt one, is refused with ``ModelFileError``. ``Predictor.predict`` caches results per
-(job features, placement); the cache is an LRU bounded by ``cache_size``.
+    compute = analytic compute time at b x exp(compute_forest(features of the job on 1 GPU at batch b))
+    sync    = analytic ring all-reduce time x sync_scale[slowest link class]   (0 on one GPU)
+    time    = (compute + sync) x exp(clip(placement_forest(features of the placement), +-log 2))
+
+``compute_forest`` (XGBoost, trained by ``perfmodel.train`` on single-GPU measurements) corrects the
+roofline-style compute estimate; ``sync_scale`` (one factor per link class: PCIe, NVLink, network) is
+fitted on multi-GPU measurements; ``placement_forest`` learns what is left for multi-GPU placements, clipped
+so that unseen GPU counts and placements follow the scaling model's physics instead of a tree's flat
+extrapolation. Two physical guards hold for every prediction: data parallelism never scales better than
+linearly (time >= compute), and a job inside one NVLink node is never slower in total than on one of its
+GPUs (time <= n x compute). Samples/s = iterations/s x global batch.
+
+The interval ``[low, high]`` is the prediction times the 10th / 90th percentile of out-of-fold error
+ratios from training, widened 2x (in log space) for low-confidence rows (model or GPU not in the zoo or
+catalogue) and placements larger than any training row. The model file (``perfmodel/data/predictor.json``)
+holds the feature-schema version, the trees as flat arrays (evaluated here with numpy: serving needs
+neither xgboost's import time nor its per-call overhead), the sync factors and the quantiles. A file of
+another schema, or a corrupt one, is refused with ``ModelFileError``. ``Predictor.predict`` caches
+results per (job features, placement) in a bounded LRU.
 
 Pure apart from ``Predictor.load`` (reads the model file).
 """
@@ -37,13 +44,15 @@ from perfmodel.errors import InvalidInputError, ModelFileError
 from perfmodel.features import (
     FEATURE_NAMES,
     FEATURE_SCHEMA_VERSION,
+    LINK_NVLINK,
+    Design,
     HardwareFeatures,
     HardwarePart,
     JobFeatures,
     JobPart,
     Resolved,
     combine,
-    feature_matrix,
+    design_of,
     resolve_hw,
     resolve_job,
 )
@@ -51,6 +60,7 @@ from perfmodel.features import (
 log = logging.getLogger(__name__)
 
 MODEL_FILE = "predictor.json"
+PLACEMENT_CLIP = math.log(2.0)
 FloatArray = npt.NDArray[np.float64]
 
 
@@ -167,8 +177,32 @@ class Forest:
 
 
 @dataclass(frozen=True, slots=True)
+class LearnedModel:
+    """The learned parts: compute forest, per-link-class sync factors, placement forest (may be empty)."""
+
+    compute_forest: Forest
+    placement_forest: Forest | None
+    sync_scale: tuple[float, float, float]
+    placement_clip: float = PLACEMENT_CLIP
+
+    def times(self, d: Design) -> tuple[FloatArray, FloatArray]:
+        """(predicted iteration time, predicted compute time) per row of a ``Design``; see the docstring."""
+        compute = d.compute * np.exp(self.compute_forest.predict(d.x_single))
+        scale = np.asarray(self.sync_scale)[d.link_class.astype(np.int64)]
+        t = compute + scale * d.sync
+        multi = d.num_gpus > 1
+        if self.placement_forest is not None and multi.any():
+            corr = self.placement_forest.predict(d.x[multi])
+            t[multi] *= np.exp(np.clip(corr, -self.placement_clip, self.placement_clip))
+        t = np.maximum(t, compute)
+        nvl = multi & (d.link_class == LINK_NVLINK)
+        t[nvl] = np.minimum(t[nvl], d.num_gpus[nvl] * compute[nvl])
+        return t, compute
+
+
+@dataclass(frozen=True, slots=True)
 class ModelMeta:
-    """What a model file says about itself besides the trees."""
+    """What a model file says about itself besides the learned parts."""
 
     schema: str
     feature_names: tuple[str, ...]
@@ -179,7 +213,16 @@ class ModelMeta:
     created_by: str
 
 
-def _read_model(path: Path) -> tuple[Forest, ModelMeta]:
+def _forest_of(raw: Any, path: Path, what: str) -> Forest:
+    if not isinstance(raw, dict):
+        raise ModelFileError(f"model file {path}: {what} is not an object")
+    forest = Forest.from_trees(raw["trees"], float(raw["base_score"]))
+    if forest.feature.size and int(forest.feature.max()) >= len(FEATURE_NAMES):
+        raise ModelFileError(f"model file {path}: {what} splits on a feature index out of range")
+    return forest
+
+
+def _read_model(path: Path) -> tuple[LearnedModel, ModelMeta]:
     try:
         raw = json.loads(Path(path).read_text())
     except FileNotFoundError:
@@ -197,14 +240,19 @@ def _read_model(path: Path) -> tuple[Forest, ModelMeta]:
     try:
         names = tuple(raw["feature_names"])
         if names != FEATURE_NAMES:
-            raise ModelFileError(
-                f"model file {path}: feature names differ from schema {FEATURE_SCHEMA_VERSION}"
-            )
-        forest = Forest.from_trees(raw["trees"], float(raw["base_score"]))
-        if forest.feature.size and int(forest.feature.max()) >= len(names):
-            raise ModelFileError(f"model file {path}: a split uses a feature index out of range")
+            raise ModelFileError(f"model file {path}: feature names differ from schema {schema}")
+        placement = raw.get("placement_forest")
+        scale = tuple(float(v) for v in raw["sync_scale"])
+        if len(scale) != 3 or min(scale) <= 0:
+            raise ModelFileError(f"model file {path}: sync_scale must be 3 positive numbers")
+        model = LearnedModel(
+            _forest_of(raw["compute_forest"], path, "compute_forest"),
+            _forest_of(placement, path, "placement_forest") if placement else None,
+            (scale[0], scale[1], scale[2]),
+            float(raw.get("placement_clip", PLACEMENT_CLIP)),
+        )
         meta = ModelMeta(
-            schema=schema,
+            schema=str(schema),
             feature_names=names,
             q_low=float(raw["quantiles"]["low"]),
             q_high=float(raw["quantiles"]["high"]),
@@ -214,16 +262,16 @@ def _read_model(path: Path) -> tuple[Forest, ModelMeta]:
         )
     except ModelFileError:
         raise
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ModelFileError(f"model file {path} is corrupt ({exc!r}); retrain it") from exc
-    return forest, meta
+    return model, meta
 
 
 class Predictor:
     """Batch throughput predictor with a per-(job, placement) cache. Build with ``Predictor.load()``."""
 
-    def __init__(self, forest: Forest, meta: ModelMeta, cache_size: int = 65536) -> None:
-        self.forest = forest
+    def __init__(self, model: LearnedModel, meta: ModelMeta, cache_size: int = 65536) -> None:
+        self.model = model
         self.meta = meta
         self._cache: OrderedDict[tuple[JobFeatures, HardwareFeatures], _RowResult] = OrderedDict()
         self._cache_size = cache_size
@@ -235,12 +283,13 @@ class Predictor:
         """Load the shipped model (or ``path``); ``ModelFileError`` if missing, corrupt or other schema."""
         if path is None:
             with resources.as_file(resources.files("perfmodel") / "data" / MODEL_FILE) as p:
-                forest, meta = _read_model(Path(p))
+                model, meta = _read_model(Path(p))
         else:
-            forest, meta = _read_model(path)
-        return cls(forest, meta, cache_size)
+            model, meta = _read_model(path)
+        return cls(model, meta, cache_size)
 
     def clear_cache(self) -> None:
+        """Forget cached results (the resolved job and placement sides stay cached)."""
         self._cache.clear()
 
     def _resolve(self, job: JobFeatures, hw: HardwareFeatures) -> Resolved:
@@ -258,12 +307,6 @@ class Predictor:
                 self._hws.clear()
             self._hws[hw] = h
         return combine(j, h)
-
-    def log_correction(self, resolved: Sequence[Resolved]) -> FloatArray:
-        """The forest's log(measured / scaling-model time) for resolved rows."""
-        if not resolved:
-            return np.zeros(0)
-        return self.forest.predict(feature_matrix(resolved)[0])
 
     def predict(self, rows: Sequence[tuple[JobFeatures, HardwareFeatures]]) -> Predictions:
         """Predict every row; ``InvalidInputError`` naming the row and field on bad input.
@@ -330,11 +373,11 @@ class Predictor:
         return out
 
     def _compute(self, resolved: Sequence[Resolved]) -> list[_RowResult]:
-        x, base_time = feature_matrix(resolved)
-        iters = 1.0 / (base_time * np.exp(self.forest.predict(x)))
+        t, _ = self.model.times(design_of(resolved))
+        iters = (1.0 / t).tolist()
         out = []
         q_low, q_high, max_gpus = self.meta.q_low, self.meta.q_high, self.meta.max_gpus_seen
-        for r, its in zip(resolved, iters.tolist(), strict=True):
+        for r, its in zip(resolved, iters, strict=True):
             # q_low/q_high are quantiles of log(measured / predicted) throughput; widened 2x in log
             # space for low-confidence rows and placements larger than any training row.
             widen = 2.0 if (r.low_confidence or r.num_gpus > max_gpus) else 1.0

@@ -3,10 +3,16 @@
 ``train(shared_dir, out_dir)`` reads ``throughput_isolated_tidy.csv.gz`` from the shared throughput
 directory, keeps the permissively licensed sources (``perfmodel.measurements.SHIPPABLE``), writes the merged
 table (``measurements.csv.gz``) and the model file (``predictor.json``) into ``out_dir`` (by default the
-package's ``data/``). The model is an XGBoost ensemble on ``log(measured iteration time / scaling-model
-time)`` (see ``perfmodel.predictor``); its 10th/90th percentile error ratios for the interval come from
-5-fold out-of-fold predictions. ``fit`` and ``fit_forest`` are the building blocks the accuracy benchmark
-reuses on other splits. XGBoost is imported only here (training), never when serving.
+package's ``data/``). ``fit_model`` fits the three learned parts of ``perfmodel.predictor.LearnedModel``:
+
+1. the compute forest: XGBoost on ``log(measured time / analytic compute time)`` of single-GPU rows;
+2. the sync factors: per link class (PCIe, NVLink, network), the factor on the analytic all-reduce time
+   that best fits the multi-GPU rows in log space (grid search over 0.01..100);
+3. the placement forest: XGBoost on what is left of the multi-GPU rows' log error.
+
+The interval's 10th/90th percentile error ratios come from 5-fold out-of-fold predictions. ``fit`` and
+``fit_model`` are the building blocks the accuracy benchmark reuses on other splits. XGBoost is imported
+only here (training), never when serving.
 
 Not pure: ``train`` reads and writes the named files.
 """
@@ -26,18 +32,20 @@ import numpy.typing as npt
 from perfmodel.features import (
     FEATURE_NAMES,
     FEATURE_SCHEMA_VERSION,
+    Design,
     HardwareFeatures,
     JobFeatures,
     Resolved,
-    feature_matrix,
+    design_of,
     resolve,
 )
 from perfmodel.measurements import SHIPPABLE, Measurement, read_shared_tidy, write_table
-from perfmodel.predictor import MODEL_FILE, Forest, ModelMeta, Predictor
+from perfmodel.predictor import MODEL_FILE, PLACEMENT_CLIP, Forest, LearnedModel, ModelMeta, Predictor
 from perfmodel.truth import TABLE_NAME
 
 log = logging.getLogger(__name__)
 
+FloatArray = npt.NDArray[np.float64]
 DEFAULT_PARAMS: dict[str, Any] = {
     "objective": "reg:squarederror",
     "max_depth": 8,
@@ -48,6 +56,9 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "lambda": 1.0,
 }
 DEFAULT_ROUNDS = 40
+PLACEMENT_PARAMS: dict[str, Any] = {**DEFAULT_PARAMS, "max_depth": 6}
+PLACEMENT_ROUNDS = 30
+_SCALE_GRID = np.exp(np.linspace(np.log(0.01), np.log(100.0), 161))
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,31 +86,22 @@ def rows_of(measurements: Sequence[Measurement]) -> list[tuple[JobFeatures, Hard
     ]
 
 
-def design(measurements: Sequence[Measurement]) -> tuple[list[Resolved], npt.NDArray[np.float64]]:
-    """Resolved rows and their feature matrix."""
+def design(measurements: Sequence[Measurement]) -> tuple[list[Resolved], Design, FloatArray]:
+    """Resolved rows, their ``Design`` and the measured iteration times."""
     resolved = [resolve(j, h) for j, h in rows_of(measurements)]
-    return resolved, feature_matrix(resolved)[0]
-
-
-def residual_target(
-    measurements: Sequence[Measurement], resolved: Sequence[Resolved]
-) -> npt.NDArray[np.float64]:
-    """log(measured iteration time / scaling-model time) per row."""
-    base = feature_matrix(resolved)[1]
-    measured = np.asarray([1.0 / m.iters_per_s for m in measurements])
-    out: npt.NDArray[np.float64] = np.log(measured / base)
-    return out
+    times = np.asarray([1.0 / m.iters_per_s for m in measurements], dtype=np.float64)
+    return resolved, design_of(resolved), times
 
 
 def fit_forest(
-    x: npt.NDArray[np.float64],
-    y: npt.NDArray[np.float64],
+    x: FloatArray,
+    y: FloatArray,
     seed: int = 0,
     rounds: int = DEFAULT_ROUNDS,
     nthread: int = 1,
     params: dict[str, Any] | None = None,
-) -> tuple[Forest, list[dict[str, list[Any]]], float]:
-    """Train XGBoost on (x, y) and return it as a ``Forest`` plus its exported trees and base score."""
+) -> tuple[Forest, dict[str, Any]]:
+    """Train XGBoost on (x, y); return it as a ``Forest`` and as the model file's JSON object."""
     import xgboost as xgb
 
     p = dict(DEFAULT_PARAMS if params is None else params)
@@ -107,11 +109,9 @@ def fit_forest(
     booster = xgb.train(p, xgb.DMatrix(x, label=y), num_boost_round=rounds)
     raw = json.loads(booster.save_raw("json").decode())
     learner = raw["learner"]
-    trees_raw = learner["gradient_booster"]["model"]["trees"]
-    base_text = str(learner["learner_model_param"]["base_score"]).strip("[]")
-    base = float(base_text)
+    base = float(str(learner["learner_model_param"]["base_score"]).strip("[]"))
     trees: list[dict[str, list[Any]]] = []
-    for t in trees_raw:
+    for t in learner["gradient_booster"]["model"]["trees"]:
         trees.append(
             {
                 "left": [int(v) for v in t["left_children"]],
@@ -124,43 +124,78 @@ def fit_forest(
                 ],
             }
         )
-    forest = Forest.from_trees(trees, base)
-    return forest, trees, base
+    return Forest.from_trees(trees, base), {"base_score": base, "trees": trees}
 
 
-def fit(
-    measurements: Sequence[Measurement], seed: int = 0, nthread: int = 1, rounds: int = DEFAULT_ROUNDS
-) -> Predictor:
-    """An in-memory predictor trained on ``measurements`` (quantiles from its training residuals)."""
-    resolved, x = design(measurements)
-    y = residual_target(measurements, resolved)
-    forest, _, _ = fit_forest(x, y, seed=seed, rounds=rounds, nthread=nthread)
-    err = y - forest.predict(x)
+def fit_model(
+    d: Design, times: FloatArray, seed: int = 0, nthread: int = 1, rounds: int = DEFAULT_ROUNDS
+) -> tuple[LearnedModel, dict[str, Any]]:
+    """Fit the compute forest, the sync factors and the placement forest (see the module docstring)."""
+    single = d.num_gpus == 1
+    if not single.any():
+        raise ValueError("training data needs single-GPU measurements")
+    y1 = np.log(times[single] / d.compute[single])
+    compute_forest, compute_json = fit_forest(d.x_single[single], y1, seed, rounds, nthread)
+    compute = d.compute * np.exp(compute_forest.predict(d.x_single))
+    multi = ~single
+    scale = [1.0, 1.0, 1.0]
+    log_t = np.log(times)
+    for cls in range(3):
+        mask = multi & (d.link_class == cls)
+        if mask.sum() < 5:
+            continue
+        c, s, lt = compute[mask], d.sync[mask], log_t[mask]
+        errs = [float(np.mean((lt - np.log(c + k * s)) ** 2)) for k in _SCALE_GRID]
+        scale[cls] = float(_SCALE_GRID[int(np.argmin(errs))])
+    placement_forest: Forest | None = None
+    placement_json: dict[str, Any] | None = None
+    if multi.sum() >= 20:
+        k = np.asarray(scale)[d.link_class[multi].astype(np.int64)]
+        y2 = log_t[multi] - np.log(compute[multi] + k * d.sync[multi])
+        placement_forest, placement_json = fit_forest(
+            d.x[multi], y2, seed, PLACEMENT_ROUNDS, nthread, PLACEMENT_PARAMS
+        )
+    model = LearnedModel(compute_forest, placement_forest, (scale[0], scale[1], scale[2]), PLACEMENT_CLIP)
+    payload = {
+        "compute_forest": compute_json,
+        "placement_forest": placement_json,
+        "sync_scale": scale,
+        "placement_clip": PLACEMENT_CLIP,
+    }
+    return model, payload
+
+
+def oof_log_errors(
+    d: Design, times: FloatArray, seed: int = 0, nthread: int = 1, folds: int = 5
+) -> FloatArray:
+    """Out-of-fold log(measured / predicted) throughput (= log(predicted / measured) time) per row."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(times))
+    out = np.zeros(len(times))
+    for k in range(folds):
+        test = np.sort(order[k::folds])
+        train_idx = np.sort(np.setdiff1d(order, test))
+        model, _ = fit_model(d.take(train_idx), times[train_idx], seed=seed, nthread=nthread)
+        pred, _ = model.times(d.take(test))
+        out[test] = np.log(pred / times[test])
+    return out
+
+
+def fit(measurements: Sequence[Measurement], seed: int = 0, nthread: int = 1) -> Predictor:
+    """An in-memory predictor trained on ``measurements`` (interval from its training residuals)."""
+    _, d, times = design(measurements)
+    model, _ = fit_model(d, times, seed=seed, nthread=nthread)
+    err = np.log(model.times(d)[0] / times)
     meta = ModelMeta(
         FEATURE_SCHEMA_VERSION,
         FEATURE_NAMES,
-        float(np.quantile(-err, 0.1)),
-        float(np.quantile(-err, 0.9)),
+        float(np.quantile(err, 0.1)),
+        float(np.quantile(err, 0.9)),
         max(m.num_gpus for m in measurements),
         "in-memory",
         "perfmodel.train.fit",
     )
-    return Predictor(forest, meta)
-
-
-def _oof_errors(
-    x: npt.NDArray[np.float64], y: npt.NDArray[np.float64], seed: int, nthread: int, folds: int = 5
-) -> npt.NDArray[np.float64]:
-    """Out-of-fold log errors log(measured / predicted) of throughput (= predicted - measured log time)."""
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(y))
-    out = np.zeros(len(y))
-    for k in range(folds):
-        test = order[k::folds]
-        train_idx = np.setdiff1d(order, test)
-        forest, _, _ = fit_forest(x[train_idx], y[train_idx], seed=seed, nthread=nthread)
-        out[test] = forest.predict(x[test]) - y[test]
-    return out
+    return Predictor(model, meta)
 
 
 def train(
@@ -176,24 +211,23 @@ def train(
     measurements = read_shared_tidy(shared_dir, SHIPPABLE)
     table_path = out_dir / TABLE_NAME
     write_table(measurements, table_path)
-    resolved, x = design(measurements)
-    y = residual_target(measurements, resolved)
-    oof = _oof_errors(x, y, seed, nthread)
-    _, trees, base = fit_forest(x, y, seed=seed, nthread=nthread)
+    _, d, times = design(measurements)
+    oof = oof_log_errors(d, times, seed, nthread)
+    _, payload = fit_model(d, times, seed=seed, nthread=nthread)
     q_low, q_high = float(np.quantile(oof, 0.1)), float(np.quantile(oof, 0.9))
-    payload = {
-        "feature_schema": FEATURE_SCHEMA_VERSION,
-        "feature_names": list(FEATURE_NAMES),
-        "base_score": base,
-        "trees": trees,
-        "quantiles": {"low": q_low, "high": q_high},
-        "max_gpus_seen": max(m.num_gpus for m in measurements),
-        "trained_on": f"{len(measurements)} configurations from {', '.join(sorted(SHIPPABLE))}",
-        "created_by": f"perfmodel.train seed={seed} rounds={DEFAULT_ROUNDS}",
-    }
+    payload.update(
+        {
+            "feature_schema": FEATURE_SCHEMA_VERSION,
+            "feature_names": list(FEATURE_NAMES),
+            "quantiles": {"low": q_low, "high": q_high},
+            "max_gpus_seen": max(m.num_gpus for m in measurements),
+            "trained_on": f"{len(measurements)} configurations from {', '.join(sorted(SHIPPABLE))}",
+            "created_by": f"perfmodel.train seed={seed} rounds={DEFAULT_ROUNDS}+{PLACEMENT_ROUNDS}",
+        }
+    )
     model_path = out_dir / MODEL_FILE
     # Compact and sorted: the same data and seed give the same bytes (single-threaded training).
     model_path.write_text(json.dumps(payload, separators=(",", ":"), sort_keys=True) + "\n")
-    mre = float(np.mean(np.abs(np.exp(oof) - 1.0)))
+    mre = float(np.mean(np.abs(np.exp(-oof) - 1.0)))
     log.info("trained perfmodel", extra={"rows": len(measurements), "oof_mre": mre})
     return TrainReport(len(measurements), model_path, table_path, mre, q_low, q_high)

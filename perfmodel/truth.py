@@ -9,7 +9,8 @@ Rules, in order (all deterministic; ``batch_size`` is the global batch, the per-
 ``batch_size / num_gpus``):
 
 1. **Measured.** The configuration (model, dataset, global batch, GPU type, GPUs, nodes) was measured:
-   return the measured iterations/s (the median when several sources measured it).
+   return the measured iterations/s (the median when several sources, or several layouts with the same
+   GPU and node counts, were measured).
 2. **Extrapolated on the same GPU type.** The model was measured on this GPU type. Its iteration time is
    modelled as ``T(b, n) = C(b) + S(n, nodes)``: ``C`` is the 1-GPU compute time at per-GPU batch ``b``,
    interpolated log-log between the measured 1-GPU batches (beyond them the end slope, clamped to

@@ -1,0 +1,76 @@
+"""Online correction: a job's predictions converge to what it does; a GPU-type bias carries to other jobs."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfmodel.errors import InvalidInputError
+from perfmodel.features import HardwareFeatures, JobFeatures
+from perfmodel.online import OnlineCorrector, remaining_time
+from perfmodel.predictor import Predictor
+
+
+@pytest.fixture(scope="module")
+def predictor() -> Predictor:
+    return Predictor.load()
+
+
+JOB = JobFeatures("resnet50", "imagenet", 256)
+A100x4 = HardwareFeatures("NVIDIA-A100-SXM4-40GB", 4, 4)
+
+
+def test_job_converges_after_a_few_observations(predictor: Predictor) -> None:
+    c = OnlineCorrector(predictor)
+    base = predictor.predict([(JOB, A100x4)]).samples_per_s[0]
+    true = 1.6 * base  # the job really runs 60% faster than the offline model says
+    errors = []
+    for k in range(4):
+        c.observe(JOB, A100x4, true * (1.01 if k % 2 else 0.99), job_id="ns/job-a")
+        got = c.predict([(JOB, A100x4)], job_ids=["ns/job-a"]).samples_per_s[0]
+        errors.append(abs(got / true - 1))
+    # cold error 1 - 1/1.6 = 37.5%; after 3 observations within 3%, and it keeps shrinking
+    assert errors[2] < 0.03 and errors[3] <= errors[0]
+    p = c.predict([(JOB, A100x4)], job_ids=["ns/job-a"])
+    assert p.low[0] < true < p.high[0]
+
+
+def test_bias_on_a_gpu_type_is_learned_for_other_jobs(predictor: Predictor) -> None:
+    c = OnlineCorrector(predictor)
+    other_job = (JobFeatures("resnet50", "imagenet", 512), HardwareFeatures("A100", 8, 8))
+    other_model = (JobFeatures("bert", "squad", 32), HardwareFeatures("A100", 1))
+    other_gpu = (JOB, HardwareFeatures("V100", 4, 4))
+    before = predictor.predict([other_job, other_model, other_gpu]).samples_per_s
+    for k in range(3):  # three jobs of ResNet-50 on A100 run 1.5x faster than predicted
+        job = JobFeatures("resnet50", "imagenet", 128 * (k + 1))
+        hw = HardwareFeatures("A100", 2 * (k + 1), 2 * (k + 1))
+        c.observe(job, hw, 1.5 * predictor.predict([(job, hw)]).samples_per_s[0], job_id=f"j{k}")
+    after = c.predict([other_job, other_model, other_gpu]).samples_per_s
+    # the same model on the same GPU type moves most of the way (x1.5 fully, x1.35 at least)
+    assert after[0] / before[0] > 1.35
+    # another model on that GPU type moves part of the way (GPU-type level), another GPU not at all
+    assert 1.05 < after[1] / before[1] < after[0] / before[0]
+    assert after[2] == pytest.approx(before[2])
+
+
+def test_bad_observation_is_refused(predictor: Predictor) -> None:
+    c = OnlineCorrector(predictor)
+    with pytest.raises(InvalidInputError, match="observed_samples_per_s"):
+        c.observe(JOB, A100x4, 0.0)
+    with pytest.raises(InvalidInputError, match="observed_samples_per_s"):
+        c.observe(JOB, A100x4, float("nan"))
+
+
+def test_remaining_time_is_work_over_throughput_with_interval(predictor: Predictor) -> None:
+    p = predictor.predict([(JOB, A100x4)])
+    # 10,000 iterations left: estimate = 10,000 / iters_per_s; earliest at the high bound, latest at the low
+    r = remaining_time(10_000, "iterations", p)
+    assert r.seconds == pytest.approx(10_000 / p.iters_per_s[0])
+    assert r.earliest == pytest.approx(10_000 / p.iters_high[0])
+    assert r.latest == pytest.approx(10_000 / p.iters_low[0])
+    assert r.earliest < r.seconds < r.latest
+    s = remaining_time(256 * 10_000, "samples", p)
+    assert s.seconds == pytest.approx(r.seconds)
+    with pytest.raises(InvalidInputError):
+        remaining_time(-1, "samples", p)
+    with pytest.raises(InvalidInputError):
+        remaining_time(1, "epochs", p)

@@ -1,0 +1,162 @@
+"""The shipped predictor loads fast, refuses foreign model files and predicts physically sane numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from perfmodel.errors import InvalidInputError, ModelFileError
+from perfmodel.features import HardwareFeatures, JobFeatures
+from perfmodel.predictor import MODEL_FILE, Forest, Predictor
+
+SHIPPED = Path(__file__).resolve().parents[2] / "perfmodel" / "data" / MODEL_FILE
+
+
+@pytest.fixture(scope="module")
+def predictor() -> Predictor:
+    return Predictor.load()
+
+
+def test_model_of_another_schema_is_refused(tmp_path: Path) -> None:
+    raw = json.loads(SHIPPED.read_text())
+    raw["feature_schema"] = "perfmodel-features-v0"
+    bad = tmp_path / "old.json"
+    bad.write_text(json.dumps(raw))
+    with pytest.raises(ModelFileError, match=r"feature schema 'perfmodel-features-v0'.*retrain"):
+        Predictor.load(bad)
+
+
+def test_corrupt_or_missing_model_file_is_refused(tmp_path: Path) -> None:
+    cut = tmp_path / "cut.json"
+    cut.write_text(SHIPPED.read_text()[:1000])
+    with pytest.raises(ModelFileError, match="not valid JSON"):
+        Predictor.load(cut)
+    raw = json.loads(SHIPPED.read_text())
+    del raw["compute_forest"]["trees"]
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(raw))
+    with pytest.raises(ModelFileError, match="corrupt"):
+        Predictor.load(broken)
+    with pytest.raises(ModelFileError, match="not found"):
+        Predictor.load(tmp_path / "missing.json")
+
+
+def test_forest_walks_trees_like_xgboost() -> None:
+    # one stump on feature 1 (< 0.5 -> 10, else 20) and one on feature 0 (< 2 -> 1, else -1); base 0.5
+    trees = [
+        {
+            "left": [1, -1, -1],
+            "right": [2, -1, -1],
+            "feature": [1, 0, 0],
+            "threshold": [0.5, 0, 0],
+            "value": [0, 10.0, 20.0],
+        },
+        {
+            "left": [1, -1, -1],
+            "right": [2, -1, -1],
+            "feature": [0, 0, 0],
+            "threshold": [2.0, 0, 0],
+            "value": [0, 1.0, -1.0],
+        },
+    ]
+    f = Forest.from_trees(trees, 0.5)
+    x = np.array([[0.0, 0.0], [3.0, 0.9], [2.0, 0.5]])
+    # row 0: 10 + 1 + 0.5; row 1: 20 - 1 + 0.5; row 2: x1 == 0.5 is not < 0.5 -> 20, x0 == 2 -> -1
+    assert f.predict(x).tolist() == [11.5, 19.5, 19.5]
+
+
+def test_predictions_are_consistent(predictor: Predictor) -> None:
+    rows = [
+        (JobFeatures("resnet50", "imagenet", 256), HardwareFeatures("NVIDIA-A100-SXM4-40GB", 8, 8)),
+        (JobFeatures("bert", "squad", 32, "amp"), HardwareFeatures("Tesla-T4", 4, 4, 1, "pcie")),
+        (JobFeatures("resnet18", "cifar10", 512), HardwareFeatures("V100", 16, 8, 2, "nvlink", 25)),
+    ]
+    p = predictor.predict(rows)
+    assert len(p) == 3
+    for k, (job, _) in enumerate(rows):
+        assert p.samples_per_s[k] > 0
+        assert p.iters_per_s[k] == pytest.approx(p.samples_per_s[k] / job.batch_size)
+        assert p.low[k] < p.samples_per_s[k] < p.high[k]
+        assert p.iters_low[k] < p.iters_per_s[k] < p.iters_high[k]
+        assert not p.low_confidence[k]
+    again = predictor.predict(rows)
+    assert again == p  # cached results are the same results
+
+
+def test_newer_gpu_is_faster_for_a_compute_bound_model(predictor: Predictor) -> None:
+    job = JobFeatures("resnet50", "imagenet", 64)
+    k80, v100, h100 = predictor.predict(
+        [(job, HardwareFeatures(g)) for g in ("K80", "V100", "H100")]
+    ).samples_per_s
+    assert k80 < v100 < h100
+
+
+def test_custom_model_and_unknown_gpu_are_low_confidence_with_wider_interval(predictor: Predictor) -> None:
+    known = (JobFeatures("resnet50", "", 64), HardwareFeatures("V100"))
+    custom = (JobFeatures("mynet", "", 64, params=25.6e6, flops_per_sample=24.5e9), HardwareFeatures("V100"))
+    odd_gpu = (
+        JobFeatures("resnet50", "", 64),
+        HardwareFeatures("NVIDIA-GeForce-RTX-3090", memory_mib=24576, compute_capability="8.6"),
+    )
+    p = predictor.predict([known, custom, odd_gpu])
+    assert p.low_confidence == [False, True, True]
+    width = [p.high[k] / p.low[k] for k in range(3)]
+    assert width[1] > width[0] and width[2] > width[0]
+
+
+def test_bad_rows_name_row_and_field(predictor: Predictor) -> None:
+    good = (JobFeatures("resnet50", "", 64), HardwareFeatures("V100"))
+    with pytest.raises(InvalidInputError, match=r"row 1: batch_size: must be > 0"):
+        predictor.predict([good, (JobFeatures("resnet50", "", 0), HardwareFeatures("V100"))])
+    with pytest.raises(InvalidInputError, match=r"row 0: model: unknown model 'resnet51'"):
+        predictor.predict([(JobFeatures("resnet51", "", 64), HardwareFeatures("V100"))])
+    with pytest.raises(InvalidInputError, match=r"gpus: must be > 0"):
+        predictor.predict([(JobFeatures("resnet50", "", 64), HardwareFeatures("V100", 0))])
+    each = predictor.predict_each([good, (JobFeatures("x", "", 64), HardwareFeatures("V100")), good])
+    assert isinstance(each[1], InvalidInputError)
+    assert not isinstance(each[0], InvalidInputError) and not isinstance(each[2], InvalidInputError)
+
+
+NVLINK_PRODUCTS = ["Tesla-V100-SXM2-16GB", "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3", "NVIDIA-H200"]
+MODELS = ["resnet18", "resnet50", "vgg16", "bert", "gpt2", "transformer", "lstm", "yolov3", "ncf", "a3c"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    model=st.sampled_from(MODELS),
+    product=st.sampled_from(NVLINK_PRODUCTS),
+    per_gpu=st.integers(1, 512),
+    precision=st.sampled_from(["fp32", "amp"]),
+    n=st.sampled_from([2, 4, 8]),
+)
+def test_nvlink_node_scaling_is_between_one_gpu_and_linear(
+    predictor: Predictor, model: str, product: str, per_gpu: int, precision: str, n: int
+) -> None:
+    # Same per-GPU batch on 1 and n GPUs of one NVLink node: data parallelism never scales better than
+    # linearly, and inside an NVLink node a job is never slower in total than on one of its GPUs.
+    one = (JobFeatures(model, "", per_gpu, precision), HardwareFeatures(product, 1, 1, 1, "nvlink"))
+    many = (JobFeatures(model, "", per_gpu * n, precision), HardwareFeatures(product, n, n, 1, "nvlink"))
+    s1, sn = predictor.predict([one, many]).samples_per_s
+    assert s1 * (1 - 1e-9) <= sn <= n * s1 * (1 + 1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    model=st.sampled_from(MODELS),
+    product=st.sampled_from(["Tesla-T4", "NVIDIA-L4", "Tesla-K80", "NVIDIA-A10G"]),
+    per_gpu=st.integers(1, 512),
+    n=st.sampled_from([2, 4, 8, 16]),
+    nodes=st.sampled_from([1, 2]),
+)
+def test_no_placement_scales_superlinearly(
+    predictor: Predictor, model: str, product: str, per_gpu: int, n: int, nodes: int
+) -> None:
+    one = (JobFeatures(model, "", per_gpu), HardwareFeatures(product, 1, 1, 1, "pcie"))
+    many = (JobFeatures(model, "", per_gpu * n), HardwareFeatures(product, n, n // nodes, nodes, "pcie", 25))
+    s1, sn = predictor.predict([one, many]).samples_per_s
+    assert sn <= n * s1 * (1 + 1e-9)

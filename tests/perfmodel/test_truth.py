@@ -1,0 +1,178 @@
+"""GroundTruth returns measured throughput exactly and extrapolates deterministically where unmeasured."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from perfmodel.errors import InvalidInputError
+from perfmodel.measurements import SHIPPABLE, read_shared_tidy
+from perfmodel.truth import GroundTruth
+
+
+@pytest.fixture(scope="module")
+def truth() -> GroundTruth:
+    return GroundTruth.load()
+
+
+def test_loads_shipped_table_without_shared_dir(truth: GroundTruth) -> None:
+    assert len(truth.measurements) > 1000
+    assert {"K80", "P100", "V100", "T4"} <= set(truth.gpu_types())
+    assert "resnet50" in truth.models()
+
+
+def test_measured_configurations_are_returned_exactly(truth: GroundTruth) -> None:
+    # Layouts with the same GPU and node counts (Pollux "17" and "44" are both 8 GPUs on 2 nodes) are
+    # one question for the truth API: their median is the answer.
+    by_key: dict[tuple[str, str, int, str, int, int], list[float]] = defaultdict(list)
+    for m in truth.measurements:
+        by_key[(m.model, m.dataset, m.batch_size, m.gpu_type, m.num_gpus, m.num_nodes)].append(m.iters_per_s)
+    for (model, ds, bs, gpu, n, nodes), values in list(by_key.items())[::61]:
+        got = truth.throughput(model, bs, gpu, n, nodes, ds)
+        assert got == pytest.approx(statistics.median(values), rel=1e-12)
+
+
+def test_every_catalogue_entry_is_answerable(truth: GroundTruth) -> None:
+    cat = truth.catalogue()
+    assert cat
+    for jt in cat[::7]:
+        for gpu in jt.gpu_types:
+            for n in (1, 2, 8):
+                got = truth.throughput(jt.model, jt.batch_size, gpu, n, 1, jt.dataset)
+                assert got is not None and got > 0
+
+
+def test_extrapolation_is_deterministic_and_positive(truth: GroundTruth) -> None:
+    # 3 GPUs of V100 for ResNet-50 at global batch 192 is not in the table
+    a = truth.throughput("resnet50", 192, "V100", 3, 1, "imagenet")
+    b = GroundTruth.load().throughput("ResNet-50", 192, "Tesla-V100-SXM2-16GB", 3, 1, "ImageNet")
+    assert a is not None and a > 0 and a == b
+
+
+def test_unmeasured_gpu_type_uses_spec_ratio_and_unknown_gives_none(truth: GroundTruth) -> None:
+    # no A100 rows ship; ResNet-50 exists on other types, so rule 3 answers
+    a100 = truth.throughput("resnet50", 64, "A100", 1)
+    k80 = truth.throughput("resnet50", 64, "K80", 1)
+    assert a100 is not None and k80 is not None and a100 > k80
+    assert truth.throughput("gpt2", 8, "V100", 1) is None  # never measured
+    assert truth.throughput("resnet50", 64, "NoSuchGPU", 1) is None
+    assert truth.throughput("resnet18", 64, "V100", 1, dataset="imagenet") is None  # only CIFAR-10 measured
+
+
+@pytest.mark.parametrize(("bs", "gpus", "nodes"), [(0, 1, 1), (32, 0, 1), (32, 2, 3)])
+def test_invalid_questions_raise(truth: GroundTruth, bs: int, gpus: int, nodes: int) -> None:
+    with pytest.raises(InvalidInputError):
+        truth.throughput("resnet50", bs, "V100", gpus, nodes)
+
+
+def _write_tidy(path: Path, rows: list[dict[str, str]]) -> None:
+    cols = [
+        "source",
+        "source_file",
+        "model",
+        "dataset",
+        "batch_size",
+        "local_batch_size",
+        "gpu_type",
+        "num_gpus",
+        "num_nodes",
+        "placement",
+        "amp",
+        "power_limit_w",
+        "iters_per_s",
+        "samples_per_s",
+        "epochs_per_s",
+        "step_time_s",
+        "sync_time_s",
+        "raw_value",
+        "raw_unit",
+        "notes",
+    ]
+    with gzip.open(path, "wt", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=cols)
+        w.writeheader()
+        for r in rows:
+            w.writerow({c: r.get(c, "") for c in cols})
+
+
+def test_unit_conversions_and_license_filter(tmp_path: Path) -> None:
+    _write_tidy(
+        tmp_path / "throughput_isolated_tidy.csv.gz",
+        [
+            # Gavel: 40 steps/s summed over 4 workers of batch 16 -> global batch 64, 40 / 4 = 10 it/s
+            {
+                "source": "gavel",
+                "source_file": "simulation_throughputs.json",
+                "model": "ResNet-50",
+                "batch_size": "16",
+                "gpu_type": "V100",
+                "num_gpus": "4",
+                "placement": "consolidated",
+                "iters_per_s": "40",
+            },
+            # Pollux aws: local batch 8 on 2 GPUs, step 0.5 s -> global 16, 2 it/s
+            {
+                "source": "pollux_sia",
+                "source_file": "imagenet/placements-aws.csv",
+                "model": "imagenet",
+                "batch_size": "16",
+                "local_batch_size": "8",
+                "gpu_type": "T4",
+                "num_gpus": "2",
+                "num_nodes": "1",
+                "placement": "2",
+                "iters_per_s": "2",
+            },
+            # Zeus: 0.1 epochs/s of CIFAR-100 (50,000 samples) at batch 100 -> 5000 samples/s = 50 it/s;
+            # the lower power limit row is ignored
+            {
+                "source": "zeus",
+                "source_file": "summary_power_v100.csv",
+                "model": "shufflenetv2",
+                "dataset": "cifar100",
+                "batch_size": "100",
+                "gpu_type": "V100",
+                "num_gpus": "1",
+                "power_limit_w": "250",
+                "epochs_per_s": "0.1",
+            },
+            {
+                "source": "zeus",
+                "source_file": "summary_power_v100.csv",
+                "model": "shufflenetv2",
+                "dataset": "cifar100",
+                "batch_size": "100",
+                "gpu_type": "V100",
+                "num_gpus": "1",
+                "power_limit_w": "100",
+                "epochs_per_s": "0.05",
+            },
+            # Sia azure: no license -> not shippable
+            {
+                "source": "pollux_sia",
+                "source_file": "imagenet/placements-azure.csv",
+                "model": "imagenet",
+                "batch_size": "8",
+                "local_batch_size": "8",
+                "gpu_type": "V100-32GB",
+                "num_gpus": "1",
+                "num_nodes": "1",
+                "placement": "1",
+                "iters_per_s": "3",
+            },
+        ],
+    )
+    shipped = read_shared_tidy(tmp_path, SHIPPABLE)
+    got = {(m.source, m.model, m.batch_size, m.gpu_type, m.num_gpus): m.iters_per_s for m in shipped}
+    assert got == {
+        ("gavel", "resnet50", 64, "V100", 4): pytest.approx(10.0),
+        ("pollux_aws", "resnet50", 16, "T4", 2): pytest.approx(2.0),
+        ("zeus", "shufflenet_v2", 100, "V100", 1): pytest.approx(50.0),
+    }
+    everything = read_shared_tidy(tmp_path)
+    assert any(m.source == "sia_azure" for m in everything)
