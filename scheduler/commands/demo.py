@@ -24,7 +24,9 @@ def register(app: typer.Typer) -> None:
     def demo(
         duration: float = typer.Option(180.0, "--duration", help="Seconds to run the workload (at most)."),
         jobs: int = typer.Option(16, "--jobs", help="TrainingJobs to submit from the Philly sample."),
-        policy: str = typer.Option("", "--policy", help="Scheduling policy [default: the operator's]."),
+        policy: str = typer.Option(
+            "hetero", "--policy", help="Scheduling policy (a name in scheduler.policies.POLICIES)."
+        ),
         cluster: str = typer.Option(
             "gavel-heterogeneous", "--cluster", help="Cluster spec (shipped name or YAML file)."
         ),
@@ -124,11 +126,11 @@ class _LiveView:
             ProgressBar(total=max(1, total_gpus), completed=used, width=40),
             f"{used}/{total_gpus}",
         )
-        events = Table(title="recent decisions", show_edge=False, expand=True)
-        events.add_column("time", no_wrap=True)
-        events.add_column("job", no_wrap=True)
-        events.add_column("reason", no_wrap=True, style="cyan")
-        events.add_column("message", overflow="ellipsis", no_wrap=True)
+        events = Table(title="recent decisions (Events)", show_edge=False, expand=True)
+        events.add_column("time", no_wrap=True, min_width=8)
+        events.add_column("job", no_wrap=True, min_width=12, max_width=28, overflow="ellipsis")
+        events.add_column("reason", no_wrap=True, min_width=8, max_width=16, style="cyan")
+        events.add_column("message", overflow="ellipsis", no_wrap=True, ratio=1)
         for row in watch.events:
             events.add_row(*row)
         self.live.update(Group(head, phase_table, gpus, events))

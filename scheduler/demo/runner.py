@@ -179,9 +179,7 @@ def run_demo(
     try:
         extender_port, operator_port = free_ports(2)
         kubeconfig = str(dc.kubeconfig_path)
-        operator_args = [f"--metrics-port={operator_port}"]
-        if options.policy:
-            operator_args.append(f"--policy={options.policy}")
+        operator_args = [f"--policy={options.policy}"] if options.policy else []
         extras = (
             ExtraComponent(
                 "perfsched-extender",
