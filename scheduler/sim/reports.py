@@ -58,7 +58,11 @@ SUMMARY_FIELDS = (
     "ftf_fair_ratio",
     "events",
     "rounds",
+    "skipped_rounds",
+    "avg_jobs_per_round",
+    "round_wall_s",
     "wall_s",
+    "cpu_s",
     "events_per_s",
 )
 
@@ -134,7 +138,11 @@ def summarize(result: EngineResult, **labels: Any) -> dict[str, Any]:
         ftf_fair_ratio=fair,
         events=result.events,
         rounds=result.rounds,
+        skipped_rounds=result.skipped_rounds,
+        avg_jobs_per_round=result.jobs_in_rounds / result.rounds if result.rounds else 0.0,
+        round_wall_s=result.round_wall_s,
         wall_s=result.wall_s,
+        cpu_s=result.cpu_s,
         events_per_s=result.events / result.wall_s if result.wall_s > 0 else math.nan,
     )
     return out
