@@ -101,13 +101,14 @@ def main() -> None:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     rows = []
     print(f"Philly 10k prefix of {args.jobs} jobs, 64 x V100, load 0.8, round_seconds={args.round_seconds:g}")
-    hdr = f"{'policy':<8} {'wall s':>8} {'cpu s':>7} {'events/s':>9} {'rounds':>7} {'skipped':>8} {'jobs/round':>10} "
-    print(hdr + f"{'run_round s':>11} {'engine s':>9} {'ms/round':>9}")
+    hdr = f"{'policy':<8} {'wall s':>8} {'cpu s':>7} {'events/s':>9} {'ev/cpu-s':>9} {'rounds':>7} "
+    print(hdr + f"{'skipped':>8} {'jobs/round':>10} {'run_round s':>11} {'engine s':>9} {'ms/round':>9}")
     for p in policies:
         r = _one(p, "philly-10k", args.jobs, args.round_seconds)
         rows.append(r)
         print(
-            f"{p:<8} {r['wall_s']:>8.1f} {r['cpu_s']:>7.1f} {r['events_per_s']:>9.0f} {r['rounds']:>7} {r['skipped_rounds']:>8} "
+            f"{p:<8} {r['wall_s']:>8.1f} {r['cpu_s']:>7.1f} {r['events_per_s']:>9.0f} "
+            f"{r['events'] / max(r['cpu_s'], 1e-9):>9.0f} {r['rounds']:>7} {r['skipped_rounds']:>8} "
             f"{r['avg_jobs_per_round']:>10.1f} {r['run_round_s']:>11.1f} {r['engine_s']:>9.1f} "
             f"{r['ms_per_round']:>9.2f}"
         )
