@@ -57,6 +57,8 @@ class EngineConfig:
     resize_cost_s: float = 0.0
     wake_thresholds_gpu_s: tuple[float, ...] = ()
     progress_every: int = 500
+    #: skip a completion's round when it provably changes nothing (one GPU type, rigid jobs, nobody waiting)
+    skip_idle_rounds: bool = True
     #: benchmark baseline only: a round at every tick whether or not anything changed (a naive round loop)
     always_tick: bool = False
 
@@ -266,7 +268,13 @@ class Engine:
                         dirty = forced = True
             if not dirty:
                 continue
-            if not forced and one_type and not elastic_active and len(active) == len(running):
+            if (
+                cfg.skip_idle_rounds
+                and not forced
+                and one_type
+                and not elastic_active
+                and len(active) == len(running)
+            ):
                 result.skipped_rounds += 1
                 self._sample(result, now, used, 0, len(running))
                 continue

@@ -127,3 +127,17 @@ def test_job_larger_than_the_cluster_never_finishes_and_the_run_ends() -> None:
     result = _run(jobs, 2, "fifo", {"backfill": True}, round_seconds=30.0)
     summary = summarize(result, policy="fifo")
     assert (summary["jobs"], summary["unfinished"]) == (1, 1)
+
+
+@pytest.mark.parametrize("policy", ["fifo", "las", "srsf"])
+def test_skipping_idle_rounds_changes_no_result(policy: str) -> None:
+    # 40 jobs of 1-4 GPUs on 8 GPUs with gaps, so the cluster is sometimes idle and sometimes contended
+    jobs = [
+        job(f"j{i}").replicas(1 + i % 4).work(50.0 + 37 * (i % 7)).submitted(15.0 * i).build()
+        for i in range(40)
+    ]
+    on = _run(jobs, 8, policy, round_seconds=60.0, restart_cost_s=3.0)
+    off = _run(jobs, 8, policy, round_seconds=60.0, restart_cost_s=3.0, skip_idle_rounds=False)
+    assert on.skipped_rounds > 0
+    assert off.skipped_rounds == 0 and off.rounds == on.rounds + on.skipped_rounds
+    assert _jct(on) == _jct(off)
