@@ -36,7 +36,6 @@ from scheduler.devcluster.process import (
     ProcessRecord,
     free_ports,
     is_running,
-    port_is_free,
     spawn,
     stop,
     tail,
@@ -247,14 +246,12 @@ class DevCluster:
     def _new_state(self, options: UpOptions) -> ClusterState:
         names = ["etcd", "etcd-peer", "apiserver", "kube-controller-manager", "kwok"]
         names += [f"kube-scheduler-{s}" for s in options.schedulers]
-        ports = dict(zip(names, free_ports(len(names) + 1), strict=False))
-        extender_port = options.extender_port or free_ports(1)[0]
-        # the +1 spare port keeps the extender port distinct from the others picked in the same call
-        if extender_port in ports.values():
-            extender_port = (
-                max(ports.values()) + 1 if port_is_free(max(ports.values()) + 1) else free_ports(1)[0]
-            )
-        ports["extender"] = extender_port
+        # one call holds every socket at once, so the ports are distinct; a requested extender port is
+        # kept out of the others (the kernel may hand it out when nothing listens on it yet)
+        picked = [p for p in free_ports(len(names) + 2) if p != options.extender_port][: len(names) + 1]
+        ports = dict(zip(names, picked, strict=False))
+        ports["extender"] = options.extender_port or picked[len(names)]
+        extender_port = ports["extender"]
         endpoints = {
             "etcd": f"http://127.0.0.1:{ports['etcd']}",
             "apiserver": f"https://127.0.0.1:{ports['apiserver']}",
