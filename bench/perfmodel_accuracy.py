@@ -12,8 +12,8 @@ there, else the shipped table. Each split trains fresh models on its training pa
   through ``perfmodel.online.OnlineCorrector`` (errors on the remaining configurations);
 - the shipped model (trained on the permissive sources only) on the Sia tables it never saw.
 
-Methods: ``ours`` = the shipped method (scaling model + compute forest + sync factors + placement forest,
-see ``perfmodel.predictor``); ``xgb-plain`` = one XGBoost on the same features predicting log time
+Methods: ``ours`` = the shipped method (scaling model x XGBoost correction + physical guards, see
+``perfmodel.predictor``); ``xgb-plain`` = one XGBoost on the same features predicting log time
 directly (no scaling model, same tree settings); ``spec-ratio`` =
 Habitat-style: the nearest measured configuration of the same model (any GPU type) scaled linearly in GPU
 count and by the GPUs' FLOP/s and memory-bandwidth ratios (it cannot predict a model it never saw).

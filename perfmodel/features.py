@@ -32,7 +32,7 @@ from perfmodel.errors import InvalidInputError
 from perfmodel.gpus import GPUSpec, canonical_gpu_type, gpu_spec, spec_for_product, spec_from_labels
 from perfmodel.zoo import Family, canonical_dataset, lookup_model
 
-FEATURE_SCHEMA_VERSION = "perfmodel-features-v2"
+FEATURE_SCHEMA_VERSION = "perfmodel-features-v3"
 PRECISIONS = ("fp32", "amp", "fp16", "bf16")
 # Classes of the slowest link a placement's gradient sync crosses (``Design.link_class``).
 LINK_PCIE, LINK_NVLINK, LINK_NETWORK = 0, 1, 2

@@ -1,26 +1,25 @@
-"""The throughput predictor: scaling model + two learned corrections, batch API, cache and model file.
+"""The throughput predictor: scaling model x learned correction, physical guards, batch API, cache, file.
 
 For a job on ``n`` GPUs at per-GPU batch ``b`` (global batch / n), the predicted iteration time is
 
-    compute = analytic compute time at b x exp(compute_forest(features of the job on 1 GPU at batch b))
-    sync    = analytic ring all-reduce time x sync_scale[slowest link class]   (0 on one GPU)
-    time    = (compute + sync) x exp(clip(placement_forest(features of the placement), +-log 2))
+    time = (analytic compute time at b + analytic ring all-reduce time) x exp(forest(features))
 
-``compute_forest`` (XGBoost, trained by ``perfmodel.train`` on single-GPU measurements) corrects the
-roofline-style compute estimate; ``sync_scale`` (one factor per link class: PCIe, NVLink, network) is
-fitted on multi-GPU measurements; ``placement_forest`` learns what is left for multi-GPU placements, clipped
-so that unseen GPU counts and placements follow the scaling model's physics instead of a tree's flat
-extrapolation. Two physical guards hold for every prediction: data parallelism never scales better than
-linearly (time >= compute), and a job inside one NVLink node is never slower in total than on one of its
-GPUs (time <= n x compute). Samples/s = iterations/s x global batch.
+where the analytic parts are ``perfmodel.features``' scaling model and ``forest`` is a gradient-boosted
+tree ensemble (XGBoost, trained by ``perfmodel.train``) on ``log(measured / modelled time)``. The trees
+learn a correction factor rather than the time itself, so unseen GPU counts and placements follow the
+scaling model's physics instead of a tree's flat extrapolation. Two physical guards then hold for every
+multi-GPU prediction, with ``t1`` the prediction for the same job on one GPU at the same per-GPU batch:
+data parallelism never scales better than linearly (``time >= t1``), and a job inside one NVLink node is
+never slower in total than on one of its GPUs (``time <= n x t1``). Samples/s = iterations/s x global
+batch.
 
 The interval ``[low, high]`` is the prediction times the 10th / 90th percentile of out-of-fold error
 ratios from training, widened 2x (in log space) for low-confidence rows (model or GPU not in the zoo or
 catalogue) and placements larger than any training row. The model file (``perfmodel/data/predictor.json``)
 holds the feature-schema version, the trees as flat arrays (evaluated here with numpy: serving needs
-neither xgboost's import time nor its per-call overhead), the sync factors and the quantiles. A file of
-another schema, or a corrupt one, is refused with ``ModelFileError``. ``Predictor.predict`` caches
-results per (job features, placement) in a bounded LRU.
+neither xgboost's import time nor its per-call overhead) and the quantiles. A file of another schema, or
+a corrupt one, is refused with ``ModelFileError``. ``Predictor.predict`` caches results per
+(job features, placement) in a bounded LRU.
 
 Pure apart from ``Predictor.load`` (reads the model file).
 """
@@ -60,7 +59,6 @@ from perfmodel.features import (
 log = logging.getLogger(__name__)
 
 MODEL_FILE = "predictor.json"
-PLACEMENT_CLIP = math.log(2.0)
 FloatArray = npt.NDArray[np.float64]
 
 
@@ -178,26 +176,21 @@ class Forest:
 
 @dataclass(frozen=True, slots=True)
 class LearnedModel:
-    """The learned parts: compute forest, per-link-class sync factors, placement forest (may be empty)."""
+    """The learned part: one forest correcting the scaling model (see the module docstring)."""
 
-    compute_forest: Forest
-    placement_forest: Forest | None
-    sync_scale: tuple[float, float, float]
-    placement_clip: float = PLACEMENT_CLIP
+    forest: Forest
 
     def times(self, d: Design) -> tuple[FloatArray, FloatArray]:
-        """(predicted iteration time, predicted compute time) per row of a ``Design``; see the docstring."""
-        compute = d.compute * np.exp(self.compute_forest.predict(d.x_single))
-        scale = np.asarray(self.sync_scale)[d.link_class.astype(np.int64)]
-        t = compute + scale * d.sync
+        """(predicted iteration time, predicted 1-GPU time at the same per-GPU batch) per row."""
+        t = (d.compute + d.sync) * np.exp(self.forest.predict(d.x))
+        t1 = t.copy()
         multi = d.num_gpus > 1
-        if self.placement_forest is not None and multi.any():
-            corr = self.placement_forest.predict(d.x[multi])
-            t[multi] *= np.exp(np.clip(corr, -self.placement_clip, self.placement_clip))
-        t = np.maximum(t, compute)
-        nvl = multi & (d.link_class == LINK_NVLINK)
-        t[nvl] = np.minimum(t[nvl], d.num_gpus[nvl] * compute[nvl])
-        return t, compute
+        if multi.any():
+            t1[multi] = d.compute[multi] * np.exp(self.forest.predict(d.x_single[multi]))
+            t[multi] = np.maximum(t[multi], t1[multi])
+            nvl = multi & (d.link_class == LINK_NVLINK)
+            t[nvl] = np.minimum(t[nvl], d.num_gpus[nvl] * t1[nvl])
+        return t, t1
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,16 +234,7 @@ def _read_model(path: Path) -> tuple[LearnedModel, ModelMeta]:
         names = tuple(raw["feature_names"])
         if names != FEATURE_NAMES:
             raise ModelFileError(f"model file {path}: feature names differ from schema {schema}")
-        placement = raw.get("placement_forest")
-        scale = tuple(float(v) for v in raw["sync_scale"])
-        if len(scale) != 3 or min(scale) <= 0:
-            raise ModelFileError(f"model file {path}: sync_scale must be 3 positive numbers")
-        model = LearnedModel(
-            _forest_of(raw["compute_forest"], path, "compute_forest"),
-            _forest_of(placement, path, "placement_forest") if placement else None,
-            (scale[0], scale[1], scale[2]),
-            float(raw.get("placement_clip", PLACEMENT_CLIP)),
-        )
+        model = LearnedModel(_forest_of(raw["forest"], path, "forest"))
         meta = ModelMeta(
             schema=str(schema),
             feature_names=names,

@@ -3,12 +3,8 @@
 ``train(shared_dir, out_dir)`` reads ``throughput_isolated_tidy.csv.gz`` from the shared throughput
 directory, keeps the permissively licensed sources (``perfmodel.measurements.SHIPPABLE``), writes the merged
 table (``measurements.csv.gz``) and the model file (``predictor.json``) into ``out_dir`` (by default the
-package's ``data/``). ``fit_model`` fits the three learned parts of ``perfmodel.predictor.LearnedModel``:
-
-1. the compute forest: XGBoost on ``log(measured time / analytic compute time)`` of single-GPU rows;
-2. the sync factors: per link class (PCIe, NVLink, network), the factor on the analytic all-reduce time
-   that best fits the multi-GPU rows in log space (grid search over 0.01..100);
-3. the placement forest: XGBoost on what is left of the multi-GPU rows' log error.
+package's ``data/``). ``fit_model`` fits the forest of ``perfmodel.predictor.LearnedModel``: XGBoost on
+``log(measured iteration time / scaling-model time)`` over every measured configuration.
 
 The interval's 10th/90th percentile error ratios come from 5-fold out-of-fold predictions. ``fit`` and
 ``fit_model`` are the building blocks the accuracy benchmark reuses on other splits. XGBoost is imported
@@ -40,7 +36,7 @@ from perfmodel.features import (
     resolve,
 )
 from perfmodel.measurements import SHIPPABLE, Measurement, read_shared_tidy, write_table
-from perfmodel.predictor import MODEL_FILE, PLACEMENT_CLIP, Forest, LearnedModel, ModelMeta, Predictor
+from perfmodel.predictor import MODEL_FILE, Forest, LearnedModel, ModelMeta, Predictor
 from perfmodel.truth import TABLE_NAME
 
 log = logging.getLogger(__name__)
@@ -56,9 +52,6 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "lambda": 1.0,
 }
 DEFAULT_ROUNDS = 40
-PLACEMENT_PARAMS: dict[str, Any] = {**DEFAULT_PARAMS, "max_depth": 6}
-PLACEMENT_ROUNDS = 30
-_SCALE_GRID = np.exp(np.linspace(np.log(0.01), np.log(100.0), 161))
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,39 +123,10 @@ def fit_forest(
 def fit_model(
     d: Design, times: FloatArray, seed: int = 0, nthread: int = 1, rounds: int = DEFAULT_ROUNDS
 ) -> tuple[LearnedModel, dict[str, Any]]:
-    """Fit the compute forest, the sync factors and the placement forest (see the module docstring)."""
-    single = d.num_gpus == 1
-    if not single.any():
-        raise ValueError("training data needs single-GPU measurements")
-    y1 = np.log(times[single] / d.compute[single])
-    compute_forest, compute_json = fit_forest(d.x_single[single], y1, seed, rounds, nthread)
-    compute = d.compute * np.exp(compute_forest.predict(d.x_single))
-    multi = ~single
-    scale = [1.0, 1.0, 1.0]
-    log_t = np.log(times)
-    for cls in range(3):
-        mask = multi & (d.link_class == cls)
-        if mask.sum() < 5:
-            continue
-        c, s, lt = compute[mask], d.sync[mask], log_t[mask]
-        errs = [float(np.mean((lt - np.log(c + k * s)) ** 2)) for k in _SCALE_GRID]
-        scale[cls] = float(_SCALE_GRID[int(np.argmin(errs))])
-    placement_forest: Forest | None = None
-    placement_json: dict[str, Any] | None = None
-    if multi.sum() >= 20:
-        k = np.asarray(scale)[d.link_class[multi].astype(np.int64)]
-        y2 = log_t[multi] - np.log(compute[multi] + k * d.sync[multi])
-        placement_forest, placement_json = fit_forest(
-            d.x[multi], y2, seed, PLACEMENT_ROUNDS, nthread, PLACEMENT_PARAMS
-        )
-    model = LearnedModel(compute_forest, placement_forest, (scale[0], scale[1], scale[2]), PLACEMENT_CLIP)
-    payload = {
-        "compute_forest": compute_json,
-        "placement_forest": placement_json,
-        "sync_scale": scale,
-        "placement_clip": PLACEMENT_CLIP,
-    }
-    return model, payload
+    """Fit the correction forest on log(measured / scaling-model time); return it and its JSON form."""
+    y = np.log(times / (d.compute + d.sync))
+    forest, forest_json = fit_forest(d.x, y, seed, rounds, nthread)
+    return LearnedModel(forest), {"forest": forest_json}
 
 
 def oof_log_errors(
@@ -222,7 +186,7 @@ def train(
             "quantiles": {"low": q_low, "high": q_high},
             "max_gpus_seen": max(m.num_gpus for m in measurements),
             "trained_on": f"{len(measurements)} configurations from {', '.join(sorted(SHIPPABLE))}",
-            "created_by": f"perfmodel.train seed={seed} rounds={DEFAULT_ROUNDS}+{PLACEMENT_ROUNDS}",
+            "created_by": f"perfmodel.train seed={seed} rounds={DEFAULT_ROUNDS}",
         }
     )
     model_path = out_dir / MODEL_FILE

@@ -37,7 +37,7 @@ def test_corrupt_or_missing_model_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ModelFileError, match="not valid JSON"):
         Predictor.load(cut)
     raw = json.loads(SHIPPED.read_text())
-    del raw["compute_forest"]["trees"]
+    del raw["forest"]["trees"]
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps(raw))
     with pytest.raises(ModelFileError, match="corrupt"):
