@@ -124,6 +124,7 @@ class _State:
     version: int = 0
     changed_at: float | None = None
     gpus: int = 0
+    done_at: float = math.inf
     stale: bool = False
     values: list[object] = field(default_factory=list)
 
@@ -262,6 +263,9 @@ class Engine:
                     st = self.states[name]
                     if st.version == version and st.alloc is not None:
                         dirty = forced = True
+                        # a job that keeps running after this round must still wake at its next boundary
+                        self._advance(st, now)
+                        seq = self._push_wake(heap, seq, st, now, thresholds, crossed=True)
                 elif kind == _TICK and now >= tick_at:
                     tick_at = math.inf
                     if len(active) > len(running) or cfg.always_tick:
@@ -317,15 +321,8 @@ class Engine:
                     done = start + max(0.0, st.job.total_work - st.progress) / rate
                     heapq.heappush(heap, (done, _COMPLETION, seq, st.job.name, st.version))
                     seq += 1
-                    if thresholds:
-                        g = st.alloc.total_gpus if st.alloc else 1
-                        for th in thresholds:
-                            if th > st.attained + _EPS:
-                                wake = now + (th - st.attained) / g
-                                if wake < done:
-                                    heapq.heappush(heap, (wake, _WAKE, seq, st.job.name, st.version))
-                                    seq += 1
-                                break
+                    st.done_at = done
+                    seq = self._push_wake(heap, seq, st, now, thresholds)
             waiting = len(active) - len(running)
             result.jobs_in_rounds += len(jobs)
             self._sample(result, now, used, waiting, len(running))
@@ -345,6 +342,29 @@ class Engine:
         if self.on_progress:
             self.on_progress(total, total)
         return result
+
+    @staticmethod
+    def _push_wake(
+        heap: list[tuple[float, int, int, str, int]],
+        seq: int,
+        st: _State,
+        now: float,
+        thresholds: tuple[float, ...],
+        crossed: bool = False,
+    ) -> int:
+        """Queue a wake-up when the running job's attained service reaches its next queue boundary."""
+        if not thresholds or not st.gpus:
+            return seq
+        # at a wake-up the job sits exactly on the boundary it just crossed: look past it
+        level = st.attained + (max(1e-6, 1e-9 * st.attained) if crossed else _EPS)
+        for th in thresholds:
+            if th > level:
+                wake = now + (th - st.attained) / st.gpus
+                if wake < st.done_at:
+                    heapq.heappush(heap, (wake, _WAKE, seq, st.job.name, st.version))
+                    seq += 1
+                break
+        return seq
 
     @staticmethod
     def _sample(result: EngineResult, now: float, used: int, waiting: int, running: int) -> None:

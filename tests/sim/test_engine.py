@@ -141,3 +141,23 @@ def test_skipping_idle_rounds_changes_no_result(policy: str) -> None:
     assert on.skipped_rounds > 0
     assert off.skipped_rounds == 0 and off.rounds == on.rounds + on.skipped_rounds
     assert _jct(on) == _jct(off)
+
+
+def test_a_running_job_wakes_at_every_boundary_it_crosses() -> None:
+    # 1 GPU, LAS boundaries 36 and 180 GPU-s. a: t=0, 300 units; b: t=100, 300 units.
+    # 100: b (queue 0) preempts a (100 GPU-s, queue 1). 136: b crosses 36 -> queue 1 like a: b keeps running.
+    # 280: b crosses 180 -> queue 2, a (queue 1) preempts it; a has 200 left -> done at 480 (it crosses 180 at
+    # 360 but b is in queue 2 as well, so a keeps). b resumes at 480 with 120 left -> done at 600.
+    jobs = [
+        job("a").replicas(1).work(300).submitted(0).build(),
+        job("b").replicas(1).work(300).submitted(100).build(),
+    ]
+    result = _run(
+        jobs,
+        1,
+        "las",
+        {"thresholds_gpu_hours": [0.01, 0.05]},
+        round_seconds=0.0,
+        wake_thresholds_gpu_s=(36.0, 180.0),
+    )
+    assert _jct(result) == pytest.approx({"a": 480.0, "b": 500.0})
