@@ -29,7 +29,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from perfmodel.errors import InvalidInputError
-from perfmodel.features import HardwareFeatures, JobFeatures, resolve
+from perfmodel.features import HardwareFeatures, JobFeatures
 from perfmodel.predictor import Predictions, Predictor
 
 PRIOR_GPU = 3.0
@@ -64,6 +64,11 @@ class OnlineCorrector:
     decay: float = 1.0
     job_weight_cap: float = 3.0
     _jobs: dict[Hashable, _JobStats] = field(default_factory=dict)
+    # Shared-level sums (weight, weighted mean residual) per GPU type and per (model, GPU type),
+    # rebuilt lazily after observations: predictions cost O(rows), not O(rows x jobs).
+    _gpu_sums: dict[str, tuple[float, float]] = field(default_factory=dict)
+    _mg_sums: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
+    _dirty: bool = False
 
     def _key_of(self, job: JobFeatures, hw: HardwareFeatures, job_id: Hashable | None) -> Hashable:
         return job_id if job_id is not None else (job, hw)
@@ -82,7 +87,7 @@ class OnlineCorrector:
         """
         if not (observed_samples_per_s > 0 and math.isfinite(observed_samples_per_s)):
             raise InvalidInputError(f"observed_samples_per_s must be > 0, got {observed_samples_per_s}")
-        r = resolve(job, hw)
+        r = self.predictor.resolve(job, hw)
         base = self.predictor.predict([(job, hw)]).samples_per_s[0]
         residual = math.log(observed_samples_per_s / base)
         key = self._key_of(job, hw, job_id)
@@ -95,32 +100,40 @@ class OnlineCorrector:
         st.sum_r = st.sum_r * self.decay + residual
         st.sum_r2 = st.sum_r2 * self.decay + residual * residual
         st.count += 1
+        self._dirty = True
         return residual
 
     def observations(self) -> int:
         return sum(s.count for s in self._jobs.values())
 
-    def _gpu_level(self, gpu_type: str) -> float:
-        w = s = 0.0
+    def _rebuild(self) -> None:
+        gpu: dict[str, tuple[float, float]] = {}
+        mg: dict[tuple[str, str], tuple[float, float]] = {}
         for st in self._jobs.values():
-            if st.gpu_type == gpu_type and st.weight > 0:
-                cw = min(st.weight, self.job_weight_cap)
-                w += cw
-                s += cw * st.sum_r / st.weight
+            if st.weight <= 0:
+                continue
+            cw = min(st.weight, self.job_weight_cap)
+            mean = st.sum_r / st.weight
+            w, sm = gpu.get(st.gpu_type, (0.0, 0.0))
+            gpu[st.gpu_type] = (w + cw, sm + cw * mean)
+            w, sm = mg.get((st.model, st.gpu_type), (0.0, 0.0))
+            mg[(st.model, st.gpu_type)] = (w + cw, sm + cw * mean)
+        self._gpu_sums, self._mg_sums, self._dirty = gpu, mg, False
+
+    def _gpu_level(self, gpu_type: str) -> float:
+        w, s = self._gpu_sums.get(gpu_type, (0.0, 0.0))
         return s / (w + PRIOR_GPU)
 
     def _model_gpu_level(self, model: str, gpu_type: str, gpu_bias: float) -> float:
-        w = s = 0.0
-        for st in self._jobs.values():
-            if st.gpu_type == gpu_type and st.model == model and st.weight > 0:
-                cw = min(st.weight, self.job_weight_cap)
-                w += cw
-                s += cw * (st.sum_r / st.weight - gpu_bias)
-        return s / (w + PRIOR_MODEL_GPU)
+        # sum over the jobs of cw x (their mean residual - the GPU level) = S - W x gpu_bias
+        w, s = self._mg_sums.get((model, gpu_type), (0.0, 0.0))
+        return (s - w * gpu_bias) / (w + PRIOR_MODEL_GPU)
 
     def correction(self, job: JobFeatures, hw: HardwareFeatures, job_id: Hashable | None = None) -> float:
         """The log correction applied to this row (sum of the three levels)."""
-        r = resolve(job, hw)
+        if self._dirty:
+            self._rebuild()
+        r = self.predictor.resolve(job, hw)
         return self._correction(r.model, r.spec.gpu_type, self._jobs.get(self._key_of(job, hw, job_id)))[0]
 
     def _correction(self, model: str, gpu_type: str, st: _JobStats | None) -> tuple[float, float, float]:
@@ -144,12 +157,14 @@ class OnlineCorrector:
         base = self.predictor.predict(rows)
         if not self._jobs:
             return base
+        if self._dirty:
+            self._rebuild()
         ids = list(job_ids) if job_ids is not None else [None] * len(rows)
         if len(ids) != len(rows):
             raise InvalidInputError(f"{len(ids)} job ids for {len(rows)} rows")
         out: dict[str, list[float]] = {k: [] for k in ("s", "i", "lo", "hi", "ilo", "ihi")}
         for k, ((job, hw), jid) in enumerate(zip(rows, ids, strict=True)):
-            r = resolve(job, hw)
+            r = self.predictor.resolve(job, hw)
             st = self._jobs.get(self._key_of(job, hw, jid))
             corr, weight, std = self._correction(r.model, r.spec.gpu_type, st)
             s = base.samples_per_s[k] * math.exp(corr)

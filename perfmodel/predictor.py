@@ -276,6 +276,10 @@ class Predictor:
         """Forget cached results (the resolved job and placement sides stay cached)."""
         self._cache.clear()
 
+    def resolve(self, job: JobFeatures, hw: HardwareFeatures) -> Resolved:
+        """``features.resolve`` with the job and placement sides cached separately (they recur)."""
+        return self._resolve(job, hw)
+
     def _resolve(self, job: JobFeatures, hw: HardwareFeatures) -> Resolved:
         """Resolve a row, caching the job and placement sides separately (they recur across rows)."""
         j = self._jobs.get(job)
