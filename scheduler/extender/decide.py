@@ -194,7 +194,6 @@ class Decider:
         self, ctx: PodContext, names: Sequence[str], node_objects: Sequence[Any] | None
     ) -> FilterOutcome:
         nodes = self.cache.nodes
-        free = self.cache.free
         g = ctx.gpus
         want_type = ctx.gpu_type
         allowed = ctx.allowed
@@ -212,8 +211,9 @@ class Decider:
         fits: list[str] = []
         fits_append = fits.append
         fit_get = self.cache.fit.get
-        # reasons depend on (type, size, free) only, except the two that name the node: memoised
-        memo: dict[tuple[str, int, int], tuple[str, bool, str]] = {}
+        # A rejection's reason depends only on the node's (type, size, free GPUs), except the two reasons
+        # that name the node (no GPUs, cordoned): memoised per fit tuple, with a count per reason.
+        memo: dict[tuple[str, int, bool, int], list[Any]] = {}
         for i, name in enumerate(names):
             info = fit_get(name)
             if info is not None:
@@ -227,10 +227,16 @@ class Decider:
                 ):
                     fits_append(name)
                     continue
-                node = nodes[name]
+                hit = memo.get(info)
+                if hit is not None:
+                    hit[3] += 1
+                    if hit[1]:
+                        failed[name] = hit[0]
+                    else:
+                        unres[name] = hit[0]
+                    continue
+                node: Node | None = nodes[name]
             else:
-                node = None
-            if node is None:
                 node = self._node_from_request(node_objects, i)
                 if node is None:
                     failed[name] = (
@@ -239,35 +245,31 @@ class Decider:
                     cats[R_UNKNOWN_NODE] = cats.get(R_UNKNOWN_NODE, 0) + 1
                     continue
                 f = node.gpus if node.schedulable else 0
-            else:
-                f = free.get(name, 0)
-            t = node.gpu_type
-            # fast path: the common "fits" case without building a reason
-            if (
-                f >= g
-                and node.schedulable
-                and (want_type is None or t == want_type)
-                and (not allowed or t in allowed)
-            ):
-                fits_append(name)
-                continue
-            plain = node.schedulable and node.gpus > 0
-            key = (t, node.gpus, f)
-            hit = memo.get(key) if plain else None
-            if hit is None:
-                why = check_node(node, f, gpus_per_replica=g, gpu_type=want_type, allowed_gpu_types=allowed)
-                if why is None:  # pragma: no cover - the fast path covers every fitting node
+                t = node.gpu_type
+                if (
+                    f >= g
+                    and node.schedulable
+                    and (want_type is None or t == want_type)
+                    and (not allowed or t in allowed)
+                ):
                     fits_append(name)
                     continue
-                hit = (why.reason, why.resolvable, _category(node, f, g, want_type, allowed))
-                if plain:
-                    memo[key] = hit
-            reason, resolvable, cat = hit
-            cats[cat] = cats.get(cat, 0) + 1
-            if resolvable:
-                failed[name] = reason
+            assert node is not None
+            why = check_node(node, f, gpus_per_replica=g, gpu_type=want_type, allowed_gpu_types=allowed)
+            if why is None:  # pragma: no cover - the fast paths cover every fitting node
+                fits_append(name)
+                continue
+            cat = _category(node, f, g, want_type, allowed)
+            if info is not None and node.schedulable and node.gpus > 0:
+                memo[info] = [why.reason, why.resolvable, cat, 1]
             else:
-                unres[name] = reason
+                cats[cat] = cats.get(cat, 0) + 1
+            if why.resolvable:
+                failed[name] = why.reason
+            else:
+                unres[name] = why.reason
+        for _, _, cat, count in memo.values():
+            cats[cat] = cats.get(cat, 0) + count
         if ctx.gang_key is None or (ctx.replicas <= 1 and not ctx.placed and not ctx.planned):
             passed = fits
         else:
