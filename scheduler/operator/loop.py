@@ -121,13 +121,13 @@ class OperatorLoop:
                     rep = self.operator.run_round()
                     self.rounds += 1
                     if rep.actions or rep.errors:
+                        done = ", ".join(f"{k} {' '.join(v)}" for k, v in sorted(rep.actions.items()))
                         log.info(
-                            "round",
-                            extra={
-                                "actions": {k: len(v) for k, v in rep.actions.items()},
-                                "errors": rep.errors[:5],
-                                "seconds": round(rep.total_seconds, 4),
-                            },
+                            "round %d: %s%s (%.3f s)",
+                            self.rounds,
+                            done or "no actions",
+                            f"; errors: {rep.errors[:3]}" if rep.errors else "",
+                            rep.total_seconds,
                         )
                 except Exception:
                     log.exception("round failed; retrying next period")

@@ -348,15 +348,22 @@ class Operator:
             attained_service=self._attained(view, now),
         )
 
-    @staticmethod
-    def _attained(view: JobView, now: float) -> float:
-        """GPU-seconds received: the saved value plus Running replicas' GPUs since it was last accounted."""
+    def _attained(self, view: JobView, now: float) -> float:
+        """GPU-seconds received: the saved value plus Running replicas' GPUs since it was last accounted.
+
+        A gang that finished (or crashed) since the last round counts its whole intended size up to now.
+        """
         st = view.status
-        alloc = view.allocation
-        if st.accounted_time is None or alloc is None or view.running_replicas <= 0:
+        if st.accounted_time is None:
             return st.attained_service
         dt = max(0.0, now - st.accounted_time)
-        return st.attained_service + dt * view.running_replicas * alloc.gpus_per_replica
+        alloc = view.allocation
+        if alloc is not None and view.running_replicas > 0:
+            return st.attained_service + dt * view.running_replicas * alloc.gpus_per_replica
+        intent = self._intent(view)
+        if intent is not None and view.state in (GangState.COMPLETED, GangState.CRASHED, GangState.BROKEN):
+            return st.attained_service + dt * intent.total_gpus
+        return st.attained_service
 
     def _delete(self, view: JobView, pods: Sequence[PodView], *, grace: bool) -> None:
         spec = crd.parse_spec(view.obj)
@@ -661,8 +668,13 @@ class Operator:
             conds, "Running", False, "PodsStarting", f"0/{alloc.replicas} replicas running", now=now
         )
         for t in ("Preempted", "Resized"):
-            if get_condition(new, t) is not None:
-                set_condition(conds, t, False, "Restarted", f"running again as generation {gen}", now=now)
+            prev = get_condition(new, t)
+            if prev is not None and prev.get("status") == "True":
+                # keep the why: "was it resized / preempted, and for what" stays answerable
+                last = str(prev.get("message", ""))
+                set_condition(
+                    conds, t, False, "Restarted", f"running again as generation {gen} after: {last}", now=now
+                )
         # intent first, then the pods: a leader that dies in between leaves a gang the next one completes
         self._write(view, new)
         self.actuator.start_gang(view.obj, spec, alloc, generation=gen, start_progress=start)

@@ -126,6 +126,8 @@ def test_completes_when_replica0_reports_all_work(h: Harness) -> None:
     st = h.api.status_of("ml", "bert")
     assert st["phase"] == "Succeeded"
     assert st["progress"] == 1000 and st["progressPercent"] == 100.0
+    # finished between rounds: the whole gang (2 x 2 GPUs) counts for the 40 s since it started
+    assert st["attainedService"] == 160.0
     assert cond(st, "Succeeded")["status"] == "True"
     assert "allocation" not in st
     # the other replica is stopped gracefully and the service removed
