@@ -116,10 +116,9 @@ class _LiveView:
             f"policy [cyan]{options.policy or 'default'}[/]",
             f"submitted {watch.submitted}",
         )
-        phase_table = Table(title="TrainingJobs by phase", show_edge=False)
-        for name in phases:
-            phase_table.add_column(name, justify="right")
-        phase_table.add_row(*(str(v) for v in phases.values()))
+        phase_line = "TrainingJobs by phase: " + (
+            "  ".join(f"[bold]{name}[/] {count}" for name, count in phases.items()) or "none yet"
+        )
         gpus = Table.grid(padding=(0, 1))
         gpus.add_row(
             "GPUs in use",
@@ -133,7 +132,7 @@ class _LiveView:
         events.add_column("message", overflow="ellipsis", no_wrap=True, ratio=1)
         for row in watch.events:
             events.add_row(*row)
-        self.live.update(Group(head, phase_table, gpus, events))
+        self.live.update(Group(head, phase_line, gpus, events))
 
 
 def _print_report(console: Any, report: Any, where: dict[str, Any], options: Any) -> None:

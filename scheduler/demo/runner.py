@@ -85,8 +85,8 @@ def step(name: str, hint: str = "") -> Iterator[None]:
     """Run one named demo step; any error becomes a ``DemoError`` saying which step failed."""
     try:
         yield
-    except (DemoError, KeyboardInterrupt):
-        raise
+    except (DemoError, ConfigError, KeyboardInterrupt):
+        raise  # a user error (bad flag, spec or trace) keeps its own message and exits 2
     except Exception as exc:
         raise DemoError(f"{name} failed: {exc}" + (f"\n  {hint}" if hint else "")) from exc
 
