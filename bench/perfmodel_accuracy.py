@@ -114,7 +114,10 @@ def summarise(errs: np.ndarray) -> str:
     if ok.size == 0:
         return "      n/a (cannot predict)"
     cover = "" if ok.size == errs.size else f" ({100 * ok.size / errs.size:.0f}% covered)"
-    return f"MRE {100 * ok.mean():6.1f}%  p90 {100 * np.quantile(ok, 0.9):6.1f}%{cover}"
+    return (
+        f"MRE {100 * ok.mean():6.1f}%  median {100 * np.median(ok):5.1f}%  "
+        f"p90 {100 * np.quantile(ok, 0.9):6.1f}%{cover}"
+    )
 
 
 def run_split(name: str, d: Data, splits: Sequence[tuple[str, Idx, Idx]], rounds: int) -> dict[str, float]:

@@ -6,7 +6,8 @@ multiplicative correction of the predictor's throughput in three nested levels, 
 ``log(observed / predicted)`` residuals left over by the level above it:
 
 1. per GPU type (a systematic bias on one GPU type moves every model on it),
-2. per model x GPU type (learned from any job of that model on that type, used by all of them),
+2. per model x GPU type (learned from any job of that model on that type, used by all of them, weighted
+   by how close the other jobs' per-GPU batch and GPU count are to the question's),
 3. per job (its own data loader, input sizes, ...).
 
 Level estimates are ``sum(residual) / (count + prior)``, with priors of 3, 1 and 0.25 observations, so one
@@ -29,12 +30,17 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from perfmodel.errors import InvalidInputError
-from perfmodel.features import HardwareFeatures, JobFeatures
+from perfmodel.features import HardwareFeatures, JobFeatures, Resolved
 from perfmodel.predictor import Predictions, Predictor
 
 PRIOR_GPU = 3.0
 PRIOR_MODEL_GPU = 1.0
 PRIOR_JOB = 0.25
+_KERNEL_WIDTH = math.log(16.0)
+
+
+def _point(r: Resolved) -> tuple[float, float, float]:
+    return (math.log(r.local_batch), math.log(r.num_gpus), 1.0 if r.num_nodes > 1 else 0.0)
 
 
 @dataclass(slots=True)
@@ -45,6 +51,8 @@ class _JobStats:
     sum_r: float = 0.0
     sum_r2: float = 0.0
     count: int = 0
+    # Where the job ran last: (log per-GPU batch, log GPUs, spans nodes), for the similarity kernel.
+    point: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +75,9 @@ class OnlineCorrector:
     # Shared-level sums (weight, weighted mean residual) per GPU type and per (model, GPU type),
     # rebuilt lazily after observations: predictions cost O(rows), not O(rows x jobs).
     _gpu_sums: dict[str, tuple[float, float]] = field(default_factory=dict)
-    _mg_sums: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
+    _mg_jobs: dict[tuple[str, str], list[tuple[float, float, tuple[float, float, float]]]] = field(
+        default_factory=dict
+    )
     _dirty: bool = False
 
     def _key_of(self, job: JobFeatures, hw: HardwareFeatures, job_id: Hashable | None) -> Hashable:
@@ -100,6 +110,7 @@ class OnlineCorrector:
         st.sum_r = st.sum_r * self.decay + residual
         st.sum_r2 = st.sum_r2 * self.decay + residual * residual
         st.count += 1
+        st.point = _point(r)
         self._dirty = True
         return residual
 
@@ -108,7 +119,7 @@ class OnlineCorrector:
 
     def _rebuild(self) -> None:
         gpu: dict[str, tuple[float, float]] = {}
-        mg: dict[tuple[str, str], tuple[float, float]] = {}
+        mg: dict[tuple[str, str], list[tuple[float, float, tuple[float, float, float]]]] = {}
         for st in self._jobs.values():
             if st.weight <= 0:
                 continue
@@ -116,30 +127,42 @@ class OnlineCorrector:
             mean = st.sum_r / st.weight
             w, sm = gpu.get(st.gpu_type, (0.0, 0.0))
             gpu[st.gpu_type] = (w + cw, sm + cw * mean)
-            w, sm = mg.get((st.model, st.gpu_type), (0.0, 0.0))
-            mg[(st.model, st.gpu_type)] = (w + cw, sm + cw * mean)
-        self._gpu_sums, self._mg_sums, self._dirty = gpu, mg, False
+            mg.setdefault((st.model, st.gpu_type), []).append((cw, mean, st.point))
+        self._gpu_sums, self._mg_jobs, self._dirty = gpu, mg, False
 
     def _gpu_level(self, gpu_type: str) -> float:
         w, s = self._gpu_sums.get(gpu_type, (0.0, 0.0))
         return s / (w + PRIOR_GPU)
 
-    def _model_gpu_level(self, model: str, gpu_type: str, gpu_bias: float) -> float:
-        # sum over the jobs of cw x (their mean residual - the GPU level) = S - W x gpu_bias
-        w, s = self._mg_sums.get((model, gpu_type), (0.0, 0.0))
-        return (s - w * gpu_bias) / (w + PRIOR_MODEL_GPU)
+    def _model_gpu_level(
+        self, model: str, gpu_type: str, gpu_bias: float, point: tuple[float, float, float]
+    ) -> float:
+        """Kernel-weighted mean of the model's residuals on this GPU type left by the GPU level.
+
+        Jobs that ran at a similar per-GPU batch and GPU count weigh more (Gaussian in log space, width
+        log 4 in each; half weight across the single-/multi-node divide): a model's error on a GPU type
+        differs between its compute-bound and overhead-bound regimes.
+        """
+        w = s = 0.0
+        for cw, mean, p in self._mg_jobs.get((model, gpu_type), ()):
+            d2 = ((point[0] - p[0]) / _KERNEL_WIDTH) ** 2 + ((point[1] - p[1]) / _KERNEL_WIDTH) ** 2
+            k = cw * math.exp(-0.5 * d2) * (0.5 if point[2] != p[2] else 1.0)
+            w += k
+            s += k * (mean - gpu_bias)
+        return s / (w + PRIOR_MODEL_GPU)
 
     def correction(self, job: JobFeatures, hw: HardwareFeatures, job_id: Hashable | None = None) -> float:
         """The log correction applied to this row (sum of the three levels)."""
         if self._dirty:
             self._rebuild()
         r = self.predictor.resolve(job, hw)
-        return self._correction(r.model, r.spec.gpu_type, self._jobs.get(self._key_of(job, hw, job_id)))[0]
+        return self._correction(r, self._jobs.get(self._key_of(job, hw, job_id)))[0]
 
-    def _correction(self, model: str, gpu_type: str, st: _JobStats | None) -> tuple[float, float, float]:
+    def _correction(self, r: Resolved, st: _JobStats | None) -> tuple[float, float, float]:
         """(log correction, job evidence weight, spread of the job's own residuals)."""
+        gpu_type = r.spec.gpu_type
         g = self._gpu_level(gpu_type)
-        mg = self._model_gpu_level(model, gpu_type, g)
+        mg = self._model_gpu_level(r.model, gpu_type, g, _point(r))
         total = g + mg
         if st is None or st.gpu_type != gpu_type or st.weight <= 0:
             return total, 0.0, 0.0
@@ -166,7 +189,7 @@ class OnlineCorrector:
         for k, ((job, hw), jid) in enumerate(zip(rows, ids, strict=True)):
             r = self.predictor.resolve(job, hw)
             st = self._jobs.get(self._key_of(job, hw, jid))
-            corr, weight, std = self._correction(r.model, r.spec.gpu_type, st)
+            corr, weight, std = self._correction(r, st)
             s = base.samples_per_s[k] * math.exp(corr)
             # Interval: the offline one around the corrected value, narrowed by the job's own evidence
             # (1 / sqrt(1 + observations)) but never below the spread of its observed residuals.
