@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scheduler.core.round import run_round
 from scheduler.core.types import Job, PlacementShape
@@ -161,3 +163,35 @@ def test_a_running_job_wakes_at_every_boundary_it_crosses() -> None:
         wake_thresholds_gpu_s=(36.0, 180.0),
     )
     assert _jct(result) == pytest.approx({"a": 480.0, "b": 500.0})
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 300), st.sampled_from([1, 1, 2, 4, 8]), st.integers(1, 400)),
+        min_size=1,
+        max_size=25,
+    ),
+    st.sampled_from(["fifo", "las", "srsf"]),
+    st.sampled_from([0.0, 45.0]),
+)
+def test_invariants_on_random_workloads(
+    rows: list[tuple[int, int, int]], policy: str, round_seconds: float
+) -> None:
+    # 8 GPUs on one node; job i arrives at t, asks g GPUs and has w units (g units/s -> ideal w/g seconds)
+    jobs = [
+        job(f"j{i}").replicas(g).work(float(w)).submitted(float(t)).build()
+        for i, (t, g, w) in enumerate(rows)
+    ]
+    result = _run(jobs, 8, policy, round_seconds=round_seconds, restart_cost_s=2.0)
+    # never more GPUs allocated than the cluster has
+    assert max(result.series_used) <= 8
+    assert min(result.series_used) >= 0
+    for rec, (_t, g, w) in zip(sorted(result.records, key=lambda r: int(r.name[1:])), rows, strict=True):
+        # every job fits, so every job finishes, no sooner than its ideal run time
+        assert rec.finish is not None
+        assert rec.jct is not None and rec.jct >= w / g - 1e-6
+        # it held its GPUs at least for its run time
+        assert rec.gpu_seconds >= w - 1e-6
+    summary = summarize(result, policy=policy)
+    assert 0 < summary["utilization"] <= 1 + 1e-9
