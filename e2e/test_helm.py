@@ -279,3 +279,55 @@ def test_helm_install_upgrade_uninstall(
     roles = {r.metadata.name for r in rbac.list_cluster_role().items}
     assert not {f"{full}-extender", f"{full}-operator"} & roles
     k8s.ApiextensionsV1Api(kube_cluster.api).read_custom_resource_definition("trainingjobs.perfsched.dev")
+
+
+def test_the_real_kube_scheduler_accepts_the_rendered_configuration(
+    kube_cluster: KubeCluster,
+    fresh_namespace: str,
+    helm: Path,
+    start_component: StartComponent,
+    tmp_path: Path,
+) -> None:
+    """kube-scheduler v1.35 validates its configuration at start-up (extender weight, verbs, managed
+    resources, nodeCacheCapable with bind): it starts with the chart's and takes its leader Lease."""
+    from kubernetes import client as k8s
+
+    from scheduler.devcluster.process import free_ports
+    from scheduler.devcluster.tools import find_tools
+
+    if not kube_cluster.local:
+        pytest.skip("needs the local kube-scheduler binary")
+    release = f"ks{uuid.uuid4().hex[:5]}"
+    docs = render(helm, fresh_namespace, release, "extender.preempt=true")
+    cm = next(
+        d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-scheduler-config")
+    )
+    config = yaml.safe_load(cm["data"]["scheduler-config.yaml"])
+    # in the cluster it uses its ServiceAccount; here the harness's admin kubeconfig
+    config["clientConnection"] = {"kubeconfig": kube_cluster.kubeconfig}
+    path = tmp_path / "scheduler-config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    (port,) = free_ports(1)
+    sched = start_component(
+        [
+            str(find_tools().kube_scheduler),
+            f"--config={path}",
+            f"--secure-port={port}",
+            "--bind-address=127.0.0.1",
+            f"--cert-dir={tmp_path / 'pki'}",
+        ],
+        name="kube-scheduler-chart",
+    )
+    leases = k8s.CoordinationV1Api(kube_cluster.api)
+    lease_name = config["leaderElection"]["resourceName"]
+    assert lease_name == f"{release}-perfsched-scheduler"
+
+    def holder() -> str:
+        if not sched.running:
+            raise AssertionError(f"kube-scheduler refused the chart's configuration:\n{sched.log()}")
+        try:
+            return str(leases.read_namespaced_lease(lease_name, fresh_namespace).spec.holder_identity or "")
+        except k8s.ApiException:
+            return ""
+
+    assert wait_until(holder, 60, "kube-scheduler to take its Lease")
