@@ -26,14 +26,20 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 from perfmodel.features import HardwareFeatures, JobFeatures
 from perfmodel.predictor import Predictor
 
+# The machine this runs on is shared: CPU time of this process (CLOCK_PROCESS_CPUTIME_ID) is what one
+# core spends, wall time includes waiting for a core. Both are printed; targets are about the former.
+CLOCK = time.process_time
 
-def median_time(fn: Callable[[], object], repeat: int, number: int = 1) -> float:
+
+def median_time(
+    fn: Callable[[], object], repeat: int, number: int = 1, clock: Callable[[], float] = CLOCK
+) -> float:
     times = []
     for _ in range(repeat):
-        t = time.perf_counter()
+        t = clock()
         for _ in range(number):
             fn()
-        times.append((time.perf_counter() - t) / number)
+        times.append((clock() - t) / number)
     return statistics.median(times)
 
 
@@ -53,43 +59,51 @@ def rows(seed: int) -> list[tuple[JobFeatures, HardwareFeatures]]:
 
 def main() -> int:
     load_code = (
-        "import time; t=time.perf_counter(); from perfmodel.predictor import Predictor; "
-        "Predictor.load(); print(time.perf_counter()-t)"
+        "import time; t=time.process_time(); w=time.perf_counter(); "
+        "from perfmodel.predictor import Predictor; "
+        "Predictor.load(); print(time.process_time()-t, time.perf_counter()-w)"
     )
-    loads = [
-        float(
-            subprocess.run(
-                [sys.executable, "-c", load_code], capture_output=True, text=True, check=True
-            ).stdout
-        )
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", load_code], capture_output=True, text=True, check=True
+        ).stdout.split()
         for _ in range(5)
     ]
+    cpu = statistics.median(float(r[0]) for r in runs)
+    wall = statistics.median(float(r[1]) for r in runs)
     print(
         "load Predictor (fresh interpreter, incl. imports): "
-        f"median {statistics.median(loads) * 1e3:.0f} ms (target <= 1000 ms)"
+        f"median {cpu * 1e3:.0f} ms CPU, {wall * 1e3:.0f} ms wall (target <= 1000 ms)"
     )
 
     p = Predictor.load()
     batches = [rows(s) for s in range(60)]
     for b in batches[:10]:  # warm-up: component caches, numpy paths
         p.predict(b)
-    fresh = []
+    fresh, fresh_wall = [], []
     for b in batches[10:]:
         p.clear_cache()
-        t = time.perf_counter()
+        t, w = CLOCK(), time.perf_counter()
         p.predict(b)
-        fresh.append(time.perf_counter() - t)
+        fresh.append(CLOCK() - t)
+        fresh_wall.append(time.perf_counter() - w)
     print(
         "predict 100 rows, result cache cold: "
-        f"median {statistics.median(fresh) * 1e6:.0f} us (target <= 1000 us)"
+        f"median {statistics.median(fresh) * 1e6:.0f} us CPU, "
+        f"{statistics.median(fresh_wall) * 1e6:.0f} us wall"
+        " (target <= 1000 us)"
     )
     b = batches[-1]
     p.predict(b)
     cached_100 = median_time(lambda: p.predict(b), 200)
     one = [b[0]]
     cached_1 = median_time(lambda: p.predict(one), 200, number=20)
-    print(f"predict 100 rows, all cached: median {cached_100 * 1e6:.1f} us")
-    print(f"predict 1 row, cached: median {cached_1 * 1e6:.1f} us (target <= 20 us)")
+    cached_1_wall = median_time(lambda: p.predict(one), 200, number=20, clock=time.perf_counter)
+    print(f"predict 100 rows, all cached: median {cached_100 * 1e6:.1f} us CPU")
+    print(
+        f"predict 1 row, cached: median {cached_1 * 1e6:.1f} us CPU, {cached_1_wall * 1e6:.1f} us wall"
+        " (target <= 20 us)"
+    )
 
     # Baseline in the same run: xgboost itself on the same trees.
     try:
@@ -105,7 +119,7 @@ def main() -> int:
         raw = json.loads((resources.files("perfmodel") / "data" / "predictor.json").read_text())
         x = np.asarray([feature_vector(resolve(j, h)) for j, h in b])
         # Refit-free check is not possible from our flat arrays; train a same-size booster for timing.
-        n_trees = len(raw["trees"])
+        n_trees = len(raw["forest"]["trees"])
         booster = xgb.train(
             {"max_depth": 6, "nthread": 1, "verbosity": 0}, xgb.DMatrix(x, label=np.zeros(len(x))), n_trees
         )
@@ -118,7 +132,7 @@ def main() -> int:
         )
         print(
             "baseline: our numpy forest alone on the same 100 rows: "
-            f"median {median_time(lambda: p.forest.predict(x), 200) * 1e6:.0f} us"
+            f"median {median_time(lambda: p.model.forest.predict(x), 200) * 1e6:.0f} us"
         )
     except ImportError:
         print("baseline: xgboost not installed")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -79,6 +79,15 @@ class JobFeatures:
     precision: str = "fp32"
     params: float | None = None
     flops_per_sample: float | None = None
+    # Hash computed once: rows are dictionary keys in the predictor's caches on every call.
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        key = (self.model, self.dataset, self.batch_size, self.precision, self.params, self.flops_per_sample)
+        object.__setattr__(self, "_hash", hash(key))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +106,23 @@ class HardwareFeatures:
     network_gbps: float = 100.0
     memory_mib: float | None = None
     compute_capability: str | None = None
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        key = (
+            self.gpu_type,
+            self.num_gpus,
+            self.gpus_per_node,
+            self.num_nodes,
+            self.interconnect,
+            self.network_gbps,
+            self.memory_mib,
+            self.compute_capability,
+        )
+        object.__setattr__(self, "_hash", hash(key))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,14 +447,15 @@ class Design:
 def design_of(rows: Sequence[Resolved]) -> Design:
     """The ``Design`` of resolved rows, vectorised."""
     m = _nums(rows)
-    x, compute, sync = _features(m)
+    k = m.shape[0]
     single = m.copy()
     single[:, _B] = m[:, _B] / m[:, _N]
     single[:, _N] = 1.0
     single[:, _NODES] = 1.0
     single[:, _GPN] = 1.0
-    x1, _, _ = _features(single)
-    return Design(x, x1, compute, sync, m[:, _LCLASS].copy(), m[:, _N].copy())
+    # One pass over both halves: fewer, larger numpy calls.
+    both, compute, sync = _features(np.concatenate((m, single)))
+    return Design(both[:k], both[k:], compute[:k], sync[:k], m[:, _LCLASS].copy(), m[:, _N].copy())
 
 
 def feature_vector(r: Resolved) -> list[float]:

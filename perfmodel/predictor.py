@@ -182,11 +182,14 @@ class LearnedModel:
 
     def times(self, d: Design) -> tuple[FloatArray, FloatArray]:
         """(predicted iteration time, predicted 1-GPU time at the same per-GPU batch) per row."""
-        t = (d.compute + d.sync) * np.exp(self.forest.predict(d.x))
-        t1 = t.copy()
         multi = d.num_gpus > 1
+        k = d.x.shape[0]
+        # One forest pass over the rows and the 1-GPU twins of the multi-GPU rows.
+        corr = self.forest.predict(np.concatenate((d.x, d.x_single[multi])) if multi.any() else d.x)
+        t = (d.compute + d.sync) * np.exp(corr[:k])
+        t1 = t.copy()
         if multi.any():
-            t1[multi] = d.compute[multi] * np.exp(self.forest.predict(d.x_single[multi]))
+            t1[multi] = d.compute[multi] * np.exp(corr[k:])
             t[multi] = np.maximum(t[multi], t1[multi])
             nvl = multi & (d.link_class == LINK_NVLINK)
             t[nvl] = np.minimum(t[nvl], d.num_gpus[nvl] * t1[nvl])
