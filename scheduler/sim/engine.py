@@ -56,7 +56,7 @@ class EngineConfig:
     restart_cost_s: float = 0.0
     resize_cost_s: float = 0.0
     wake_thresholds_gpu_s: tuple[float, ...] = ()
-    progress_every: int = 500
+    progress_every: int = 100
     #: skip a completion's round when it provably changes nothing (one GPU type, rigid jobs, nobody waiting)
     skip_idle_rounds: bool = True
     #: benchmark baseline only: a round at every tick whether or not anything changed (a naive round loop)
@@ -220,6 +220,8 @@ class Engine:
         tick_at = math.inf
         wall0 = time.perf_counter()
         cpu0 = time.process_time()
+        if self.on_progress:
+            self.on_progress(0, len(self.states))
         total = len(self.states)
         thresholds = tuple(sorted(t for t in cfg.wake_thresholds_gpu_s if t > 0))
         used = 0
