@@ -13,8 +13,12 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from scheduler.devcluster.cluster import ExtraComponent
 
 DEFAULT_SPEC = "modern-mix"
 _COMPONENTS = ("extender", "operator", "emulate")
@@ -27,7 +31,7 @@ def _perfsched_argv(command: str) -> list[str]:
 
 def _perfsched_components(
     extender_port: int, kubeconfig: str, time_scale: float | None
-) -> tuple[object, ...]:
+) -> tuple[ExtraComponent, ...]:
     from scheduler.devcluster.cluster import ExtraComponent
     from scheduler.devcluster.process import free_ports
     from scheduler.devcluster.tools import DevClusterError
@@ -136,7 +140,7 @@ def register(app: typer.Typer) -> None:
         dc = DevCluster(state_dir)
         try:
             port = extender_port or free_ports(1)[0]
-            extras: tuple[object, ...] = ()
+            extras: tuple[ExtraComponent, ...] = ()
             if with_perfsched:
                 if not port_is_free(port):
                     raise DevClusterError(
@@ -147,7 +151,7 @@ def register(app: typer.Typer) -> None:
                 nodes=spec_to_nodes(spec),
                 node_labels=node_labels(spec),
                 extender_port=port,
-                extras=extras,  # type: ignore[arg-type]
+                extras=extras,
                 timeout_s=timeout,
             )
             state = dc.up(options)

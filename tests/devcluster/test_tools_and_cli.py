@@ -100,3 +100,39 @@ def test_install_tools_without_go_says_so_and_fails(tmp_path: Path) -> None:
     assert out.returncode != 0
     assert "Go is not installed" in out.stderr
     assert "https://go.dev/doc/install" in out.stderr
+
+
+def test_with_perfsched_names_a_missing_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from scheduler.commands import devcluster as cmd
+
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, *args: object) -> object:
+        return None if name == "scheduler.commands.operator" else real(name)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    with pytest.raises(DevClusterError, match="perfsched operator"):
+        cmd._perfsched_components(8123, "/k", None)
+
+
+def test_with_perfsched_starts_the_three_components_on_the_cluster() -> None:
+    from scheduler.commands import devcluster as cmd
+
+    extender, operator, emulator = cmd._perfsched_components(8123, "/k/kubeconfig", 60.0)
+    assert extender.argv[-7:] == (
+        "extender",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8123",
+        "--kubeconfig",
+        "/k/kubeconfig",
+    )
+    assert extender.health_url == "http://127.0.0.1:8123/readyz"
+    assert operator.argv[-3:] == ("operator", "--kubeconfig", "/k/kubeconfig")
+    assert operator.health_url.endswith("/healthz")
+    assert operator.env["PERFSCHED_OPERATOR_METRICS_HOST"] == "127.0.0.1"
+    assert emulator.argv[-3:] == ("emulate", "--kubeconfig", "/k/kubeconfig")
+    assert emulator.env == {"PERFSCHED_EMULATOR_TIME_SCALE": "60"}
