@@ -18,8 +18,10 @@ ETCD_BIN="$CACHE/etcd-$ETCD_VERSION"
 
 die() { echo "install-tools: $*" >&2; exit 1; }
 
-# --- Go ------------------------------------------------------------------------------------------------
-command -v go >/dev/null 2>&1 || die "Go is not installed: install Go >= 1.26 (https://go.dev/doc/install) and retry"
+# --- Go (only needed when something must be built; a warm cache works without it) -----------------------
+need_go() {
+  command -v go >/dev/null 2>&1 || die "Go is not installed: install Go >= 1.26 (https://go.dev/doc/install) and retry"
+}
 export GOTOOLCHAIN=local CGO_ENABLED=0
 
 # --- etcd -------------------------------------------------------------------------------------------
@@ -27,6 +29,7 @@ export GOTOOLCHAIN=local CGO_ENABLED=0
 # RequestWatchProgress; kwok v0.8.0's client-go then has every watch fail and falls back to slow relists
 # (pods take 10+ s to change phase). Debian's package stays the fallback when the build fails.
 if [ ! -x "$ETCD_BIN/etcd" ]; then
+  need_go
   echo "install-tools: building etcd $ETCD_VERSION into $ETCD_BIN"
   mkdir -p "$ETCD_BIN"
   if ! (cd "$here/etcd-build" && go build -trimpath -ldflags "-s -w" -o "$ETCD_BIN/etcd" go.etcd.io/etcd/server/v3); then
@@ -47,7 +50,8 @@ fi
 
 if ! "$K8S_BIN/kube-apiserver" --version 2>/dev/null | grep -qx "Kubernetes $K8S_VERSION" \
    || [ ! -x "$K8S_BIN/kube-scheduler" ] || [ ! -x "$K8S_BIN/kube-controller-manager" ]; then
-  echo "install-tools: building Kubernetes $K8S_VERSION into $K8S_BIN (cold build: ~15-25 min on 2 cores)"
+  need_go
+  echo "install-tools: building Kubernetes $K8S_VERSION into $K8S_BIN (cold build: ~10-20 min on 2 cores)"
   mkdir -p "$K8S_BIN"
   minor="$(echo "$K8S_VERSION" | cut -d. -f2)"
   V=k8s.io/component-base/version
@@ -59,6 +63,7 @@ if ! "$K8S_BIN/kube-apiserver" --version 2>/dev/null | grep -qx "Kubernetes $K8S
 fi
 
 if [ ! -x "$KWOK_BIN/kwok" ]; then
+  need_go
   echo "install-tools: building kwok $KWOK_VERSION into $KWOK_BIN"
   mkdir -p "$KWOK_BIN"
   GOBIN="$KWOK_BIN" go install "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" \
@@ -66,6 +71,7 @@ if [ ! -x "$KWOK_BIN/kwok" ]; then
 fi
 
 if [ ! -x "$HELM_BIN/helm" ]; then
+  need_go
   echo "install-tools: building helm $HELM_VERSION into $HELM_BIN"
   mkdir -p "$HELM_BIN"
   GOBIN="$HELM_BIN" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" \
