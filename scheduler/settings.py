@@ -86,6 +86,8 @@ class Settings(BaseSettings):
     operator_metrics_host: str = "0.0.0.0"
     #: MASTER_PORT given to the workers (the port of the job's headless Service)
     operator_master_port: int = Field(default=29500, ge=1, le=65535)
+    #: jobs whose API writes the operator sends concurrently within a round
+    operator_api_concurrency: int = Field(default=8, ge=1, le=64)
 
     @model_validator(mode="after")
     def _operator_lease(self) -> Settings:

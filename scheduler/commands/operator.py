@@ -95,6 +95,7 @@ def register(app: typer.Typer) -> None:
             gang_start_timeout_s=settings.operator_gang_start_timeout_seconds,
             master_port=settings.operator_master_port,
             instance=identity,
+            api_concurrency=settings.operator_api_concurrency,
         )
         op = Operator(
             api,

@@ -183,10 +183,15 @@ class LeaseElector:
 
     # --- the loop --------------------------------------------------------------------------------------
 
-    def run(self, stop: threading.Event) -> None:
-        """Try to acquire, then renew, every ``retry_period`` (jittered while following) until ``stop``."""
+    def run(self, stop: threading.Event, release: bool = True) -> None:
+        """Try to acquire, then renew, every ``retry_period`` (jittered while following) until ``stop``.
+
+        ``release``: give the Lease up on the way out; a caller that still has writes in flight passes
+        False and calls ``release`` itself once they are done.
+        """
         while not stop.is_set():
             leader = self.try_acquire_or_renew()
             wait = self.retry_period_s if leader else self.retry_period_s * random.uniform(1.0, 1.2)
             stop.wait(wait)
-        self.release()
+        if release:
+            self.release()

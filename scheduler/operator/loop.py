@@ -90,7 +90,9 @@ class OperatorLoop:
     def run(self, stop: threading.Event, kinds: Iterable[str] = KINDS) -> None:
         threads = []
         if self.elector is not None:
-            threads.append(threading.Thread(target=self.elector.run, args=(stop,), name="lease", daemon=True))
+            threads.append(
+                threading.Thread(target=self.elector.run, args=(stop, False), name="lease", daemon=True)
+            )
         for kind in kinds:
             threads.append(
                 threading.Thread(target=self._watch, args=(kind, stop), name=f"watch-{kind}", daemon=True)
@@ -123,11 +125,14 @@ class OperatorLoop:
                     if rep.actions or rep.errors:
                         done = ", ".join(f"{k} {' '.join(v)}" for k, v in sorted(rep.actions.items()))
                         log.info(
-                            "round %d: %s%s (%.3f s)",
+                            "round %d: %s%s (%.3f s: list %.3f, policy %.3f, apply %.3f)",
                             self.rounds,
                             done or "no actions",
                             f"; errors: {rep.errors[:3]}" if rep.errors else "",
                             rep.total_seconds,
+                            rep.list_seconds,
+                            rep.policy_seconds,
+                            rep.apply_seconds,
                         )
                 except Exception:
                     log.exception("round failed; retrying next period")
@@ -138,6 +143,9 @@ class OperatorLoop:
             for t in threads:
                 if t.name == "lease":
                     t.join(timeout=5.0)
+            # released only now, after the last round's writes: a standby may take over at once
+            if self.elector is not None:
+                self.elector.release()
             metrics.OPERATOR_LEADER.set(0)
 
 

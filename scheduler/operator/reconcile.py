@@ -30,6 +30,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -39,7 +40,7 @@ from scheduler.core.errors import PerfschedError
 from scheduler.core.placement import spread_of
 from scheduler.core.protocols import Clock, Policy, ThroughputOracle
 from scheduler.core.round import RoundCosts, run_round
-from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node
+from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node, PlacementShape
 from scheduler.k8s import crd
 from scheduler.k8s.actuator import Actuator, NotLeader
 from scheduler.k8s.codec import CodecError, decode_node
@@ -60,6 +61,7 @@ class OperatorConfig:
     gang_start_timeout_s: float = 300.0
     master_port: int = 29500
     instance: str = ""
+    api_concurrency: int = 8
 
 
 @dataclass(slots=True)
@@ -72,7 +74,9 @@ class RoundReport:
     phases: dict[str, str] = field(default_factory=dict)
     waiting: dict[str, str] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    list_seconds: float = 0.0
     policy_seconds: float = 0.0
+    apply_seconds: float = 0.0
     total_seconds: float = 0.0
 
     def did(self, kind: str, job: str) -> bool:
@@ -119,6 +123,7 @@ class Operator:
         )
         # Only for metrics and de-duplicating observations; never needed for correctness.
         self._observed_report_time: dict[str, float] = {}
+        self._learned: list[tuple[Job, PlacementShape, float]] = []
         self._prediction: dict[str, float] = {}
 
     # --- phase 1: list ---------------------------------------------------------------------------------
@@ -183,7 +188,9 @@ class Operator:
         return report
 
     def _round(self, now: float, report: RoundReport) -> None:
+        t_list = time.perf_counter()
         tjs, raw_pods, raw_nodes, classes = self._list()
+        report.list_seconds = time.perf_counter() - t_list
         nodes = self._nodes(raw_nodes)
         node_names = {n.name for n in nodes}
         cluster_types = {n.gpu_type for n in nodes}
@@ -257,8 +264,11 @@ class Operator:
         # --- phase 5 and 6: apply and report --------------------------------------------------------------
         actions = {a.job: a for a in result.actions}
         node_map = snapshot.node_map()
+        t_apply = time.perf_counter()
         predicted = self._predict(round_jobs, actions, node_map)
-        for view, job in round_jobs:
+        self._learned.clear()
+
+        def apply(view: JobView, job: Job) -> None:
             try:
                 self._apply(
                     view, job, actions.get(view.key), result, predicted.get(view.key), node_map, now, report
@@ -267,6 +277,19 @@ class Operator:
                 raise
             except PerfschedError as exc:
                 self._api_error(report, view.key, "apply", exc)
+
+        # Jobs are independent: their API writes go out concurrently (the writes of one job stay in order).
+        # Only I/O runs in the pool; learning from observations happens after it, in this thread.
+        if self.config.api_concurrency > 1 and len(round_jobs) > 1:
+            with ThreadPoolExecutor(max_workers=self.config.api_concurrency) as pool:
+                for fut in [pool.submit(apply, view, job) for view, job in round_jobs]:
+                    fut.result()
+        else:
+            for view, job in round_jobs:
+                apply(view, job)
+        report.apply_seconds = time.perf_counter() - t_apply
+        for args in self._learned:
+            self._observe(*args)
 
     def _api_error(self, report: RoundReport, key: str, what: str, exc: Exception) -> None:
         log.warning(
@@ -820,9 +843,16 @@ class Operator:
             metrics.OPERATOR_THROUGHPUT_ERROR.labels(gpu_type=alloc.gpu_type).observe(
                 abs(predicted - observed) / observed
             )
+        self._learned.append((job, spread_of(alloc, node_map), observed))
+
+    def _observe(self, job: Job, shape: PlacementShape, observed: float) -> None:
+        """Feed one observation to the oracle's online correction (if the oracle learns)."""
         learn = getattr(self.oracle, "observe", None)
         if callable(learn):
-            learn(job, spread_of(alloc, node_map), observed)
+            try:
+                learn(job, shape, observed)
+            except Exception as exc:  # a learning failure must not stop the lifecycle
+                log.warning("online correction failed", extra={"job": job.name, "error": str(exc)})
 
     def _wait(
         self,

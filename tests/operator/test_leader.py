@@ -114,9 +114,13 @@ def test_leadership_lost_mid_round_stops_writing_at_the_next_call() -> None:
         checks["n"] += 1
         return checks["n"] <= 3  # round start, status patch of job a, then lost
 
+    from dataclasses import replace
+
     from scheduler.operator.reconcile import Operator
 
-    op = Operator(h.api, h.policy, h.oracle, config=h.config, clock=h.clock, may_act=may_act)
+    # one job after the other, so the order of writes is defined
+    cfg = replace(h.config, api_concurrency=1)
+    op = Operator(h.api, h.policy, h.oracle, config=cfg, clock=h.clock, may_act=may_act)
     rep = op.run_round()
     assert rep.skipped
     assert [c[0] for c in h.api.calls] == ["patch_status", "create_service"]

@@ -1,0 +1,88 @@
+"""The operator process loop: rounds on watch events, nothing while standby, Lease released on stop,
+``/healthz`` and ``/metrics`` served."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+
+from scheduler.k8s.fakeapi import FakeKubeApi
+from scheduler.operator.leader import LeaseElector
+from scheduler.operator.loop import OperatorLoop, serve_http
+from scheduler.operator.reconcile import Operator
+from scheduler.policies import make_policy
+from tests.operator.conftest import RecordingOracle, gpu_node, trainingjob
+
+
+def _wait(cond, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_a_new_job_is_started_by_an_event_long_before_the_period() -> None:
+    api = FakeKubeApi(time.time)
+    api.add_node(gpu_node("n1", 8))
+    elector = LeaseElector(
+        api,
+        namespace="ops",
+        name="lease",
+        identity="me",
+        lease_duration_s=3,
+        renew_deadline_s=2,
+        retry_period_s=0.1,
+    )
+    op = Operator(api, make_policy("fifo"), RecordingOracle(), may_act=elector.is_leader)
+    loop = OperatorLoop(op, api, elector=elector, period_s=60.0, min_interval_s=0.0, watch_timeout_s=1)
+    stop = threading.Event()
+    t = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+    t.start()
+    try:
+        assert _wait(elector.is_leader)
+        time.sleep(0.2)  # the watches are connected
+        api.add_trainingjob(trainingjob("bert"))  # the watch event wakes the loop: no 60 s wait
+        assert _wait(lambda: len(api.job_pods("ml", "bert")) == 2)
+        assert loop.healthy()
+    finally:
+        stop.set()
+        loop.trigger()
+        t.join(timeout=10)
+    assert not t.is_alive()
+    # released on the way out: a standby can take over at once
+    assert api.leases[("ops", "lease")]["spec"]["holderIdentity"] == ""
+
+
+def test_a_standby_runs_no_round() -> None:
+    api = FakeKubeApi(time.time)
+    api.add_node(gpu_node("n1", 8))
+    api.add_trainingjob(trainingjob("bert"))
+    op = Operator(api, make_policy("fifo"), RecordingOracle(), may_act=lambda: False)
+    loop = OperatorLoop(op, api, period_s=0.02, min_interval_s=0.0)
+    loop.is_leader = lambda: False  # type: ignore[method-assign]
+    stop = threading.Event()
+    t = threading.Thread(target=loop.run, args=(stop, ()), daemon=True)
+    t.start()
+    time.sleep(0.3)
+    stop.set()
+    t.join(timeout=5)
+    assert loop.rounds == 0 and api.calls == []
+
+
+def test_http_serves_health_and_metrics() -> None:
+    healthy = [True]
+    server, _ = serve_http("127.0.0.1", 0, lambda: healthy[0])
+    port = server.server_address[1]
+    try:
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
+        healthy[0] = False
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 503
+        body = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        assert "perfsched_operator_rounds_total" in body
+        assert httpx.get(f"http://127.0.0.1:{port}/nope").status_code == 404
+    finally:
+        server.shutdown()
