@@ -290,6 +290,38 @@ class Operator:
         report.apply_seconds = time.perf_counter() - t_apply
         for args in self._learned:
             self._observe(*args)
+        self._cluster_gauges(nodes, list(actions.values()), allocations, tjs, now, report)
+
+    @staticmethod
+    def _cluster_gauges(
+        nodes: Sequence[Node],
+        actions: Sequence[Action],
+        before: Mapping[str, Allocation],
+        tjs: Sequence[Obj],
+        now: float,
+        report: RoundReport,
+    ) -> None:
+        """GPU capacity and TrainingJob allocations by type after this round, and the oldest wait."""
+        capacity: dict[str, int] = {}
+        for n in nodes:
+            capacity[n.gpu_type] = capacity.get(n.gpu_type, 0) + n.capacity_for_jobs
+        final = {k: a for k, a in before.items() if not k.endswith("#held")}
+        for act in actions:
+            if act.after is None:
+                final.pop(act.job, None)
+            else:
+                final[act.job] = act.after
+        allocated: dict[str, int] = {}
+        for alloc in final.values():
+            allocated[alloc.gpu_type] = allocated.get(alloc.gpu_type, 0) + alloc.total_gpus
+        oldest = 0.0
+        for obj in tjs:
+            key = crd.job_key(obj)
+            if key in report.waiting and not (obj.get("status") or {}).get("admittedTime"):
+                created = crd.parse_time((obj.get("metadata") or {}).get("creationTimestamp"))
+                if created is not None:
+                    oldest = max(oldest, now - created)
+        metrics.record_cluster_gauges(capacity, allocated, oldest)
 
     def _api_error(self, report: RoundReport, key: str, what: str, exc: Exception) -> None:
         log.warning(

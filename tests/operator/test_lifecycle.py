@@ -411,3 +411,18 @@ def test_progress_annotation_is_json_of_the_documented_shape() -> None:
     raw = json.dumps({"progress": 10, "checkpoint": 5, "throughput": 2.5, "time": 1.0})
     rep = parse_progress(raw)
     assert rep is not None and (rep.progress, rep.checkpoint, rep.throughput) == (10, 5, 2.5)
+
+
+def test_round_sets_cluster_and_phase_gauges(h: Harness) -> None:
+    from scheduler.metrics import REGISTRY
+
+    h.api.add_node(gpu_node("n1", 8))
+    h.api.add_trainingjob(trainingjob("bert"))  # 4 GPUs, starts
+    h.api.add_trainingjob(trainingjob("huge", replicas={"max": 8, "gpusPerReplica": 2}))  # never fits
+    h.clock.advance(90)  # both created at T0 by the fake API: 90 s ago
+    h.operator().run_round()
+    assert REGISTRY.get_sample_value("perfsched_cluster_gpus", {"gpu_type": "A100"}) == 8
+    assert REGISTRY.get_sample_value("perfsched_cluster_gpus_allocated", {"gpu_type": "A100"}) == 4
+    assert REGISTRY.get_sample_value("perfsched_operator_oldest_waiting_job_seconds") == 90
+    assert REGISTRY.get_sample_value("perfsched_operator_jobs", {"phase": "Pending"}) == 1
+    assert REGISTRY.get_sample_value("perfsched_operator_jobs", {"phase": "Admitted"}) == 1
