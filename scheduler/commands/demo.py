@@ -71,10 +71,10 @@ def register(app: typer.Typer) -> None:
             with live:
                 report, where = run_demo(options, render=live.update, say=live.say)
         except DemoError as exc:
-            console.print(f"[bold red]perfsched demo: {exc}[/]")
+            console.print(f"\n[bold red]perfsched demo: {exc}[/]")
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
-            console.print("[yellow]perfsched demo: interrupted; the cluster was stopped.[/]")
+            console.print("\n[yellow]perfsched demo: interrupted; the cluster was stopped.[/]")
             raise typer.Exit(130) from None
         _print_report(console, report, where, options)
 
@@ -138,13 +138,15 @@ class _LiveView:
 def _print_report(console: Any, report: Any, where: dict[str, Any], options: Any) -> None:
     from rich.table import Table
 
+    console.print()
     table = Table(title="perfsched demo report", show_header=False)
     table.add_column(style="bold")
     table.add_column()
     table.add_row(
         "jobs",
         f"{report.submitted} submitted, {report.succeeded} succeeded, "
-        f"{report.failed} failed, {report.unfinished} unfinished after {options.duration_s:.0f} s",
+        f"{report.failed} failed, {report.unfinished} unfinished after "
+        f"{where.get('elapsed_s', options.duration_s):.0f} s (limit {options.duration_s:.0f} s)",
     )
     table.add_row("avg JCT", "-" if report.avg_jct_s is None else f"{report.avg_jct_s:.1f} s")
     table.add_row("GPU utilisation", f"{report.utilisation:.0%}")

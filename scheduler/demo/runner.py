@@ -260,6 +260,7 @@ def run_demo(
                 break
             time.sleep(options.poll_s)
         stop.set()
+        where["elapsed_s"] = round(time.monotonic() - watch.started, 1)
         with step("reading the final TrainingJob statuses"):
             watch.tjs = api.list_trainingjobs()
         where.update(save_metrics(where, dc.log_dir))
