@@ -132,3 +132,21 @@ def test_generated_files_are_current() -> None:
     assert (ROOT / "docs" / "metrics.md").read_text() == gen_metrics_doc.render(), (
         "run deploy/gen_metrics_doc.py"
     )
+
+
+def test_dashboard_is_well_formed_for_grafana() -> None:
+    dash = json.loads(DASHBOARD.read_text())
+    panels = dash["panels"]
+    ids = [p["id"] for p in panels]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+    cells: set[tuple[int, int]] = set()
+    for p in panels:
+        g = p["gridPos"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24, p["title"]  # Grafana's grid is 24 wide
+        area = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+        assert not area & cells, f"{p['title']} overlaps another panel"
+        cells |= area
+        if p["type"] != "row":
+            assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+            assert [t["refId"] for t in p["targets"]] == [chr(ord("A") + i) for i in range(len(p["targets"]))]
+    assert [v["name"] for v in dash["templating"]["list"]] == ["datasource"]
