@@ -48,7 +48,7 @@ def tj(
         "batchSize": batch,
         "work": {"iterations": iterations},
         "replicas": {"max": replicas, "gpusPerReplica": gpus},
-        "checkpointGraceSeconds": 2,
+        "checkpointGraceSeconds": 10,
         "template": {
             "spec": {"containers": [{"name": "worker", "image": "ghcr.io/perfsched/examples-trainer:0.1"}]}
         },

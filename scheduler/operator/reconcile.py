@@ -343,7 +343,12 @@ class Operator:
         """Handle what needs no policy; return the job (and its allocation) if it takes part in the round."""
         st = view.state
         if st is GangState.TERMINAL:
-            self._delete(view, view.stale, grace=True)
+            # Workers of a finished job exit by themselves; whatever still runs a grace period after the
+            # end (a replica that hangs in its final barrier) is stopped. A failed job's pods go at once.
+            ended = crd.parse_time(view.status.completion_time)
+            grace = spec.checkpoint_grace_seconds if isinstance(spec, crd.TrainingJobSpec) else 30
+            if view.status.phase != "Succeeded" or ended is None or now >= ended + grace:
+                self._delete(view, view.stale, grace=True)
             report.phases[view.key] = view.status.phase or "Pending"
             return None
         if isinstance(converted, Unschedulable) or isinstance(spec, Unschedulable):
@@ -518,7 +523,7 @@ class Operator:
         set_condition(conds, "Running", False, "Completed", "the job finished", now=now)
         set_condition(conds, "Succeeded", True, "Completed", new["message"], now=now)
         self._write(view, new)
-        self._delete(view, [p for p in view.cur if p.unfinished], grace=True)
+        # the gang's pods are left to exit 0 on their own (see the TERMINAL case in _settle)
         self._delete(view, view.stale, grace=True)
         self.actuator.delete_service(view.obj)
         created = crd.parse_time(view.obj["metadata"].get("creationTimestamp"))

@@ -130,13 +130,21 @@ def test_completes_when_replica0_reports_all_work(h: Harness) -> None:
     assert st["attainedService"] == 160.0
     assert cond(st, "Succeeded")["status"] == "True"
     assert "allocation" not in st
-    # the other replica is stopped gracefully and the service removed
-    assert all("deletionTimestamp" in p["metadata"] for p in h.api.job_pods("ml", "bert"))
+    # the service goes; the workers get the grace period (20 s) to exit 0 by themselves
     assert ("ml", "bert") not in h.api.services
+    h.api.set_pod_phase("ml", "bert-g1-0", "Succeeded")
+    h.clock.advance(10)
+    op.run_round()
+    assert not any("deletionTimestamp" in p["metadata"] for p in h.api.job_pods("ml", "bert"))
+    h.clock.advance(11)  # replica 1 hangs past the grace period: stopped
+    op.run_round()
+    pods = {p["metadata"]["name"]: p for p in h.api.job_pods("ml", "bert")}
+    assert "deletionTimestamp" in pods["bert-g1-1"]["metadata"]
+    assert pods["bert-g1-0"]["status"]["phase"] == "Succeeded"
     # a finished job stays finished: no new pods in later rounds
     h.api.finish_deletions()
     op.run_round()
-    assert h.api.job_pods("ml", "bert") == []
+    assert [p["metadata"]["name"] for p in h.api.job_pods("ml", "bert")] == ["bert-g1-0"]
     assert [r for _, r, _ in h.api.events_for("bert")].count("Succeeded") == 1
 
 
