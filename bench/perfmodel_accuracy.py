@@ -12,8 +12,9 @@ there, else the shipped table. Each split trains fresh models on its training pa
   through ``perfmodel.online.OnlineCorrector`` (errors on the remaining configurations);
 - the shipped model (trained on the permissive sources only) on the Sia tables it never saw.
 
-Methods: ``ours`` = the shipped method (scaling model x XGBoost correction + physical guards, see
-``perfmodel.predictor``); ``xgb-plain`` = one XGBoost on the same features predicting log time
+Methods: ``ours`` = the shipped method (scaling model x XGBoost correction + physical guards + measured
+anchors from the training part for unmeasured model x GPU pairs, see ``perfmodel.predictor``);
+``xgb-plain`` = one XGBoost on the same features predicting log time
 directly (no scaling model, same tree settings); ``spec-ratio`` =
 Habitat-style: the nearest measured configuration of the same model (any GPU type) scaled linearly in GPU
 count and by the GPUs' FLOP/s and memory-bandwidth ratios (it cannot predict a model it never saw).
@@ -34,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from perfmodel.anchor import Anchors
 from perfmodel.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION
 from perfmodel.gpus import gpu_spec, spec_ratio
 from perfmodel.measurements import Measurement, read_shared_tidy, read_table
@@ -61,7 +63,13 @@ def rel_err(pred_t: np.ndarray, true_t: np.ndarray) -> np.ndarray:
 
 def fit_ours(d: Data, train: Idx, rounds: int) -> Callable[[Idx], np.ndarray]:
     model, _ = fit_model(d.d.take(train), d.t_true[train], seed=0, rounds=rounds)
-    return lambda test: model.times(d.d.take(test))[0]
+    anchors = Anchors([d.ms[i] for i in train])
+
+    def predict(test: Idx) -> np.ndarray:
+        anchored = anchors.iteration_times([d.resolved[i] for i in test])
+        return model.times(d.d.take(test), anchored)[0]
+
+    return predict
 
 
 def fit_plain(d: Data, train: Idx, rounds: int) -> Callable[[Idx], np.ndarray]:
@@ -152,7 +160,8 @@ def logo_with_observations(d: Data, rounds: int, per_model: int = 3) -> dict[str
         train = np.asarray([i for i, m in enumerate(d.ms) if m.gpu_type != gpu])
         model, _ = fit_model(d.d.take(train), d.t_true[train], seed=0, rounds=rounds)
         meta = ModelMeta(FEATURE_SCHEMA_VERSION, FEATURE_NAMES, -0.1, 0.1, 64, "bench", "bench")
-        corr = OnlineCorrector(Predictor(model, meta))
+        anchors = Anchors([d.ms[i] for i in train])
+        corr = OnlineCorrector(Predictor(model, meta, anchors=anchors))
         rows = rows_of(d.ms)
         observed: set[int] = set()
         by_model: dict[str, list[int]] = defaultdict(list)
@@ -169,7 +178,8 @@ def logo_with_observations(d: Data, rounds: int, per_model: int = 3) -> dict[str
         pred = corr.predict([rows[i] for i in rest])
         t_pred = np.asarray([d.ms[i].batch_size / s for i, s in zip(rest, pred.samples_per_s, strict=True)])
         e = rel_err(t_pred, d.t_true[rest])
-        before = rel_err(model.times(d.d.take(rest))[0], d.t_true[rest])
+        anchored = anchors.iteration_times([d.resolved[i] for i in rest])
+        before = rel_err(model.times(d.d.take(rest), anchored)[0], d.t_true[rest])
         # Baseline with the same 3 observations: spec-ratio from the observed configs of that model.
         spec = fit_spec_ratio(d, np.asarray(sorted(observed)), rounds)(rest)
         es = rel_err(spec, d.t_true[rest])

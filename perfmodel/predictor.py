@@ -10,8 +10,11 @@ learn a correction factor rather than the time itself, so unseen GPU counts and 
 scaling model's physics instead of a tree's flat extrapolation. Two physical guards then hold for every
 multi-GPU prediction, with ``t1`` the prediction for the same job on one GPU at the same per-GPU batch:
 data parallelism never scales better than linearly (``time >= t1``), and a job inside one NVLink node is
-never slower in total than on one of its GPUs (``time <= n x t1``). Samples/s = iterations/s x global
-batch.
+never slower in total than on one of its GPUs (``time <= n x t1``). For a GPU type on which the job's
+model was never measured, while it was measured on others, the estimate is blended (weight 0.75 in log
+space) with a measured anchor: the nearest measured configuration of that model scaled by the GPUs' spec
+ratio (``perfmodel.anchor``; the accuracy benchmark shows that anchor beats features alone there).
+Samples/s = iterations/s x global batch.
 
 The interval ``[low, high]`` is the prediction times the 10th / 90th percentile of out-of-fold error
 ratios from training, widened 2x (in log space) for low-confidence rows (model or GPU not in the zoo or
@@ -39,6 +42,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from perfmodel.anchor import ANCHOR_WEIGHT, Anchors
 from perfmodel.errors import InvalidInputError, ModelFileError
 from perfmodel.features import (
     FEATURE_NAMES,
@@ -55,6 +59,8 @@ from perfmodel.features import (
     resolve_hw,
     resolve_job,
 )
+from perfmodel.measurements import read_table
+from perfmodel.truth import TABLE_NAME
 
 log = logging.getLogger(__name__)
 
@@ -180,8 +186,14 @@ class LearnedModel:
 
     forest: Forest
 
-    def times(self, d: Design) -> tuple[FloatArray, FloatArray]:
-        """(predicted iteration time, predicted 1-GPU time at the same per-GPU batch) per row."""
+    def times(
+        self, d: Design, anchored: tuple[FloatArray, FloatArray] | None = None
+    ) -> tuple[FloatArray, FloatArray]:
+        """(predicted iteration time, predicted 1-GPU time at the same per-GPU batch) per row.
+
+        ``anchored`` (from ``perfmodel.anchor.Anchors``) gives measured-anchor times for the rows and their
+        1-GPU twins (NaN where none applies); they are blended in log space before the guards.
+        """
         multi = d.num_gpus > 1
         k = d.x.shape[0]
         # One forest pass over the rows and the 1-GPU twins of the multi-GPU rows.
@@ -190,6 +202,10 @@ class LearnedModel:
         t1 = t.copy()
         if multi.any():
             t1[multi] = d.compute[multi] * np.exp(corr[k:])
+        if anchored is not None:
+            for ours, anchor in ((t, anchored[0]), (t1, anchored[1])):
+                ok = ~np.isnan(anchor)
+                ours[ok] = np.exp((1 - ANCHOR_WEIGHT) * np.log(ours[ok]) + ANCHOR_WEIGHT * np.log(anchor[ok]))
             t[multi] = np.maximum(t[multi], t1[multi])
             nvl = multi & (d.link_class == LINK_NVLINK)
             t[nvl] = np.minimum(t[nvl], d.num_gpus[nvl] * t1[nvl])
@@ -257,9 +273,12 @@ def _read_model(path: Path) -> tuple[LearnedModel, ModelMeta]:
 class Predictor:
     """Batch throughput predictor with a per-(job, placement) cache. Build with ``Predictor.load()``."""
 
-    def __init__(self, model: LearnedModel, meta: ModelMeta, cache_size: int = 65536) -> None:
+    def __init__(
+        self, model: LearnedModel, meta: ModelMeta, cache_size: int = 65536, anchors: Anchors | None = None
+    ) -> None:
         self.model = model
         self.meta = meta
+        self.anchors = anchors
         self._cache: OrderedDict[tuple[JobFeatures, HardwareFeatures], _RowResult] = OrderedDict()
         self._cache_size = cache_size
         self._jobs: dict[JobFeatures, JobPart] = {}
@@ -273,7 +292,15 @@ class Predictor:
                 model, meta = _read_model(Path(p))
         else:
             model, meta = _read_model(path)
-        return cls(model, meta, cache_size)
+        # The measured table (beside a given model file, else the shipped one) anchors GPU types a model
+        # was never measured on; without it the predictor still works, unanchored.
+        anchors = None
+        with resources.as_file(resources.files("perfmodel") / "data" / TABLE_NAME) as shipped:
+            beside = Path(path).parent / TABLE_NAME if path is not None else None
+            source = beside if beside is not None and beside.is_file() else Path(shipped)
+            if source.is_file():
+                anchors = Anchors(read_table(source))
+        return cls(model, meta, cache_size, anchors)
 
     def clear_cache(self) -> None:
         """Forget cached results (the resolved job and placement sides stay cached)."""
@@ -364,7 +391,8 @@ class Predictor:
         return out
 
     def _compute(self, resolved: Sequence[Resolved]) -> list[_RowResult]:
-        t, _ = self.model.times(design_of(resolved))
+        anchored = self.anchors.iteration_times(resolved) if self.anchors is not None else None
+        t, _ = self.model.times(design_of(resolved), anchored)
         iters = (1.0 / t).tolist()
         out = []
         q_low, q_high, max_gpus = self.meta.q_low, self.meta.q_high, self.meta.max_gpus_seen
