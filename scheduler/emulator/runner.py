@@ -30,7 +30,12 @@ from scheduler.core.types import WorkUnit
 from scheduler.emulator import accounting
 from scheduler.emulator.accounting import GangProgress
 from scheduler.k8s import crd
-from scheduler.k8s.codec import gpu_type_of_product
+from scheduler.k8s.codec import (
+    LABEL_INTERCONNECT,
+    LABEL_NETWORK_GBPS,
+    LABEL_PRODUCT,
+    gpu_type_of_product,
+)
 from scheduler.k8s.progress import (
     ANNOTATION_KWOK_RUN_DURATION,
     ANNOTATION_PROGRESS,
@@ -40,8 +45,31 @@ from scheduler.k8s.workload import WorkerPod
 
 log = logging.getLogger(__name__)
 
-#: (model, global batch, gpu type, gpus, nodes, dataset, unit) -> work units per second, or None.
-ThroughputFn = Callable[[str, int, str, int, int, str, WorkUnit], float | None]
+
+@dataclass(frozen=True, slots=True)
+class ThroughputQuery:
+    """One gang's job and placement: what its true throughput depends on.
+
+    ``interconnect``/``network_gbps`` describe the slowest link (PCIe if any node is PCIe-only, the
+    smallest network bandwidth); they matter only for the analytic fallback.
+    """
+
+    model: str
+    dataset: str
+    batch_size: int
+    precision: str
+    params: float | None
+    flops_per_sample: float | None
+    gpu_type: str
+    num_gpus: int
+    num_nodes: int
+    unit: WorkUnit
+    interconnect: str = "nvlink"
+    network_gbps: float = 100.0
+
+
+#: A query -> work units per second of the whole gang, or None when unknown.
+ThroughputFn = Callable[[ThroughputQuery], float | None]
 
 
 class WorkloadApi(Protocol):
@@ -51,7 +79,7 @@ class WorkloadApi(Protocol):
 
     def training_job(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
-    def node_product(self, name: str) -> str: ...
+    def node_labels(self, name: str) -> Mapping[str, str]: ...
 
     def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None: ...
 
@@ -80,20 +108,59 @@ class EmulatorConfig:
 
 
 def ground_truth_throughput() -> ThroughputFn:
-    """The real ``ThroughputFn``: ``perfmodel.truth.GroundTruth`` in the job's work unit."""
+    """The real ``ThroughputFn``: measured ``perfmodel.truth.GroundTruth``, else the analytic model.
+
+    GroundTruth answers for the models and datasets of its measured table. A job it cannot answer
+    (``modelParams`` only, or a zoo model never measured) runs at the analytic scaling model's pace
+    (``perfmodel.features.scaling_time``: FLOPs, weight traffic and ring all-reduce on the placement),
+    so every admitted job finishes; such jobs are logged once.
+    """
+    from perfmodel.features import HardwareFeatures, JobFeatures, resolve, scaling_time
     from perfmodel.truth import GroundTruth
 
     truth = GroundTruth.load()
 
-    def fn(
-        model: str, batch: int, gpu_type: str, gpus: int, nodes: int, dataset: str, unit: WorkUnit
-    ) -> float | None:
+    def measured(q: ThroughputQuery) -> float | None:
+        if not q.model:
+            return None
+        if q.unit is WorkUnit.SAMPLES:
+            return truth.samples_per_s(q.model, q.batch_size, q.gpu_type, q.num_gpus, q.num_nodes, q.dataset)
+        return truth.throughput(q.model, q.batch_size, q.gpu_type, q.num_gpus, q.num_nodes, q.dataset)
+
+    def analytic(q: ThroughputQuery) -> float | None:
+        job = JobFeatures(
+            model=q.model,
+            dataset=q.dataset,
+            batch_size=q.batch_size,
+            precision=q.precision,
+            params=q.params,
+            flops_per_sample=q.flops_per_sample,
+        )
+        hw = HardwareFeatures(
+            gpu_type=q.gpu_type,
+            num_gpus=q.num_gpus,
+            num_nodes=q.num_nodes,
+            interconnect=q.interconnect,
+            network_gbps=q.network_gbps,
+        )
+        seconds = scaling_time(resolve(job, hw))
+        if seconds <= 0:
+            return None
+        its = 1.0 / seconds
+        return its * q.batch_size if q.unit is WorkUnit.SAMPLES else its
+
+    def fn(q: ThroughputQuery) -> float | None:
         try:
-            if unit is WorkUnit.SAMPLES:
-                return truth.samples_per_s(model, batch, gpu_type, gpus, nodes, dataset)
-            return truth.throughput(model, batch, gpu_type, gpus, nodes, dataset)
-        except ValueError as exc:  # InvalidInputError and bad shapes: not a throughput
-            log.warning("no true throughput for %s on %dx%s: %s", model, gpus, gpu_type, exc)
+            rate = measured(q)
+        except ValueError as exc:  # InvalidInputError: a shape GroundTruth refuses
+            log.warning("no measured throughput for %s on %d x %s: %s", q.model, q.num_gpus, q.gpu_type, exc)
+            rate = None
+        if rate is not None:
+            return rate
+        try:
+            return analytic(q)
+        except ValueError as exc:
+            log.warning("no analytic throughput for %r on %d x %s: %s", q.model, q.num_gpus, q.gpu_type, exc)
             return None
 
     return fn
@@ -117,6 +184,14 @@ class StepResult:
     finished: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
     unknown_throughput: list[str] = field(default_factory=list)
+
+
+def _float(raw: str | None, default: float = 100.0) -> float:
+    try:
+        value = float(raw) if raw else default
+    except ValueError:
+        return default
+    return value if value > 0 else default
 
 
 def _generation_key(gen: str) -> tuple[int, str]:
@@ -236,22 +311,29 @@ class Emulator:
     ) -> float:
         nodes = {p.info.node_name for p in gang}
         gpus = sum(p.info.gpus for p in gang) or len(gang) * spec.replicas.gpus_per_replica
-        types = {gpu_type_of_product(self.api.node_product(n)) for n in nodes}
+        labels = {n: self.api.node_labels(n) for n in nodes}
+        types = {gpu_type_of_product(lab.get(LABEL_PRODUCT, "")) for lab in labels.values()}
+        pcie = any(lab.get(LABEL_INTERCONNECT) == "pcie" for lab in labels.values())
+        gbps = min((_float(lab.get(LABEL_NETWORK_GBPS)) for lab in labels.values()), default=100.0)
+        params = spec.model_params.parameters if spec.model_params else None
+        flops = spec.model_params.flops_per_sample if spec.model_params else None
         rates: list[float] = []
         for gpu_type in sorted(types):
-            rate = (
-                self.throughput(
-                    spec.model or "",
-                    spec.batch_size,
-                    gpu_type,
-                    gpus,
-                    min(len(nodes), gpus),
-                    spec.dataset,
-                    spec.work.unit,
-                )
-                if spec.model and gpu_type
-                else None
+            query = ThroughputQuery(
+                model=spec.model or "",
+                dataset=spec.dataset,
+                batch_size=spec.batch_size,
+                precision=spec.precision,
+                params=params,
+                flops_per_sample=flops,
+                gpu_type=gpu_type,
+                num_gpus=gpus,
+                num_nodes=min(len(nodes), gpus),
+                unit=spec.work.unit,
+                interconnect="pcie" if pcie else "nvlink",
+                network_gbps=gbps,
             )
+            rate = self.throughput(query) if gpu_type else None
             if rate is None or rate <= 0:
                 out.unknown_throughput.append(job)
                 self._warn_once(

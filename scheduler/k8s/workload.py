@@ -1,7 +1,7 @@
 """API access for the workload emulator and the worker progress helper: job pods, TrainingJobs, nodes.
 
 ``KubeWorkload`` lists the pods of TrainingJobs (label ``perfsched.dev/job-name``) with their progress
-annotations, reads TrainingJob objects and node GPU products, and patches pod annotations. It converts
+annotations, reads TrainingJob objects and node labels, and patches pod annotations. It converts
 the API's JSON once, with ``scheduler.k8s.codec``; callers get plain values. Impure (HTTP to the API).
 """
 
@@ -20,7 +20,7 @@ from kubernetes.client.rest import ApiException
 
 from scheduler.core.errors import PermanentError, TemporaryError
 from scheduler.k8s import crd
-from scheduler.k8s.codec import LABEL_PRODUCT, POD_LABEL_JOB, PodInfo, decode_pod
+from scheduler.k8s.codec import POD_LABEL_JOB, PodInfo, decode_pod
 from scheduler.k8s.progress import (
     ANNOTATION_PROGRESS,
     ANNOTATION_START_PROGRESS,
@@ -69,7 +69,7 @@ class KubeWorkload:
         self._api = api
         self._core = k8s.CoreV1Api(api)
         self._custom = k8s.CustomObjectsApi(api)
-        self._products: dict[str, str] = {}
+        self._labels: dict[str, dict[str, str]] = {}
 
     def list_job_pods(self, namespace: str = "") -> list[WorkerPod]:
         """Every pod carrying ``perfsched.dev/job-name`` (all namespaces when ``namespace`` is empty)."""
@@ -112,17 +112,17 @@ class KubeWorkload:
             _raise(f"reading TrainingJob {namespace}/{name}", exc)
         return dict(obj)
 
-    def node_product(self, name: str) -> str:
-        """The node's ``nvidia.com/gpu.product`` label ('' when unlabelled or missing); cached."""
-        if name not in self._products:
+    def node_labels(self, name: str) -> dict[str, str]:
+        """The node's labels ({} when it does not exist); cached, as GPU nodes do not change hardware."""
+        if name not in self._labels:
             try:
                 node = self._core.read_node(name)
             except ApiException as exc:
                 if exc.status == 404:
-                    return ""
+                    return {}
                 _raise(f"reading node {name}", exc)
-            self._products[name] = str((node.metadata.labels or {}).get(LABEL_PRODUCT, ""))
-        return self._products[name]
+            self._labels[name] = {str(k): str(v) for k, v in (node.metadata.labels or {}).items()}
+        return self._labels[name]
 
     def pod_annotations(self, namespace: str, name: str) -> dict[str, str]:
         """The annotations of one pod."""

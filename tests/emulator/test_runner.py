@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from scheduler.core.types import WorkUnit
-from scheduler.emulator.runner import Emulator, EmulatorConfig
+from scheduler.emulator.runner import Emulator, EmulatorConfig, ThroughputQuery, ground_truth_throughput
 from scheduler.k8s.codec import decode_pod
 from scheduler.k8s.progress import ProgressReport, parse_progress, parse_start_progress
 from scheduler.k8s.workload import WorkerPod
@@ -85,8 +85,9 @@ class FakeApi:
     def training_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.jobs.get((namespace, name))
 
-    def node_product(self, name: str) -> str:
-        return PRODUCTS.get(name, "")
+    def node_labels(self, name: str) -> dict[str, str]:
+        product = PRODUCTS.get(name)
+        return {"nvidia.com/gpu.product": product} if product else {}
 
     def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
         self.patches.append((namespace, name, dict(annotations)))
@@ -111,14 +112,12 @@ class Clock:
 
 # true iterations/s: V100 10/s per GPU-set, K80 2/s; a 2-node gang of 8 V100 makes 10 it/s
 RATES = {"V100": 10.0, "K80": 2.0}
-CALLS: list[tuple[str, int, str, int, int, str, WorkUnit]] = []
+CALLS: list[ThroughputQuery] = []
 
 
-def fake_truth(
-    model: str, batch: int, gpu: str, gpus: int, nodes: int, dataset: str, unit: WorkUnit
-) -> float | None:
-    CALLS.append((model, batch, gpu, gpus, nodes, dataset, unit))
-    return RATES.get(gpu) if model == "resnet50" else None
+def fake_truth(q: ThroughputQuery) -> float | None:
+    CALLS.append(q)
+    return RATES.get(q.gpu_type) if q.model == "resnet50" else None
 
 
 def make(api: FakeApi, clock: Clock, **cfg: float) -> Emulator:
@@ -142,7 +141,9 @@ def test_gang_advances_at_the_true_rate_of_its_placement_scaled_in_time() -> Non
     clock.t += 3.0
     emu.step()
     # 3 wall s x 10 = 30 emulated s at 10 it/s = 300 iterations; no checkpoint yet (every 100 s)
-    assert CALLS == [("resnet50", 256, "V100", 8, 2, "imagenet", WorkUnit.ITERATIONS)]
+    assert [
+        (q.model, q.batch_size, q.gpu_type, q.num_gpus, q.num_nodes, q.dataset, q.unit) for q in CALLS
+    ] == [("resnet50", 256, "V100", 8, 2, "imagenet", WorkUnit.ITERATIONS)]
     for pod in (p0, p1):  # every worker reports
         report = api.report(pod)
         assert report is not None
@@ -288,3 +289,37 @@ def test_config_rejects_nonsense() -> None:
         EmulatorConfig(time_scale=0)
     with pytest.raises(ValueError, match="checkpoint_interval_s"):
         EmulatorConfig(checkpoint_interval_s=-1)
+
+
+def _query(**kw: object) -> ThroughputQuery:
+    base: dict[str, object] = {
+        "model": "resnet50", "dataset": "imagenet", "batch_size": 256, "precision": "fp32", "params": None,
+        "flops_per_sample": None, "gpu_type": "V100", "num_gpus": 8, "num_nodes": 2,
+        "unit": WorkUnit.ITERATIONS,
+    }  # fmt: skip
+    base.update(kw)
+    return ThroughputQuery(**base)  # type: ignore[arg-type]
+
+
+def test_real_truth_uses_measurements_and_converts_units() -> None:
+    from perfmodel.truth import GroundTruth
+
+    fn = ground_truth_throughput()
+    its = GroundTruth.load().throughput("resnet50", 256, "V100", 8, 2, "imagenet")
+    assert its is not None
+    assert fn(_query()) == its
+    # samples (and epochs x datasetSize) count samples: iterations/s x global batch
+    assert fn(_query(unit=WorkUnit.SAMPLES)) == pytest.approx(its * 256)
+
+
+def test_jobs_without_measurements_run_at_the_analytic_pace() -> None:
+    fn = ground_truth_throughput()
+    # a custom model (modelParams only): 100M parameters, 6 GFLOP per sample
+    small = fn(_query(model="", dataset="", params=1e8, flops_per_sample=6e9))
+    big = fn(_query(model="", dataset="", params=1e8, flops_per_sample=6e10))
+    assert small is not None and big is not None
+    assert 0 < big < small  # ten times the FLOPs per sample is slower
+    slow_link = fn(
+        _query(model="", dataset="", params=1e8, flops_per_sample=6e9, interconnect="pcie", network_gbps=10)
+    )
+    assert slow_link is not None and slow_link < small
