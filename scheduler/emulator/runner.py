@@ -3,7 +3,8 @@
 Each step lists the pods labelled ``perfsched.dev/job-name``, groups them into gangs (one job, its newest
 ``perfsched.dev/generation``), and for every gang whose pods all run: looks up the job's *true*
 throughput for the GPU type and placement the gang actually got (``perfmodel.truth``, not the
-predictor), advances its progress by the emulated time that passed (wall time x ``time_scale``),
+predictor; the analytic scaling model for jobs the measured table cannot answer), advances its
+progress by the emulated time that passed (wall time x ``time_scale``),
 checkpoints every ``checkpoint_interval_s`` emulated seconds, and reports on every pod of the gang in the
 ``perfsched.dev/progress`` annotation, as a real worker would. When the work is done it writes the final
 report plus ``perfsched.dev/kwok-run-duration: 0s``, so KWOK ends the pods Succeeded (exit 0).
