@@ -35,18 +35,28 @@ def _table(title: str, rows: list[dict[str, Any]], ref: float, labels: list[str]
 
 def survey(jobs: int, load: float, seed: int) -> dict[str, Any]:
     plan = (*(("srsf", m) for m in SURVEY_MRES), ("las", 0.0), ("fifo", 0.0))
-    req = SimulationRequest(
-        policies=("srsf", "las", "fifo"),
-        gpus=64,
-        load=load,
-        max_jobs=jobs,
-        survey=True,
-        seed=seed,
-        plan=plan,
-        policy_configs={"fifo": {"backfill": True}},
-    )
-    rep = run_simulations(req).report
-    rows = rep["results"]
+    rows: list[dict[str, Any]] = []
+    rep: dict[str, Any] = {}
+    print(f"survey-mre: {jobs} Philly jobs, 64 GPUs, load {load:g}", flush=True)
+    for item in plan:  # one run at a time, printed as it finishes
+        req = SimulationRequest(
+            policies=(item[0],),
+            gpus=64,
+            load=load,
+            max_jobs=jobs,
+            survey=True,
+            seed=seed,
+            plan=(item,),
+            policy_configs={"fifo": {"backfill": True}},
+        )
+        rep = run_simulations(req).report
+        row = rep["results"][0]
+        rows.append(row)
+        print(
+            f"  {item[0]} MRE {item[1]:g}: avg JCT {row['avg_jct_s'] / 3600:.3f} h, CPU {row['cpu_s']:.0f} s",
+            flush=True,
+        )
+    rep["results"] = rows
     ref = rows[0]["avg_jct_s"]
     labels = [f"SRSF MRE {100 * r['mre']:g}%" if r["policy"] == "srsf" else r["policy"].upper() for r in rows]
     _table(
