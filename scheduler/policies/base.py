@@ -279,11 +279,12 @@ def greedy_allocate(
     reserved: dict[str, Allocation] = {}
     for j in jobs:
         cur = snapshot.allocations.get(j.name)
-        if cur is None:
-            continue
         if j.remaining_work <= 0:
-            index.release(cur)
+            if cur is not None:
+                index.release(cur)
             decisions[j.name] = Decision(j.name, None, "complete: all work done")
+        elif cur is None:
+            continue
         elif not j.preemptible:
             decisions[j.name] = Decision(j.name, cur, "non-preemptible: keeps its GPUs")
         else:

@@ -32,17 +32,24 @@ class ThroughputTable:
         """``extra`` questions ride along in the same oracle call; ``extra_answers`` holds their answers."""
         keys: list[tuple[str, str, int]] = []
         queries: list[tuple[Job, PlacementShape]] = []
+        shapes: dict[tuple[str, int], PlacementShape] = {}  # many jobs share a (type, GPUs) shape
+        all_types = list(infos.items())
         for job in jobs:
             reps = sorted(set(counts(job)))
-            for t, info in infos.items():
-                if not job.allows(t):
-                    continue
+            gpr = job.gpus_per_replica
+            name = job.name
+            for t, info in (
+                all_types if not job.allowed_gpu_types else [x for x in all_types if job.allows(x[0])]
+            ):
                 for r in reps:
-                    gpus = r * job.gpus_per_replica
+                    gpus = r * gpr
                     if r <= 0 or gpus > info.capacity:
                         continue
-                    keys.append((job.name, t, r))
-                    queries.append((job, info.shape(gpus)))
+                    shape = shapes.get((t, gpus))
+                    if shape is None:
+                        shape = shapes[(t, gpus)] = info.shape(gpus)
+                    keys.append((name, t, r))
+                    queries.append((job, shape))
         values = batch_throughput(oracle, [*queries, *extra])
         self._table: dict[tuple[str, str, int], float] = dict(zip(keys, values[: len(keys)], strict=True))
         self.extra_answers: list[float] = values[len(keys) :]
