@@ -15,6 +15,7 @@ Pure: built from a list of measurements; vectorised per (model, dataset) group.
 from __future__ import annotations
 
 import math
+import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -31,17 +32,21 @@ FloatArray = npt.NDArray[np.float64]
 
 
 class _Group:
+    """One (model, dataset)'s measurements as arrays; layouts with the same GPU type, GPU count, node kind
+    and per-GPU batch (Pollux measures several) are one point with their median throughput."""
+
     def __init__(self, rows: Sequence[Measurement]) -> None:
-        rows = sorted(
-            rows, key=lambda m: (m.gpu_type, m.num_gpus, m.num_nodes, m.batch_size, m.gpus_per_node)
-        )
-        self.gpu_types = sorted({m.gpu_type for m in rows})
-        self.log_lb = np.asarray([math.log(m.local_batch_size) for m in rows])
-        self.log_n = np.asarray([math.log(m.num_gpus) for m in rows])
-        self.multi = np.asarray([m.num_nodes > 1 for m in rows], dtype=np.float64)
-        self.n = np.asarray([m.num_gpus for m in rows], dtype=np.float64)
-        self.samples = np.asarray([m.samples_per_s for m in rows])
-        self.specs: list[GPUSpec] = [gpu_spec(m.gpu_type) for m in rows]
+        points: dict[tuple[str, int, bool, float], list[float]] = defaultdict(list)
+        for m in rows:
+            points[(m.gpu_type, m.num_gpus, m.num_nodes > 1, m.local_batch_size)].append(m.samples_per_s)
+        keys = sorted(points)
+        self.gpu_types = sorted({k[0] for k in keys})
+        self.log_lb = np.log([k[3] for k in keys])
+        self.log_n = np.log([float(k[1]) for k in keys])
+        self.multi = np.asarray([1.0 if k[2] else 0.0 for k in keys])
+        self.n = np.asarray([float(k[1]) for k in keys])
+        self.samples = np.asarray([statistics.median(points[k]) for k in keys])
+        self.specs: list[GPUSpec] = [gpu_spec(k[0]) for k in keys]
         self.log_fp32 = np.log([s.fp32_tflops for s in self.specs])
         self.log_bw = np.log([s.memory_bandwidth_gbs for s in self.specs])
 
@@ -83,13 +88,41 @@ class Anchors:
         return float(local_batch * num_gpus / samples)
 
     def iteration_times(self, rows: Sequence[Resolved]) -> tuple[FloatArray, FloatArray]:
-        """(anchored time of each row, anchored time of its 1-GPU twin); NaN where no anchor applies."""
-        t = np.full(len(rows), np.nan)
-        t1 = np.full(len(rows), np.nan)
+        """(anchored time of each row, anchored time of its 1-GPU twin); NaN where no anchor applies.
+
+        Vectorised per (model, dataset): one distance matrix (questions x measurements) per group.
+        """
+        k = len(rows)
+        t = np.full(k, np.nan)
+        t1 = np.full(k, np.nan)
+        by_group: dict[tuple[str, str], list[int]] = defaultdict(list)
         for i, r in enumerate(rows):
-            if not self.applies(r):
-                continue
-            lb = r.local_batch
-            t[i] = self.iteration_time(r, r.num_gpus, lb, r.num_nodes > 1)
-            t1[i] = t[i] if r.num_gpus == 1 else self.iteration_time(r, 1, lb, False)
+            if self.applies(r):
+                by_group[(r.model, r.dataset)].append(i)
+        for key, idx in by_group.items():
+            g = self._groups[key]
+            qs = [rows[i] for i in idx]
+            m = len(qs)
+            # questions: the rows, then their 1-GPU twins at the same per-GPU batch
+            lb = np.asarray([r.local_batch for r in qs] * 2)
+            n = np.concatenate((np.asarray([float(r.num_gpus) for r in qs]), np.ones(m)))
+            multi = np.concatenate((np.asarray([1.0 if r.num_nodes > 1 else 0.0 for r in qs]), np.zeros(m)))
+            fp32 = np.log([r.spec.fp32_tflops for r in qs] * 2)
+            eff = np.log([effective_tflops(r.spec, r.precision) for r in qs] * 2)
+            bw = np.log([r.spec.memory_bandwidth_gbs for r in qs] * 2)
+            dist = np.abs(g.log_lb[None, :] - np.log(lb)[:, None]) + np.abs(
+                g.log_n[None, :] - np.log(n)[:, None]
+            )
+            dist += np.abs(g.multi[None, :] - multi[:, None])
+            # ties go to the measured GPU whose specs are closest to the question's
+            dist += 1e-3 * np.abs(
+                0.5 * (fp32[:, None] - g.log_fp32[None, :] + bw[:, None] - g.log_bw[None, :])
+            )
+            j = np.argmin(dist, axis=1)
+            # roofline blend of the question's GPU (at its precision) over the measured one (fp32)
+            ratio = np.exp(0.5 * (eff - g.log_fp32[j] + bw - g.log_bw[j]))
+            samples = g.samples[j] * ratio * n / g.n[j]
+            times = lb * n / samples
+            t[idx] = times[:m]
+            t1[idx] = times[m:]
         return t, t1
