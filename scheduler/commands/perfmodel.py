@@ -254,7 +254,7 @@ def register(app: typer.Typer) -> None:
             typer.echo("note: low confidence (model or GPU not in the catalogue)")
 
     perfmodel_app = typer.Typer(
-        help="The throughput predictor: training and inspection.", no_args_is_help=True
+        help="The throughput predictor's shipped model: retrain it.", no_args_is_help=True
     )
     app.add_typer(perfmodel_app, name="perfmodel")
 
