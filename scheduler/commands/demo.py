@@ -35,6 +35,11 @@ def register(app: typer.Typer) -> None:
         ),
         seed: int = typer.Option(0, "--seed", help="Seed of the model assignment."),
         time_scale: float = typer.Option(1.0, "--time-scale", help="Emulated seconds per wall second."),
+        elastic: bool = typer.Option(
+            False,
+            "--elastic",
+            help="Make the jobs elastic (1 .. 2x their traced GPUs; try --policy elastic).",
+        ),
         keep: bool = typer.Option(False, "--keep", help="Leave the cluster running at the end."),
         state_dir: Path = _STATE_DIR,
     ) -> None:
@@ -63,6 +68,7 @@ def register(app: typer.Typer) -> None:
             nodes_per_pool=nodes_per_pool,
             seed=seed,
             time_scale=time_scale,
+            elastic=elastic,
             keep=keep,
             state_dir=state_dir,
         )

@@ -42,6 +42,7 @@ class DemoOptions:
     nodes_per_pool: int = 2
     seed: int = 0
     time_scale: float = 1.0
+    elastic: bool = False
     keep: bool = False
     state_dir: Path | None = None
     poll_s: float = 1.0
@@ -125,7 +126,12 @@ def build_manifests(options: DemoOptions) -> tuple[list[tuple[float, dict[str, A
     workload = build_workload(
         picked,
         GroundTruth.load(),
-        WorkloadOptions(seed=options.seed, reference_gpu=ref_type, reference_node_gpus=ref.gpus_per_node),
+        WorkloadOptions(
+            seed=options.seed,
+            reference_gpu=ref_type,
+            reference_node_gpus=ref.gpus_per_node,
+            elastic=options.elastic,
+        ),
         max_gpus=biggest,
     )
     return [(job.submit_time, trainingjob_manifest(job)) for job in workload.jobs], spec

@@ -86,3 +86,21 @@ def test_k8s_names_are_dns_labels(raw: str, name: str) -> None:
 def test_bad_shape_is_refused_naming_the_flag() -> None:
     with pytest.raises(ConfigError, match="--jobs"):
         DemoShape(jobs=0)
+
+
+def test_elastic_manifest_keeps_the_replica_range() -> None:
+    job = Job(
+        name="e1",
+        submit_time=0,
+        total_work=10,
+        min_replicas=1,
+        max_replicas=8,
+        elastic=True,
+        model="resnet50",
+        batch_size=128,
+    )
+    body = trainingjob_manifest(job)
+    assert body["spec"]["elastic"] is True
+    assert body["spec"]["replicas"] == {"min": 1, "max": 8, "gpusPerReplica": 1}
+    spec = parse_spec(body)
+    assert not hasattr(spec, "resolvable"), spec
