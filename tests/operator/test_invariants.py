@@ -1,0 +1,116 @@
+"""Invariants of the operator under random event sequences (hypothesis), against the fake API server.
+
+Whatever happens between rounds (pods bound and run, progress reported, workers crashing, pods deleted,
+terminations finishing, time passing, operator restarts), after every round:
+
+- a job never has live pods of two generations, nor a replica index twice;
+- a job never has more live pods than ``replicas.max``;
+- the GPUs of live pods planned or bound to a node never exceed the node's GPUs;
+- a Succeeded job's progress equals its declared work, and no job's progress exceeds it;
+- phases are always one of the documented ones.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduler.core.round import RoundCosts
+from scheduler.k8s import crd
+from scheduler.policies import make_policy
+from tests.operator.conftest import gpu_node, make_harness, trainingjob
+
+EVENTS = st.sampled_from(
+    ["bind_run", "progress", "crash", "delete_pod", "finish", "tick", "restart_operator"]
+)
+
+
+def check_invariants(h) -> None:  # type: ignore[no-untyped-def]
+    capacity = {n: int(o["status"]["allocatable"]["nvidia.com/gpu"]) for n, o in h.api.nodes.items()}
+    used: Counter[str] = Counter()
+    gens: dict[str, set[str]] = defaultdict(set)
+    replicas: Counter[tuple[str, str, str]] = Counter()
+    for (ns, _), p in h.api.pods.items():
+        if p["status"].get("phase") in ("Succeeded", "Failed") or "deletionTimestamp" in p["metadata"]:
+            if p["spec"].get("nodeName") and p["status"].get("phase") not in ("Succeeded", "Failed"):
+                used[p["spec"]["nodeName"]] += int(
+                    p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+                )
+            continue
+        labels = p["metadata"]["labels"]
+        key = f"{ns}/{labels[crd.LABEL_JOB_NAME]}"
+        gens[key].add(labels[crd.LABEL_GENERATION])
+        replicas[(key, labels[crd.LABEL_GENERATION], labels[crd.LABEL_REPLICA_INDEX])] += 1
+        node = p["spec"].get("nodeName") or p["metadata"]["annotations"][crd.ANNOTATION_PLANNED_NODE]
+        used[node] += int(p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
+    for key, g in gens.items():
+        assert len(g) == 1, (key, g)
+    assert all(n == 1 for n in replicas.values()), replicas
+    for node, gpus in used.items():
+        assert gpus <= capacity[node], (node, gpus, capacity[node])
+    for (ns, name), obj in h.api.trainingjobs.items():
+        live = sum(1 for k in replicas if k[0] == f"{ns}/{name}")
+        assert live <= obj["spec"]["replicas"]["max"]
+        status = obj.get("status") or {}
+        assert status.get("phase", "Pending") in crd.PHASES
+        total = float(status.get("totalWork", 0) or 0)
+        if total:
+            assert status.get("progress", 0) <= total
+        if status.get("phase") == "Succeeded":
+            assert status["progress"] == total
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    policy=st.sampled_from(["fifo", "las", "srsf", "elastic"]),
+    jobs=st.lists(
+        st.tuples(st.integers(1, 3), st.sampled_from([1, 2, 4]), st.booleans(), st.booleans()),
+        min_size=1,
+        max_size=5,
+    ),
+    events=st.lists(st.tuples(EVENTS, st.integers(0, 10)), min_size=1, max_size=25),
+)
+def test_random_histories_keep_the_invariants(
+    policy: str, jobs: list[tuple[int, int, bool, bool]], events: list[tuple[str, int]]
+) -> None:
+    h = make_harness(make_policy(policy), costs=RoundCosts(min_resize_interval_s=5), backoff_limit=1)
+    h.api.add_node(gpu_node("a1", 8, "A100"))
+    h.api.add_node(gpu_node("a2", 8, "A100"))
+    h.api.add_node(gpu_node("v1", 4, "V100"))
+    for i, (reps, gpus, elastic, preemptible) in enumerate(jobs):
+        spec = {"replicas": {"min": 1, "max": reps, "gpusPerReplica": gpus}, "elastic": elastic}
+        h.api.add_trainingjob(trainingjob(f"j{i}", preemptible=preemptible, **spec))
+    op = h.operator()
+    op.run_round()
+    check_invariants(h)
+    for event, pick in events:
+        # kube-scheduler and kubelet are quick: new pods are bound and running before most events
+        if event != "bind_run" or pick % 2:
+            h.settle_pods()
+        pods = sorted(h.api.pods)
+        if event == "bind_run":
+            pass
+        elif event == "progress" and pods:
+            ns, name = pods[pick % len(pods)]
+            p = h.api.pods[(ns, name)]
+            if p["metadata"]["labels"][crd.LABEL_REPLICA_INDEX] == "0" and p["status"]["phase"] == "Running":
+                prev = crd.parse_status(h.api.trainingjobs[(ns, p["metadata"]["labels"][crd.LABEL_JOB_NAME])])
+                done = min(1000.0, prev.progress + 150.0 * (1 + pick))
+                h.api.report_progress(ns, name, progress=done, checkpoint=done - 50 if done < 1000 else done,
+                                      throughput=10.0, time=h.clock.now())  # fmt: skip
+        elif event == "crash" and pods:
+            ns, name = pods[pick % len(pods)]
+            if h.api.pods[(ns, name)]["status"]["phase"] == "Running":
+                h.api.set_pod_phase(ns, name, "Failed")
+        elif event == "delete_pod" and pods:
+            h.api.delete_pod(*pods[pick % len(pods)], 0)
+        elif event == "finish":
+            h.api.finish_deletions()
+        elif event == "tick":
+            h.clock.advance(1 + pick)
+        elif event == "restart_operator":
+            op = h.operator()
+        op.run_round()
+        check_invariants(h)
