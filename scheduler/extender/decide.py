@@ -458,10 +458,8 @@ class Decider:
                 reps[key] = (node or node_map[name], f)
         # without the throughput term, classes that differ only in type/link share a score; fine to keep apart
         scores = self._score_classes(ctx, reps, rel, use_loc, use_tp, node_map)
-        out: list[tuple[str, int]] = []
-        for name, k in zip(names, keys, strict=True):
-            out.append((name, 0 if k is None else scores[k]))
-        return out
+        scores[None] = 0  # nodes neither the cache nor the request describe
+        return [(name, scores[k]) for name, k in zip(names, keys, strict=True)]
 
     def _score_classes(
         self,
