@@ -39,6 +39,9 @@ class Settings(BaseSettings):
     extender_predict_cache_size: int = Field(default=4096, ge=0)
     #: record each bound pod's node in its TrainingJob's status.placement
     extender_record_placement: bool = True
+    #: serve HTTPS with this PEM certificate and key (both or neither; kube-scheduler's ``enableHTTPS``)
+    extender_tls_cert_file: str = ""
+    extender_tls_key_file: str = ""
 
     # --- workload emulator (scheduler/emulator, `perfsched emulate`) ----------------------------------
     #: emulated seconds per wall-clock second (60: an hour of training per minute)
@@ -113,6 +116,10 @@ class Settings(BaseSettings):
         if sum(weights) <= 0:
             raise ValueError(
                 "PERFSCHED_EXTENDER_WEIGHT_THROUGHPUT, _LOCALITY and _PACKING are all 0: one must be > 0"
+            )
+        if bool(self.extender_tls_cert_file) != bool(self.extender_tls_key_file):
+            raise ValueError(
+                "PERFSCHED_EXTENDER_TLS_CERT_FILE and PERFSCHED_EXTENDER_TLS_KEY_FILE must be set together"
             )
         return self
 

@@ -9,6 +9,7 @@ the command so that ``perfsched --help`` stays fast.
 from __future__ import annotations
 
 import logging
+import os
 
 import typer
 
@@ -49,6 +50,15 @@ def register(app: typer.Typer) -> None:
         logging.basicConfig(
             level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
+        tls: dict[str, str] = {}
+        if settings.extender_tls_cert_file:
+            for path in (settings.extender_tls_cert_file, settings.extender_tls_key_file):
+                if not os.path.isfile(path):
+                    raise ConfigError(f"PERFSCHED_EXTENDER_TLS_*_FILE: {path} does not exist")
+            tls = {
+                "ssl_certfile": settings.extender_tls_cert_file,
+                "ssl_keyfile": settings.extender_tls_key_file,
+            }
         api = load_api_client(kubeconfig)
         cache = ClusterCache(
             KubeListWatch(api, settings.namespace),
@@ -76,5 +86,6 @@ def register(app: typer.Typer) -> None:
             port=port or settings.extender_port,
             log_level=settings.log_level.lower(),
             access_log=False,
+            **tls,  # type: ignore[arg-type]
         )
         cache.stop()
