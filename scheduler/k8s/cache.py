@@ -413,6 +413,7 @@ class ClusterCache:
             raise RuntimeError("ClusterCache has no ListWatchSource")
         stop = stop or self._stop
         need_list = True
+        failures = 0  # consecutive failures: the retry delay doubles up to 30 s, and resets on success
         while not stop.is_set():
             try:
                 if need_list:
@@ -423,6 +424,7 @@ class ClusterCache:
                         return
                     self._handle_event(kind, event)
                     self.expire_assumed()
+                    failures = 0
                 self.watch_restarts[(kind.value, "ended")] += 1
             except WatchGone:
                 self.watch_restarts[(kind.value, "gone")] += 1
@@ -430,8 +432,10 @@ class ClusterCache:
                 need_list = True
             except Exception as exc:
                 self.watch_restarts[(kind.value, "error")] += 1
-                log.warning("watch of %s failed (%s); retrying", kind.value, exc)
-                stop.wait(self._backoff)
+                delay = min(30.0, self._backoff * (2**failures))
+                failures += 1
+                log.warning("watch of %s failed (%s); retrying in %.1f s", kind.value, exc, delay)
+                stop.wait(delay)
 
     def _handle_event(self, kind: Kind, event: Mapping[str, Any]) -> None:
         etype = event.get("type")
