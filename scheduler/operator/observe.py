@@ -145,7 +145,7 @@ def observe_job(
     *,
     now: float,
     total_work: float | None,
-    node_names: Collection[str],
+    node_types: Mapping[str, str],
     start_timeout_s: float,
 ) -> JobView:
     """Join a TrainingJob's status with its pods into a ``JobView`` (pure)."""
@@ -215,10 +215,21 @@ def observe_job(
     live = [p for p in cur if p.unfinished and not p.deleting]
     present = {p.info.replica_index for p in cur}
     missing = tuple(i for i in range(expected) if i not in present)
-    lost_nodes = sorted({p.node for p in live if p.node and p.node not in node_names})
+    lost_nodes = sorted({p.node for p in live if p.node and p.node not in node_types})
     if lost_nodes:
         return replace(
             view, state=GangState.BROKEN, detail=f"node {', '.join(lost_nodes)} of the gang is gone"
+        )
+    wrong = sorted(
+        f"{p.name} on {p.info.node_name} ({node_types[p.info.node_name]})"
+        for p in live
+        if p.info.node_name and node_types[p.info.node_name] != intent.gpu_type
+    )
+    if wrong:
+        return replace(
+            view,
+            state=GangState.BROKEN,
+            detail=f"replicas bound to nodes without the decided {intent.gpu_type} GPUs: {', '.join(wrong)}",
         )
     # A replica that already exited 0 is done, not gone: replica 0 finishing completes the job.
     finished = sum(1 for p in cur if p.info.phase == "Succeeded")

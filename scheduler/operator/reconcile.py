@@ -97,6 +97,49 @@ def _describe_alloc(alloc: Allocation) -> str:
     return f"{alloc.replicas} x {alloc.gpus_per_replica} {alloc.gpu_type} GPU(s) on {nodes}"
 
 
+def _placing(view: JobView) -> bool:
+    """Whether some replica of the job's gang is not bound to a node yet (or not even created)."""
+    if view.state is GangState.MISSING:
+        return True
+    return any(not p.info.node_name for p in view.cur if p.unfinished and not p.deleting)
+
+
+def _planned_reservations(
+    placing: Sequence[tuple[JobView, Job]], nodes: Sequence[Node], taken: Mapping[str, Allocation]
+) -> dict[str, Allocation]:
+    """Hold the planned node of each unbound replica of gangs being placed, where it still has room.
+
+    Bound pods are already held where they are (``held_allocations``). kube-scheduler may bind a replica
+    elsewhere than planned, so a planned node can be short of room: that replica is not reserved (it
+    lands where the scheduler finds space), which keeps the snapshot within every node's capacity.
+    """
+    from scheduler.k8s.actuator import replica_nodes
+    from scheduler.operator.observe import intended_allocation
+
+    free = {n.name: n.capacity_for_jobs for n in nodes}
+    for alloc in taken.values():
+        for node, r in alloc.replicas_per_node:
+            if node in free:
+                free[node] -= r * alloc.gpus_per_replica
+    types = {n.name: n.gpu_type for n in nodes}
+    out: dict[str, Allocation] = {}
+    for view, job in placing:
+        intent = intended_allocation(view.key, view.status)
+        plan = replica_nodes(intent) if intent is not None else []
+        present = {p.info.replica_index: p for p in view.cur if p.unfinished and not p.deleting}
+        for rank in range(view.expected_replicas):
+            pod = present.get(rank)
+            if pod is not None and pod.info.node_name:
+                continue  # bound: held where it is
+            node = pod.info.planned_node if pod is not None else (plan[rank] if rank < len(plan) else "")
+            gpus = job.gpus_per_replica
+            if node in free and free[node] >= gpus:
+                free[node] -= gpus
+                name = f"{view.key}#planned-{rank}"
+                out[name] = Allocation.of(name, types[node], gpus, {node: 1})
+    return out
+
+
 class Operator:
     """The TrainingJob lifecycle loop's body (see the module docstring); one round at a time."""
 
@@ -192,7 +235,7 @@ class Operator:
         tjs, raw_pods, raw_nodes, classes = self._list()
         report.list_seconds = time.perf_counter() - t_list
         nodes = self._nodes(raw_nodes)
-        node_names = {n.name for n in nodes}
+        node_types = {n.name: n.gpu_type for n in nodes}
         cluster_types = {n.gpu_type for n in nodes}
         views_all = [v for v in (pod_view(p) for p in raw_pods) if v is not None]
         by_job: dict[str, list[PodView]] = {}
@@ -202,6 +245,7 @@ class Operator:
 
         # --- phase 2 and 3: observe and settle -----------------------------------------------------------
         round_jobs: list[tuple[JobView, Job]] = []
+        placing: list[tuple[JobView, Job]] = []
         allocations: dict[str, Allocation] = {}
         accounted: set[str] = set()
         for obj in sorted(
@@ -226,7 +270,7 @@ class Operator:
                 by_job.get(key, []),
                 now=now,
                 total_work=total,
-                node_names=node_names,
+                node_types=node_types,
                 start_timeout_s=self.config.gang_start_timeout_s,
             )
             try:
@@ -239,12 +283,17 @@ class Operator:
             if entry is None:
                 continue
             job, alloc = entry
+            if alloc is not None and _placing(view):
+                # kube-scheduler is still placing this gang: the policy leaves it alone this round
+                placing.append((view, job))
+                continue
             round_jobs.append((view, job))
             if alloc is not None:
                 allocations[key] = alloc
                 accounted.update(p.info.key for p in view.cur if p.unfinished and not p.deleting)
 
-        allocations.update(held_allocations(views_all, accounted, {n.name: n.gpu_type for n in nodes}))
+        allocations.update(held_allocations(views_all, accounted, node_types))
+        allocations.update(_planned_reservations(placing, nodes, allocations))
         snapshot = ClusterSnapshot(now=now, nodes=tuple(nodes), allocations=allocations)
 
         # --- phase 4: decide -------------------------------------------------------------------------------
@@ -265,7 +314,7 @@ class Operator:
         actions = {a.job: a for a in result.actions}
         node_map = snapshot.node_map()
         t_apply = time.perf_counter()
-        predicted = self._predict(round_jobs, actions, node_map)
+        predicted = self._predict([*round_jobs, *placing], actions, node_map)
         self._learned.clear()
 
         def apply(view: JobView, job: Job) -> None:
@@ -280,12 +329,18 @@ class Operator:
 
         # Jobs are independent: their API writes go out concurrently (the writes of one job stay in order).
         # Only I/O runs in the pool; learning from observations happens after it, in this thread.
-        if self.config.api_concurrency > 1 and len(round_jobs) > 1:
+        for view, _job in placing:
+            alloc = view.allocation or self._intent(view)
+            actions[view.key] = Action(
+                ActionKind.KEEP, view.key, alloc, alloc, "starting: kube-scheduler is placing the gang"
+            )
+        everyone = [*round_jobs, *placing]
+        if self.config.api_concurrency > 1 and len(everyone) > 1:
             with ThreadPoolExecutor(max_workers=self.config.api_concurrency) as pool:
-                for fut in [pool.submit(apply, view, job) for view, job in round_jobs]:
+                for fut in [pool.submit(apply, view, job) for view, job in everyone]:
                     fut.result()
         else:
-            for view, job in round_jobs:
+            for view, job in everyone:
                 apply(view, job)
         report.apply_seconds = time.perf_counter() - t_apply
         for args in self._learned:

@@ -7,7 +7,8 @@ terminations finishing, time passing, operator restarts), after every round:
 - a job never has more live pods than ``replicas.max``;
 - the GPUs of live pods planned or bound to a node never exceed the node's GPUs;
 - a Succeeded job's progress equals its declared work, and no job's progress exceeds it;
-- phases are always one of the documented ones.
+- phases are always one of the documented ones;
+- the round never wedges: the policy's answer is always accepted.
 """
 
 from __future__ import annotations
@@ -62,7 +63,27 @@ def check_invariants(h) -> None:  # type: ignore[no-untyped-def]
             assert status["progress"] == total
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def misbind(h, pick: int) -> None:  # type: ignore[no-untyped-def]
+    """Play a kube-scheduler that ignores the plan: bind an unbound pod to another node where it fits."""
+    capacity = {n: int(o["status"]["allocatable"]["nvidia.com/gpu"]) for n, o in h.api.nodes.items()}
+    used: Counter[str] = Counter()
+    for p in h.api.pods.values():
+        if p["spec"].get("nodeName") and p["status"].get("phase") not in ("Succeeded", "Failed"):
+            used[p["spec"]["nodeName"]] += int(
+                p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+            )
+    for (ns, name), p in sorted(h.api.pods.items()):
+        if p["spec"].get("nodeName") or "deletionTimestamp" in p["metadata"]:
+            continue
+        gpus = int(p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
+        planned = p["metadata"]["annotations"].get(crd.ANNOTATION_PLANNED_NODE)
+        nodes = sorted(n for n in capacity if capacity[n] - used[n] >= gpus and n != planned)
+        if nodes:
+            h.api.bind(ns, name, nodes[pick % len(nodes)])
+            return
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     policy=st.sampled_from(["fifo", "las", "srsf", "elastic"]),
     jobs=st.lists(
@@ -87,11 +108,13 @@ def test_random_histories_keep_the_invariants(
     check_invariants(h)
     for event, pick in events:
         # kube-scheduler and kubelet are quick: new pods are bound and running before most events
-        if event != "bind_run" or pick % 2:
+        if event not in ("bind_run", "misbind") or pick % 2:
             h.settle_pods()
         pods = sorted(h.api.pods)
         if event == "bind_run":
             pass
+        elif event == "misbind":
+            misbind(h, pick)
         elif event == "progress" and pods:
             ns, name = pods[pick % len(pods)]
             p = h.api.pods[(ns, name)]
@@ -112,5 +135,6 @@ def test_random_histories_keep_the_invariants(
             h.clock.advance(1 + pick)
         elif event == "restart_operator":
             op = h.operator()
-        op.run_round()
+        rep = op.run_round()
+        assert not [e for e in rep.errors if e.startswith("policy")], rep.errors
         check_invariants(h)

@@ -434,3 +434,30 @@ def test_round_sets_cluster_and_phase_gauges(h: Harness) -> None:
     assert REGISTRY.get_sample_value("perfsched_operator_oldest_waiting_job_seconds") == 90
     assert REGISTRY.get_sample_value("perfsched_operator_jobs", {"phase": "Pending"}) == 1
     assert REGISTRY.get_sample_value("perfsched_operator_jobs", {"phase": "Admitted"}) == 1
+
+
+def test_scheduler_binding_elsewhere_than_planned_never_wedges_the_round(h: Harness) -> None:
+    # two 4-GPU nodes, two 4-GPU jobs: the round plans a on one node and b on the other
+    h.api.add_node(gpu_node("n1", 4))
+    h.api.add_node(gpu_node("n2", 4))
+    h.api.add_trainingjob(trainingjob("a", replicas={"max": 1, "gpusPerReplica": 4}))
+    h.api.add_trainingjob(trainingjob("b", replicas={"max": 1, "gpusPerReplica": 4}))
+    op = h.operator()
+    op.run_round()
+    planned = {
+        p["metadata"]["labels"]["perfsched.dev/job-name"]: p["metadata"]["annotations"][
+            "perfsched.dev/planned-node"
+        ]
+        for p in h.api.pods.values()
+    }
+    assert sorted(planned.values()) == ["n1", "n2"]
+    # kube-scheduler binds a onto b's planned node; b is not bound yet
+    h.api.bind("ml", "a-g1-0", planned["b"])
+    rep = op.run_round()
+    assert rep.errors == [] and rep.actions == {}
+    assert h.api.status_of("ml", "b")["phase"] == "Admitted"
+    h.api.bind("ml", "b-g1-0", planned["a"])
+    h.api.run_all_bound()
+    rep = op.run_round()
+    assert rep.errors == []
+    assert {h.api.status_of("ml", n)["phase"] for n in "ab"} == {"Running"}
