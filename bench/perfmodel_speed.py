@@ -4,8 +4,11 @@ Figures (median of repeated runs after warm-up, one thread):
 - load: ``Predictor.load()`` in a fresh interpreter (subprocess; includes importing perfmodel and numpy),
   target <= 1 s; baseline in the same run: loading the same trees into ``xgboost`` (import + Booster)
   as a server that used xgboost directly would.
-- 100 rows: ``predict`` on 100 (job, placement) rows not in the result cache, target <= 1 ms;
-  baseline: ``xgboost.Booster.inplace_predict`` on the same 100 feature rows (tree evaluation only).
+- 100 rows: ``predict`` on 100 (job, placement) rows not in the result cache (their job and placement
+  sides were seen before, as in a scheduling round), target <= 1 ms; baselines: the previous per-row
+  path on the same batches, interleaved with ours (the shared machine's load moves both alike), and
+  ``xgboost.Booster.inplace_predict`` on the same 100 feature rows (tree evaluation only). Also printed:
+  the same with every cache cold (a new predictor per batch).
 - cached: the same call repeated (every row a cache hit), and one cached row, target <= 20 us.
 
 Run: ``nice python bench/perfmodel_speed.py``.
@@ -23,7 +26,7 @@ from collections.abc import Callable
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from perfmodel.features import HardwareFeatures, JobFeatures
+from perfmodel.features import HardwareFeatures, JobFeatures, design_of
 from perfmodel.predictor import Predictor
 
 # The machine this runs on is shared: CPU time of this process (CLOCK_PROCESS_CPUTIME_ID) is what one
@@ -92,6 +95,37 @@ def main() -> int:
         f"median {statistics.median(fresh) * 1e6:.0f} us CPU, "
         f"{statistics.median(fresh_wall) * 1e6:.0f} us wall"
         " (target <= 1000 us)"
+    )
+    # Baseline in the same run, interleaved with the batch path on the same batches: the previous per-row
+    # path (a Resolved object per row from the cached sides, per-(model, dataset) anchors over Resolved
+    # rows, the same trees), which the tests hold the batch path equal to.
+    anchors = p.anchors
+    assert anchors is not None
+    ours, per_row = [], []
+    for b in batches[10:]:
+        p.clear_cache()
+        t = CLOCK()
+        p.predict(b)
+        ours.append(CLOCK() - t)
+        t = CLOCK()
+        resolved = [p.resolve(j, h) for j, h in b]
+        times, _ = p.model.times(design_of(resolved), anchors.iteration_times(resolved))
+        [(r.batch_size / x, 1.0 / x, r.low_confidence) for r, x in zip(resolved, times.tolist(), strict=True)]
+        per_row.append(CLOCK() - t)
+    print(
+        "baseline: previous per-row path on the same batches: "
+        f"median {statistics.median(per_row) * 1e6:.0f} us CPU "
+        f"(batch path interleaved with it: {statistics.median(ours) * 1e6:.0f} us)"
+    )
+    cold = []
+    for b in batches[10:]:
+        q = Predictor(p.model, p.meta, anchors=p.anchors)
+        t = CLOCK()
+        q.predict(b)
+        cold.append(CLOCK() - t)
+    print(
+        "predict 100 rows, every cache cold (new predictor: job and placement sides checked too): "
+        f"median {statistics.median(cold) * 1e6:.0f} us CPU"
     )
     b = batches[-1]
     p.predict(b)

@@ -9,6 +9,10 @@ question's GPU by the spec ratio ``(effective TFLOP/s ratio)^0.5 x (memory bandw
 linearly in the GPU count; other rows get NaN. The predictor blends this anchor with its own estimate
 (``ANCHOR_WEIGHT`` in log space).
 
+``times_of`` is the same lookup for rows given as arrays (the predictor's batch path): the nearest site
+(a measured per-GPU batch, GPU count and node kind) first, then the GPU at that site with the closest
+specs; rows whose second-nearest site is within the tie-break term's bound get the full distance.
+
 Pure: built from a list of measurements; vectorised per (model, dataset) group.
 """
 
@@ -28,6 +32,9 @@ from perfmodel.measurements import Measurement
 
 # Weight of the anchor in log space when it applies (the benchmark's best blend: 0.75).
 ANCHOR_WEIGHT = 0.75
+# Bound (with room for rounding) on the spec tie-break term of the distance: 1e-3 x half the log spec
+# ratio, and no two catalogued GPUs are 10^4 apart in FLOP/s x bandwidth.
+_TIE_BOUND = 1e-3 * 0.5 * math.log(1e4) * 1.01
 FloatArray = npt.NDArray[np.float64]
 
 
@@ -49,6 +56,22 @@ class _Group:
         self.specs: list[GPUSpec] = [gpu_spec(k[0]) for k in keys]
         self.log_fp32 = np.log([s.fp32_tflops for s in self.specs])
         self.log_bw = np.log([s.memory_bandwidth_gbs for s in self.specs])
+        # Sites: the distinct (per-GPU batch, GPU count, node kind) measured, each with the points
+        # (GPU types) measured there in index order, padded with -1 (``times_of`` searches sites first).
+        sites: dict[tuple[int, bool, float], list[int]] = defaultdict(list)
+        for i, k in enumerate(keys):
+            sites[(k[1], k[2], k[3])].append(i)
+        site_keys = list(sites)
+        self.site_log_lb = np.log([k[2] for k in site_keys])
+        self.site_log_n = np.log([float(k[0]) for k in site_keys])
+        self.site_multi = np.asarray([1.0 if k[1] else 0.0 for k in site_keys])
+        width = max(len(v) for v in sites.values())
+        self.site_points = np.full((len(site_keys), width), -1, dtype=np.int64)
+        for s, site in enumerate(site_keys):
+            self.site_points[s, : len(sites[site])] = sites[site]
+        pad = self.site_points < 0
+        self.site_fp32 = np.where(pad, np.inf, self.log_fp32[self.site_points])
+        self.site_bw = np.where(pad, np.inf, self.log_bw[self.site_points])
 
 
 def _ratio(ref: GPUSpec, target: GPUSpec, precision: str) -> float:
@@ -66,6 +89,117 @@ class Anchors:
         for m in measurements:
             groups[(m.model, m.dataset)].append(m)
         self._groups = {k: _Group(v) for k, v in groups.items()}
+        # The array path (``times_of``): groups by index, and which GPU types each group measured.
+        self._keys = sorted(self._groups)
+        self._group_index = {k: i for i, k in enumerate(self._keys)}
+        types = sorted({t for g in self._groups.values() for t in g.gpu_types})
+        self._type_index = {t: i for i, t in enumerate(types)}
+        # One column more than there are measured types: every other GPU type (never measured).
+        self.measured = np.zeros((len(self._keys), len(types) + 1), dtype=np.bool_)
+        for i, k in enumerate(self._keys):
+            for t in self._groups[k].gpu_types:
+                self.measured[i, self._type_index[t]] = True
+        # Every group's points and sites concatenated (``times_of`` indexes them globally).
+        gs = [self._groups[k] for k in self._keys]
+        point_off = np.cumsum([0] + [g.samples.size for g in gs])
+        self._site_off = np.cumsum([0] + [g.site_log_lb.size for g in gs])
+        self._samples = np.concatenate([g.samples for g in gs]) if gs else np.zeros(0)
+        self._n = np.concatenate([g.n for g in gs]) if gs else np.zeros(0)
+        self._log_fp32 = np.concatenate([g.log_fp32 for g in gs]) if gs else np.zeros(0)
+        self._log_bw = np.concatenate([g.log_bw for g in gs]) if gs else np.zeros(0)
+        width = max((g.site_points.shape[1] for g in gs), default=1)
+        self._site_points = np.zeros((int(self._site_off[-1]), width), dtype=np.int64)
+        self._site_fp32 = np.full(self._site_points.shape, np.inf)
+        self._site_bw = np.full(self._site_points.shape, np.inf)
+        for g, p0, s0 in zip(gs, point_off, self._site_off, strict=False):
+            rows = slice(int(s0), int(s0) + g.site_points.shape[0])
+            cols = slice(0, g.site_points.shape[1])
+            self._site_points[rows, cols] = np.where(g.site_points < 0, 0, g.site_points + p0)
+            self._site_fp32[rows, cols] = g.site_fp32
+            self._site_bw[rows, cols] = g.site_bw
+        self._point_off = point_off
+
+    def group_index(self, model: str, dataset: str) -> int:
+        """Index of the (model, dataset) group for ``times_of``; -1 when it was never measured."""
+        return self._group_index.get((model, dataset), -1)
+
+    def type_index(self, gpu_type: str) -> int:
+        """Column of ``measured`` for a GPU type (types measured for no model share the last column)."""
+        return self._type_index.get(gpu_type, len(self._type_index))
+
+    def times_of(
+        self,
+        group: npt.NDArray[np.int64],
+        local_batch: FloatArray,
+        num_gpus: FloatArray,
+        multi_node: FloatArray,
+        log_fp32: FloatArray,
+        log_eff: FloatArray,
+        log_bw: FloatArray,
+    ) -> tuple[FloatArray, FloatArray]:
+        """``iteration_times`` for rows given as arrays, all of which the anchor applies to.
+
+        ``group`` from ``group_index``; ``multi_node`` 1.0 where the row spans nodes; ``log_fp32`` /
+        ``log_bw`` the logs of the row GPU's FP32 TFLOP/s and memory bandwidth, ``log_eff`` of its
+        ``effective_tflops`` at the row's precision. The same numbers as ``iteration_times``, grouped once
+        with numpy instead of per row; a 1-GPU row is its own 1-GPU twin.
+        """
+        k = group.size
+        multi = np.flatnonzero(num_gpus > 1.0)
+        # questions: the rows, then the 1-GPU twins (same per-GPU batch) of the multi-GPU rows
+        q_group = np.concatenate((group, group[multi]))
+        q_lb = np.concatenate((local_batch, local_batch[multi]))
+        q_n = np.concatenate((num_gpus, np.ones(multi.size)))
+        q_multi = np.concatenate((multi_node, np.zeros(multi.size)))
+        q_fp32 = np.concatenate((log_fp32, log_fp32[multi]))
+        q_eff = np.concatenate((log_eff, log_eff[multi]))
+        q_bw = np.concatenate((log_bw, log_bw[multi]))
+        # Sorted by group, each group's questions are one slice.
+        order = np.argsort(q_group, kind="stable")
+        q_group, q_lb, q_n, q_multi = q_group[order], q_lb[order], q_n[order], q_multi[order]
+        q_fp32, q_eff, q_bw = q_fp32[order], q_eff[order], q_bw[order]
+        log_lb, log_n = np.log(q_lb), np.log(q_n)
+        bounds = np.flatnonzero(np.diff(q_group)) + 1
+        starts = np.concatenate(([0], bounds)).tolist()
+        ends = np.concatenate((bounds, [q_group.size])).tolist()
+        site = np.empty(q_group.size, dtype=np.int64)
+        point = np.full(q_group.size, -1, dtype=np.int64)
+        for a, b in zip(starts, ends, strict=True):
+            gi = int(q_group[a])
+            g = self._groups[self._keys[gi]]
+            lb_q, n_q, m_q = log_lb[a:b, None], log_n[a:b, None], q_multi[a:b, None]
+            # Nearest site by per-GPU batch, GPU count and node kind.
+            d0 = np.abs(g.site_log_lb - lb_q) + np.abs(g.site_log_n - n_q)
+            d0 += np.abs(g.site_multi - m_q)
+            if d0.shape[1] == 1:
+                site[a:b] = self._site_off[gi]
+                continue
+            two = np.partition(d0, 1, axis=1)
+            site[a:b] = np.argmin(d0, axis=1) + self._site_off[gi]
+            # Another site within _TIE_BOUND of the best could win on the spec tie-break term: those
+            # questions get the full distance over every point of the group (as ``iteration_times``).
+            near = np.flatnonzero(two[:, 1] - two[:, 0] <= _TIE_BOUND)
+            if near.size:
+                w = near + a
+                dist = np.abs(g.log_lb[None, :] - log_lb[w][:, None]) + np.abs(
+                    g.log_n[None, :] - log_n[w][:, None]
+                )
+                dist += np.abs(g.multi[None, :] - q_multi[w][:, None])
+                dist += 1e-3 * np.abs(
+                    0.5 * (q_fp32[w][:, None] - g.log_fp32[None, :] + q_bw[w][:, None] - g.log_bw[None, :])
+                )
+                point[w] = np.argmin(dist, axis=1) + self._point_off[gi]
+        # At the chosen site, the measured GPU whose specs are closest to the question's.
+        spec = np.abs(0.5 * (q_fp32[:, None] - self._site_fp32[site] + q_bw[:, None] - self._site_bw[site]))
+        j = np.where(point >= 0, point, self._site_points[site, np.argmin(spec, axis=1)])
+        # Roofline blend of the question's GPU (at its precision) over the measured one (fp32).
+        ratio = np.exp(0.5 * (q_eff - self._log_fp32[j] + q_bw - self._log_bw[j]))
+        samples = self._samples[j] * ratio * q_n / self._n[j]
+        times = np.empty(q_group.size)
+        times[order] = q_lb * q_n / samples
+        t1 = times[:k].copy()
+        t1[multi] = times[k:]
+        return times[:k], t1
 
     def applies(self, r: Resolved) -> bool:
         g = self._groups.get((r.model, r.dataset))

@@ -323,7 +323,7 @@ def slowest_link_gbs(r: Resolved) -> float:
 FloatArray = npt.NDArray[np.float64]
 
 # Columns of ``Resolved.nums``: job side, then placement side, then the precision's effective TFLOP/s.
-_NUM_COLUMNS = (
+NUM_COLUMNS = _NUM_COLUMNS = (
     "batch",
     "params",
     "flops",
@@ -446,7 +446,13 @@ class Design:
 
 def design_of(rows: Sequence[Resolved]) -> Design:
     """The ``Design`` of resolved rows, vectorised."""
-    m = _nums(rows)
+    return design_of_nums(_nums(rows))
+
+
+def design_of_nums(m: FloatArray) -> Design:
+    """The ``Design`` of rows given as a matrix of ``Resolved.nums`` (rows x ``NUM_COLUMNS``)."""
+    if m.ndim != 2 or m.shape[1] != len(_NUM_COLUMNS):
+        raise ValueError(f"expected a rows x {len(_NUM_COLUMNS)} matrix, got shape {m.shape}")
     k = m.shape[0]
     single = m.copy()
     single[:, _B] = m[:, _B] / m[:, _N]

@@ -22,7 +22,8 @@ catalogue) and placements larger than any training row. The model file (``perfmo
 holds the feature-schema version, the trees as flat arrays (evaluated here with numpy: serving needs
 neither xgboost's import time nor its per-call overhead) and the quantiles. A file of another schema, or
 a corrupt one, is refused with ``ModelFileError``. ``Predictor.predict`` caches results per
-(job features, placement) in a bounded LRU.
+(job features, placement) in a bounded LRU; uncached rows are computed together, in one numpy pass over
+numeric tables of the checked job and placement sides (no per-row objects).
 
 Pure apart from ``Predictor.load`` (reads the model file).
 """
@@ -55,7 +56,7 @@ from perfmodel.features import (
     JobPart,
     Resolved,
     combine,
-    design_of,
+    design_of_nums,
     resolve_hw,
     resolve_job,
 )
@@ -88,29 +89,21 @@ class Predictions:
         return len(self.samples_per_s)
 
 
-@dataclass(frozen=True, slots=True)
-class _RowResult:
-    samples_per_s: float
-    iters_per_s: float
-    low: float
-    high: float
-    low_confidence: bool
-
-
 class Forest:
     """A tree ensemble as flat arrays, evaluated for many rows at once with numpy.
 
-    Every node has a global index; leaves point to themselves, so ``depth`` steps of
-    ``node = left if x[feature] < threshold else right`` reach every row's leaf in every tree.
+    Every node has a global index; the two children of an inner node sit side by side (``child`` is the
+    left one, the right one is ``child + 1``), and a leaf is its own child with an infinite threshold, so
+    ``depth`` steps of ``node = child + (x[feature] >= threshold)`` reach every row's leaf in every tree
+    (XGBoost goes left when ``x < threshold``; features here are never missing).
     """
 
     def __init__(
         self,
-        roots: npt.NDArray[np.int64],
-        feature: npt.NDArray[np.int64],
-        threshold: FloatArray,
-        left: npt.NDArray[np.int64],
-        right: npt.NDArray[np.int64],
+        roots: npt.NDArray[np.intp],
+        feature: npt.NDArray[np.intp],
+        threshold: npt.NDArray[np.float32],
+        child: npt.NDArray[np.intp],
         value: FloatArray,
         depth: int,
         base: float,
@@ -118,8 +111,7 @@ class Forest:
         self.roots = roots
         self.feature = feature
         self.threshold = threshold
-        self.left = left
-        self.right = right
+        self.child = child
         self.value = value
         self.depth = depth
         self.base = base
@@ -128,39 +120,58 @@ class Forest:
     def from_trees(trees: Sequence[dict[str, list[Any]]], base: float) -> Forest:
         """Build from per-tree dicts with ``left``, ``right``, ``feature``, ``threshold``, ``value``
         (``left[i] == -1`` marks a leaf); raises ``ValueError`` on inconsistent arrays."""
-        roots, feat, thr, lft, rgt, val = [], [], [], [], [], []
-        offset = 0
+        roots: list[int] = []
+        feat: list[int] = []
+        thr: list[float] = []
+        child: list[int] = []
+        val: list[float] = []
         depth = 0
         for t in trees:
             n = len(t["left"])
             if not (len(t["right"]) == len(t["feature"]) == len(t["threshold"]) == len(t["value"]) == n):
                 raise ValueError("tree arrays of different lengths")
-            roots.append(offset)
-            d = [0] * n
-            for i in range(n):
-                li, ri = int(t["left"][i]), int(t["right"][i])
-                if li == -1:
-                    lft.append(offset + i)
-                    rgt.append(offset + i)
-                    feat.append(0)
-                else:
+            if n == 0:
+                raise ValueError("empty tree")
+            # Renumber breadth-first so that siblings are adjacent: (old index, new index, depth).
+            roots.append(len(feat))
+            queue = [(0, len(feat), 0)]
+            feat.append(0)
+            thr.append(0.0)
+            child.append(0)
+            val.append(0.0)
+            seen = 1
+            while queue:
+                nxt = []
+                for old, new, d in queue:
+                    li, ri = int(t["left"][old]), int(t["right"][old])
+                    val[new] = float(t["value"][old])
+                    depth = max(depth, d)
+                    if li == -1:
+                        feat[new], thr[new], child[new] = 0, math.inf, new
+                        continue
                     if not (0 <= li < n and 0 <= ri < n):
                         raise ValueError("child index out of range")
-                    lft.append(offset + li)
-                    rgt.append(offset + ri)
-                    feat.append(int(t["feature"][i]))
-                    d[li] = d[i] + 1
-                    d[ri] = d[i] + 1
-                thr.append(float(t["threshold"][i]))
-                val.append(float(t["value"][i]))
-            depth = max(depth, max(d) if d else 0)
-            offset += n
+                    seen += 2
+                    if seen > n:
+                        raise ValueError("tree is not a tree (a node reached twice)")
+                    feat[new], thr[new], child[new] = (
+                        int(t["feature"][old]),
+                        float(t["threshold"][old]),
+                        len(feat),
+                    )
+                    for c in (li, ri):
+                        nxt.append((c, len(feat), d + 1))
+                        feat.append(0)
+                        thr.append(0.0)
+                        child.append(0)
+                        val.append(0.0)
+                queue = nxt
         return Forest(
-            np.asarray(roots, dtype=np.int64),
-            np.asarray(feat, dtype=np.int64),
-            np.asarray(thr, dtype=np.float32).astype(np.float64),
-            np.asarray(lft, dtype=np.int64),
-            np.asarray(rgt, dtype=np.int64),
+            np.asarray(roots, dtype=np.intp),
+            np.asarray(feat, dtype=np.intp),
+            # XGBoost compares float32 features with float32 thresholds: do the same.
+            np.asarray(thr, dtype=np.float32),
+            np.asarray(child, dtype=np.intp),
             np.asarray(val, dtype=np.float64),
             depth,
             base,
@@ -169,14 +180,14 @@ class Forest:
     def predict(self, x: FloatArray) -> FloatArray:
         """Sum of leaf values plus the base, for each row of ``x`` (rows x features)."""
         rows, nf = x.shape
-        # XGBoost compares float32 features with float32 thresholds: do the same.
-        flat = x.astype(np.float32).astype(np.float64).ravel()
+        flat = x.astype(np.float32).ravel()
         node = np.broadcast_to(self.roots, (rows, self.roots.size)).copy()
-        row_off = (np.arange(rows, dtype=np.int64) * nf)[:, None]
+        row_off = (np.arange(rows, dtype=np.intp) * nf)[:, None]
+        feature, threshold, child = self.feature, self.threshold, self.child
         for _ in range(self.depth):
-            xv = flat[row_off + self.feature[node]]
-            node = np.where(xv < self.threshold[node], self.left[node], self.right[node])
-        out: FloatArray = self.value[node].sum(axis=1) + self.base
+            xv = flat.take(row_off + feature.take(node))
+            node = child.take(node) + (xv >= threshold.take(node))
+        out: FloatArray = self.value.take(node).sum(axis=1) + self.base
         return out
 
 
@@ -270,8 +281,39 @@ def _read_model(path: Path) -> tuple[LearnedModel, ModelMeta]:
     return model, meta
 
 
+class _Table:
+    """Rows of numbers that grow by appending (capacity doubles); ``rows`` is the filled part."""
+
+    def __init__(self, width: int, dtype: type[np.generic] = np.float64) -> None:
+        self._data = np.zeros((16, width), dtype=dtype)
+        self.size = 0
+
+    def add(self, values: Sequence[float]) -> int:
+        if self.size == self._data.shape[0]:
+            self._data = np.concatenate((self._data, np.zeros_like(self._data)))
+        self._data[self.size] = values
+        self.size += 1
+        return self.size - 1
+
+    @property
+    def rows(self) -> npt.NDArray[Any]:
+        return self._data[: self.size]
+
+
+# Extra columns of the job table after ``JobPart.nums``: precision index, anchor group, low confidence.
+_J_PREC, _J_GROUP, _J_LOW = 5, 6, 7
+# Extra columns of the placement table after ``HardwarePart.nums`` (9 columns): effective TFLOP/s per
+# precision (4), low confidence, GPU type's column in ``Anchors.measured``, log FP32 TFLOP/s, log bandwidth.
+_H_TF, _H_LOW, _H_TYPE, _H_LOGFP32, _H_LOGBW = 9, 13, 14, 15, 16
+_H_GPUS, _H_NODES = 0, 1
+
+
 class Predictor:
-    """Batch throughput predictor with a per-(job, placement) cache. Build with ``Predictor.load()``."""
+    """Batch throughput predictor with a per-(job, placement) cache. Build with ``Predictor.load()``.
+
+    The job and placement sides of rows are checked once each and kept as rows of two numeric tables, so
+    a batch of uncached rows is two dictionary look-ups per row and then numpy over the whole batch.
+    """
 
     def __init__(
         self, model: LearnedModel, meta: ModelMeta, cache_size: int = 65536, anchors: Anchors | None = None
@@ -279,10 +321,21 @@ class Predictor:
         self.model = model
         self.meta = meta
         self.anchors = anchors
-        self._cache: OrderedDict[tuple[JobFeatures, HardwareFeatures], _RowResult] = OrderedDict()
+        # Results per row: (samples/s, iterations/s, low, high, low confidence).
+        self._cache: OrderedDict[
+            tuple[JobFeatures, HardwareFeatures], tuple[float, float, float, float, bool]
+        ]
+        self._cache = OrderedDict()
         self._cache_size = cache_size
-        self._jobs: dict[JobFeatures, JobPart] = {}
-        self._hws: dict[HardwareFeatures, HardwarePart] = {}
+        self._reset_parts()
+
+    def _reset_parts(self) -> None:
+        self._jobs: dict[JobFeatures, int] = {}
+        self._hws: dict[HardwareFeatures, int] = {}
+        self._job_parts: list[JobPart] = []
+        self._hw_parts: list[HardwarePart] = []
+        self._jtab = _Table(8)
+        self._htab = _Table(17)
 
     @classmethod
     def load(cls, path: Path | None = None, cache_size: int = 65536) -> Predictor:
@@ -308,56 +361,95 @@ class Predictor:
 
     def resolve(self, job: JobFeatures, hw: HardwareFeatures) -> Resolved:
         """``features.resolve`` with the job and placement sides cached separately (they recur)."""
-        return self._resolve(job, hw)
+        j, h = self._ids(job, hw)
+        return combine(self._job_parts[j], self._hw_parts[h])
 
-    def _resolve(self, job: JobFeatures, hw: HardwareFeatures) -> Resolved:
-        """Resolve a row, caching the job and placement sides separately (they recur across rows)."""
+    def _ids(self, job: JobFeatures, hw: HardwareFeatures) -> tuple[int, int]:
+        """Rows of the job and placement tables for a row, checking and adding sides not seen before."""
         j = self._jobs.get(job)
-        if j is None:
-            j = resolve_job(job)
-            if len(self._jobs) >= self._cache_size:
-                self._jobs.clear()
-            self._jobs[job] = j
         h = self._hws.get(hw)
-        if h is None:
-            h = resolve_hw(hw)
-            if len(self._hws) >= self._cache_size:
-                self._hws.clear()
-            self._hws[hw] = h
-        return combine(j, h)
+        if j is None or h is None:
+            j, h = self._add(job, hw)
+        return j, h
+
+    def _add(self, job: JobFeatures, hw: HardwareFeatures) -> tuple[int, int]:
+        jp = resolve_job(job) if job not in self._jobs else None
+        hp = resolve_hw(hw) if hw not in self._hws else None
+        if jp is not None:
+            group = self.anchors.group_index(jp.model, jp.dataset) if self.anchors is not None else -1
+            self._jobs[job] = self._jtab.add((*jp.nums, jp.precision_index, group, jp.low_confidence))
+            self._job_parts.append(jp)
+        if hp is not None:
+            spec = hp.spec
+            gtype = self.anchors.type_index(spec.gpu_type) if self.anchors is not None else 0
+            self._hws[hw] = self._htab.add(
+                (
+                    *hp.nums,
+                    *hp.tflops_by_precision,
+                    spec.low_confidence,
+                    gtype,
+                    math.log(spec.fp32_tflops),
+                    math.log(spec.memory_bandwidth_gbs),
+                )
+            )
+            self._hw_parts.append(hp)
+        return self._jobs[job], self._hws[hw]
 
     def predict(self, rows: Sequence[tuple[JobFeatures, HardwareFeatures]]) -> Predictions:
         """Predict every row; ``InvalidInputError`` naming the row and field on bad input.
 
         Use ``predict_each`` to get per-row errors instead of one exception.
         """
-        results: list[_RowResult | None] = [None] * len(rows)
-        todo: list[int] = []
-        resolved: list[Resolved] = []
-        for i, row in enumerate(rows):
-            hit = self._cache.get(row)
-            if hit is not None:
-                results[i] = hit
-                continue
-            try:
-                resolved.append(self._resolve(*row))
-            except InvalidInputError as exc:
-                raise InvalidInputError(f"row {i}: {exc}") from exc
-            todo.append(i)
+        cache = self._cache
+        hits = [cache.get(row) for row in rows]
+        todo = [i for i, h in enumerate(hits) if h is None]
         if todo:
-            computed = self._compute(resolved)
+            # The side tables are bounded like the result cache (checked between calls, so the ids of
+            # one batch stay valid while it is computed).
+            if len(self._jobs) > self._cache_size or len(self._hws) > self._cache_size:
+                self._reset_parts()
+            jobs, hws = self._jobs, self._hws
+            jid: list[int] = []
+            hid: list[int] = []
+            for i in todo:
+                job, hw = rows[i]
+                j = jobs.get(job)
+                h = hws.get(hw)
+                if j is None or h is None:
+                    try:
+                        j, h = self._add(job, hw)
+                    except InvalidInputError as exc:
+                        raise InvalidInputError(f"row {i}: {exc}") from exc
+                jid.append(j)
+                hid.append(h)
+            s, it, lo, hi, low = self._compute(np.asarray(jid), np.asarray(hid))
+            computed = list(zip(s.tolist(), it.tolist(), lo.tolist(), hi.tolist(), low.tolist(), strict=True))
             for i, res in zip(todo, computed, strict=True):
-                results[i] = res
-                self._remember(rows[i], res)
-        done = [r for r in results if r is not None]
+                hits[i] = res
+                cache[rows[i]] = res
+            while len(cache) > self._cache_size:
+                cache.popitem(last=False)
+            if len(todo) == len(rows):
+                b = [row[0].batch_size for row in rows]
+                return Predictions(
+                    s.tolist(),
+                    it.tolist(),
+                    lo.tolist(),
+                    hi.tolist(),
+                    [x / y for x, y in zip(lo.tolist(), b, strict=True)],
+                    [x / y for x, y in zip(hi.tolist(), b, strict=True)],
+                    low.tolist(),
+                )
+        done = [r for r in hits if r is not None]
+        batches = [row[0].batch_size for row in rows]
         return Predictions(
-            samples_per_s=[r.samples_per_s for r in done],
-            iters_per_s=[r.iters_per_s for r in done],
-            low=[r.low for r in done],
-            high=[r.high for r in done],
-            iters_low=[r.low / b for r, b in zip(done, (row[0].batch_size for row in rows), strict=True)],
-            iters_high=[r.high / b for r, b in zip(done, (row[0].batch_size for row in rows), strict=True)],
-            low_confidence=[r.low_confidence for r in done],
+            samples_per_s=[r[0] for r in done],
+            iters_per_s=[r[1] for r in done],
+            low=[r[2] for r in done],
+            high=[r[3] for r in done],
+            iters_low=[r[2] / b for r, b in zip(done, batches, strict=True)],
+            iters_high=[r[3] / b for r, b in zip(done, batches, strict=True)],
+            low_confidence=[r[4] for r in done],
         )
 
     def predict_one(self, job: JobFeatures, hw: HardwareFeatures) -> Predictions:
@@ -371,7 +463,7 @@ class Predictor:
         good: list[int] = []
         for i, row in enumerate(rows):
             try:
-                self._resolve(*row)
+                self._ids(*row)
                 good.append(i)
                 out.append(InvalidInputError("pending"))
             except InvalidInputError as exc:
@@ -390,29 +482,53 @@ class Predictor:
                 )
         return out
 
-    def _compute(self, resolved: Sequence[Resolved]) -> list[_RowResult]:
-        anchored = self.anchors.iteration_times(resolved) if self.anchors is not None else None
-        t, _ = self.model.times(design_of(resolved), anchored)
-        iters = (1.0 / t).tolist()
-        out = []
-        q_low, q_high, max_gpus = self.meta.q_low, self.meta.q_high, self.meta.max_gpus_seen
-        for r, its in zip(resolved, iters, strict=True):
-            # q_low/q_high are quantiles of log(measured / predicted) throughput; widened 2x in log
-            # space for low-confidence rows and placements larger than any training row.
-            widen = 2.0 if (r.low_confidence or r.num_gpus > max_gpus) else 1.0
-            b = r.batch_size
-            out.append(
-                _RowResult(
-                    its * b,
-                    its,
-                    its * b * math.exp(widen * q_low),
-                    its * b * math.exp(widen * q_high),
-                    r.low_confidence,
-                )
-            )
-        return out
+    def _compute(
+        self, jid: npt.NDArray[np.int64], hid: npt.NDArray[np.int64]
+    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+        """(samples/s, iterations/s, low, high, low confidence) for rows given by their table rows."""
+        jt = self._jtab.rows[jid]
+        ht = self._htab.rows[hid]
+        prec = jt[:, _J_PREC].astype(np.int64)
+        tflops = ht[np.arange(jid.size), _H_TF + prec]
+        # ``Resolved.nums`` of every row: job side (5), placement side (9), effective TFLOP/s.
+        m = np.concatenate((jt[:, :5], ht[:, :9], tflops[:, None]), axis=1)
+        d = design_of_nums(m)
+        low = (jt[:, _J_LOW] + ht[:, _H_LOW]) > 0
+        anchored = self._anchored(jt, ht, m, low) if self.anchors is not None else None
+        t, _ = self.model.times(d, anchored)
+        iters = 1.0 / t
+        samples = iters * m[:, 0]
+        # q_low/q_high are quantiles of log(measured / predicted) throughput; widened 2x in log space for
+        # low-confidence rows and placements larger than any training row.
+        widen = np.where(low | (ht[:, _H_GPUS] > self.meta.max_gpus_seen), 2.0, 1.0)
+        lo = samples * np.exp(widen * self.meta.q_low)
+        hi = samples * np.exp(widen * self.meta.q_high)
+        return samples, iters, lo, hi, low
 
-    def _remember(self, key: tuple[JobFeatures, HardwareFeatures], value: _RowResult) -> None:
-        self._cache[key] = value
-        if len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+    def _anchored(
+        self, jt: FloatArray, ht: FloatArray, m: FloatArray, low: npt.NDArray[np.bool_]
+    ) -> tuple[FloatArray, FloatArray]:
+        """``Anchors.iteration_times`` of the rows (NaN where no anchor applies), from the tables."""
+        anchors = self.anchors
+        assert anchors is not None
+        k = m.shape[0]
+        t = np.full(k, np.nan)
+        t1 = np.full(k, np.nan)
+        group = jt[:, _J_GROUP].astype(np.int64)
+        # Applies to a measured model on a GPU type it was not measured on, of a catalogued GPU.
+        ok = (group >= 0) & (ht[:, _H_LOW] == 0)
+        if ok.any():
+            ok[ok] = ~anchors.measured[group[ok], ht[ok, _H_TYPE].astype(np.int64)]
+        idx = np.flatnonzero(ok)
+        if idx.size:
+            n = m[idx, 5]
+            t[idx], t1[idx] = anchors.times_of(
+                group[idx],
+                m[idx, 0] / n,
+                n,
+                (ht[idx, _H_NODES] > 1).astype(np.float64),
+                ht[idx, _H_LOGFP32],
+                np.log(m[idx, 14]),
+                ht[idx, _H_LOGBW],
+            )
+        return t, t1

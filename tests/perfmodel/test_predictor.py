@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfmodel.errors import InvalidInputError, ModelFileError
-from perfmodel.features import HardwareFeatures, JobFeatures
+from perfmodel.features import HardwareFeatures, JobFeatures, design_of, feature_matrix, resolve
 from perfmodel.predictor import MODEL_FILE, Forest, Predictor
 
 SHIPPED = Path(__file__).resolve().parents[2] / "perfmodel" / "data" / MODEL_FILE
@@ -160,3 +160,76 @@ def test_no_placement_scales_superlinearly(
     many = (JobFeatures(model, "", per_gpu * n), HardwareFeatures(product, n, n // nodes, nodes, "pcie", 25))
     s1, sn = predictor.predict([one, many]).samples_per_s
     assert sn <= n * s1 * (1 + 1e-9)
+
+
+def _walk(trees: list[dict[str, list[float]]], base: float, x: list[float]) -> float:
+    """The forest's output for one feature row, walking the model file's trees node by node."""
+    total = base
+    for t in trees:
+        i = 0
+        while t["left"][i] != -1:
+            go_left = np.float32(x[int(t["feature"][i])]) < np.float32(t["threshold"][i])
+            i = int(t["left"][i] if go_left else t["right"][i])
+        total += t["value"][i]
+    return total
+
+
+def _sample_rows() -> list[tuple[JobFeatures, HardwareFeatures]]:
+    """Rows over measured and unmeasured (model, GPU) pairs, precisions, placements and odd inputs."""
+    rows = []
+    gpus = ["V100", "H100", "Tesla-T4", "NVIDIA-A100-SXM4-80GB", "K80", "L4", "A40", "RTX6000"]
+    models = ["resnet50", "resnet18", "bert", "gpt2", "ncf", "yolov3", "lstm", "a3c", "deepspeech2"]
+    placements = [
+        (1, 1, 1, "nvlink"),
+        (4, 4, 1, "pcie"),
+        (8, 8, 1, "nvlink"),
+        (16, 8, 2, "nvlink"),
+        (3, 2, 2, "pcie"),
+    ]
+    for k in range(400):
+        n, per_node, nodes, link = placements[k % len(placements)]
+        job = JobFeatures(models[k % len(models)], "", (16 << (k % 4)) * n, ["fp32", "amp", "bf16"][k % 3])
+        rows.append(
+            (job, HardwareFeatures(gpus[k % len(gpus)], n, per_node, nodes, link, [25.0, 100.0][k % 2]))
+        )
+    rows.append(
+        (JobFeatures("mynet", "", 64, params=25.6e6, flops_per_sample=24.5e9), HardwareFeatures("V100", 2))
+    )
+    rows.append(
+        (
+            JobFeatures("resnet50", "", 64),
+            HardwareFeatures("NVIDIA-RTX-X", memory_mib=24576, compute_capability="8.6"),
+        )
+    )
+    return rows
+
+
+def test_batch_path_equals_the_per_row_reference(predictor: Predictor) -> None:
+    # The batch path (numeric tables, array anchors) must give the numbers of the plain per-row path:
+    # features.resolve per row -> design_of -> Anchors.iteration_times -> LearnedModel.times.
+    rows = _sample_rows()
+    got = predictor.predict(rows)
+    resolved = [resolve(j, h) for j, h in rows]
+    assert predictor.anchors is not None
+    anchored = predictor.anchors.iteration_times(resolved)
+    assert np.isfinite(anchored[0]).sum() > 50  # the sample exercises the anchors
+    t, _ = predictor.model.times(design_of(resolved), anchored)
+    want = np.asarray([r.batch_size for r in resolved]) / t
+    np.testing.assert_allclose(got.samples_per_s, want, rtol=1e-9)
+    np.testing.assert_allclose(got.iters_per_s, 1.0 / t, rtol=1e-9)
+    assert got.low_confidence == [r.low_confidence for r in resolved]
+    # A fresh predictor with a tiny side-table bound (tables reset between calls) and one-row calls agree.
+    small = Predictor(predictor.model, predictor.meta, cache_size=8, anchors=predictor.anchors)
+    for k in range(0, len(rows), 37):
+        assert small.predict(rows[k : k + 5]).samples_per_s == pytest.approx(
+            got.samples_per_s[k : k + 5], rel=1e-12
+        )
+        assert small.predict_one(*rows[k]).samples_per_s[0] == pytest.approx(got.samples_per_s[k], rel=1e-12)
+
+
+def test_forest_arrays_walk_like_the_model_file_trees(predictor: Predictor) -> None:
+    raw = json.loads(SHIPPED.read_text())["forest"]
+    x = feature_matrix([resolve(j, h) for j, h in _sample_rows()[::7]])[0]
+    got = predictor.model.forest.predict(x)
+    want = [_walk(raw["trees"], float(raw["base_score"]), list(row)) for row in x]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
