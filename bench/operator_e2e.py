@@ -200,10 +200,13 @@ def main() -> None:
 
             # --- baseline: the same gangs as bare pods, no operator ------------------------------------
             created: dict[str, float] = {}
+            t_create = time.monotonic()
             for i in range(args.jobs):
                 created[f"g{i:03d}"] = time.monotonic()
                 for rank in range(SHAPES[i % len(SHAPES)][0]):
                     core.create_namespaced_pod("bench-bare", _bare_pod(i, rank))
+            n_pods = sum(sizes.values())
+            result["api_create_pod_ms_sequential"] = round(1000 * (time.monotonic() - t_create) / n_pods, 1)
             _, bare_running = _poll(
                 core,
                 "bench-bare",
@@ -262,6 +265,9 @@ def main() -> None:
     print(
         f"{args.jobs} TrainingJobs ({need} GPUs) on {len(nodes)} KWOK nodes / {capacity} GPUs "
         f"({args.cluster}), policy {args.policy}, round period {args.period:g} s; setup {result['setup_s']} s"
+    )
+    print(
+        f"  (one pod create call from this client, sequential: {result['api_create_pod_ms_sequential']} ms)"
     )
     for label, key in (
         ("baseline: bare gang pods created -> all Running", "baseline_bare_pods_created_to_running_s"),

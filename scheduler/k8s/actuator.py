@@ -274,11 +274,12 @@ class Actuator:
         generation: int,
         start_progress: float,
     ) -> list[str]:
-        """Create the headless Service (once) and the gang's pods; returns the pod names."""
+        """Create the gang's pods, then the headless Service (once); returns the pod names.
+
+        Pods first: they are what the scheduler waits for; the Service only has to exist by the time
+        the workers resolve ``MASTER_ADDR``, which they retry while the gang starts.
+        """
         namespace = tj["metadata"].get("namespace", "default")
-        self._check()
-        with contextlib.suppress(AlreadyExists):
-            self.api.create_service(namespace, headless_service(tj, master_port=self._port))
         names = []
         for pod in gang_pods(
             tj, spec, alloc, generation=generation, start_progress=start_progress, master_port=self._port
@@ -289,6 +290,9 @@ class Actuator:
             except AlreadyExists:
                 log.info("pod already exists", extra={"pod": pod["metadata"]["name"]})
             names.append(pod["metadata"]["name"])
+        self._check()
+        with contextlib.suppress(AlreadyExists):
+            self.api.create_service(namespace, headless_service(tj, master_port=self._port))
         return names
 
     def delete_pods(self, namespace: str, names: Sequence[str], grace_seconds: int | None) -> None:

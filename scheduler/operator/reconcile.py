@@ -167,6 +167,7 @@ class Operator:
         # Only for metrics and de-duplicating observations; never needed for correctness.
         self._observed_report_time: dict[str, float] = {}
         self._learned: list[tuple[Job, PlacementShape, float]] = []
+        self._events: list[tuple[Mapping[str, Any], str, str, str, float]] = []
         self._prediction: dict[str, float] = {}
 
     # --- phase 1: list ---------------------------------------------------------------------------------
@@ -231,6 +232,7 @@ class Operator:
         return report
 
     def _round(self, now: float, report: RoundReport) -> None:
+        self._events = []
         t_list = time.perf_counter()
         tjs, raw_pods, raw_nodes, classes = self._list()
         report.list_seconds = time.perf_counter() - t_list
@@ -306,6 +308,7 @@ class Operator:
             report.errors.append(f"policy: {exc}")
             for view, _ in round_jobs:
                 report.phases[view.key] = view.status.phase or "Pending"
+            self._flush_events(None)
             return
         report.policy_seconds = time.perf_counter() - t0
         metrics.OPERATOR_ROUND_SECONDS.labels(phase="policy").observe(report.policy_seconds)
@@ -339,9 +342,11 @@ class Operator:
             with ThreadPoolExecutor(max_workers=self.config.api_concurrency) as pool:
                 for fut in [pool.submit(apply, view, job) for view, job in everyone]:
                     fut.result()
+                self._flush_events(pool)
         else:
             for view, job in everyone:
                 apply(view, job)
+            self._flush_events(None)
         report.apply_seconds = time.perf_counter() - t_apply
         for args in self._learned:
             self._observe(*args)
@@ -520,7 +525,23 @@ class Operator:
             self.actuator.patch_status(view.obj, patch)
 
     def _event(self, view: JobView, type_: str, reason: str, message: str, now: float) -> None:
-        self.actuator.event(view.obj, type_=type_, reason=reason, message=message, now=now)
+        """Queue an Event; the round sends them after every job's pods and status (they are slower to
+        matter than a gang waiting for its pods)."""
+        self._events.append((view.obj, type_, reason, message, now))
+
+    def _flush_events(self, pool: ThreadPoolExecutor | None) -> None:
+        events, self._events = self._events, []
+
+        def send(e: tuple[Mapping[str, Any], str, str, str, float]) -> None:
+            obj, type_, reason, message, now = e
+            self.actuator.event(obj, type_=type_, reason=reason, message=message, now=now)
+
+        if pool is None:
+            for e in events:
+                send(e)
+        else:
+            for fut in [pool.submit(send, e) for e in events]:
+                fut.result()
 
     def _count(self, report: RoundReport, kind: str, key: str) -> None:
         report.actions.setdefault(kind, []).append(key)
