@@ -47,6 +47,7 @@ def register(app: typer.Typer) -> None:
         import threading
 
         from pydantic import ValidationError
+        from pydantic_settings import SettingsError
 
         from scheduler.core.errors import ConfigError
         from scheduler.core.round import RoundCosts
@@ -61,7 +62,7 @@ def register(app: typer.Typer) -> None:
 
         try:
             settings = Settings()
-        except ValidationError as exc:
+        except (ValidationError, SettingsError) as exc:
             raise ConfigError(f"invalid PERFSCHED_* settings: {exc}") from None
         logging.basicConfig(
             level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
