@@ -2,19 +2,24 @@
 
 The offline predictor is wrong in systematic ways: a GPU generation it never saw, a software stack that
 is faster or slower than the measured one, one job's data loader. ``OnlineCorrector`` learns a
-multiplicative correction of the predictor's throughput in three nested levels, each a shrunken mean of
+multiplicative correction of the predictor's throughput in nested levels, each fitted to the
 ``log(observed / predicted)`` residuals left over by the level above it:
 
-1. per GPU type (a systematic bias on one GPU type moves every model on it),
-2. per model x GPU type (learned from any job of that model on that type, used by all of them, weighted
-   by how close the other jobs' per-GPU batch and GPU count are to the question's),
+1. per GPU type: a shrunken mean (a systematic bias on one GPU type moves every model on it), and a
+   scaling trend shared by every model on that type: ridge slopes in log GPU count and "spans nodes",
+   fitted within models (a GPU type in the data is a cluster whose network and placements the offline
+   model does not know, so its error grows or shrinks with the GPU count alike for all models);
+2. per model x GPU type, learned from any job of that model on that type and used by all of them: a mean
+   shrunken by the number of observations, plus a local deviation weighted by how close the other jobs'
+   per-GPU batch and GPU count are to the question's (a model's error differs between its compute-bound
+   and overhead-bound regimes);
 3. per job (its own data loader, input sizes, ...).
 
-Level estimates are ``sum(residual) / (count + prior)``, with priors of 3, 1 and 0.25 observations, so one
-observation moves a level partly, and a few observations of a job make its predictions converge to what it
-really does (the three levels together absorb nearly all of a consistent residual). A job's observations
-count at most ``job_weight_cap`` times in the shared levels, so one long-running job reporting every round
-does not drown the others. ``decay`` < 1 forgets old observations of a job exponentially (throughput drifts).
+Means are ``sum(residual) / (count + prior)``, with priors of 3 (GPU type), 1 (model x GPU type, and
+its local deviation) and 0.25 (job) observations, so one observation moves a level partly, and a few
+observations of a job make its predictions converge to what it really does. A job's observations count at
+most ``job_weight_cap`` times in the shared levels, so one long-running job reporting every round does
+not drown the others. ``decay`` < 1 forgets old observations of a job exponentially (throughput drifts).
 The interval of a corrected prediction narrows with the job's observation count down to the spread of its
 own residuals.
 
@@ -36,6 +41,9 @@ from perfmodel.predictor import Predictions, Predictor
 PRIOR_GPU = 3.0
 PRIOR_MODEL_GPU = 1.0
 PRIOR_JOB = 0.25
+# Ridge penalty of the per-GPU-type scaling slopes (in observations x (log GPU count)^2): with a few
+# observations at different GPU counts the slopes stay near zero.
+RIDGE_GPU_SLOPES = 1.0
 _KERNEL_WIDTH = math.log(16.0)
 
 
@@ -79,6 +87,8 @@ class OnlineCorrector:
         default_factory=dict
     )
     _dirty: bool = False
+    # Per GPU type: (log GPU count slope, spans-nodes slope) of its scaling trend.
+    _gpu_slopes: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def _key_of(self, job: JobFeatures, hw: HardwareFeatures, job_id: Hashable | None) -> Hashable:
         return job_id if job_id is not None else (job, hw)
@@ -129,27 +139,72 @@ class OnlineCorrector:
             gpu[st.gpu_type] = (w + cw, sm + cw * mean)
             mg.setdefault((st.model, st.gpu_type), []).append((cw, mean, st.point))
         self._gpu_sums, self._mg_jobs, self._dirty = gpu, mg, False
+        self._gpu_slopes = {}
+        for gpu_type in gpu:
+            self._gpu_slopes[gpu_type] = self._fit_slopes(
+                [jobs for (_, g), jobs in mg.items() if g == gpu_type], self._gpu_level(gpu_type)
+            )
+
+    @staticmethod
+    def _fit_slopes(
+        models: Sequence[Sequence[tuple[float, float, tuple[float, float, float]]]], bias: float
+    ) -> tuple[float, float]:
+        """Weighted ridge slopes of residuals on (log GPU count, spans nodes) within models.
+
+        Each model's jobs are centred on their own weighted means (the model level absorbs constants),
+        so only how the error changes with the GPU count and node span inside a model is shared.
+        """
+        xtx = [[RIDGE_GPU_SLOPES, 0.0], [0.0, RIDGE_GPU_SLOPES]]
+        xty = [0.0, 0.0]
+        for jobs in models:
+            w = sum(cw for cw, _, _ in jobs)
+            if len(jobs) < 2 or w <= 0:
+                continue
+            mx0 = sum(cw * p[1] for cw, _, p in jobs) / w
+            mx1 = sum(cw * p[2] for cw, _, p in jobs) / w
+            my = sum(cw * (mean - bias) for cw, mean, _ in jobs) / w
+            for cw, mean, p in jobs:
+                x0, x1, y = p[1] - mx0, p[2] - mx1, mean - bias - my
+                xtx[0][0] += cw * x0 * x0
+                xtx[0][1] += cw * x0 * x1
+                xtx[1][1] += cw * x1 * x1
+                xty[0] += cw * x0 * y
+                xty[1] += cw * x1 * y
+        det = xtx[0][0] * xtx[1][1] - xtx[0][1] * xtx[0][1]
+        return (
+            (xtx[1][1] * xty[0] - xtx[0][1] * xty[1]) / det,
+            (xtx[0][0] * xty[1] - xtx[0][1] * xty[0]) / det,
+        )
 
     def _gpu_level(self, gpu_type: str) -> float:
         w, s = self._gpu_sums.get(gpu_type, (0.0, 0.0))
         return s / (w + PRIOR_GPU)
 
+    def _trend(self, gpu_type: str, point: tuple[float, float, float]) -> float:
+        b_n, b_multi = self._gpu_slopes.get(gpu_type, (0.0, 0.0))
+        return b_n * point[1] + b_multi * point[2]
+
     def _model_gpu_level(
         self, model: str, gpu_type: str, gpu_bias: float, point: tuple[float, float, float]
     ) -> float:
-        """Kernel-weighted mean of the model's residuals on this GPU type left by the GPU level.
+        """The model's residuals on this GPU type left by the GPU level (bias and trend): their mean,
+        shrunken by the observation count, plus a kernel-weighted local deviation from that mean.
 
-        Jobs that ran at a similar per-GPU batch and GPU count weigh more (Gaussian in log space, width
-        log 4 in each; half weight across the single-/multi-node divide): a model's error on a GPU type
-        differs between its compute-bound and overhead-bound regimes.
+        Jobs that ran at a similar per-GPU batch and GPU count weigh more in the local part (Gaussian in
+        log space, width log 16 in each; half weight across the single-/multi-node divide).
         """
+        jobs = self._mg_jobs.get((model, gpu_type), ())
+        if not jobs:
+            return 0.0
+        left = [(cw, mean - gpu_bias - self._trend(gpu_type, p), p) for cw, mean, p in jobs]
+        level = sum(cw * r for cw, r, _ in left) / (sum(cw for cw, _, _ in left) + PRIOR_MODEL_GPU)
         w = s = 0.0
-        for cw, mean, p in self._mg_jobs.get((model, gpu_type), ()):
+        for cw, r, p in left:
             d2 = ((point[0] - p[0]) / _KERNEL_WIDTH) ** 2 + ((point[1] - p[1]) / _KERNEL_WIDTH) ** 2
             k = cw * math.exp(-0.5 * d2) * (0.5 if point[2] != p[2] else 1.0)
             w += k
-            s += k * (mean - gpu_bias)
-        return s / (w + PRIOR_MODEL_GPU)
+            s += k * (r - level)
+        return level + s / (w + PRIOR_MODEL_GPU)
 
     def correction(self, job: JobFeatures, hw: HardwareFeatures, job_id: Hashable | None = None) -> float:
         """The log correction applied to this row (sum of the three levels)."""
@@ -162,8 +217,9 @@ class OnlineCorrector:
         """(log correction, job evidence weight, spread of the job's own residuals)."""
         gpu_type = r.spec.gpu_type
         g = self._gpu_level(gpu_type)
-        mg = self._model_gpu_level(r.model, gpu_type, g, _point(r))
-        total = g + mg
+        point = _point(r)
+        mg = self._model_gpu_level(r.model, gpu_type, g, point)
+        total = g + self._trend(gpu_type, point) + mg
         if st is None or st.gpu_type != gpu_type or st.weight <= 0:
             return total, 0.0, 0.0
         mean = st.sum_r / st.weight
