@@ -79,11 +79,14 @@ class JobFeatures:
     precision: str = "fp32"
     params: float | None = None
     flops_per_sample: float | None = None
-    # Hash computed once: rows are dictionary keys in the predictor's caches on every call.
+    # Hash computed once: rows are dictionary keys in the predictor's caches on every call. ``key`` is
+    # the fields as a plain tuple (the predictor's caches key on it: tuples hash and compare in C).
     _hash: int = field(init=False, repr=False, compare=False, default=0)
+    key: tuple[object, ...] = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self) -> None:
         key = (self.model, self.dataset, self.batch_size, self.precision, self.params, self.flops_per_sample)
+        object.__setattr__(self, "key", key)
         object.__setattr__(self, "_hash", hash(key))
 
     def __hash__(self) -> int:
@@ -107,6 +110,7 @@ class HardwareFeatures:
     memory_mib: float | None = None
     compute_capability: str | None = None
     _hash: int = field(init=False, repr=False, compare=False, default=0)
+    key: tuple[object, ...] = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self) -> None:
         key = (
@@ -119,6 +123,7 @@ class HardwareFeatures:
             self.memory_mib,
             self.compute_capability,
         )
+        object.__setattr__(self, "key", key)
         object.__setattr__(self, "_hash", hash(key))
 
     def __hash__(self) -> int:

@@ -67,6 +67,7 @@ log = logging.getLogger(__name__)
 
 MODEL_FILE = "predictor.json"
 FloatArray = npt.NDArray[np.float64]
+_Key = tuple[object, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,17 +322,14 @@ class Predictor:
         self.model = model
         self.meta = meta
         self.anchors = anchors
-        # Results per row: (samples/s, iterations/s, low, high, low confidence).
-        self._cache: OrderedDict[
-            tuple[JobFeatures, HardwareFeatures], tuple[float, float, float, float, bool]
-        ]
-        self._cache = OrderedDict()
+        # Results per row, keyed by (job.key, placement.key): (samples/s, iterations/s, low, high, low conf.).
+        self._cache: OrderedDict[tuple[_Key, _Key], tuple[float, float, float, float, bool]] = OrderedDict()
         self._cache_size = cache_size
         self._reset_parts()
 
     def _reset_parts(self) -> None:
-        self._jobs: dict[JobFeatures, int] = {}
-        self._hws: dict[HardwareFeatures, int] = {}
+        self._jobs: dict[_Key, int] = {}
+        self._hws: dict[_Key, int] = {}
         self._job_parts: list[JobPart] = []
         self._hw_parts: list[HardwarePart] = []
         self._jtab = _Table(8)
@@ -366,23 +364,23 @@ class Predictor:
 
     def _ids(self, job: JobFeatures, hw: HardwareFeatures) -> tuple[int, int]:
         """Rows of the job and placement tables for a row, checking and adding sides not seen before."""
-        j = self._jobs.get(job)
-        h = self._hws.get(hw)
+        j = self._jobs.get(job.key)
+        h = self._hws.get(hw.key)
         if j is None or h is None:
             j, h = self._add(job, hw)
         return j, h
 
     def _add(self, job: JobFeatures, hw: HardwareFeatures) -> tuple[int, int]:
-        jp = resolve_job(job) if job not in self._jobs else None
-        hp = resolve_hw(hw) if hw not in self._hws else None
+        jp = resolve_job(job) if job.key not in self._jobs else None
+        hp = resolve_hw(hw) if hw.key not in self._hws else None
         if jp is not None:
             group = self.anchors.group_index(jp.model, jp.dataset) if self.anchors is not None else -1
-            self._jobs[job] = self._jtab.add((*jp.nums, jp.precision_index, group, jp.low_confidence))
+            self._jobs[job.key] = self._jtab.add((*jp.nums, jp.precision_index, group, jp.low_confidence))
             self._job_parts.append(jp)
         if hp is not None:
             spec = hp.spec
             gtype = self.anchors.type_index(spec.gpu_type) if self.anchors is not None else 0
-            self._hws[hw] = self._htab.add(
+            self._hws[hw.key] = self._htab.add(
                 (
                     *hp.nums,
                     *hp.tflops_by_precision,
@@ -393,7 +391,7 @@ class Predictor:
                 )
             )
             self._hw_parts.append(hp)
-        return self._jobs[job], self._hws[hw]
+        return self._jobs[job.key], self._hws[hw.key]
 
     def predict(self, rows: Sequence[tuple[JobFeatures, HardwareFeatures]]) -> Predictions:
         """Predict every row; ``InvalidInputError`` naming the row and field on bad input.
@@ -401,7 +399,8 @@ class Predictor:
         Use ``predict_each`` to get per-row errors instead of one exception.
         """
         cache = self._cache
-        hits = [cache.get(row) for row in rows]
+        keys = [(job.key, hw.key) for job, hw in rows]
+        hits = [cache.get(k) for k in keys]
         todo = [i for i, h in enumerate(hits) if h is None]
         if todo:
             # The side tables are bounded like the result cache (checked between calls, so the ids of
@@ -412,12 +411,12 @@ class Predictor:
             jid: list[int] = []
             hid: list[int] = []
             for i in todo:
-                job, hw = rows[i]
-                j = jobs.get(job)
-                h = hws.get(hw)
+                jk, hk = keys[i]
+                j = jobs.get(jk)
+                h = hws.get(hk)
                 if j is None or h is None:
                     try:
-                        j, h = self._add(job, hw)
+                        j, h = self._add(*rows[i])
                     except InvalidInputError as exc:
                         raise InvalidInputError(f"row {i}: {exc}") from exc
                 jid.append(j)
@@ -426,7 +425,7 @@ class Predictor:
             computed = list(zip(s.tolist(), it.tolist(), lo.tolist(), hi.tolist(), low.tolist(), strict=True))
             for i, res in zip(todo, computed, strict=True):
                 hits[i] = res
-                cache[rows[i]] = res
+                cache[keys[i]] = res
             while len(cache) > self._cache_size:
                 cache.popitem(last=False)
             if len(todo) == len(rows):
