@@ -12,6 +12,9 @@ DEPS_HASH  := $(shell sed -n '/^dependencies = \[/,/^\[project.scripts\]/p' pypr
 VENV       ?= $(CACHE)/venv-py$(PY_VERSION)-$(DEPS_HASH)
 PY         := $(VENV)/bin/python
 export PATH := $(VENV)/bin:$(PATH)
+# The venv is shared by every clone of the repo (CI clones, worktrees); this clone's code always wins
+# over whichever clone the venv's editable install last pointed at.
+export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 .PHONY: help venv deps tools test unit lint typecheck importlint fmt demo bench e2e-up e2e-down clean
 

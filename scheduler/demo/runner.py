@@ -234,7 +234,7 @@ def run_demo(
             "operator_metrics": f"http://127.0.0.1:{operator_port}/metrics",
         }
         say(f"control plane up in {state.ready_seconds or 0:.0f} s; kubeconfig {state.kubeconfig}")
-        from scheduler.demo.kube import DemoApi
+        from scheduler.k8s.demoapi import DemoApi
 
         with step("creating the demo namespace"):
             api = DemoApi(state.kubeconfig, NAMESPACE)
