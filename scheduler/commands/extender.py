@@ -35,6 +35,7 @@ def register(app: typer.Typer) -> None:
         """Run the kube-scheduler extender: filter, prioritize and bind by predicted throughput."""
         import uvicorn
         from pydantic import ValidationError
+        from pydantic_settings import SettingsError
 
         from scheduler.core.errors import ConfigError
         from scheduler.extender import create_app
@@ -45,7 +46,7 @@ def register(app: typer.Typer) -> None:
 
         try:
             settings = Settings()
-        except ValidationError as exc:
+        except (ValidationError, SettingsError) as exc:
             raise ConfigError(f"invalid PERFSCHED_* settings: {exc}") from None
         logging.basicConfig(
             level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
