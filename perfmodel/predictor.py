@@ -322,8 +322,11 @@ class Predictor:
         self.model = model
         self.meta = meta
         self.anchors = anchors
-        # Results per row, keyed by (job.key, placement.key): (samples/s, iterations/s, low, high, low conf.).
-        self._cache: OrderedDict[tuple[_Key, _Key], tuple[float, float, float, float, bool]] = OrderedDict()
+        # Results per row: (samples/s, iterations/s, low, high, low confidence). Keyed by the row itself
+        # (cached hashes; a repeated row object is found by identity), the side tables by ``.key`` tuples.
+        self._cache: OrderedDict[
+            tuple[JobFeatures, HardwareFeatures], tuple[float, float, float, float, bool]
+        ] = OrderedDict()
         self._cache_size = cache_size
         self._reset_parts()
 
@@ -399,8 +402,7 @@ class Predictor:
         Use ``predict_each`` to get per-row errors instead of one exception.
         """
         cache = self._cache
-        keys = [(job.key, hw.key) for job, hw in rows]
-        hits = [cache.get(k) for k in keys]
+        hits = [cache.get(row) for row in rows]
         todo = [i for i, h in enumerate(hits) if h is None]
         if todo:
             # The side tables are bounded like the result cache (checked between calls, so the ids of
@@ -411,12 +413,12 @@ class Predictor:
             jid: list[int] = []
             hid: list[int] = []
             for i in todo:
-                jk, hk = keys[i]
-                j = jobs.get(jk)
-                h = hws.get(hk)
+                job, hw = rows[i]
+                j = jobs.get(job.key)
+                h = hws.get(hw.key)
                 if j is None or h is None:
                     try:
-                        j, h = self._add(*rows[i])
+                        j, h = self._add(job, hw)
                     except InvalidInputError as exc:
                         raise InvalidInputError(f"row {i}: {exc}") from exc
                 jid.append(j)
@@ -425,7 +427,7 @@ class Predictor:
             computed = list(zip(s.tolist(), it.tolist(), lo.tolist(), hi.tolist(), low.tolist(), strict=True))
             for i, res in zip(todo, computed, strict=True):
                 hits[i] = res
-                cache[keys[i]] = res
+                cache[rows[i]] = res
             while len(cache) > self._cache_size:
                 cache.popitem(last=False)
             if len(todo) == len(rows):
