@@ -254,6 +254,31 @@ class FreeIndex:
             )
         return None
 
+    def short_of_gpus(self, replicas: Sequence[int], gpus_per_replica: int, gpu_types: Sequence[str]) -> bool:
+        """Whether ``place`` would refuse every (replica count, type) pair only for want of free GPUs.
+
+        True exactly when, for each pair, ``place`` takes its counting fast path (a resolvable
+        "waiting for N GPUs" answer): O(number of types), no search, no reason worded. Greedy
+        callers use it to skip placement attempts in a full cluster.
+        """
+        if not gpu_types or not replicas:
+            return False
+        fewest = min(replicas)
+        if fewest <= 0 or gpus_per_replica <= 0:
+            return False  # let ``place`` raise its error
+        need = fewest * gpus_per_replica
+        most = max(replicas)
+        for t in gpu_types:
+            free = self._type_free.get(t)
+            if (
+                free is None
+                or free >= need
+                or gpus_per_replica > self._max_free[t]
+                or most > self._slots_capacity(t, gpus_per_replica)
+            ):
+                return False
+        return True
+
     def place(
         self,
         *,

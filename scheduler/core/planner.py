@@ -84,7 +84,7 @@ def plan_detailed(
             continue
         if cur is None and want is None:
             continue
-        if cur is not None and want == cur:
+        if cur is not None and (want is cur or want == cur):
             out[job.name] = Action(ActionKind.KEEP, job.name, cur, cur, reason)
             _take(cur, used)
             continue

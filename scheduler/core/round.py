@@ -54,7 +54,9 @@ def validate_decisions(
         if name not in by_name:
             fail(name, "decided a job that is not in this round")
     node_map = snapshot.node_map()
+    node_type = {n: node.gpu_type for n, node in node_map.items()}
     used = snapshot.used_by_node(exclude=by_name)
+    used_get = used.get
     for job in jobs:
         dec = decisions.get(job.name)
         if dec is None:
@@ -63,25 +65,29 @@ def validate_decisions(
         alloc = dec.allocation
         if alloc is None:
             continue
+        gpr = alloc.gpus_per_replica
+        per_node = alloc.replicas_per_node
         if alloc.job != job.name:
             fail(job.name, f"its allocation names job {alloc.job!r}")
-        if alloc.gpus_per_replica != job.gpus_per_replica:
-            fail(job.name, f"{alloc.gpus_per_replica} GPUs per replica, the job asks {job.gpus_per_replica}")
+        if gpr != job.gpus_per_replica:
+            fail(job.name, f"{gpr} GPUs per replica, the job asks {job.gpus_per_replica}")
+        replicas = sum(r for _, r in per_node)
         lo = job.min_replicas if job.is_elastic else job.max_replicas
-        if not lo <= alloc.replicas <= job.max_replicas:
-            fail(job.name, f"{alloc.replicas} replicas, outside [{lo}, {job.max_replicas}]")
-        if not job.allows(alloc.gpu_type):
-            fail(job.name, f"GPU type {alloc.gpu_type} is not in its allowed types")
-        for node_name, replicas in alloc.replicas_per_node:
-            node = node_map.get(node_name)
-            if node is None:
+        if not lo <= replicas <= job.max_replicas:
+            fail(job.name, f"{replicas} replicas, outside [{lo}, {job.max_replicas}]")
+        gpu_type = alloc.gpu_type
+        if job.allowed_gpu_types and gpu_type not in job.allowed_gpu_types:
+            fail(job.name, f"GPU type {gpu_type} is not in its allowed types")
+        for node_name, r in per_node:
+            have = node_type.get(node_name)
+            if have is None:
                 fail(job.name, f"placed on unknown node {node_name!r}")
                 return
-            if replicas <= 0:
-                fail(job.name, f"{replicas} replicas on node {node_name}")
-            if node.gpu_type != alloc.gpu_type:
-                fail(job.name, f"node {node_name} has {node.gpu_type}, the allocation says {alloc.gpu_type}")
-            used[node_name] = used.get(node_name, 0) + replicas * alloc.gpus_per_replica
+            if r <= 0:
+                fail(job.name, f"{r} replicas on node {node_name}")
+            if have != gpu_type:
+                fail(job.name, f"node {node_name} has {have}, the allocation says {gpu_type}")
+            used[node_name] = used_get(node_name, 0) + r * gpr
     for node_name, gpus in sorted(used.items()):
         node = node_map.get(node_name)
         cap = node.capacity_for_jobs if node is not None else 0
@@ -166,11 +172,14 @@ def run_round(
     oracle: ThroughputOracle,
     *,
     costs: RoundCosts | None = None,
+    explain: bool = True,
 ) -> RoundResult:
     """Decide, validate and plan one round; returns decisions, actions and why each waiting job waits.
 
     The returned decisions are the effective ones: where the planner forced a KEEP (non-preemptible
-    job, minimum resize interval) or held a change back, the decision says so.
+    job, minimum resize interval) or held a change back, the decision says so. ``explain=False``
+    leaves ``RoundResult.waiting`` empty instead of wording a reason for every waiting job (callers
+    that never show reasons, like the simulator, save that work); decisions and actions are the same.
     """
     costs = costs or RoundCosts()
     decisions = dict(policy.allocate(snapshot, jobs, oracle))
@@ -190,12 +199,14 @@ def run_round(
         dec = decisions.get(a.job)
         if a.kind is ActionKind.COMPLETE:
             effective[a.job] = Decision(a.job, None, "complete: all work done")
-        elif dec is None or dec.allocation != a.after:
+        elif dec is None or (dec.allocation is not a.after and dec.allocation != a.after):
             effective[a.job] = Decision(a.job, a.after, a.reason)
     for name in detail.held_back:
         if name not in acted:
             effective[name] = Decision(name, None, detail.held_back[name])
 
+    if not explain:
+        return RoundResult(decisions=effective, actions=detail.actions)
     final = _final_allocations(snapshot, detail.actions)
     cap_by_type: dict[str, int] = {}
     largest: dict[str, int] = {}
@@ -213,12 +224,12 @@ def run_round(
         free_by_type[n.gpu_type] = free_by_type.get(n.gpu_type, 0) + max(
             0, n.capacity_for_jobs - used.get(n.name, 0)
         )
-    explain = _WaitExplainer(free_by_type, cap_by_type, largest)
+    explainer = _WaitExplainer(free_by_type, cap_by_type, largest)
     waiting: dict[str, Unschedulable] = {}
     for job in jobs:
         if job.name in final or job.remaining_work <= 0:
             continue
-        waiting[job.name] = explain.reason(job, effective.get(job.name), detail.held_back)
+        waiting[job.name] = explainer.reason(job, effective.get(job.name), detail.held_back)
     log.debug(
         "round done",
         extra={

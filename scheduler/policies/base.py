@@ -198,6 +198,10 @@ class Request:
     keep_current: bool = True
 
 
+#: ``_try_place``'s answer when every option fails only for want of free GPUs (see ``short_of_gpus``)
+_SHORT_OF_GPUS = Unschedulable("waiting for free GPUs of an allowed type")
+
+
 def _try_place(index: FreeIndex, req: Request, types_: Sequence[str]) -> Allocation | Unschedulable:
     last: Allocation | Unschedulable = Unschedulable("no allowed GPU type in the cluster", resolvable=False)
     any_resolvable = False
@@ -308,7 +312,8 @@ def greedy_allocate(
         name = job.name
         if name in decisions:  # finished or pinned
             continue
-        types_ = [t for t in req.gpu_types if job.allows(t)]
+        allowed = job.allowed_gpu_types
+        types_ = [t for t in req.gpu_types if t in allowed] if allowed else list(req.gpu_types)
         pending_victims.pop(name, None)
         cur = reserved.get(name)
         if (
@@ -333,7 +338,10 @@ def greedy_allocate(
             index.release(cur)
             del reserved[name]
         if res is None:
-            res = _try_place(index, req, types_)
+            if index.short_of_gpus(req.replicas, job.gpus_per_replica, types_):
+                res = _SHORT_OF_GPUS  # what ``_try_place`` would conclude, without trying each option
+            else:
+                res = _try_place(index, req, types_)
         if not isinstance(res, Allocation) and cur is not None and index.fits(cur):
             res = cur  # the change failed: keep what runs
         if not isinstance(res, Allocation) and preemptive and types_:

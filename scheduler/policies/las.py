@@ -91,8 +91,9 @@ class LasPolicy:
             ((self.queue_of(j, None if j.name in running else snapshot.now), j.submit_time, j.name), j)
             for j in jobs
         )
+        notes = [f"LAS queue {q}" for q in range(len(self._bounds) + 1)]
         requests = [
-            Request(j, free.order(j, infos), replica_options(j), rank=float(q), note=f"LAS queue {q}")
+            Request(j, free.order(j, infos), replica_options(j), rank=float(q), note=notes[q])
             for (q, _, _), j in keyed
         ]
         return greedy_allocate(snapshot, jobs, requests, preemptive=self.config.preemptive)

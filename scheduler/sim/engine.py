@@ -291,7 +291,7 @@ class Engine:
             jobs = [self._view(st, now) for st in active.values()]
             snapshot = ClusterSnapshot(now=now, nodes=self.nodes, allocations=dict(allocs))
             t0 = time.perf_counter()
-            rr = self.run_round(snapshot, jobs, self.policy, self.policy_oracle, costs=costs)
+            rr = self.run_round(snapshot, jobs, self.policy, self.policy_oracle, costs=costs, explain=False)
             result.round_wall_s += time.perf_counter() - t0
             result.rounds += 1
             changed: list[_State] = []
