@@ -108,6 +108,66 @@ class _Candidate:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class _Layout:
+    """What ``FreeIndex`` derives from the nodes alone (not from what is free): shared between indexes.
+
+    ``slots`` is a cache filled lazily (whole replicas per type and replica size); it depends on the
+    nodes only, so sharing it is safe.
+    """
+
+    nodes: dict[str, Node]  # schedulable nodes with GPUs, sorted by name
+    types: dict[str, list[str]]  # gpu type -> node names (sorted)
+    type_cap: dict[str, int]
+    max_free: dict[str, int]  # largest node capacity per type
+    # (gpu type, kind, group name) -> node names (sorted); kind in "domain" | "rack" | "zone"
+    groups: dict[tuple[str, str, str], list[str]]
+    bucket_sizes: dict[tuple[str, bool], int]  # (gpu type, nvlink?) -> number of free-count buckets
+    slot_of: dict[str, tuple[int, str, tuple[str, bool]]]  # node -> (capacity, gpu type, bucket key)
+    slots: dict[tuple[str, int], int]
+
+
+def _build_layout(nodes: Sequence[Node]) -> _Layout:
+    by_name: dict[str, Node] = {}
+    types: dict[str, list[str]] = {}
+    type_cap: dict[str, int] = {}
+    max_free: dict[str, int] = {}
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for node in sorted(nodes, key=lambda n: n.name):
+        cap = node.capacity_for_jobs
+        if cap <= 0:
+            continue
+        by_name[node.name] = node
+        types.setdefault(node.gpu_type, []).append(node.name)
+        type_cap[node.gpu_type] = type_cap.get(node.gpu_type, 0) + cap
+        max_free[node.gpu_type] = max(max_free.get(node.gpu_type, 0), cap)
+        for kind, label in (("domain", node.nvlink_domain), ("rack", node.rack), ("zone", node.zone)):
+            if label:
+                groups.setdefault((node.gpu_type, kind, label), []).append(node.name)
+    bucket_sizes: dict[tuple[str, bool], int] = {}
+    slot_of: dict[str, tuple[int, str, tuple[str, bool]]] = {}
+    for name, node in by_name.items():
+        key = (node.gpu_type, node.interconnect is Interconnect.NVLINK)
+        bucket_sizes.setdefault(key, max_free[node.gpu_type] + 1)
+        slot_of[name] = (node.capacity_for_jobs, node.gpu_type, key)
+    return _Layout(by_name, types, type_cap, max_free, groups, bucket_sizes, slot_of, {})
+
+
+#: the last layout built, keyed by its node tuple: the simulator and the policies of one round index
+#: the same nodes again and again, so the node-only part is built once (a pure memo, no behaviour)
+_last_layout: list[tuple[tuple[Node, ...], _Layout]] = []
+
+
+def _layout_of(nodes: Sequence[Node]) -> _Layout:
+    key = tuple(nodes)
+    last = _last_layout[-1] if _last_layout else None  # one read: safe if another thread swaps it
+    if last is not None and last[0] == key:
+        return last[1]
+    layout = _build_layout(key)
+    _last_layout[:] = [(key, layout)]
+    return layout
+
+
 class FreeIndex:
     """Free GPUs per node, indexed for fast gang placement; ``commit``/``release`` keep it current.
 
@@ -128,35 +188,24 @@ class FreeIndex:
     )
 
     def __init__(self, nodes: Sequence[Node], free: Mapping[str, int] | None = None) -> None:
-        self._nodes: dict[str, Node] = {}
+        layout = _layout_of(nodes)
+        self._nodes = layout.nodes
+        self._types = layout.types
+        self._type_cap = layout.type_cap
+        self._max_free = layout.max_free
+        self._groups = layout.groups
+        self._slots = layout.slots
         self._free: dict[str, int] = {}
-        self._types: dict[str, list[str]] = {}
-        self._type_free: dict[str, int] = {}
-        self._type_cap: dict[str, int] = {}
-        self._max_free: dict[str, int] = {}
-        self._slots: dict[tuple[str, int], int] = {}
+        self._type_free: dict[str, int] = dict.fromkeys(layout.types, 0)
         # (gpu type, nvlink?) -> buckets[free count] -> sorted node names
-        self._buckets: dict[tuple[str, bool], list[list[str]]] = {}
-        # (gpu type, kind, group name) -> node names (sorted); kind in "domain" | "rack" | "zone"
-        self._groups: dict[tuple[str, str, str], list[str]] = {}
-        for node in sorted(nodes, key=lambda n: n.name):
-            cap = node.capacity_for_jobs
-            if cap <= 0:
-                continue
-            f = cap if free is None else min(cap, max(0, int(free.get(node.name, cap))))
-            self._nodes[node.name] = node
-            self._free[node.name] = f
-            self._types.setdefault(node.gpu_type, []).append(node.name)
-            self._type_free[node.gpu_type] = self._type_free.get(node.gpu_type, 0) + f
-            self._type_cap[node.gpu_type] = self._type_cap.get(node.gpu_type, 0) + cap
-            self._max_free[node.gpu_type] = max(self._max_free.get(node.gpu_type, 0), cap)
-            for kind, label in (("domain", node.nvlink_domain), ("rack", node.rack), ("zone", node.zone)):
-                if label:
-                    self._groups.setdefault((node.gpu_type, kind, label), []).append(node.name)
-        for name, node in self._nodes.items():
-            key = (node.gpu_type, node.interconnect is Interconnect.NVLINK)
-            buckets = self._buckets.setdefault(key, [[] for _ in range(self._max_free[node.gpu_type] + 1)])
-            buckets[self._free[name]].append(name)  # names arrive sorted
+        self._buckets: dict[tuple[str, bool], list[list[str]]] = {
+            key: [[] for _ in range(size)] for key, size in layout.bucket_sizes.items()
+        }
+        for name, (cap, gpu_type, key) in layout.slot_of.items():
+            f = cap if free is None else min(cap, max(0, int(free.get(name, cap))))
+            self._free[name] = f
+            self._type_free[gpu_type] += f
+            self._buckets[key][f].append(name)  # names arrive sorted
 
     # ----------------------------------------------------------------- queries
     @property

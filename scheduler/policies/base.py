@@ -14,7 +14,7 @@ import types
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar, get_args, get_origin
+from typing import Any, Literal, NamedTuple, TypeVar, get_args, get_origin
 
 from scheduler.core.decisions import Decision, Unschedulable
 from scheduler.core.errors import ConfigError
@@ -179,9 +179,9 @@ class FreeByType:
 
 
 # ------------------------------------------------------------------------------------------ greedy
-@dataclass(frozen=True, slots=True)
-class Request:
-    """What a policy asks for one job, in its rank order.
+class Request(NamedTuple):
+    """What a policy asks for one job, in its rank order (immutable; a named tuple because policies
+    build one per job per round and a tuple is several times cheaper to build than a frozen dataclass).
 
     ``gpu_types`` and ``replicas`` are tried in order (replicas outer, types inner). ``rank``: lower is
     more urgent; a preemptive round lets a job evict running jobs whose rank exceeds its own by more than
@@ -198,6 +198,7 @@ class Request:
     keep_current: bool = True
 
 
+_NO_VICTIMS = Unschedulable("no lower-ranked running jobs to preempt")
 #: ``_try_place``'s answer when every option fails only for want of free GPUs (see ``short_of_gpus``)
 _SHORT_OF_GPUS = Unschedulable("waiting for free GPUs of an allowed type")
 
@@ -426,4 +427,4 @@ def _preempt_for(
                 preempted_by[v] = req.job.name
         index.release(placed)  # the caller commits it
         return placed
-    return Unschedulable("no lower-ranked running jobs to preempt")
+    return _NO_VICTIMS
