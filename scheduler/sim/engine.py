@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 _COMPLETION, _ARRIVAL, _WAKE, _TICK = 0, 1, 2, 3
 _EPS = 1e-9
 
+#: ``scheduler.core.round.run_round`` or a stand-in: called as ``fn(snapshot, jobs, policy, oracle,
+#: costs=..., explain=False)`` (the engine never reads wait reasons, so it asks for none)
 RoundFn = Callable[..., RoundResult]
 _JOB_FIELDS = tuple(f.name for f in fields(Job))
 _I_PROGRESS, _I_CHECKPOINT, _I_ATTAINED, _I_RESTARTS, _I_CHANGED = (
