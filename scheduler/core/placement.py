@@ -185,6 +185,7 @@ class FreeIndex:
         "_type_cap",
         "_type_free",
         "_types",
+        "_version",
     )
 
     def __init__(self, nodes: Sequence[Node], free: Mapping[str, int] | None = None) -> None:
@@ -195,6 +196,7 @@ class FreeIndex:
         self._max_free = layout.max_free
         self._groups = layout.groups
         self._slots = layout.slots
+        self._version = 0
         self._free: dict[str, int] = {}
         self._type_free: dict[str, int] = dict.fromkeys(layout.types, 0)
         # (gpu type, nvlink?) -> buckets[free count] -> sorted node names
@@ -211,6 +213,11 @@ class FreeIndex:
     @property
     def nodes(self) -> Mapping[str, Node]:
         return self._nodes
+
+    @property
+    def version(self) -> int:
+        """A counter that changes whenever the free GPUs change (for callers that memoise answers)."""
+        return self._version
 
     def free_of(self, node: str) -> int:
         return self._free.get(node, 0)
@@ -252,6 +259,7 @@ class FreeIndex:
         bisect.insort(buckets[new], name)
         self._free[name] = new
         self._type_free[node.gpu_type] += new - old
+        self._version += 1
 
     def commit(self, alloc: Allocation) -> None:
         """Take ``alloc``'s GPUs. Raises ``ValueError`` if it does not fit (a caller bug)."""

@@ -306,6 +306,7 @@ def greedy_allocate(
     for lst in victims_by_type.values():
         lst.sort()
     preempted_by: dict[str, str] = {}
+    short_memo: dict[tuple[tuple[int, ...], int, tuple[str, ...]], tuple[int, bool]] = {}
     blocked_by: str | None = None
     ahead = 0
     for req in requests:
@@ -314,7 +315,7 @@ def greedy_allocate(
         if name in decisions:  # finished or pinned
             continue
         allowed = job.allowed_gpu_types
-        types_ = [t for t in req.gpu_types if t in allowed] if allowed else list(req.gpu_types)
+        types_ = tuple(t for t in req.gpu_types if t in allowed) if allowed else tuple(req.gpu_types)
         pending_victims.pop(name, None)
         cur = reserved.get(name)
         if (
@@ -339,10 +340,14 @@ def greedy_allocate(
             index.release(cur)
             del reserved[name]
         if res is None:
-            if index.short_of_gpus(req.replicas, job.gpus_per_replica, types_):
-                res = _SHORT_OF_GPUS  # what ``_try_place`` would conclude, without trying each option
-            else:
-                res = _try_place(index, req, types_)
+            # many waiting jobs share a shape: ask once per shape until the free GPUs change
+            shape = (req.replicas, job.gpus_per_replica, types_)
+            seen = short_memo.get(shape)
+            if seen is None or seen[0] != index.version:
+                seen = (index.version, index.short_of_gpus(req.replicas, job.gpus_per_replica, types_))
+                short_memo[shape] = seen
+            # when short of GPUs, ``_SHORT_OF_GPUS`` is what ``_try_place`` would conclude
+            res = _SHORT_OF_GPUS if seen[1] else _try_place(index, req, types_)
         if not isinstance(res, Allocation) and cur is not None and index.fits(cur):
             res = cur  # the change failed: keep what runs
         if not isinstance(res, Allocation) and preemptive and types_:
