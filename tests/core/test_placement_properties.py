@@ -78,3 +78,29 @@ def test_index_bookkeeping_matches_a_recount(
         assert index.type_free(t) == sum(index.free_of(n.name) for n in nodes if n.gpu_type == t)
     for n in nodes:
         assert 0 <= index.free_of(n.name) <= n.capacity_for_jobs
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    clusters(),
+    st.lists(st.integers(1, 6), min_size=1, max_size=3),
+    st.sampled_from([1, 2, 4, 16]),
+    st.lists(st.sampled_from(["V100", "A100", "K80"]), min_size=1, max_size=3, unique=True),
+)
+def test_short_of_gpus_agrees_with_place(
+    case: tuple[list[Node], dict[str, int]], replicas: list[int], gpr: int, types: list[str]
+) -> None:
+    """``short_of_gpus`` is True exactly when ``place`` answers every option "waiting for N GPUs"."""
+    nodes, free = case
+    index = FreeIndex(nodes, free)
+    answers = [
+        index.place(replicas=r, gpus_per_replica=gpr, gpu_type=t, job="j") for r in replicas for t in types
+    ]
+    by_count = [
+        not isinstance(a, Allocation)
+        and a.resolvable
+        and a.reason.startswith("waiting for ")
+        and "free but" not in a.reason
+        for a in answers
+    ]
+    assert index.short_of_gpus(replicas, gpr, types) == all(by_count)

@@ -95,3 +95,14 @@ def test_effective_decision_reflects_forced_keep() -> None:
     res = run_round(snap, [p], FixedPolicy({"p": Decision("p", None)}), FakeOracle())
     assert res.decisions["p"].allocation == alloc("p", "V100", 8, {"a": 1})
     assert "non-preemptible" in res.decisions["p"].reason
+
+
+@pytest.mark.parametrize("policy", ["fifo", "las", "srsf"])
+def test_explain_false_changes_nothing_but_the_wait_reasons(policy: str) -> None:
+    nodes = cluster(("V100", 8, 2))  # 8 nodes x 2 V100 = 16 GPUs
+    jobs = [job(f"j{i}").replicas(1 + i % 3).gpus_per_replica(2).submitted(i).build() for i in range(8)]
+    snap = snapshot(nodes, allocations=[alloc("j0", "V100", 2, {"v100-000": 1})])
+    full = run_round(snap, jobs, make_policy(policy), FakeOracle())
+    quiet = run_round(snap, jobs, make_policy(policy), FakeOracle(), explain=False)
+    assert quiet.decisions == full.decisions and quiet.actions == full.actions
+    assert full.waiting and not quiet.waiting  # 8 jobs x 2-6 GPUs on 16 GPUs: some wait
