@@ -79,7 +79,7 @@ def plan_detailed(
         dec = decisions.get(job.name)
         want = dec.allocation if dec is not None else cur
         reason = dec.reason if dec is not None else ""
-        if job.remaining_work <= 0:
+        if not job.total_work - job.progress > 0:  # remaining_work <= 0, without the property call
             out[job.name] = Action(ActionKind.COMPLETE, job.name, cur, None, "all work done")
             continue
         if cur is None and want is None:

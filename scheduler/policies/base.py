@@ -284,7 +284,7 @@ def greedy_allocate(
     reserved: dict[str, Allocation] = {}
     for j in jobs:
         cur = snapshot.allocations.get(j.name)
-        if j.remaining_work <= 0:
+        if not j.total_work - j.progress > 0:  # remaining_work <= 0, without the property call
             if cur is not None:
                 index.release(cur)
             decisions[j.name] = Decision(j.name, None, "complete: all work done")
