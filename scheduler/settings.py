@@ -6,10 +6,13 @@ operator, emulator) reads the fields it needs from the same object. Edge module 
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
+
+from scheduler.core.errors import ConfigError
 
 
 class Settings(BaseSettings):
@@ -125,5 +128,19 @@ class Settings(BaseSettings):
 
 
 def load_settings() -> Settings:
-    """Read and validate settings from the environment."""
-    return Settings()
+    """Read and validate settings from the environment.
+
+    A bad value (or malformed JSON in a structured variable) raises ``ConfigError`` naming the variable,
+    which the CLI prints as one line with exit code 2.
+    """
+    try:
+        return Settings()
+    except (ValidationError, SettingsError) as exc:
+        raise ConfigError(f"invalid PERFSCHED_* settings: {exc}") from None
+
+
+def configure_logging(settings: Settings) -> None:
+    """Configure root logging for a long-running component (entry points only)."""
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )

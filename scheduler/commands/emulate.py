@@ -38,20 +38,14 @@ def register(app: typer.Typer) -> None:
         once: bool = typer.Option(False, "--once", help="Run one step and exit (for scripts)."),
     ) -> None:
         """Play the training processes of TrainingJob pods: progress at the true throughput, then exit 0."""
-        from pydantic import ValidationError
 
         from scheduler.core.errors import ConfigError
         from scheduler.emulator.runner import Emulator, EmulatorConfig, ground_truth_throughput
         from scheduler.k8s.workload import KubeWorkload, load_client
-        from scheduler.settings import Settings
+        from scheduler.settings import configure_logging, load_settings
 
-        try:
-            settings = Settings()
-        except ValidationError as exc:
-            raise ConfigError(f"invalid PERFSCHED_* settings: {exc}") from None
-        logging.basicConfig(
-            level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
+        settings = load_settings()
+        configure_logging(settings)
         try:
             config = EmulatorConfig(
                 time_scale=time_scale if time_scale is not None else settings.emulator_time_scale,

@@ -34,23 +34,16 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the kube-scheduler extender: filter, prioritize and bind by predicted throughput."""
         import uvicorn
-        from pydantic import ValidationError
-        from pydantic_settings import SettingsError
 
         from scheduler.core.errors import ConfigError
         from scheduler.extender import create_app
         from scheduler.k8s.binder import KubeBinder, load_api_client
         from scheduler.k8s.cache import ClusterCache
         from scheduler.k8s.listwatch import KubeListWatch
-        from scheduler.settings import Settings
+        from scheduler.settings import configure_logging, load_settings
 
-        try:
-            settings = Settings()
-        except (ValidationError, SettingsError) as exc:
-            raise ConfigError(f"invalid PERFSCHED_* settings: {exc}") from None
-        logging.basicConfig(
-            level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
+        settings = load_settings()
+        configure_logging(settings)
         tls: dict[str, str] = {}
         if settings.extender_tls_cert_file:
             for path in (settings.extender_tls_cert_file, settings.extender_tls_key_file):

@@ -46,10 +46,6 @@ def register(app: typer.Typer) -> None:
         import signal
         import threading
 
-        from pydantic import ValidationError
-        from pydantic_settings import SettingsError
-
-        from scheduler.core.errors import ConfigError
         from scheduler.core.round import RoundCosts
         from scheduler.k8s.binder import load_api_client
         from scheduler.k8s.kubeapi import RealKubeApi
@@ -58,15 +54,10 @@ def register(app: typer.Typer) -> None:
         from scheduler.operator.loop import OperatorLoop, serve_http
         from scheduler.operator.reconcile import Operator, OperatorConfig
         from scheduler.policies import make_policy
-        from scheduler.settings import Settings
+        from scheduler.settings import configure_logging, load_settings
 
-        try:
-            settings = Settings()
-        except (ValidationError, SettingsError) as exc:
-            raise ConfigError(f"invalid PERFSCHED_* settings: {exc}") from None
-        logging.basicConfig(
-            level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
+        settings = load_settings()
+        configure_logging(settings)
         policy_name = policy or settings.operator_policy
         pol = make_policy(policy_name, settings.operator_policy_config)
         from perfmodel import zoo

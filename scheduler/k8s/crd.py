@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from perfmodel.gpus import CANONICAL_TYPES
 from scheduler.core.decisions import Unschedulable
 from scheduler.core.types import Job, WorkUnit
 
@@ -44,25 +45,8 @@ PHASES = ("Pending", "Admitted", "Running", "Resizing", "Preempted", "Succeeded"
 Phase = Literal["Pending", "Admitted", "Running", "Resizing", "Preempted", "Succeeded", "Failed"]
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
-#: Canonical GPU type names (the schema's enum for ``allowedGPUTypes``).
-CANONICAL_GPU_TYPES = frozenset(
-    {
-        "K80",
-        "P100",
-        "V100",
-        "T4",
-        "RTX2080Ti",
-        "RTX6000",
-        "A10",
-        "A10G",
-        "A40",
-        "L4",
-        "L40S",
-        "A100",
-        "H100",
-        "H200",
-    }
-)
+#: Canonical GPU type names (the schema's enum for ``allowedGPUTypes``): perfmodel's catalogue.
+CANONICAL_GPU_TYPES = frozenset(CANONICAL_TYPES)
 
 
 class _Wire(BaseModel):
