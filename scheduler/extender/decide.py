@@ -405,15 +405,25 @@ class Decider:
         Nodes alike in every input of the three terms (type, size, free GPUs, link, network, relation to
         the gang) form one class; each class is scored once. Nodes unknown to the cache score 0.
         """
+        keys, scores = self.prioritize_classes(pod_obj, names, node_objects)
+        return list(zip(names, map(scores.__getitem__, keys), strict=True))
+
+    def prioritize_classes(
+        self, pod_obj: Mapping[str, Any], names: Sequence[str], node_objects: Sequence[Any] | None
+    ) -> tuple[list[Any], dict[Any, int]]:
+        """``prioritize`` before the per-name expansion: a class key per name and a score per key.
+
+        The score of ``names[i]`` is ``scores[keys[i]]``; the app serialises from this pair directly.
+        """
         with self.cache.lock:
             ctx = self.context(pod_obj)
             if ctx.gpus <= 0:
-                return [(n, 0) for n in names]
+                return [None] * len(names), {None: 0}
             return self._score(ctx, names, node_objects)
 
     def _score(
         self, ctx: PodContext, names: Sequence[str], node_objects: Sequence[Any] | None
-    ) -> list[tuple[str, int]]:
+    ) -> tuple[list[Any], dict[Any, int]]:
         w = self.weights
         node_map = self.cache.nodes
         anchors = [a for a in (list(ctx.placed) or [ctx.pod.planned_node]) if a and a in node_map]
@@ -421,13 +431,64 @@ class Decider:
         use_loc = rel is not None and w.locality > 0
         use_tp = w.throughput > 0 and ctx.job is not None and self.oracle is not None
         spread_matters = use_tp and bool(ctx.placed)
-        # class key -> (representative node, its free GPUs); node index -> class key
+        relative = rel is not None and (use_loc or spread_matters)
+        # class key -> (representative node: the first name with that key, its free GPUs)
         reps: dict[Any, tuple[Node, int]] = {}
+        if relative:
+            keys = self._relative_keys(ctx, names, node_objects, rel, spread_matters, reps)
+        else:
+            # one C-speed lookup per name: the cache keeps (class << 16) | free GPUs per node
+            keys = list(map(self.cache.score_key.get, names))
+            distinct = dict.fromkeys(keys)  # in order of first occurrence
+            from_request: dict[Any, tuple[Node, int]] = {}
+            if None in distinct:
+                from_request = self._request_keys(names, node_objects, keys)
+                distinct = dict.fromkeys(keys)
+            fit = self.cache.fit
+            i = -1
+            for key in distinct:
+                i = keys.index(key, i + 1)  # first occurrences come in order: one scan in all
+                if key is None:
+                    continue
+                rep = from_request.get(key) if type(key) is tuple else None
+                reps[key] = rep or (node_map[names[i]], fit[names[i]][1])
+        # without the throughput term, classes that differ only in type/link share a score; fine to keep apart
+        scores = self._score_classes(ctx, reps, rel, use_loc, use_tp, node_map)
+        scores[None] = 0  # nodes neither the cache nor the request describe
+        return keys, scores
+
+    def _request_keys(
+        self, names: Sequence[str], node_objects: Sequence[Any] | None, keys: list[Any]
+    ) -> dict[Any, tuple[Node, int]]:
+        """Key the names the cache does not know (``None`` in ``keys``) by the request's own Node objects,
+        in place; return each such key's first node and its free GPUs."""
+        out: dict[Any, tuple[Node, int]] = {}
+        for i in [i for i, k in enumerate(keys) if k is None]:
+            node = self._node_from_request(node_objects, i)
+            if node is None:
+                continue
+            f = node.gpus if node.schedulable else 0
+            key = (node.gpu_type, node.gpus, f, node.interconnect, node.network_gbps, node.nvlink_domain)
+            keys[i] = key
+            if key not in out:
+                out[key] = (node, f)
+        return out
+
+    def _relative_keys(
+        self,
+        ctx: PodContext,
+        names: Sequence[str],
+        node_objects: Sequence[Any] | None,
+        rel: _Relation | None,
+        spread_matters: bool,
+        reps: dict[Any, tuple[Node, int]],
+    ) -> list[Any]:
+        """Class keys when the node's relation to the gang matters: (own key, locality level, replicas)."""
+        node_map = self.cache.nodes
         keys: list[Any] = []
         keys_append = keys.append
         nodes_get = node_map.get
         fit_get = self.cache.fit.get
-        relative = rel is not None and (use_loc or spread_matters)
         for i, name in enumerate(names):
             info = fit_get(name)
             if info is None:
@@ -449,17 +510,13 @@ class Decider:
                 f = info[1]
                 key = (info[3] << 16) | f  # one int: class and free GPUs
                 node = None
-            if relative:
-                node = node or nodes_get(name)
-                assert rel is not None and node is not None
-                key = (key, rel.level(node), ctx.placed.get(name, 0) if spread_matters else 0)
+            node = node or nodes_get(name)
+            assert rel is not None and node is not None
+            key = (key, rel.level(node), ctx.placed.get(name, 0) if spread_matters else 0)
             keys_append(key)
             if key not in reps:
-                reps[key] = (node or node_map[name], f)
-        # without the throughput term, classes that differ only in type/link share a score; fine to keep apart
-        scores = self._score_classes(ctx, reps, rel, use_loc, use_tp, node_map)
-        scores[None] = 0  # nodes neither the cache nor the request describe
-        return [(name, scores[k]) for name, k in zip(names, keys, strict=True)]
+                reps[key] = (node, f)
+        return keys
 
     def _score_classes(
         self,

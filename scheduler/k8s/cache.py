@@ -111,6 +111,8 @@ class ClusterCache:
         self.node_class: dict[str, int] = {}
         #: per node, what filter's fast path reads in one lookup: (GPU type, free GPUs, schedulable, class)
         self.fit: dict[str, tuple[str, int, bool, int]] = {}
+        #: per node, prioritize's class key in one int: ``(class << 16) | free GPUs`` (kept with ``fit``)
+        self.score_key: dict[str, int] = {}
         self._class_ids: dict[tuple[Any, ...], int] = {}
         self._used: dict[str, int] = {}
         self._assumed_by_node: dict[str, int] = {}
@@ -255,11 +257,14 @@ class ClusterCache:
         if node is None:
             self.free.pop(name, None)
             self.fit.pop(name, None)
+            self.score_key.pop(name, None)
             return
         cap = node.gpus if node.schedulable else 0
         f = max(0, cap - self._used.get(name, 0) - self._assumed_by_node.get(name, 0))
         self.free[name] = f
-        self.fit[name] = (node.gpu_type, f, node.schedulable, self.node_class.get(name, -1))
+        cid = self.node_class.get(name, -1)
+        self.fit[name] = (node.gpu_type, f, node.schedulable, cid)
+        self.score_key[name] = (cid << 16) | f
 
     def replace(self, kind: Kind, items: list[dict[str, Any]], resource_version: str = "") -> None:
         """Replace everything of ``kind`` with a fresh list (initial sync and relist after 410)."""
@@ -274,6 +279,7 @@ class ClusterCache:
                         self._classify(node)
                 self.free = {}
                 self.fit = {}
+                self.score_key = {}
                 for name in self.nodes:
                     self._refresh_free(name)
             elif kind is Kind.PODS:
@@ -353,6 +359,7 @@ class ClusterCache:
             self.node_class.pop(name, None)
             self.free.pop(name, None)
             self.fit.pop(name, None)
+            self.score_key.pop(name, None)
             return
         node = self._decode_node(obj)
         if node is not None:
