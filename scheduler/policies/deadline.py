@@ -27,7 +27,7 @@ from scheduler.core.decisions import Decision
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import ClusterSnapshot, Job
 from scheduler.policies.base import Request, greedy_allocate, parse_config, require, type_infos
-from scheduler.policies.elastic import min_replicas_of
+from scheduler.policies.elastic import min_replicas_of, rank_types
 from scheduler.policies.goodput import Share, ThroughputTable, grow_by_marginal_gain, used_by_type
 
 
@@ -65,26 +65,8 @@ class DeadlinePolicy:
         infos = type_infos(snapshot)
         live = [j for j in jobs if j.remaining_work > 0]
         table = ThroughputTable(oracle, live, infos, lambda j: range(min_replicas_of(j), j.max_replicas + 1))
-        extra: dict[str, Decision] = {}
-        norm: dict[str, float] = {}
-        types_of: dict[str, tuple[str, ...]] = {}
-        for j in live:
-            lo = min_replicas_of(j)
-            allowed = [t for t in infos if j.allows(t)]
-            best_t, best = table.best_type(j, lo, allowed)
-            if best_t is None:
-                extra[j.name] = Decision(
-                    j.name, None, "predicted throughput is 0 on every allowed GPU type", unresolvable=True
-                )
-                continue
-            norm[j.name] = best
-            types_of[j.name] = tuple(
-                sorted(
-                    (t for t in allowed if table.get(j.name, t, lo) > 0),
-                    key=lambda t: (-table.get(j.name, t, lo), t),
-                )
-            )
-        live = [j for j in live if j.name in norm]
+        ranking = rank_types(live, infos, table)
+        live, norm, types_of, extra = ranking.runnable, ranking.best, ranking.types_of, ranking.unrunnable
 
         # Capacity admission can count on: everything but GPUs that cannot be taken back.
         done = {j.name for j in jobs if j.remaining_work <= 0}

@@ -24,7 +24,7 @@ from typing import Any
 from scheduler.core.decisions import Decision
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import ClusterSnapshot, Job
-from scheduler.policies.base import Request, greedy_allocate, parse_config, require, type_infos
+from scheduler.policies.base import Request, TypeInfo, greedy_allocate, parse_config, require, type_infos
 from scheduler.policies.goodput import Share, ThroughputTable, grow_by_marginal_gain, shrink_for, used_by_type
 
 
@@ -43,6 +43,43 @@ class ElasticConfig:
 
 def min_replicas_of(job: Job) -> int:
     return job.min_replicas if job.is_elastic else job.max_replicas
+
+
+@dataclass(frozen=True, slots=True)
+class TypeRanking:
+    """Each runnable job's best throughput at its minimum size and its allowed GPU types, fastest first."""
+
+    runnable: list[Job]
+    best: dict[str, float]
+    types_of: dict[str, tuple[str, ...]]
+    unrunnable: dict[str, Decision]
+
+
+def rank_types(live: Sequence[Job], infos: Mapping[str, TypeInfo], table: ThroughputTable) -> TypeRanking:
+    """Rank the allowed GPU types of every job by predicted throughput at its minimum replica count.
+
+    A job predicted to make no progress on any allowed type gets an unresolvable decision instead.
+    """
+    best: dict[str, float] = {}
+    types_of: dict[str, tuple[str, ...]] = {}
+    unrunnable: dict[str, Decision] = {}
+    for j in live:
+        lo = min_replicas_of(j)
+        allowed = [t for t in infos if j.allows(t)]
+        best_t, top = table.best_type(j, lo, allowed)
+        if best_t is None:
+            unrunnable[j.name] = Decision(
+                j.name, None, "predicted throughput is 0 on every allowed GPU type", unresolvable=True
+            )
+            continue
+        best[j.name] = top
+        types_of[j.name] = tuple(
+            sorted(
+                (t for t in allowed if table.get(j.name, t, lo) > 0),
+                key=lambda t: (-table.get(j.name, t, lo), t),
+            )
+        )
+    return TypeRanking([j for j in live if j.name in best], best, types_of, unrunnable)
 
 
 class ElasticPolicy:
@@ -67,26 +104,8 @@ class ElasticPolicy:
         infos = type_infos(snapshot)
         live = [j for j in jobs if j.remaining_work > 0]
         table = ThroughputTable(oracle, live, infos, lambda j: range(min_replicas_of(j), j.max_replicas + 1))
-        extra: dict[str, Decision] = {}
-        norm: dict[str, float] = {}
-        types_of: dict[str, tuple[str, ...]] = {}
-        for j in live:
-            allowed = [t for t in infos if j.allows(t)]
-            lo = min_replicas_of(j)
-            best_t, best = table.best_type(j, lo, allowed)
-            if best_t is None:
-                extra[j.name] = Decision(
-                    j.name, None, "predicted throughput is 0 on every allowed GPU type", unresolvable=True
-                )
-                continue
-            norm[j.name] = best
-            types_of[j.name] = tuple(
-                sorted(
-                    (t for t in allowed if table.get(j.name, t, lo) > 0),
-                    key=lambda t: (-table.get(j.name, t, lo), t),
-                )
-            )
-        live = [j for j in live if j.name in norm]
+        ranking = rank_types(live, infos, table)
+        live, norm, types_of, extra = ranking.runnable, ranking.best, ranking.types_of, ranking.unrunnable
         free = {t: info.capacity for t, info in infos.items()}
         for t, used in used_by_type(
             snapshot, exclude={j.name for j in jobs if j.remaining_work <= 0}
