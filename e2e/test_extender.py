@@ -95,7 +95,8 @@ def _gang(job: str, replicas: int, gpus: int, gpu_type: str) -> list[dict[str, A
                 "perfsched.dev/replica-index": str(i),
                 "perfsched.dev/generation": "1",
             },
-            annotations={"perfsched.dev/gpu-type": gpu_type},
+            # as the operator writes them (scheduler/k8s/actuator.py)
+            annotations={"perfsched.dev/gpu-type": gpu_type, "perfsched.dev/world-size": str(replicas)},
         )
         for i in range(replicas)
     ]

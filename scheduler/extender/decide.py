@@ -142,6 +142,9 @@ class Decider:
             gang_key = (pod.job, pod.generation)
             members = cache.gang(pod.job, pod.generation)
             replicas = max(1, len(members) if any(m.key == pod.key for m in members) else len(members) + 1)
+            # the gang's size as the operator wrote it on the pod: right even when the watch has not yet
+            # shown the gang's other pods (or the TrainingJob) to this extender
+            replicas = max(replicas, pod.world_size)
             if info is not None and info.status.allocation is not None:
                 alloc = info.status.allocation
                 if str(info.status.gang_generation) == pod.generation or not pod.generation:

@@ -138,7 +138,7 @@ def gang_pods(
                 crd.ANNOTATION_PLANNED_NODE: node,
                 crd.ANNOTATION_START_PROGRESS: _num(start_progress),
                 crd.ANNOTATION_TOTAL_WORK: _num(total),
-                "perfsched.dev/world-size": str(world),
+                crd.ANNOTATION_WORLD_SIZE: str(world),
                 "perfsched.dev/batch-size": str(spec.batch_size),
             }
         )

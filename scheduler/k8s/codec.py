@@ -37,6 +37,7 @@ POD_ANN_GPU_TYPE = "perfsched.dev/gpu-type"
 POD_ANN_PLANNED_NODE = "perfsched.dev/planned-node"
 POD_ANN_MODEL = "perfsched.dev/model"
 POD_ANN_BATCH_SIZE = "perfsched.dev/batch-size"
+POD_ANN_WORLD_SIZE = "perfsched.dev/world-size"
 
 DEFAULT_NETWORK_GBPS = 100.0
 
@@ -214,6 +215,7 @@ class PodInfo:
     planned_node: str = ""
     model: str = ""
     batch_size: int = 0
+    world_size: int = 0  # replicas in the pod's gang, as the operator wrote it (0: not given)
 
     @property
     def key(self) -> str:
@@ -246,12 +248,6 @@ def decode_pod(obj: Mapping[str, Any]) -> PodInfo:
             replica = int(replica_raw)
         except (TypeError, ValueError):
             replica = None
-    # a bad optional annotation must not hide the pod (its GPUs still count): it reads as "not given"
-    batch_raw = annotations.get(POD_ANN_BATCH_SIZE)
-    try:
-        batch = max(0, int(batch_raw)) if batch_raw is not None else 0
-    except (TypeError, ValueError):
-        batch = 0
     return PodInfo(
         uid=str(meta.get("uid") or ""),
         namespace=namespace,
@@ -266,5 +262,16 @@ def decode_pod(obj: Mapping[str, Any]) -> PodInfo:
         gpu_type=str(annotations.get(POD_ANN_GPU_TYPE, "")),
         planned_node=str(annotations.get(POD_ANN_PLANNED_NODE, "")),
         model=str(annotations.get(POD_ANN_MODEL, "")),
-        batch_size=batch,
+        batch_size=_count_annotation(annotations, POD_ANN_BATCH_SIZE),
+        world_size=_count_annotation(annotations, POD_ANN_WORLD_SIZE),
     )
+
+
+def _count_annotation(annotations: Mapping[str, Any], key: str) -> int:
+    """A non-negative integer annotation; a bad optional annotation must not hide the pod (its GPUs still
+    count): it reads as 0, "not given"."""
+    raw = annotations.get(key)
+    try:
+        return max(0, int(raw)) if raw is not None else 0
+    except (TypeError, ValueError):
+        return 0

@@ -39,6 +39,7 @@ ANNOTATION_PLANNED_NODE = "perfsched.dev/planned-node"
 ANNOTATION_PROGRESS = "perfsched.dev/progress"
 ANNOTATION_START_PROGRESS = "perfsched.dev/start-progress"
 ANNOTATION_TOTAL_WORK = "perfsched.dev/total-work"
+ANNOTATION_WORLD_SIZE = "perfsched.dev/world-size"
 
 #: The phases of ``status.phase``, in the order a job usually goes through them.
 PHASES = ("Pending", "Admitted", "Running", "Resizing", "Preempted", "Succeeded", "Failed")

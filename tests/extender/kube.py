@@ -82,6 +82,7 @@ def kube_pod(
     planned: str = "",
     model: str = "",
     batch_size: int | None = None,
+    world_size: int | None = None,
     uid: str = "",
 ) -> dict[str, Any]:
     labels: dict[str, str] = {}
@@ -99,6 +100,8 @@ def kube_pod(
         annotations["perfsched.dev/model"] = model
     if batch_size is not None:
         annotations["perfsched.dev/batch-size"] = str(batch_size)
+    if world_size is not None:
+        annotations["perfsched.dev/world-size"] = str(world_size)
     resources: dict[str, Any] = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
     spec: dict[str, Any] = {
         "schedulerName": "perfsched",

@@ -190,6 +190,24 @@ def test_gang_goes_to_one_node_when_one_has_room(client_for: Callable[..., TestC
     )
 
 
+def test_first_replica_seen_alone_still_gets_a_whole_gang_placement(
+    client_for: Callable[..., TestClient],
+) -> None:
+    """kube-scheduler may ask about replica 0 before the watch has shown the extender its siblings or the
+    TrainingJob: the operator's ``world-size`` annotation still sizes the gang, so replica 0 only passes
+    nodes where all four replicas fit together (not any node with room for one)."""
+    nodes, pods = gang_cluster(big_free=False)
+    first = kube_pod("tj-w0", 2, job="tj", replica=0, gpu_type="A100", world_size=4)
+    cache = fed_cache(nodes, [*pods, first], [])
+    body = client_for(cache).post("/filter", json={"Pod": first, "NodeNames": GANG_NAMES}).json()
+    assert body["NodeNames"] == ["n1", "n2"]  # NVLink domain d1 holds 4 x 2 GPUs; m1/m2 would each fit one
+    # without the annotation the extender could only treat the pod as a lone replica
+    lone = kube_pod("tj-w0", 2, job="tj", replica=0, gpu_type="A100")
+    cache = fed_cache(nodes, [*pods, lone], [])
+    body = client_for(cache).post("/filter", json={"Pod": lone, "NodeNames": GANG_NAMES}).json()
+    assert set(body["NodeNames"]) > {"n1", "n2"}
+
+
 def test_gang_goes_to_one_nvlink_domain_else_one_rack(client_for: Callable[..., TestClient]) -> None:
     nodes, pods = gang_cluster(big_free=False)
     gang = gang_pods()
