@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -137,11 +138,41 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+def ephemeral_port_range() -> tuple[int, int]:
+    """The kernel's range for outgoing connections' local ports (``ip_local_port_range``)."""
+    try:
+        lo, hi = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return (32768, 60999)  # the Linux default
+    return (lo, hi)
+
+
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct TCP ports that are free on ``host`` right now (the kernel picks them)."""
+    """``count`` distinct TCP ports that are free on ``host`` right now.
+
+    They come from below the kernel's ephemeral range when it leaves room (10000 up to it): a port the
+    kernel handed out for a listener we start a moment later could otherwise be taken in between as the
+    local end of some client's outgoing connection (e.g. the apiserver's to etcd), and the listener would
+    fail with "address already in use". Random within that window, so parallel callers rarely meet; each
+    is checked by binding it. Falls back to kernel-picked ports when the window is too small.
+    """
+    lo, _ = ephemeral_port_range()
+    window = range(10000, lo)
     sockets: list[socket.socket] = []
     try:
-        for _ in range(count):
+        if len(window) >= 1000:
+            rng = random.Random(os.getpid() ^ time.monotonic_ns())
+            for port in rng.sample(window, min(len(window), 64 * count)):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                try:
+                    sock.bind((host, port))
+                except OSError:
+                    sock.close()
+                    continue
+                sockets.append(sock)
+                if len(sockets) == count:
+                    break
+        while len(sockets) < count:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sock.bind((host, 0))
             sockets.append(sock)

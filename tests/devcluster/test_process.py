@@ -10,6 +10,7 @@ from pathlib import Path
 
 from scheduler.devcluster.process import (
     ProcessRecord,
+    ephemeral_port_range,
     free_ports,
     is_running,
     port_is_free,
@@ -67,6 +68,11 @@ def test_free_ports_are_distinct_and_bindable() -> None:
     ports = free_ports(5)
     assert len(set(ports)) == 5
     assert all(port_is_free(p) for p in ports)
+    # below the kernel's range for outgoing connections, so no client socket can take one before the
+    # listener it is meant for starts
+    lo, _ = ephemeral_port_range()
+    if lo - 10000 >= 1000:
+        assert all(10000 <= p < lo for p in ports), ports
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", ports[0]))
         sock.listen()
