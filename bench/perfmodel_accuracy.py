@@ -12,7 +12,8 @@ there, else the shipped table. Each split trains fresh models on its training pa
   through ``perfmodel.online.OnlineCorrector`` (errors on the remaining configurations);
 - the shipped model (trained on the permissive sources only) on the Sia tables it never saw.
 
-Methods: ``ours`` = the shipped method (scaling model x XGBoost correction + physical guards + measured
+Methods: ``ours`` = the shipped method as served by ``Predictor.predict`` (scaling model x XGBoost
+correction + physical guards + in-node envelope + measured
 anchors from the training part for unmeasured model x GPU pairs, see ``perfmodel.predictor``);
 ``xgb-plain`` = one XGBoost on the same features predicting log time
 directly (no scaling model, same tree settings); ``spec-ratio`` =
@@ -67,6 +68,20 @@ class Data:
         self.resolved, self.d, self.t_true = design(ms)
         self.x = self.d.x
         self.y_plain = np.log(self.t_true)
+        self.rows = rows_of(ms)
+        self.batch = np.asarray([m.batch_size for m in ms], dtype=np.float64)
+
+
+def predictor_of(d: Data, train: Idx, rounds: int) -> Predictor:
+    """Our method trained on ``train`` as the shipped code serves it (anchors from ``train`` only)."""
+    model, _ = fit_model(d.d.take(train), d.t_true[train], seed=0, rounds=rounds)
+    meta = ModelMeta(FEATURE_SCHEMA_VERSION, FEATURE_NAMES, -0.1, 0.1, 64, "bench", "bench")
+    return Predictor(model, meta, anchors=Anchors([d.ms[i] for i in train]))
+
+
+def served_times(d: Data, p: Predictor, test: Idx) -> np.ndarray:
+    """Iteration times ``p`` predicts for the rows ``test`` (the serving path: anchors, guards, envelope)."""
+    return d.batch[test] / np.asarray(p.predict([d.rows[i] for i in test]).samples_per_s)
 
 
 def rel_err(pred_t: np.ndarray, true_t: np.ndarray) -> np.ndarray:
@@ -75,14 +90,8 @@ def rel_err(pred_t: np.ndarray, true_t: np.ndarray) -> np.ndarray:
 
 
 def fit_ours(d: Data, train: Idx, rounds: int) -> Callable[[Idx], np.ndarray]:
-    model, _ = fit_model(d.d.take(train), d.t_true[train], seed=0, rounds=rounds)
-    anchors = Anchors([d.ms[i] for i in train])
-
-    def predict(test: Idx) -> np.ndarray:
-        anchored = anchors.iteration_times([d.resolved[i] for i in test])
-        return model.times(d.d.take(test), anchored)[0]
-
-    return predict
+    p = predictor_of(d, train, rounds)
+    return lambda test: served_times(d, p, test)
 
 
 def fit_plain(d: Data, train: Idx, rounds: int) -> Callable[[Idx], np.ndarray]:
@@ -178,11 +187,9 @@ def logo_with_observations(d: Data, rounds: int, per_model: int = 3) -> dict[str
     for gpu in sorted({m.gpu_type for m in d.ms}):
         test = np.asarray([i for i, m in enumerate(d.ms) if m.gpu_type == gpu])
         train = np.asarray([i for i, m in enumerate(d.ms) if m.gpu_type != gpu])
-        model, _ = fit_model(d.d.take(train), d.t_true[train], seed=0, rounds=rounds)
-        meta = ModelMeta(FEATURE_SCHEMA_VERSION, FEATURE_NAMES, -0.1, 0.1, 64, "bench", "bench")
-        anchors = Anchors([d.ms[i] for i in train])
-        corr = OnlineCorrector(Predictor(model, meta, anchors=anchors))
-        rows = rows_of(d.ms)
+        p = predictor_of(d, train, rounds)
+        corr = OnlineCorrector(p)
+        rows = d.rows
         observed: set[int] = set()
         by_model: dict[str, list[int]] = defaultdict(list)
         for i in test:
@@ -198,14 +205,13 @@ def logo_with_observations(d: Data, rounds: int, per_model: int = 3) -> dict[str
         pred = corr.predict([rows[i] for i in rest])
         t_pred = np.asarray([d.ms[i].batch_size / s for i, s in zip(rest, pred.samples_per_s, strict=True)])
         e = rel_err(t_pred, d.t_true[rest])
-        anchored = anchors.iteration_times([d.resolved[i] for i in rest])
-        before = rel_err(model.times(d.d.take(rest), anchored)[0], d.t_true[rest])
+        cold_t = served_times(d, p, rest)
+        before = rel_err(cold_t, d.t_true[rest])
         # Baseline with the same 3 observations: spec-ratio from the observed configs of that model.
         spec = fit_spec_ratio(d, np.asarray(sorted(observed)), rounds)(rest)
         es = rel_err(spec, d.t_true[rest])
         # Ceiling of any per-(model, GPU type) multiplicative correction: the best single factor per
         # model fitted on the evaluated configurations themselves (median log error), not learnable.
-        cold_t = model.times(d.d.take(rest), anchored)[0]
         log_err = np.log(cold_t / d.t_true[rest])
         keys = np.asarray([f"{d.ms[i].model}/{d.ms[i].dataset}" for i in rest])
         factor = np.zeros(rest.size)

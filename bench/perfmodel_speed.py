@@ -5,10 +5,12 @@ Figures (median of repeated runs after warm-up, one thread):
   target <= 1 s; baseline in the same run: loading the same trees into ``xgboost`` (import + Booster)
   as a server that used xgboost directly would.
 - 100 rows: ``predict`` on 100 (job, placement) rows not in the result cache (their job and placement
-  sides were seen before, as in a scheduling round), target <= 1 ms; baselines: the previous per-row
-  path on the same batches, interleaved with ours (the shared machine's load moves both alike), and
-  ``xgboost.Booster.inplace_predict`` on the same 100 feature rows (tree evaluation only). Also printed:
-  the same with every cache cold (a new predictor per batch).
+  sides were seen before, as in a scheduling round), target <= 1 ms; baselines, interleaved with ours on
+  the same batches (the shared machine's load moves both alike): the same predictor without the in-node
+  envelope (what monotonicity in the GPU count costs: a row on n GPUs of one node is computed with the
+  same job on 1 .. n-1 GPUs), and the per-row path without it; ``xgboost.Booster.inplace_predict`` on
+  the same 100 feature rows (tree evaluation only). Also printed: the same with every cache cold (a new
+  predictor per batch).
 - cached: the same call repeated (every row a cache hit), and one cached row, target <= 20 us.
 
 Run: ``nice python bench/perfmodel_speed.py``.
@@ -96,26 +98,34 @@ def main() -> int:
         f"{statistics.median(fresh_wall) * 1e6:.0f} us wall"
         " (target <= 1000 us)"
     )
-    # Baseline in the same run, interleaved with the batch path on the same batches: the previous per-row
-    # path (a Resolved object per row from the cached sides, per-(model, dataset) anchors over Resolved
-    # rows, the same trees), which the tests hold the batch path equal to.
+    # Baselines in the same run, interleaved with the batch path on the same batches: the batch path
+    # without the in-node envelope, and the per-row path without it (a Resolved object per row from the
+    # cached sides, anchors over Resolved rows, the same trees), which the tests hold equal to it.
     anchors = p.anchors
     assert anchors is not None
-    ours, per_row = [], []
+    flat = Predictor(p.model, p.meta, anchors=anchors, in_node_envelope=False)
+    for b in batches[:10]:
+        flat.predict(b)
+    ours, per_row, no_env = [], [], []
     for b in batches[10:]:
         p.clear_cache()
         t = CLOCK()
         p.predict(b)
         ours.append(CLOCK() - t)
+        flat.clear_cache()
+        t = CLOCK()
+        flat.predict(b)
+        no_env.append(CLOCK() - t)
         t = CLOCK()
         resolved = [p.resolve(j, h) for j, h in b]
         times, _ = p.model.times(design_of(resolved), anchors.iteration_times(resolved))
         [(r.batch_size / x, 1.0 / x, r.low_confidence) for r, x in zip(resolved, times.tolist(), strict=True)]
         per_row.append(CLOCK() - t)
     print(
-        "baseline: previous per-row path on the same batches: "
-        f"median {statistics.median(per_row) * 1e6:.0f} us CPU "
-        f"(batch path interleaved with it: {statistics.median(ours) * 1e6:.0f} us)"
+        "baselines interleaved on the same batches: batch path without the in-node envelope "
+        f"median {statistics.median(no_env) * 1e6:.0f} us CPU; per-row path without it "
+        f"{statistics.median(per_row) * 1e6:.0f} us "
+        f"(ours, interleaved: {statistics.median(ours) * 1e6:.0f} us)"
     )
     cold = []
     for b in batches[10:]:
