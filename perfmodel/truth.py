@@ -17,7 +17,8 @@ Rules, in order (all deterministic; ``batch_size`` is the global batch, the per-
    [0.5, 1] above and [0, 1] below); ``S`` is the gradient-sync time, the median of
    ``measured T - C(b)`` over the measured placements with the nearest GPU count and the same
    single-/multi-node kind, scaled by the ring all-reduce factor ``2 (n-1) / n``. Where none was measured
-   ``S`` is parameter bytes x ring factor / link (PCIe 3 x16 inside a node, 10 Gb/s between nodes).
+   ``S`` is parameter bytes x ring factor / link (PCIe 3 x16 inside a node, ``network_gbps`` between
+   nodes: 10 Gb/s by default).
    The answer is anchored on the nearest measured placement ``p``:
    ``T = T_measured(p) x T_model(b, n) / T_model(p)``, so neighbouring answers share its measurement noise.
 3. **Across GPU types.** The model was never measured on this GPU type: take the measured type whose specs
@@ -82,9 +83,10 @@ def _clamp(x: float, lo_hi: tuple[float, float]) -> float:
 class _Group:
     """Measurements of one (model, dataset, GPU type): the compute curve and the sync estimates."""
 
-    def __init__(self, rows: Sequence[Measurement], params: float) -> None:
+    def __init__(self, rows: Sequence[Measurement], params: float, network_gbs: float = NETWORK_GBS) -> None:
         self.rows = sorted(rows, key=lambda m: (m.num_gpus, m.num_nodes, m.gpus_per_node, m.batch_size))
         self.params = params
+        self.network_gbs = network_gbs
         single = sorted((m.batch_size, 1.0 / m.iters_per_s) for m in self.rows if m.num_gpus == 1)
         if not single:
             # No 1-GPU measurement: use the per-GPU batches of the smallest placements as the curve
@@ -136,7 +138,7 @@ class _Group:
             ]
             value = statistics.median(syncs) * _ring(n) / _ring(n_p)
         else:
-            link = NETWORK_GBS if multi_node else PCIE_GBS
+            link = self.network_gbs if multi_node else PCIE_GBS
             value = _ring(n) * self.params * 4.0 / (link * 1e9)
         self._sync_cache[key] = value
         return value
@@ -165,7 +167,11 @@ class _Group:
 class GroundTruth:
     """Measured throughput with a deterministic extrapolation; see the module docstring for the rules."""
 
-    def __init__(self, measurements: Sequence[Measurement]) -> None:
+    def __init__(self, measurements: Sequence[Measurement], network_gbps: float = 10.0) -> None:
+        """``network_gbps``: the link between nodes (Gb/s) where a model was never measured across nodes
+        on a GPU type (rule 2's assumed sync); the default 10 keeps earlier simulator results."""
+        if not (network_gbps > 0 and math.isfinite(network_gbps)):
+            raise ValueError(f"network_gbps must be > 0, got {network_gbps}")
         self._rows = list(measurements)
         self._exact: dict[tuple[str, str, int, str, int, int], float] = {}
         exact_lists: dict[tuple[str, str, int, str, int, int], list[float]] = defaultdict(list)
@@ -179,7 +185,9 @@ class GroundTruth:
         self._groups: dict[tuple[str, str, str], _Group] = {}
         for (model, dataset, gpu), rows in groups.items():
             info = lookup_model(model)
-            self._groups[(model, dataset, gpu)] = _Group(rows, info.params if info else 25e6)
+            self._groups[(model, dataset, gpu)] = _Group(
+                rows, info.params if info else 25e6, network_gbps / 8.0
+            )
         self._datasets: dict[str, list[str]] = defaultdict(list)
         counts: dict[tuple[str, str], int] = defaultdict(int)
         for m in self._rows:
@@ -189,12 +197,12 @@ class GroundTruth:
         self._cache: dict[tuple[str, int, str, int, int, str], float | None] = {}
 
     @classmethod
-    def load(cls, path: Path | None = None) -> GroundTruth:
+    def load(cls, path: Path | None = None, network_gbps: float = 10.0) -> GroundTruth:
         """Load the shipped measured table (or the table at ``path``, written by ``write_table``)."""
         if path is None:
             with resources.as_file(resources.files("perfmodel") / "data" / TABLE_NAME) as p:
-                return cls(read_table(Path(p)))
-        return cls(read_table(path))
+                return cls(read_table(Path(p)), network_gbps)
+        return cls(read_table(path), network_gbps)
 
     @property
     def measurements(self) -> list[Measurement]:

@@ -176,3 +176,18 @@ def test_unit_conversions_and_license_filter(tmp_path: Path) -> None:
     }
     everything = read_shared_tidy(tmp_path)
     assert any(m.source == "sia_azure" for m in everything)
+
+
+def test_network_between_nodes_is_a_parameter_with_the_old_default() -> None:
+    # Two nodes of A40s for ResNet-50: A40 was only measured on one GPU, so the sync part is the assumed
+    # link (parameters x 4 bytes x ring factor / network). 100 Gb/s makes it faster than the default 10,
+    # and the default gives the numbers it gave before the parameter existed (10 Gb/s).
+    ms = GroundTruth.load().measurements
+    slow, fast, explicit = GroundTruth(ms), GroundTruth(ms, 100.0), GroundTruth(ms, 10.0)
+    args = ("resnet50", 256, "A40", 8, 2, "imagenet")
+    assert slow.throughput(*args) == explicit.throughput(*args)
+    assert fast.throughput(*args) > slow.throughput(*args)  # type: ignore[operator]
+    one_node = ("resnet50", 256, "A40", 8, 1, "imagenet")
+    assert fast.throughput(*one_node) == slow.throughput(*one_node)
+    with pytest.raises(ValueError, match="network_gbps"):
+        GroundTruth(ms, 0.0)
