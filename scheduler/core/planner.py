@@ -167,6 +167,46 @@ def plan_detailed(
     return PlanDetail(tuple(out[name] for name in sorted(out, key=lambda n: order[n])), held_back)
 
 
+def single_action(
+    job: Job,
+    cur: Allocation | None,
+    want: Allocation | None,
+    *,
+    restart_cost_s: float,
+    resize_cost_s: float,
+) -> Action | None:
+    """The table's action for one job that is free to change, as ``plan`` gives it when nothing is
+    held back (the job is preemptible, no minimum resize interval applies and its target has room);
+    None when it keeps waiting. Callers that know those conditions hold (the simulator's incremental
+    rounds) use it instead of planning every job."""
+    if not job.total_work - job.progress > 0:
+        return Action(ActionKind.COMPLETE, job.name, cur, None, "all work done")
+    if want is None:
+        if cur is None:
+            return None
+        return Action(ActionKind.PREEMPT, job.name, cur, None, "", lost_work=_lost(job))
+    if cur is None:
+        cost = restart_cost_s if _has_run(job) else 0.0
+        return Action(ActionKind.START, job.name, None, want, "", cost_seconds=cost)
+    if want is cur or want == cur:
+        return Action(ActionKind.KEEP, job.name, cur, cur, "")
+    if job.is_elastic and want.gpu_type == cur.gpu_type and want.replicas != cur.replicas:
+        return Action(
+            ActionKind.RESIZE,
+            job.name,
+            cur,
+            want,
+            f"resize {cur.replicas} -> {want.replicas} replicas",
+            cost_seconds=resize_cost_s,
+        )
+    what = f"restart: migrate from {','.join(cur.nodes)} to {','.join(want.nodes)}"
+    if want.gpu_type != cur.gpu_type:
+        what = f"restart: move from {cur.gpu_type} to {want.gpu_type}"
+    return Action(
+        ActionKind.RESIZE, job.name, cur, want, what, lost_work=_lost(job), cost_seconds=restart_cost_s
+    )
+
+
 def plan(
     snapshot: ClusterSnapshot,
     jobs: Sequence[Job],

@@ -5,6 +5,10 @@ simulator and the tests call. It validates the policy's decisions against the in
 must keep (no node over-committed, gangs all-or-nothing within min/max replicas, rigid jobs at exactly
 ``max_replicas``, only allowed GPU types, whole replicas of the job's size on nodes of the decided type)
 and raises ``PolicyInvariantError`` naming the policy and the job when one is broken.
+
+``IncrementalRound`` is the optional fast path of a policy for callers that see every change (the
+simulator): a stateful object, made by ``policy.incremental(...)``, that gives the same allocations as
+``run_round`` while only looking at what changed since the last round (see the protocol's docstring).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from scheduler.core.decisions import Action, ActionKind, Decision, RoundResult, Unschedulable
 from scheduler.core.errors import ConfigError, PermanentError
@@ -24,6 +29,34 @@ log = logging.getLogger(__name__)
 
 class PolicyInvariantError(PermanentError):
     """A policy returned decisions that break a scheduling invariant (a bug in that policy)."""
+
+
+class IncrementalRound(Protocol):
+    """A policy's incremental round: ``run_round``'s allocations for a caller that reports every change.
+
+    A policy MAY offer ``incremental(nodes, oracle, jobs) -> IncrementalRound | None`` (an optional
+    method: callers look it up with ``getattr`` and fall back to ``run_round``; None means "not for
+    this cluster or these jobs"). The caller starts with an empty cluster and then reports each job
+    when it arrives (``add``) and when it leaves while holding or waiting for GPUs (``remove``: done or
+    failed); every round it calls ``round`` with the progress and attained service of each running job
+    at ``now`` and applies the changes it returns. The contract: the returned changes are exactly the
+    allocations that differ between ``run_round(snapshot, jobs, policy, oracle)`` and what runs now,
+    for the snapshot and jobs the caller would otherwise have built, so results are identical (the
+    simulator's ``check_incremental`` mode runs both and compares every round). It assumes no job
+    reached its total work before its completion is reported (the caller falls back to ``run_round``
+    for such a round and stops using the object), and an oracle whose answer to a question does not
+    depend on the other questions in the batch.
+    """
+
+    def add(self, job: Job) -> None:
+        """A job arrived (waiting, holding nothing)."""
+
+    def remove(self, name: str) -> None:
+        """A job left (finished or failed); its GPUs, if any, are free."""
+
+    def round(self, now: float, running: Mapping[str, tuple[float, float]]) -> dict[str, Allocation | None]:
+        """The jobs whose allocation changes this round (None: stops running), given each running job's
+        ``(progress, attained_service)`` at ``now``; the object assumes the caller applies them."""
 
 
 @dataclass(frozen=True, slots=True)

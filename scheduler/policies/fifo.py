@@ -19,7 +19,8 @@ from typing import Any
 
 from scheduler.core.decisions import Decision
 from scheduler.core.protocols import ThroughputOracle
-from scheduler.core.types import ClusterSnapshot, Job
+from scheduler.core.round import IncrementalRound
+from scheduler.core.types import ClusterSnapshot, Job, Node
 from scheduler.policies.base import (
     FreeByType,
     Request,
@@ -28,6 +29,7 @@ from scheduler.policies.base import (
     replica_options,
     type_infos,
 )
+from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_type
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,3 +64,20 @@ class FifoPolicy:
             Request(j, free.order(j, infos), replica_options(j), rank=float(i)) for i, j in enumerate(ordered)
         ]
         return greedy_allocate(snapshot, jobs, requests, preemptive=False, strict=not self.config.backfill)
+
+    def incremental(
+        self, nodes: Sequence[Node], oracle: ThroughputOracle, jobs: Sequence[Job]
+    ) -> IncrementalRound | None:
+        """The simulator's fast path (``scheduler.policies.incremental``): one GPU type and rigid
+        preemptible jobs; None otherwise."""
+        del oracle
+        gpu_type = single_type(nodes)
+        if gpu_type is None or not simple_jobs(jobs, gpu_type):
+            return None
+        prio = self.config.use_priority
+
+        def key_of(job: Job, progress: float, attained: float) -> tuple[tuple[float, float, str], float]:
+            del progress, attained
+            return (-job.priority if prio else 0, job.submit_time, job.name), 0.0
+
+        return GreedyRounds(nodes, gpu_type, key_of, preemptive=False, strict=not self.config.backfill)

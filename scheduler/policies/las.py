@@ -26,7 +26,8 @@ from typing import Any
 
 from scheduler.core.decisions import Decision
 from scheduler.core.protocols import ThroughputOracle
-from scheduler.core.types import ClusterSnapshot, Job
+from scheduler.core.round import IncrementalRound
+from scheduler.core.types import ClusterSnapshot, Job, Node
 from scheduler.policies.base import (
     FreeByType,
     Request,
@@ -36,6 +37,7 @@ from scheduler.policies.base import (
     require,
     type_infos,
 )
+from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_type
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,3 +99,24 @@ class LasPolicy:
             for (q, _, _), j in keyed
         ]
         return greedy_allocate(snapshot, jobs, requests, preemptive=self.config.preemptive)
+
+    def incremental(
+        self, nodes: Sequence[Node], oracle: ThroughputOracle, jobs: Sequence[Job]
+    ) -> IncrementalRound | None:
+        """The simulator's fast path (``scheduler.policies.incremental``): one GPU type, rigid preemptible
+        jobs and no promote knob (whose queues move with the clock); None otherwise."""
+        del oracle
+        gpu_type = single_type(nodes)
+        if self.config.promote_knob is not None or gpu_type is None or not simple_jobs(jobs, gpu_type):
+            return None
+        bounds = self._bounds
+
+        def key_of(job: Job, progress: float, attained: float) -> tuple[tuple[float, float, str], float]:
+            del progress
+            q = bisect.bisect_right(bounds, attained)  # ``queue_of`` without the knob
+            return (q, job.submit_time, job.name), float(q)
+
+        def rank_of(job: Job, progress: float, attained: float) -> float:
+            return float(bisect.bisect_right(bounds, attained))
+
+        return GreedyRounds(nodes, gpu_type, key_of, preemptive=self.config.preemptive, rank_of=rank_of)

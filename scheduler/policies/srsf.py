@@ -20,7 +20,8 @@ from typing import Any
 
 from scheduler.core.decisions import Decision
 from scheduler.core.protocols import ThroughputOracle
-from scheduler.core.types import ClusterSnapshot, Job
+from scheduler.core.round import IncrementalRound
+from scheduler.core.types import ClusterSnapshot, Job, Node
 from scheduler.policies.base import (
     Request,
     greedy_allocate,
@@ -30,6 +31,7 @@ from scheduler.policies.base import (
     type_infos,
 )
 from scheduler.policies.goodput import ThroughputTable, size_bounds
+from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_type
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,4 +91,52 @@ class SrsfPolicy:
             preemptive=self.config.preemptive,
             preempt_margin=self.config.preempt_margin_gpu_s,
             extra=extra,
+        )
+
+    def incremental(
+        self, nodes: Sequence[Node], oracle: ThroughputOracle, jobs: Sequence[Job]
+    ) -> IncrementalRound | None:
+        """The simulator's fast path (``scheduler.policies.incremental``): one GPU type and rigid
+        preemptible jobs; None otherwise. Each job's peak predicted throughput is asked once, on arrival
+        (the oracle's answers must not depend on the batch); its rank then follows its progress."""
+        gpu_type = single_type(nodes)
+        if gpu_type is None or not simple_jobs(jobs, gpu_type):
+            return None
+        infos = type_infos(ClusterSnapshot(now=0.0, nodes=tuple(nodes)))
+        peak: dict[str, tuple[int, float]] = {}
+
+        def key_of(
+            job: Job, progress: float, attained: float
+        ) -> tuple[tuple[float, float, str], float] | None:
+            del attained
+            got = peak.get(job.name)
+            if got is None:
+                return None
+            replicas, best = got
+            remaining_s = max(0.0, job.total_work - progress) / best  # ``remaining_work / best``
+            svc = replicas * job.gpus_per_replica * remaining_s
+            return (svc, job.submit_time, job.name), svc
+
+        def rank_of(job: Job, progress: float, attained: float) -> float:
+            replicas, best = peak[job.name]  # running jobs were asked for, so they have one
+            return replicas * job.gpus_per_replica * (max(0.0, job.total_work - progress) / best)
+
+        def batch_keys(new: Sequence[Job]) -> list[tuple[tuple[float, float, str], float] | None]:
+            table = ThroughputTable(oracle, new, infos, size_bounds)
+            for j in new:
+                peaks = {t: table.peak(j, t) for t in infos if j.allows(t)}
+                speeds = sorted(((v, t) for t, (_, v) in peaks.items()), key=lambda x: (-x[0], x[1]))
+                types = tuple(t for v, t in speeds if v > 0)
+                if types:
+                    peak[j.name] = peaks[types[0]]
+            return [key_of(j, j.progress, j.attained_service) for j in new]
+
+        return GreedyRounds(
+            nodes,
+            gpu_type,
+            key_of,
+            preemptive=self.config.preemptive,
+            margin=self.config.preempt_margin_gpu_s,
+            batch_keys=batch_keys,
+            rank_of=rank_of,
         )

@@ -10,6 +10,15 @@ are re-evaluated; ``round_seconds == 0``: event-driven only, the survey's semant
 oracle at its placement), and the planner's actions are applied with their restart cost (seconds in
 which the job holds its GPUs but makes no progress) and lost work. No I/O, no wall clock except for
 reporting the engine's own speed; deterministic for a given input.
+
+When the policy offers an incremental round (``scheduler.core.round.IncrementalRound``, e.g. ``las``,
+``srsf`` and ``fifo`` on one GPU type with rigid jobs) and ``EngineConfig.incremental`` is on, the engine
+reports arrivals and departures to it and asks it each round for the jobs whose allocation changes,
+instead of building every active job and calling ``run_round``: the same allocations (so the same
+results) at the cost of what changed. ``check_incremental`` also runs ``run_round`` every round and
+raises ``IncrementalMismatch`` if the two disagree (the tests keep it on). A round in which a running job
+has reached its total work before its completion event (float rounding) goes back to ``run_round`` for
+the rest of the run.
 """
 
 from __future__ import annotations
@@ -23,8 +32,9 @@ from dataclasses import dataclass, field, fields
 
 from scheduler.core.decisions import Action, ActionKind, RoundResult
 from scheduler.core.placement import spread_of
+from scheduler.core.planner import single_action
 from scheduler.core.protocols import Policy, ThroughputOracle
-from scheduler.core.round import RoundCosts
+from scheduler.core.round import IncrementalRound, RoundCosts
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node
 
 log = logging.getLogger(__name__)
@@ -63,6 +73,14 @@ class EngineConfig:
     skip_idle_rounds: bool = True
     #: benchmark baseline only: a round at every tick whether or not anything changed (a naive round loop)
     always_tick: bool = False
+    #: use the policy's incremental round when it offers one (same results; see the module docstring)
+    incremental: bool = True
+    #: also run ``run_round`` every round and raise ``IncrementalMismatch`` if the incremental round differs
+    check_incremental: bool = False
+
+
+class IncrementalMismatch(AssertionError):
+    """The policy's incremental round and ``run_round`` disagreed (a bug in the incremental round)."""
 
 
 @dataclass(slots=True)
@@ -111,6 +129,8 @@ class EngineResult:
     end_time: float = 0.0
     round_wall_s: float = 0.0
     oracle_wall_s: float = 0.0
+    #: rounds decided by the policy's incremental round (the rest went through ``run_round``)
+    incremental_rounds: int = 0
 
 
 @dataclass(slots=True)
@@ -129,6 +149,7 @@ class _State:
     done_at: float = math.inf
     stale: bool = False
     values: list[object] = field(default_factory=list)
+    order: int = 0  # arrival order (the order of the active jobs handed to ``run_round``)
 
 
 class Engine:
@@ -171,7 +192,9 @@ class Engine:
                 ideal_duration=ideal.get(job.name, math.nan),
                 deadline=job.deadline,
             )
-            self.states[job.name] = _State(job=job, record=rec, updated=job.submit_time)
+            self.states[job.name] = _State(
+                job=job, record=rec, updated=job.submit_time, order=len(self.states)
+            )
         self.total_gpus = sum(n.capacity_for_jobs for n in self.nodes)
 
     # -- progress bookkeeping -------------------------------------------------------------------
@@ -233,6 +256,11 @@ class Engine:
         # to do (no one to start, no one to preempt for, no size or type to change): skip that round.
         one_type = len({n.gpu_type for n in self.nodes}) == 1
         elastic_active = 0
+        session: IncrementalRound | None = None
+        if cfg.incremental:
+            make = getattr(self.policy, "incremental", None)
+            if make is not None:
+                session = make(self.nodes, self.policy_oracle, [s.job for s in self.states.values()])
 
         while heap:
             now = heap[0][0]
@@ -245,6 +273,8 @@ class Engine:
                     st = self.states[name]
                     active[name] = st
                     elastic_active += st.job.is_elastic
+                    if session is not None:
+                        session.add(st.job)
                     pending_arrivals -= 1
                     dirty = forced = True
                 elif kind == _COMPLETION:
@@ -259,6 +289,8 @@ class Engine:
                     st.version += 1
                     del running[name], allocs[name], active[name]
                     elastic_active -= st.job.is_elastic
+                    if session is not None:
+                        session.remove(name)
                     finished += 1
                     dirty = True
                     if self.on_progress and finished % cfg.progress_every == 0:
@@ -288,16 +320,52 @@ class Engine:
                 continue
 
             # -- one scheduling round at `now` --
-            for st in running.values():
-                self._advance(st, now)
-            jobs = [self._view(st, now) for st in active.values()]
-            snapshot = ClusterSnapshot(now=now, nodes=self.nodes, allocations=dict(allocs))
-            t0 = time.perf_counter()
-            rr = self.run_round(snapshot, jobs, self.policy, self.policy_oracle, costs=costs, explain=False)
-            result.round_wall_s += time.perf_counter() - t0
+            # ``_advance`` for every running job, inlined (this runs for every running job every round)
+            progress: dict[str, tuple[float, float]] = {}
+            all_left = True  # every running job still has work left (the incremental round's premise)
+            for name, st in running.items():
+                updated = st.updated
+                if now > updated:
+                    resume_at = st.resume_at
+                    run_from = updated if updated >= resume_at else resume_at  # max(updated, resume_at)
+                    if now > run_from:
+                        total_work = st.job.total_work
+                        p = st.progress + st.rate * (now - run_from)
+                        st.progress = total_work if total_work <= p else p  # min(total_work, p)
+                    gained = st.gpus * (now - updated)
+                    st.attained += gained
+                    st.record.gpu_seconds += gained
+                    st.stale = True
+                    st.updated = now
+                if session is not None:
+                    if not st.job.total_work - st.progress > 0:
+                        all_left = False
+                    progress[name] = (st.progress, st.attained)
+            if session is not None and not all_left:
+                # a job done before its completion event: run_round's rules for that from here on
+                log.debug("incremental rounds stop", extra={"time": now})
+                session = None
+            actions: Sequence[Action] | None = None
+            if session is not None:
+                t0 = time.perf_counter()
+                changes = session.round(now, progress)
+                actions = self._actions_for(changes, now)
+                if cfg.check_incremental:
+                    self._check(actions, active, allocs, now, costs)
+                result.round_wall_s += time.perf_counter() - t0
+                result.incremental_rounds += 1
+            else:
+                jobs = [self._view(st, now) for st in active.values()]
+                snapshot = ClusterSnapshot(now=now, nodes=self.nodes, allocations=dict(allocs))
+                t0 = time.perf_counter()
+                rr = self.run_round(
+                    snapshot, jobs, self.policy, self.policy_oracle, costs=costs, explain=False
+                )
+                result.round_wall_s += time.perf_counter() - t0
+                actions = rr.actions
             result.rounds += 1
             changed: list[_State] = []
-            for action in rr.actions:
+            for action in actions:
                 target = active.get(action.job)
                 if target is not None:
                     used += self._apply(target, action, now, running, allocs, changed)
@@ -318,6 +386,8 @@ class Engine:
                         running.pop(st.job.name, None)
                         allocs.pop(st.job.name, None)
                         active.pop(st.job.name, None)
+                        if session is not None:
+                            session.remove(st.job.name)
                         finished += 1
                         continue
                     st.rate = rate
@@ -328,7 +398,7 @@ class Engine:
                     st.done_at = done
                     seq = self._push_wake(heap, seq, st, now, thresholds)
             waiting = len(active) - len(running)
-            result.jobs_in_rounds += len(jobs)
+            result.jobs_in_rounds += len(active)
             self._sample(result, now, used, waiting, len(running))
             if (
                 cfg.round_seconds > 0
@@ -346,6 +416,46 @@ class Engine:
         if self.on_progress:
             self.on_progress(total, total)
         return result
+
+    def _actions_for(self, changes: Mapping[str, Allocation | None], now: float) -> list[Action]:
+        """The planner's actions for an incremental round's changes, in the order ``run_round`` gives."""
+        out: list[Action] = []
+        cfg = self.config
+        for name in sorted(changes, key=lambda n: self.states[n].order):
+            st = self.states[name]
+            action = single_action(
+                self._view(st, now),
+                st.alloc,
+                changes[name],
+                restart_cost_s=cfg.restart_cost_s,
+                resize_cost_s=cfg.resize_cost_s,
+            )
+            if action is not None:
+                out.append(action)
+        return out
+
+    def _check(
+        self,
+        actions: Sequence[Action],
+        active: Mapping[str, _State],
+        allocs: Mapping[str, Allocation],
+        now: float,
+        costs: RoundCosts,
+    ) -> None:
+        """Raise ``IncrementalMismatch`` unless ``run_round`` plans the same changes as ``actions``."""
+        jobs = [self._view(st, now) for st in active.values()]
+        snapshot = ClusterSnapshot(now=now, nodes=self.nodes, allocations=dict(allocs))
+        rr = self.run_round(snapshot, jobs, self.policy, self.policy_oracle, costs=costs, explain=False)
+
+        def key(a: Action) -> tuple[object, ...]:
+            return (a.kind, a.job, a.before, a.after, a.lost_work, a.cost_seconds)
+
+        want = [key(a) for a in rr.actions if a.kind is not ActionKind.KEEP]
+        got = [key(a) for a in actions if a.kind is not ActionKind.KEEP]
+        if want != got:
+            raise IncrementalMismatch(
+                f"incremental round of policy {self.policy.name!r} at t={now}: {got} != run_round's {want}"
+            )
 
     @staticmethod
     def _push_wake(

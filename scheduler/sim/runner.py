@@ -219,6 +219,9 @@ def run_simulations(
             restart_cost_s=0.0 if req.survey else req.restart_cost_s,
             resize_cost_s=0.0 if req.survey else req.restart_cost_s,
             wake_thresholds_gpu_s=las_thresholds_gpu_s(policy),
+            # the incremental rounds ask the oracle per job, not per round: only for the table oracle,
+            # whose answers do not depend on the batch
+            incremental=req.oracle == "table",
         )
         label = name if runs_of[name] == 1 or math.isnan(mre) else f"{name}-mre{mre:g}"
         progress = _Relay(on_progress, label) if on_progress is not None else None

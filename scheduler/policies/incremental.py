@@ -1,0 +1,316 @@
+"""Incremental greedy rounds: ``greedy_allocate``'s answer at the cost of what changed, for the simulator.
+
+Pure, but stateful: ``GreedyRounds`` keeps the free GPUs (a ``FreeIndex``), the running jobs'
+allocations and the waiting jobs sorted by their policy key between rounds, and implements
+``scheduler.core.round.IncrementalRound`` for the rank-ordered greedy policies (``las``, ``srsf``,
+``fifo``) on clusters of one GPU type with rigid, preemptible jobs (their ``incremental`` method says
+None otherwise, and the caller uses ``run_round``).
+
+Why it gives the same allocations as ``greedy_allocate`` (and so as ``run_round``): in such a cluster
+every running job asks for exactly what it holds, so walking it keeps it and changes nothing; a waiting
+job at rank r that needs g GPUs can only change anything when g <= F (free GPUs now) or, for a
+preemptive policy, g <= F + V(r) (V(r): GPUs of running jobs not yet evicted whose rank exceeds r plus
+the margin; otherwise ``_preempt_for`` gives up on counting alone). Such a waiting job is a no-op, and
+so, within one group of jobs of the same shape, is every job ranked after it (V only falls with the
+rank), until something is placed or evicted. So a round walks, in the policy's order, only the head of
+each shape group that passes that test (and the jobs evicted in this round, at their own rank), and runs
+on each exactly ``greedy_allocate``'s code (``_try_place``, ``_preempt_for``) on the same free-GPU index.
+A job that passed the test but could not be placed marks its group as failed until the index changes
+(every later job of the group would try the same placements with a subset of the same victims). Strict
+FIFO walks waiting jobs in order up to the first that cannot start, as ``greedy_allocate`` does.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from scheduler.core.decisions import Unschedulable
+from scheduler.core.placement import FreeIndex
+from scheduler.core.types import Allocation, Job, Node
+from scheduler.policies.base import Request, _preempt_for, _try_place
+
+#: the policy's order key of a job (compared as tuples, ending with the unique job name) and its rank
+#: (what preemption compares), from the job, its progress and its attained service; None: the policy
+#: never asks for this job (it stays waiting, e.g. SRSF with no positive predicted throughput)
+KeyFn = Callable[[Job, float, float], "tuple[tuple[Any, ...], float] | None"]
+
+
+def single_type(nodes: Sequence[Node]) -> str | None:
+    """The one GPU type of the schedulable GPU nodes, or None when there are several (or none)."""
+    types = {n.gpu_type for n in nodes if n.capacity_for_jobs > 0}
+    return next(iter(types)) if len(types) == 1 else None
+
+
+def simple_jobs(jobs: Sequence[Job], gpu_type: str) -> bool:
+    """Whether every job is rigid, preemptible and allowed on ``gpu_type`` (what ``GreedyRounds`` handles)."""
+    return all(
+        not j.is_elastic
+        and j.preemptible
+        and j.allows(gpu_type)
+        and j.gpus_per_replica > 0
+        and j.max_replicas > 0
+        and j.total_work - j.progress > 0
+        for j in jobs
+    )
+
+
+class GreedyRounds:
+    """``scheduler.core.round.IncrementalRound`` for a rank-ordered greedy policy; see the module docstring.
+
+    ``key_of`` gives a waiting or running job's order key and rank; ``batch_keys`` (optional) keys many
+    newly arrived jobs at once (policies that ask an oracle batch them); ``preemptive``, ``margin`` and
+    ``strict`` are ``greedy_allocate``'s arguments; ``rank_of`` (optional): ``key_of``'s rank alone, cheaper.
+    """
+
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        gpu_type: str,
+        key_of: KeyFn,
+        *,
+        preemptive: bool,
+        margin: float = 0.0,
+        strict: bool = False,
+        batch_keys: Callable[[Sequence[Job]], Sequence[tuple[tuple[Any, ...], float] | None]] | None = None,
+        rank_of: Callable[[Job, float, float], float] | None = None,
+    ) -> None:
+        self._index = FreeIndex(nodes)
+        self._type = gpu_type
+        self._types = (gpu_type,)
+        self._key_of = key_of
+        self._rank_of = rank_of or self._rank_from_key
+        self._batch_keys = batch_keys
+        self._preemptive = preemptive
+        self._margin = margin
+        self._strict = strict
+        self._jobs: dict[str, Job] = {}
+        self._alloc: dict[str, Allocation] = {}
+        self._gpus: dict[str, int] = {}  # running job -> GPUs it holds
+        self._new: list[Job] = []
+        # waiting jobs: shape (replicas, GPUs per replica) -> sorted order keys; and per job its key, rank
+        self._groups: dict[tuple[int, int], list[tuple[Any, ...]]] = {}
+        self._wait: dict[str, tuple[tuple[Any, ...], float]] = {}
+
+    # ------------------------------------------------------------------ changes reported by the caller
+    def add(self, job: Job) -> None:
+        self._jobs[job.name] = job
+        self._new.append(job)
+
+    def remove(self, name: str) -> None:
+        job = self._jobs.pop(name, None)
+        if job is None:
+            return
+        alloc = self._alloc.pop(name, None)
+        if alloc is not None:
+            self._index.release(alloc)
+            del self._gpus[name]
+        self._unwait(job)
+        self._new = [j for j in self._new if j.name != name]
+
+    def _rank_from_key(self, job: Job, progress: float, attained: float) -> float:
+        keyed = self._key_of(job, progress, attained)
+        if keyed is None:
+            raise RuntimeError(f"incremental round: running job {job.name!r} has no rank")
+        return keyed[1]
+
+    def _shape(self, job: Job) -> tuple[int, int]:
+        return (job.max_replicas, job.gpus_per_replica)
+
+    def _enwait(self, job: Job, keyed: tuple[tuple[Any, ...], float] | None) -> None:
+        if keyed is None:
+            return  # never asked for: a permanent no-op
+        self._wait[job.name] = keyed
+        bisect.insort(self._groups.setdefault(self._shape(job), []), keyed[0])
+
+    def _unwait(self, job: Job) -> None:
+        keyed = self._wait.pop(job.name, None)
+        if keyed is None:
+            return
+        lst = self._groups[self._shape(job)]
+        del lst[bisect.bisect_left(lst, keyed[0])]
+
+    def _take_arrivals(self) -> None:
+        new, self._new = self._new, []
+        if not new:
+            return
+        if self._batch_keys is not None:
+            keys = self._batch_keys(new)
+        else:
+            keys = [self._key_of(j, j.progress, j.attained_service) for j in new]
+        for job, keyed in zip(new, keys, strict=True):
+            self._enwait(job, keyed)
+
+    # ------------------------------------------------------------------------------------ the round
+    def round(self, now: float, running: Mapping[str, tuple[float, float]]) -> dict[str, Allocation | None]:
+        del now  # ranks come from progress and attained service only
+        self._take_arrivals()
+        index = self._index
+        gpu_type = self._type
+        types_ = self._types
+        preemptive = self._preemptive
+        strict = self._strict
+        margin = self._margin
+        groups = self._groups
+        jobs = self._jobs
+        wait = self._wait
+
+        # running jobs as victims: their ranks when a preemption test first needs them, their keys and
+        # the victim order when a preemption is first tried
+        reserved: dict[str, Allocation] = {}
+        pending: dict[str, Allocation] = {}
+        victims_by_type: dict[str, list[tuple[float, str]]] = {}
+        run_keys: dict[str, tuple[tuple[Any, ...], float]] = {}
+        run_rank: dict[str, float] = {}
+        v_ranks: list[float] = []  # ranks of the victims still in place, ascending
+        v_suffix: list[int] = [0]  # v_suffix[i]: their GPUs from index i on
+        gpus = self._gpus
+        rank_of = self._rank_of
+
+        def rank_running() -> None:
+            for name in self._alloc:
+                progress, attained = running[name]
+                run_rank[name] = rank_of(jobs[name], progress, attained)
+            pending.update(self._alloc)
+            refresh()
+
+        def build() -> None:
+            if not run_rank:
+                rank_running()
+            reserved.update(self._alloc)
+            lst = []
+            for name in self._alloc:
+                progress, attained = running[name]
+                keyed = self._key_of(jobs[name], progress, attained)
+                if keyed is None:
+                    raise RuntimeError(f"incremental round: running job {name!r} has no rank")
+                run_keys[name] = keyed
+                lst.append((-keyed[1], name))
+            lst.sort()
+            victims_by_type[gpu_type] = lst
+
+        def refresh() -> None:
+            pairs = sorted([(run_rank[v], gpus[v]) for v in pending])
+            v_ranks[:] = [r for r, _ in pairs]
+            acc = 0
+            suffix = [0] * (len(pairs) + 1)
+            for i in range(len(pairs) - 1, -1, -1):
+                acc += pairs[i][1]
+                suffix[i] = acc
+            v_suffix[:] = suffix
+
+        def victims_above(rank: float) -> int:
+            return v_suffix[bisect.bisect_right(v_ranks, rank + margin)]
+
+        placed: dict[str, Allocation] = {}
+        preempted_by: dict[str, str] = {}
+        evicted: list[tuple[tuple[Any, ...], str]] = []  # heap of (key, name): re-walked at their rank
+        ptr = dict.fromkeys(groups, 0)
+        failed: dict[tuple[int, int], int] = {}
+        changes_made = 0
+        pos: tuple[Any, ...] | None = None
+
+        while True:
+            free = index.type_free(gpu_type)
+            best_key: tuple[Any, ...] | None = None
+            best_shape: tuple[int, int] | None = None
+            for shape, lst in groups.items():
+                i = ptr[shape]
+                if pos is not None and i < len(lst) and lst[i] <= pos:
+                    i = ptr[shape] = bisect.bisect_right(lst, pos, i)
+                if i >= len(lst):
+                    continue
+                key = lst[i]
+                if best_key is not None and key >= best_key:
+                    continue
+                if not strict:
+                    if failed.get(shape) == changes_made:
+                        continue
+                    need = shape[0] * shape[1]
+                    if need > free:
+                        if not preemptive:
+                            continue
+                        if not run_rank and self._alloc:
+                            rank_running()
+                        if need > free + victims_above(wait[key[-1]][1]):
+                            continue
+                best_key, best_shape = key, shape
+            from_evicted = False
+            while evicted and pos is not None and evicted[0][0] <= pos:
+                heapq.heappop(evicted)  # cannot happen (evictions rank after the walk); kept safe
+            if evicted and (best_key is None or evicted[0][0] < best_key):
+                e_key, e_name = evicted[0]
+                e_job = jobs[e_name]
+                need = e_job.max_replicas * e_job.gpus_per_replica
+                if (
+                    strict
+                    or need <= free
+                    or (preemptive and need <= free + victims_above(run_keys[e_name][1]))
+                ):
+                    best_key, best_shape, from_evicted = e_key, None, True
+                else:
+                    heapq.heappop(evicted)  # a no-op: it stays preempted
+                    continue
+            if best_key is None:
+                break
+            pos = best_key
+            name = best_key[-1]
+            job = jobs[name]
+            if from_evicted:
+                heapq.heappop(evicted)
+                rank = run_keys[name][1]
+            else:
+                rank = wait[name][1]
+            req = Request(job, types_, (job.max_replicas,), rank=rank)
+            gpr = job.gpus_per_replica
+            # ``greedy_allocate``'s memoised "short of GPUs" answer, or a placement attempt
+            short = index.short_of_gpus(req.replicas, gpr, types_)
+            res: Allocation | Unschedulable = _SHORT if short else _try_place(index, req, types_)
+            if not isinstance(res, Allocation) and preemptive:
+                if not victims_by_type:
+                    build()
+                before = len(preempted_by)
+                res = _preempt_for(
+                    index, req, types_, reserved, pending, victims_by_type, margin, preempted_by
+                )
+                if len(preempted_by) != before:
+                    for v in list(preempted_by)[before:]:
+                        heapq.heappush(evicted, (run_keys[v][0], v))
+                    refresh()
+            if isinstance(res, Allocation):
+                index.commit(res)
+                if victims_by_type:
+                    reserved[name] = res
+                placed[name] = res
+                changes_made += 1
+            elif strict:
+                if res.resolvable:
+                    break  # strict FIFO: nobody behind the head starts
+            elif best_shape is not None:
+                failed[best_shape] = changes_made
+
+        # what changed, and the state for the next round
+        out: dict[str, Allocation | None] = {}
+        for v in preempted_by:
+            old = self._alloc.pop(v)
+            new = placed.pop(v, None)
+            if new is None:
+                del self._gpus[v]
+                out[v] = None
+                # waiting, its progress and attained service stay as now: its key stays this round's
+                self._enwait(jobs[v], run_keys[v])
+            else:
+                self._alloc[v] = new
+                if new != old:
+                    out[v] = new
+        for name, alloc in placed.items():
+            self._unwait(jobs[name])
+            self._alloc[name] = alloc
+            self._gpus[name] = alloc.total_gpus
+            out[name] = alloc
+        return out
+
+
+_SHORT = Unschedulable("waiting for free GPUs of an allowed type")
