@@ -21,7 +21,8 @@ observations of a job make its predictions converge to what it really does. A jo
 most ``job_weight_cap`` times in the shared levels, so one long-running job reporting every round does
 not drown the others. ``decay`` < 1 forgets old observations of a job exponentially (throughput drifts).
 The interval of a corrected prediction narrows with the job's observation count down to the spread of its
-own residuals.
+own residuals. Corrected predictions keep the predictor's in-node envelope (more GPUs of one node never
+predict less; see ``perfmodel.predictor``): per-placement corrections would otherwise break it.
 
 ``remaining_time`` = remaining work / predicted throughput with the interval's bounds. The operator, the
 extender and ``perfsched predict --observed`` all use this class. Pure apart from the in-memory state
@@ -232,15 +233,53 @@ class OnlineCorrector:
         rows: Sequence[tuple[JobFeatures, HardwareFeatures]],
         job_ids: Sequence[Hashable | None] | None = None,
     ) -> Predictions:
-        """Corrected predictions for ``rows`` (``job_ids[i]`` names row i's job when given)."""
-        base = self.predictor.predict(rows)
+        """Corrected predictions for ``rows`` (``job_ids[i]`` names row i's job when given).
+
+        The predictor's in-node envelope holds after correction too (when the predictor applies it): a
+        row on n > 1 GPUs of one node gets at least the corrected throughput of the same job on 1 .. n-1
+        GPUs of that node (its interval moves with it), so an observed fast run on 4 GPUs does not make
+        5 look slower than 4.
+        """
         if not self._jobs:
-            return base
-        if self._dirty:
-            self._rebuild()
+            return self.predictor.predict(rows)
         ids = list(job_ids) if job_ids is not None else [None] * len(rows)
         if len(ids) != len(rows):
             raise InvalidInputError(f"{len(ids)} job ids for {len(rows)} rows")
+        if not self.predictor.in_node_envelope:
+            return self._corrected(rows, ids)
+        extra: list[tuple[JobFeatures, HardwareFeatures]] = []
+        extra_ids: list[Hashable | None] = []
+        spans: list[tuple[int, int, int]] = []  # (row, first extra, end of its extras)
+        for k, ((job, hw), jid) in enumerate(zip(rows, ids, strict=True)):
+            if hw.num_nodes == 1 and hw.num_gpus > 1:
+                first = len(extra)
+                for g in range(1, hw.num_gpus):
+                    extra.append((job, _with_gpus(hw, g)))
+                    extra_ids.append(jid)
+                spans.append((k, first, len(extra)))
+        if not spans:
+            return self._corrected(rows, ids)
+        allp = self._corrected([*rows, *extra], [*ids, *extra_ids])
+        n = len(rows)
+        out = [
+            list(v[:n]) for v in (allp.samples_per_s, allp.low, allp.high, allp.iters_low, allp.iters_high)
+        ]
+        s, lo, hi, ilo, ihi = out
+        for k, a, b in spans:
+            best = max(allp.samples_per_s[n + a : n + b])
+            if best > s[k]:
+                f = best / s[k]
+                s[k], lo[k], hi[k], ilo[k], ihi[k] = best, lo[k] * f, hi[k] * f, ilo[k] * f, ihi[k] * f
+        iters = [v / job.batch_size for v, (job, _) in zip(s, rows, strict=True)]
+        return Predictions(s, iters, lo, hi, ilo, ihi, list(allp.low_confidence[:n]))
+
+    def _corrected(
+        self, rows: Sequence[tuple[JobFeatures, HardwareFeatures]], ids: Sequence[Hashable | None]
+    ) -> Predictions:
+        """The offline predictions of ``rows`` times each row's correction (no envelope)."""
+        base = self.predictor.predict(rows)
+        if self._dirty:
+            self._rebuild()
         out: dict[str, list[float]] = {k: [] for k in ("s", "i", "lo", "hi", "ilo", "ihi")}
         for k, ((job, hw), jid) in enumerate(zip(rows, ids, strict=True)):
             r = self.predictor.resolve(job, hw)
@@ -263,6 +302,13 @@ class OnlineCorrector:
         return Predictions(
             out["s"], out["i"], out["lo"], out["hi"], out["ilo"], out["ihi"], list(base.low_confidence)
         )
+
+
+def _with_gpus(hw: HardwareFeatures, gpus: int) -> HardwareFeatures:
+    """The same one-node placement with ``gpus`` GPUs."""
+    return HardwareFeatures(
+        hw.gpu_type, gpus, gpus, 1, hw.interconnect, hw.network_gbps, hw.memory_mib, hw.compute_capability
+    )
 
 
 def remaining_time(

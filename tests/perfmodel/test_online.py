@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -99,3 +100,23 @@ def test_scaling_trend_on_a_gpu_type_carries_to_other_models(predictor: Predicto
     # truth = cold x 0.8^3 = 0.512 cold (cold error 95%); the trend brings it within 25%
     assert abs(cold / truth(*bert8) - 1) > 0.9
     assert abs(got / truth(*bert8) - 1) < 0.25
+
+
+def test_corrected_predictions_stay_monotone_in_one_node(predictor: Predictor) -> None:
+    # The job ran twice as fast as predicted on 4 GPUs and at 0.6x on 5 (observed per placement): 5..8
+    # GPUs of the same node must not look slower than 4 after the correction (without the envelope they
+    # would: 5 GPUs' own correction pulls it down).
+    c = OnlineCorrector(predictor)
+    rows = [(JOB, HardwareFeatures("NVIDIA-A100-SXM4-40GB", n, n)) for n in range(1, 9)]
+    offline = predictor.predict(rows).samples_per_s
+    for _ in range(3):
+        c.observe(*rows[3], 2.0 * offline[3])
+        c.observe(*rows[4], 0.6 * offline[4])
+    raw = c._corrected(rows, [None] * len(rows)).samples_per_s
+    assert raw[4] < raw[3]  # the per-placement correction alone breaks the order
+    got = c.predict(rows)
+    s = got.samples_per_s
+    assert all(b >= a for a, b in itertools.pairwise(s)), s
+    assert s[3] == pytest.approx(raw[3]) and s[4] == pytest.approx(raw[3])
+    assert got.low[4] < s[4] < got.high[4]
+    assert got.iters_per_s[4] == pytest.approx(s[4] / JOB.batch_size)

@@ -131,20 +131,15 @@ MODELS = ["resnet18", "resnet50", "vgg16", "bert", "gpt2", "transformer", "lstm"
 
 def _linear_bound(predictor: Predictor, job: JobFeatures, hw: HardwareFeatures, n: int) -> float:
     """The most a job on n GPUs of one node may reach: linear scaling from one GPU at a per-GPU batch of
-    global / m for some m in 1..n (m = n: the same per-GPU batch). The in-node envelope lets a row reach
-    the best of the same job on fewer GPUs; where the learned 1-GPU time drops as the batch grows, that
-    can exceed n x one GPU at the same per-GPU batch (see the README's predictor section)."""
-    ones = [
-        (
-            JobFeatures(job.model, job.dataset, job.batch_size // m, job.precision),
-            HardwareFeatures(hw.gpu_type),
-        )
-        for m in range(1, n + 1)
-        if job.batch_size % m == 0
-    ]
-    got = predictor.predict(ones).samples_per_s
-    ms = [m for m in range(1, n + 1) if job.batch_size % m == 0]
-    return max(m * s for m, s in zip(ms, got, strict=True))
+    global / m for some m in 1..n (m = n: the same per-GPU batch), with the 1-GPU times from the per-row
+    path. The in-node envelope lets a row reach the best of the same job on fewer GPUs; where the learned
+    1-GPU time drops as the batch grows, that can exceed n x one GPU at the same per-GPU batch (see the
+    README's predictor section)."""
+    fewer = [(job, HardwareFeatures(hw.gpu_type, m, m, 1, hw.interconnect)) for m in range(1, n + 1)]
+    resolved = [resolve(j, h) for j, h in fewer]
+    assert predictor.anchors is not None
+    _, t1 = predictor.model.times(design_of(resolved), predictor.anchors.iteration_times(resolved))
+    return float(job.batch_size / t1.min())
 
 
 @settings(max_examples=60, deadline=None)
