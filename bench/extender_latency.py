@@ -2,13 +2,17 @@
 
 Per call, with 1,000 and 5,000 node names (nodeCacheCapable: true), for a 2-GPU pod with model
 annotations (so prioritize asks the predictor). The floor, measured in the same run with the same
-payloads: a minimal Starlette app whose one route parses the body with orjson and returns it.
+payloads and the same transport: a minimal Starlette app whose route parses the body with orjson,
+serialises it back with orjson and answers it padded with JSON whitespace to the byte length of the
+extender's answer for that verb and payload (like for like: same parse, same reply size; the
+prioritize answer is about 2.5x the request, the filter answer about the same as the request).
 
 - in-process: the ASGI app called directly (FastAPI routing, body parse, decision, serialisation), with
   the process pinned to one core;
 - loopback: uvicorn in a child process pinned to one core, a keep-alive ``http.client`` connection.
 
-Targets: in-process p99 <= 2 ms at 1,000 names and <= 6 ms at 5,000; extender / floor <= 2x.
+Targets: p99 <= 2 ms at 1,000 names and <= 6 ms at 5,000; extender / floor <= 2x (every ratio is
+printed: of the minimum, the median and the 99th percentile).
 Run: ``python bench/extender_latency.py [--calls N] [--oracle table|predictor] [--json]``.
 """
 
@@ -109,7 +113,7 @@ def payload(n: int) -> bytes:
     return orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": [f"gpu-{i:05d}" for i in range(n)]})
 
 
-def build_apps(n: int, oracle_kind: str) -> tuple[Any, Any]:
+def build_apps(n: int, oracle_kind: str, pads: dict[str, int] | None = None) -> tuple[Any, Any]:
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import Response
@@ -125,8 +129,11 @@ def build_apps(n: int, oracle_kind: str) -> tuple[Any, Any]:
     cache.replace(Kind.TRAININGJOBS, [], "1")
     app = create_app(Settings(), cache, make_oracle(oracle_kind))
 
+    padding = {path: b" " * size for path, size in (pads or {}).items()}
+
     async def echo(request: Request) -> Response:
-        return Response(orjson.dumps(orjson.loads(await request.body())), media_type="application/json")
+        reply = orjson.dumps(orjson.loads(await request.body())) + padding.get(request.url.path, b"")
+        return Response(reply, media_type="application/json")
 
     floor = Starlette(
         routes=[Route("/filter", echo, methods=["POST"]), Route("/prioritize", echo, methods=["POST"])]
@@ -197,7 +204,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _serve(which: str, n: int, oracle_kind: str, port: int, core: int | None) -> None:
+def _serve(which: str, n: int, oracle_kind: str, port: int, core: int | None, pads: dict[str, int]) -> None:
     import logging
 
     import uvicorn
@@ -205,7 +212,7 @@ def _serve(which: str, n: int, oracle_kind: str, port: int, core: int | None) ->
     if core is not None:
         os.sched_setaffinity(0, {core})
     logging.disable(logging.WARNING)
-    app, floor = build_apps(n, oracle_kind)
+    app, floor = build_apps(n, oracle_kind, pads)
     uvicorn.run(
         app if which == "extender" else floor,
         host="127.0.0.1",
@@ -263,11 +270,19 @@ def main() -> None:
     for n in [int(x) for x in args.sizes.split(",")]:
         body = payload(n)
         os.sched_setaffinity(0, {cores[0]})
-        app, floor = build_apps(n, args.oracle)
+        app, _ = build_apps(n, args.oracle)
+        echo_size = len(orjson.dumps(orjson.loads(body)))
+        sizes = {f"/{v}": len(asgi_caller(app, f"/{v}", body)()) for v in ("filter", "prioritize")}
+        pads = {path: max(0, size - echo_size) for path, size in sizes.items()}
+        app, floor = build_apps(n, args.oracle, pads)
         for verb in ("filter", "prioritize"):
-            ext = timed(asgi_caller(app, f"/{verb}", body), args.calls)
-            flo = timed(asgi_caller(floor, f"/{verb}", body), args.calls)
-            rows.append(_row("in-process", verb, n, ext, flo))
+            ext_call = asgi_caller(app, f"/{verb}", body)
+            floor_call = asgi_caller(floor, f"/{verb}", body)
+            if len(floor_call()) != len(ext_call()):
+                raise RuntimeError(f"/{verb}: the floor's answer is not the extender's size")
+            ext = timed(ext_call, args.calls)
+            flo = timed(floor_call, args.calls)
+            rows.append(_row("in-process", verb, n, ext, flo, len(body), sizes[f"/{verb}"]))
         os.sched_setaffinity(0, set(cores))
         if args.no_http:
             continue
@@ -277,7 +292,7 @@ def main() -> None:
             results: dict[str, list[float]] = {}
             for which in ("extender", "floor"):
                 port = _free_port()
-                proc = ctx.Process(target=_serve, args=(which, n, args.oracle, port, core), daemon=True)
+                proc = ctx.Process(target=_serve, args=(which, n, args.oracle, port, core, pads), daemon=True)
                 proc.start()
                 try:
                     wait_port(port)
@@ -287,7 +302,17 @@ def main() -> None:
                 finally:
                     proc.terminate()
                     proc.join(5)
-            rows.append(_row("loopback HTTP", verb, n, results["extender"], results["floor"]))
+            rows.append(
+                _row(
+                    "loopback HTTP",
+                    verb,
+                    n,
+                    results["extender"],
+                    results["floor"],
+                    len(body),
+                    sizes[f"/{verb}"],
+                )
+            )
     load = (load_before, os.getloadavg()[0])
     if args.json:
         print(
@@ -301,23 +326,34 @@ def main() -> None:
         f"{len(cores)} CPUs, 1-min load average {load[0]:.1f} -> {load[1]:.1f})"
     )
     print(
-        f"{'mode':<14} {'verb':<11} {'nodes':>6} {'min ms':>7} {'p50 ms':>8} {'p99 ms':>8} "
-        f"{'floor min':>9} {'floor p50':>10} {'floor p99':>10} {'ratio p50':>10} {'ratio p99':>10}"
+        "floor: Starlette + orjson, same transport, parses the same body and answers as many bytes "
+        "as the extender (request and reply sizes in bytes below)"
+    )
+    print(
+        f"{'mode':<14} {'verb':<11} {'nodes':>6} {'req B':>7} {'reply B':>8} {'min ms':>7} {'p50 ms':>7} "
+        f"{'p99 ms':>7} {'floor min':>9} {'floor p50':>9} {'floor p99':>9} "
+        f"{'ratio min':>9} {'ratio p50':>9} {'ratio p99':>9}"
     )
     for r in rows:
         print(
-            f"{r['mode']:<14} {r['verb']:<11} {r['nodes']:>6} {r['min_ms']:>7.3f} {r['p50_ms']:>8.3f} "
-            f"{r['p99_ms']:>8.3f} {r['floor_min_ms']:>9.3f} {r['floor_p50_ms']:>10.3f} "
-            f"{r['floor_p99_ms']:>10.3f} {r['ratio_p50']:>10.2f} {r['ratio_p99']:>10.2f}"
+            f"{r['mode']:<14} {r['verb']:<11} {r['nodes']:>6} {r['request_bytes']:>7} {r['reply_bytes']:>8} "
+            f"{r['min_ms']:>7.3f} {r['p50_ms']:>7.3f} {r['p99_ms']:>7.3f} {r['floor_min_ms']:>9.3f} "
+            f"{r['floor_p50_ms']:>9.3f} {r['floor_p99_ms']:>9.3f} {r['ratio_min']:>9.2f} "
+            f"{r['ratio_p50']:>9.2f} {r['ratio_p99']:>9.2f}"
         )
 
 
-def _row(mode: str, verb: str, n: int, ext: list[float], flo: list[float]) -> dict[str, Any]:
+def _row(
+    mode: str, verb: str, n: int, ext: list[float], flo: list[float], request_bytes: int, reply_bytes: int
+) -> dict[str, Any]:
     p50, p99, f50, f99 = pct(ext, 0.5), pct(ext, 0.99), pct(flo, 0.5), pct(flo, 0.99)
     return {
         "mode": mode,
         "verb": verb,
         "nodes": n,
+        "request_bytes": request_bytes,
+        "reply_bytes": reply_bytes,
+        "ratio_min": min(ext) / min(flo),
         "min_ms": min(ext) * 1000,
         "floor_min_ms": min(flo) * 1000,
         "p50_ms": p50,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import orjson
@@ -27,6 +27,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
+from starlette.types import Receive, Scope, Send
 
 from scheduler import metrics
 from scheduler.core.errors import ConfigError, PermanentError
@@ -55,6 +56,20 @@ class Binder(Protocol):
     def record_placement(self, namespace: str, job_name: str, placement: dict[str, str]) -> None: ...
 
 
+class _Children:
+    """A labelled metric's children by label value, resolved once each (``labels()`` takes a lock)."""
+
+    def __init__(self, metric: Any) -> None:
+        self._metric = metric
+        self._children: dict[str, Any] = {}
+
+    def __getitem__(self, label: str) -> Any:
+        child = self._children.get(label)
+        if child is None:
+            child = self._children[label] = self._metric.labels(label)
+        return child
+
+
 class _HTTPError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
@@ -62,20 +77,24 @@ class _HTTPError(Exception):
         self.message = message
 
 
-def host_priority_list(names: Sequence[str], keys: Sequence[Any], scores: Mapping[Any, int]) -> bytes:
+def host_priority_list(
+    names: Sequence[str], keys: Sequence[Any], scores: Mapping[Any, int], *, plain: bool | None = None
+) -> bytes:
     """The wire's HostPriorityList ``[{"Host": names[i], "Score": scores[keys[i]]}, ...]`` as JSON bytes.
 
     Byte-for-byte what ``orjson.dumps`` gives for the list of dicts, built without a dict per node: node
     names are DNS names that need no escaping, so the names and their classes' prebuilt tails are
-    interleaved and joined at C speed; a name that might need escaping (a quote, a backslash, anything
-    not printable) sends the whole list through orjson instead.
+    interleaved and joined at C speed; a name that might need escaping (a quote, a backslash, a control
+    character, anything not ASCII) sends the whole list through orjson instead. ``plain`` is
+    ``wire.plain_names(names)`` when the caller knows it already.
     """
     if len(keys) != len(names):
         raise ValueError(f"{len(names)} names but {len(keys)} class keys")
     if not names:
         return b"[]"
-    joined = "".join(names)
-    if not joined.isprintable() or '"' in joined or "\\" in joined:
+    if plain is None:
+        plain = wire.plain_names(names)
+    if not plain:
         return orjson.dumps([{"Host": h, "Score": scores[k]} for h, k in zip(names, keys, strict=True)])
     tails = {k: f'","Score":{int(s)}}},{{"Host":"' for k, s in scores.items()}
     parts: list[str] = [""] * (2 * len(names) + 1)
@@ -90,15 +109,27 @@ def _json(obj: Any, status: int = 200) -> Response:
     return Response(content=orjson.dumps(obj), status_code=status, media_type=_JSON)
 
 
-async def _read_json(request: Request, limit: int) -> Any:
-    """The request body as JSON, refusing bodies over ``limit`` bytes (413) and bad JSON (400)."""
-    length = request.headers.get("content-length")
+def _check_length(length: str | None, limit: int) -> None:
     if length is not None:
         try:
             if int(length) > limit:
                 raise _HTTPError(413, f"request body of {length} bytes is over the limit of {limit} bytes")
         except ValueError:
             raise _HTTPError(400, f"Content-Length header is not a number: {length!r}") from None
+
+
+def _parse_json(body: bytes) -> Any:
+    if not body:
+        raise _HTTPError(400, "request body is empty: expected a JSON object")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise _HTTPError(400, f"request body is not valid JSON: {exc}") from None
+
+
+async def _read_json(request: Request, limit: int) -> Any:
+    """The request body as JSON, refusing bodies over ``limit`` bytes (413) and bad JSON (400)."""
+    _check_length(request.headers.get("content-length"), limit)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
@@ -106,13 +137,83 @@ async def _read_json(request: Request, limit: int) -> Any:
         if size > limit:
             raise _HTTPError(413, f"request body is over the limit of {limit} bytes")
         chunks.append(chunk)
-    body = b"".join(chunks)
-    if not body:
-        raise _HTTPError(400, "request body is empty: expected a JSON object")
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise _HTTPError(400, f"request body is not valid JSON: {exc}") from None
+    return _parse_json(b"".join(chunks))
+
+
+class _Disconnected(Exception):
+    """The client went away before sending the whole body."""
+
+
+async def _receive_json(scope: Scope, receive: Receive, limit: int) -> Any:
+    """``_read_json`` on the raw ASGI messages (the hot verbs' path, without a ``Request`` object)."""
+    for key, value in scope["headers"]:
+        if key == b"content-length":
+            _check_length(value.decode("latin-1"), limit)
+            break
+    message = await receive()
+    if message["type"] != "http.request":
+        raise _Disconnected
+    body: bytes = message.get("body", b"")
+    if len(body) > limit:
+        raise _HTTPError(413, f"request body is over the limit of {limit} bytes")
+    if message.get("more_body", False):
+        chunks = [body]
+        size = len(body)
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                raise _Disconnected
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise _HTTPError(413, f"request body is over the limit of {limit} bytes")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+    return _parse_json(body)
+
+
+_Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class _ExtenderApp(FastAPI):
+    """FastAPI, with the hot verbs (``POST /filter``, ``/prioritize``) answered before its routing.
+
+    kube-scheduler calls filter and prioritize for every pod; FastAPI's middleware stack, router and
+    endpoint machinery cost about as much as the decision itself, so ``__call__`` sends those two
+    requests straight to plain ASGI handlers. The FastAPI routes for them stay (the OpenAPI schema and
+    every other route are FastAPI's, and the routes answer the same way through the same functions).
+    """
+
+    hot_routes: dict[str, _Handler]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            path: str = scope["path"]
+            root = scope.get("root_path", "")
+            if root and path.startswith(root):
+                path = path[len(root) :]
+            handler = self.hot_routes.get(path)
+            if handler is not None:
+                await handler(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+async def _send_json(send: Send, status: int, body: bytes) -> None:
+    """The same response Starlette's ``Response(body, status, media_type=JSON)`` sends."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-length", str(len(body)).encode()), *_JSON_HEADERS],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 class _Predictions:
@@ -198,7 +299,7 @@ def create_app(
     served_registry = registry or metrics.REGISTRY
     exported_restarts: dict[tuple[str, str], int] = {}
 
-    app = FastAPI(
+    app = _ExtenderApp(
         title="perfsched scheduler extender",
         version="v1",
         description="k8s.io/kube-scheduler/extender/v1 webhook: filter, prioritize, bind and preempt "
@@ -214,6 +315,7 @@ def create_app(
     ok = {v: metrics.EXTENDER_REQUESTS.labels(v, "200") for v in latency}
     nodes_in = metrics.EXTENDER_FILTER_NODES.labels("in")
     nodes_passed = metrics.EXTENDER_FILTER_NODES.labels("passed")
+    rejections = _Children(metrics.EXTENDER_REJECTIONS)
 
     def _done(verb: str, start: float, code: int) -> None:
         latency[verb].observe(time.perf_counter() - start)
@@ -222,20 +324,17 @@ def create_app(
         else:
             metrics.EXTENDER_REQUESTS.labels(verb, str(code)).inc()
 
-    def _bad(verb: str, start: float, status: int, message: str) -> Response:
+    def _bad(verb: str, start: float, status: int, message: str) -> tuple[int, bytes]:
         log.info("bad %s request: %s", verb, message)
         _done(verb, start, status)
-        return _json({"Error": message}, status)
+        return status, orjson.dumps({"Error": message})
 
-    @app.post(
-        "/filter",
-        openapi_extra=_body("ExtenderArgs"),
-        responses=_reply({"$ref": "#/components/schemas/ExtenderFilterResult"}, "ExtenderFilterResult"),
-    )
-    async def filter_(request: Request) -> Response:
-        start = time.perf_counter()
+    def filter_answer(body: Any, start: float) -> tuple[int, bytes]:
+        """Status and reply of a filter request (``body``: the parsed JSON, or the error reading it)."""
         try:
-            args = wire.parse_extender_args(await _read_json(request, limit))
+            if isinstance(body, _HTTPError):
+                raise body
+            args = wire.parse_extender_args(body)
             outcome = decider.filter(args.pod, args.names, args.node_objects)
         except _HTTPError as exc:
             return _bad("filter", start, exc.status, exc.message)
@@ -244,7 +343,7 @@ def create_app(
         except Exception as exc:
             log.exception("filter failed")
             _done("filter", start, 200)
-            return _json(
+            return 200, orjson.dumps(
                 {
                     "Nodes": None,
                     "NodeNames": None,
@@ -257,21 +356,16 @@ def create_app(
         nodes_in.observe(len(args.names))
         nodes_passed.observe(len(outcome.passed))
         for reason, n in outcome.categories.items():
-            metrics.EXTENDER_REJECTIONS.labels(reason).inc(n)
+            rejections[reason].inc(n)
         _done("filter", start, 200)
-        return Response(content=reply, media_type=_JSON)
+        return 200, reply
 
-    @app.post(
-        "/prioritize",
-        openapi_extra=_body("ExtenderArgs"),
-        responses=_reply(
-            {"type": "array", "items": {"$ref": "#/components/schemas/HostPriority"}}, "HostPriorityList"
-        ),
-    )
-    async def prioritize(request: Request) -> Response:
-        start = time.perf_counter()
+    def prioritize_answer(body: Any, start: float) -> tuple[int, bytes]:
+        """Status and reply of a prioritize request (``body``: as for ``filter_answer``)."""
         try:
-            args = wire.parse_extender_args(await _read_json(request, limit))
+            if isinstance(body, _HTTPError):
+                raise body
+            args = wire.parse_extender_args(body)
         except _HTTPError as exc:
             return _bad("prioritize", start, exc.status, exc.message)
         except wire.WireError as exc:
@@ -283,9 +377,58 @@ def create_app(
         except Exception:
             log.exception("prioritize failed; answering neutral scores")
             keys, scores = [None] * len(args.names), {None: 0}
-        body = host_priority_list(args.names, keys, scores)
+        reply = host_priority_list(args.names, keys, scores, plain=args.plain)
         _done("prioritize", start, 200)
-        return Response(content=body, media_type=_JSON)
+        return 200, reply
+
+    def hot(answer: Callable[[Any, float], tuple[int, bytes]]) -> _Handler:
+        async def handler(scope: Scope, receive: Receive, send: Send) -> None:
+            start = time.perf_counter()
+            try:
+                body: Any = await _receive_json(scope, receive, limit)
+            except _HTTPError as exc:
+                body = exc
+            except _Disconnected:
+                return  # nobody to answer
+            status, reply = answer(body, start)
+            await _send_json(send, status, reply)
+
+        return handler
+
+    app.hot_routes = {"/filter": hot(filter_answer), "/prioritize": hot(prioritize_answer)}
+
+    async def _answer_request(
+        request: Request, answer: Callable[[Any, float], tuple[int, bytes]]
+    ) -> Response:
+        start = time.perf_counter()
+        try:
+            body: Any = await _read_json(request, limit)
+        except _HTTPError as exc:
+            body = exc
+        status, reply = answer(body, start)
+        return Response(content=reply, status_code=status, media_type=_JSON)
+
+    @app.post(
+        "/filter",
+        openapi_extra=_body("ExtenderArgs"),
+        responses=_reply({"$ref": "#/components/schemas/ExtenderFilterResult"}, "ExtenderFilterResult"),
+    )
+    async def filter_(request: Request) -> Response:
+        return await _answer_request(request, filter_answer)
+
+    @app.post(
+        "/prioritize",
+        openapi_extra=_body("ExtenderArgs"),
+        responses=_reply(
+            {"type": "array", "items": {"$ref": "#/components/schemas/HostPriority"}}, "HostPriorityList"
+        ),
+    )
+    async def prioritize(request: Request) -> Response:
+        return await _answer_request(request, prioritize_answer)
+
+    def _bad_response(verb: str, start: float, status: int, message: str) -> Response:
+        code, body = _bad(verb, start, status, message)
+        return Response(content=body, status_code=code, media_type=_JSON)
 
     @app.post(
         "/bind",
@@ -297,9 +440,9 @@ def create_app(
         try:
             args = wire.parse_binding_args(await _read_json(request, limit))
         except _HTTPError as exc:
-            return _bad("bind", start, exc.status, exc.message)
+            return _bad_response("bind", start, exc.status, exc.message)
         except wire.WireError as exc:
-            return _bad("bind", start, 400, str(exc))
+            return _bad_response("bind", start, 400, str(exc))
         if binder is None:
             _done("bind", start, 200)
             metrics.EXTENDER_BINDS.labels("error").inc()
@@ -361,9 +504,9 @@ def create_app(
             candidates = _preempt_candidates(args)
             kept = decider.preempt(args.Pod, candidates)
         except _HTTPError as exc:
-            return _bad("preempt", start, exc.status, exc.message)
+            return _bad_response("preempt", start, exc.status, exc.message)
         except (wire.WireError, ConfigError) as exc:
-            return _bad("preempt", start, 400, str(exc))
+            return _bad_response("preempt", start, 400, str(exc))
         meta = args.NodeNameToMetaVictims or {}
         full = args.NodeNameToVictims or {}
         out: dict[str, Any] = {}

@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import compress, filterfalse, repeat
+from operator import ne, not_, or_
 from typing import Any
 
 from scheduler.core.decisions import Unschedulable
 from scheduler.core.node_fit import GPU_RESOURCE, check_node
-from scheduler.core.placement import LocalityLevel, locality_level, place_gang, spread_of
+from scheduler.core.placement import FreeIndex, LocalityLevel, locality_level, place_gang, spread_of
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import Allocation, Interconnect, Job, Node, PlacementShape
 from scheduler.k8s.cache import ClusterCache
@@ -119,6 +121,12 @@ class Decider:
         # gang -> (plan for its unplaced replicas, where its replicas were placed when it was made)
         self._plans: dict[tuple[str, str], tuple[Allocation, dict[str, int]]] = {}
         self._shape_memo: dict[tuple[Any, ...], PlacementShape] = {}
+        self._free_indexes = FreeIndexes(cache)
+        # (node set, job, gang state, set of class keys) -> score per class key
+        self._score_memo: dict[tuple[Any, ...], dict[Any, int]] = {}
+        self._predict_failures = 0
+        self._level_memo: dict[tuple[Any, ...], dict[str, int]] = {}
+        self._group_index: tuple[int, dict[tuple[str, str], list[str]]] = (-1, {})
         # callback(queries sent, cache hits, cache misses) for metrics
         self._on_predict = on_predict
 
@@ -198,8 +206,6 @@ class Decider:
     ) -> FilterOutcome:
         nodes = self.cache.nodes
         g = ctx.gpus
-        want_type = ctx.gpu_type
-        allowed = ctx.allowed
         passed: list[str] = []
         failed: dict[str, str] = {}
         unres: dict[str, str] = {}
@@ -211,93 +217,146 @@ class Decider:
                 unres[name] = reason
             cats[R_JOB] = len(names)
             return FilterOutcome([], failed, unres, cats)
-        fits: list[str] = []
-        fits_append = fits.append
-        fit_get = self.cache.fit.get
-        # A rejection's reason depends only on the node's (type, size, free GPUs), except the two reasons
-        # that name the node (no GPUs, cordoned): memoised per fit tuple, with a count per reason.
-        memo: dict[tuple[str, int, bool, int], list[Any]] = {}
-        for i, name in enumerate(names):
-            info = fit_get(name)
-            if info is not None:
-                t, f, sched, _ = info
-                # fast path: the common "fits" case, from one lookup
-                if (
-                    f >= g
-                    and sched
-                    and (want_type is None or t == want_type)
-                    and (not allowed or t in allowed)
-                ):
-                    fits_append(name)
-                    continue
-                hit = memo.get(info)
-                if hit is not None:
-                    hit[3] += 1
-                    if hit[1]:
-                        failed[name] = hit[0]
-                    else:
-                        unres[name] = hit[0]
-                    continue
-                node: Node | None = nodes[name]
+        fits, bad_names, bad_keys, verdicts = self._classify(ctx, names, node_objects)
+        if bad_names:
+            # each key has one verdict (reason, resolvable, category): the failures go into their dicts
+            # in request order, a C-speed pass per dict
+            reason_of = {k: v[0] for k, v in verdicts.items()}
+            kinds = {v[1] for v in verdicts.values()}
+            if kinds == {True}:
+                failed = dict(zip(bad_names, map(reason_of.__getitem__, bad_keys), strict=True))
+            elif kinds == {False}:
+                unres = dict(zip(bad_names, map(reason_of.__getitem__, bad_keys), strict=True))
             else:
-                node = self._node_from_request(node_objects, i)
-                if node is None:
-                    failed[name] = (
-                        f"perfsched: node {name} is not in the extender's cache yet (watch lag); retry"
+                resolvable = list(map({k: v[1] for k, v in verdicts.items()}.__getitem__, bad_keys))
+                failed = dict(
+                    zip(
+                        compress(bad_names, resolvable),
+                        map(reason_of.__getitem__, compress(bad_keys, resolvable)),
+                        strict=True,
                     )
-                    cats[R_UNKNOWN_NODE] = cats.get(R_UNKNOWN_NODE, 0) + 1
-                    continue
-                f = node.gpus if node.schedulable else 0
-                t = node.gpu_type
-                if (
-                    f >= g
-                    and node.schedulable
-                    and (want_type is None or t == want_type)
-                    and (not allowed or t in allowed)
-                ):
-                    fits_append(name)
-                    continue
-            assert node is not None
-            why = check_node(node, f, gpus_per_replica=g, gpu_type=want_type, allowed_gpu_types=allowed)
-            if why is None:  # pragma: no cover - the fast paths cover every fitting node
-                fits_append(name)
-                continue
-            cat = _category(node, f, g, want_type, allowed)
-            if info is not None and node.schedulable and node.gpus > 0:
-                memo[info] = [why.reason, why.resolvable, cat, 1]
-            else:
-                cats[cat] = cats.get(cat, 0) + 1
-            if why.resolvable:
-                failed[name] = why.reason
-            else:
-                unres[name] = why.reason
-        for _, _, cat, count in memo.values():
-            cats[cat] = cats.get(cat, 0) + count
+                )
+                unresolvable = list(map(not_, resolvable))
+                unres = dict(
+                    zip(
+                        compress(bad_names, unresolvable),
+                        map(reason_of.__getitem__, compress(bad_keys, unresolvable)),
+                        strict=True,
+                    )
+                )
+            for key, count in Counter(bad_keys).items():
+                cat = verdicts[key][2]
+                cats[cat] = cats.get(cat, 0) + count
         if ctx.gang_key is None or (ctx.replicas <= 1 and not ctx.placed and not ctx.planned):
             passed = fits
         else:
             plan = self._gang_plan(ctx, fits)
             if isinstance(plan, Unschedulable):
                 reason = f"perfsched: gang {ctx.pod.job}: {plan.reason}"
-                target = failed if plan.resolvable else unres
-                for name in fits:
-                    target[name] = reason
+                (failed if plan.resolvable else unres).update(dict.fromkeys(fits, reason))
                 if fits:
                     cats[R_GANG] = cats.get(R_GANG, 0) + len(fits)
             else:
-                in_plan = set(plan.nodes)
-                where = _describe_plan(plan, nodes)
-                for name in fits:
-                    if name in in_plan:
-                        passed.append(name)
-                    else:
-                        failed[name] = (
+                in_plan = set(plan.nodes).__contains__
+                passed = list(filter(in_plan, fits))
+                outside = list(filterfalse(in_plan, fits))
+                if outside:
+                    where = _describe_plan(plan, nodes)
+                    failed.update(
+                        dict.fromkeys(
+                            outside,
                             f"perfsched: gang {ctx.pod.job} ({ctx.replicas} x {g} GPUs) is placed on "
-                            f"{where}; "
-                            "this node is outside that placement"
+                            f"{where}; this node is outside that placement",
                         )
-                        cats[R_GANG] = cats.get(R_GANG, 0) + 1
+                    )
+                    cats[R_GANG] = cats.get(R_GANG, 0) + len(outside)
         return FilterOutcome(passed, failed, unres, cats)
+
+    def _classify(
+        self, ctx: PodContext, names: Sequence[str], node_objects: Sequence[Any] | None
+    ) -> tuple[list[str], list[str], list[Any], dict[Any, tuple[str, bool, str]]]:
+        """Split ``names`` into those one replica fits (request order) and the rest, with their keys.
+
+        A name's key is the cache's filter key (class, schedulable, free GPUs): nodes alike in it get one
+        verdict, decided once, and the names are split by C-speed passes. Names whose reason names the
+        node (no GPUs, cordoned) and names the cache does not know (decoded from the request's Node
+        objects, else "not in the cache yet") get a key of their own. Returns (fits, failing names, their
+        keys, verdict per failing key as (reason, resolvable, rejection category)).
+        """
+        nodes = self.cache.nodes
+        g = ctx.gpus
+        want_type = ctx.gpu_type
+        allowed = ctx.allowed
+        keys: list[Any] = list(map(self.cache.filter_key.get, names))
+        ok: dict[Any, bool] = {}
+        verdicts: dict[Any, tuple[str, bool, str]] = {}
+        own: set[Any] = set()  # keys whose names each need a verdict of their own
+        i = -1
+        for key in dict.fromkeys(keys):  # in order of first occurrence
+            i = keys.index(key, i + 1)  # first occurrences come in order: one scan in all
+            if key is None:
+                own.add(key)
+                continue
+            node = nodes[names[i]]
+            f = key & 0xFFFF
+            t = node.gpu_type
+            if (
+                f >= g
+                and node.schedulable
+                and (want_type is None or t == want_type)
+                and (not allowed or t in allowed)
+            ):
+                ok[key] = True
+            elif node.schedulable and node.gpus > 0:
+                ok[key] = False
+                verdicts[key] = self._verdict(ctx, node, f)
+            else:
+                own.add(key)
+        if own:
+            for i in [i for i, k in enumerate(keys) if k in own]:
+                name = names[i]
+                node_key: Any = ("node", i)
+                if keys[i] is not None:
+                    one: Node | None = nodes[name]
+                    f = keys[i] & 0xFFFF
+                else:
+                    one = self._node_from_request(node_objects, i)
+                    f = 0 if one is None or not one.schedulable else one.gpus
+                keys[i] = node_key
+                if one is None:
+                    ok[node_key] = False
+                    verdicts[node_key] = (
+                        f"perfsched: node {name} is not in the extender's cache yet (watch lag); retry",
+                        True,
+                        R_UNKNOWN_NODE,
+                    )
+                    continue
+                why = check_node(one, f, gpus_per_replica=g, gpu_type=want_type, allowed_gpu_types=allowed)
+                ok[node_key] = why is None
+                if why is not None:
+                    verdicts[node_key] = (
+                        why.reason,
+                        why.resolvable,
+                        _category(node, f, g, want_type, allowed),
+                    )
+        if all(ok.values()):
+            return list(names), [], [], verdicts
+        fit_flags = list(map(ok.__getitem__, keys))
+        bad = list(map(not_, fit_flags))
+        return (
+            list(compress(names, fit_flags)),
+            list(compress(names, bad)),
+            list(compress(keys, bad)),
+            verdicts,
+        )
+
+    def _verdict(self, ctx: PodContext, node: Node, free: int) -> tuple[str, bool, str]:
+        """Why one replica of the pod does not fit on ``node`` with ``free`` GPUs (it must not fit)."""
+        g = ctx.gpus
+        why = check_node(node, free, gpus_per_replica=g, gpu_type=ctx.gpu_type, allowed_gpu_types=ctx.allowed)
+        if why is None:  # pragma: no cover - callers pass only nodes the fast check refused
+            raise AssertionError(f"node {node.name} fits; no verdict to give")
+        return why.reason, why.resolvable, _category(node, free, g, ctx.gpu_type, ctx.allowed)
 
     def _node_from_request(self, node_objects: Sequence[Any] | None, i: int) -> Node | None:
         """A node sent in full that the cache does not know (yet): decode it from the request."""
@@ -348,20 +407,25 @@ class Decider:
         reason: Unschedulable | None = None
         for pool in (None, fits):
             for t in types:
-                pool_nodes = (
-                    [n for n in nodes.values() if n.gpu_type == t]
-                    if pool is None
-                    else [nodes[n] for n in pool if n in nodes and nodes[n].gpu_type == t]
-                )
-                result = place_gang(
-                    pool_nodes,
-                    self.cache.free,
-                    replicas=unplaced,
-                    gpus_per_replica=g,
-                    gpu_type=t,
-                    job=ctx.pod.job,
-                    prefer=ctx.placed or None,
-                )
+                if pool is None:
+                    # the whole cluster: an index kept in step with the cache, not rebuilt per call
+                    result = self._free_indexes.get(t).place(
+                        replicas=unplaced,
+                        gpus_per_replica=g,
+                        gpu_type=t,
+                        job=ctx.pod.job,
+                        prefer=ctx.placed or None,
+                    )
+                else:
+                    result = place_gang(
+                        [nodes[n] for n in pool if n in nodes and nodes[n].gpu_type == t],
+                        self.cache.free,
+                        replicas=unplaced,
+                        gpus_per_replica=g,
+                        gpu_type=t,
+                        job=ctx.pod.job,
+                        prefer=ctx.placed or None,
+                    )
                 if isinstance(result, Allocation):
                     if set(result.nodes).intersection(fits):
                         self._plans[ctx.gang_key] = (result, dict(ctx.placed))
@@ -435,29 +499,111 @@ class Decider:
         use_tp = w.throughput > 0 and ctx.job is not None and self.oracle is not None
         spread_matters = use_tp and bool(ctx.placed)
         relative = rel is not None and (use_loc or spread_matters)
-        # class key -> (representative node: the first name with that key, its free GPUs)
-        reps: dict[Any, tuple[Node, int]] = {}
+        # one C-speed lookup per name: the cache keeps (class << 16) | free GPUs per node
+        keys: list[Any] = list(map(self.cache.score_key.get, names))
+        if None in keys:
+            return self._score_slow(ctx, names, node_objects, keys, rel, use_loc, use_tp, spread_matters)
         if relative:
+            assert rel is not None
+            # the node's relation to the gang and the gang's replicas on it, folded into the same int
+            keys = list(map(or_, keys, map(self._level_bits(rel, anchors).get, names, repeat(0))))
+            if spread_matters:
+                placed = {n: r << _PLACED_SHIFT for n, r in ctx.placed.items()}
+                keys = list(map(or_, keys, map(placed.get, names, repeat(0))))
+        # scores depend on the set of classes present (throughput is relative to the best of them)
+        memo_key = (
+            self.cache.nodes_version,
+            _job_key(ctx.job) if ctx.job is not None else None,
+            ctx.gpus,
+            ctx.unplaced,
+            tuple(sorted(ctx.placed.items())),
+            tuple(anchors),
+            frozenset(keys),
+        )
+        scores = self._score_memo.get(memo_key)
+        if scores is not None:
+            return keys, scores
+        reps: dict[Any, tuple[Node, int]] = {}
+        i = -1
+        for key in dict.fromkeys(keys):  # in order of first occurrence
+            i = keys.index(key, i + 1)  # first occurrences come in order: one scan in all
+            reps[key] = (node_map[names[i]], key & 0xFFFF)
+        scores, complete = self._score_classes(ctx, reps, rel, use_loc, use_tp, node_map)
+        scores[None] = 0
+        if complete:
+            if len(self._score_memo) >= 1024:
+                self._score_memo.clear()
+            self._score_memo[memo_key] = scores
+        return keys, scores
+
+    def _level_bits(self, rel: _Relation, anchors: Sequence[str]) -> dict[str, int]:
+        """Node name -> its locality level relative to the gang, as key bits; names absent are CLUSTER.
+
+        Built from the node groups (NVLink domain, rack, zone) of the anchors, memoised per anchors and
+        node set: the replicas of one gang ask with the same anchors one after another.
+        """
+        memo_key = (self.cache.nodes_version, tuple(anchors))
+        hit = self._level_memo.get(memo_key)
+        if hit is not None:
+            return hit
+        groups = self._groups()
+        bits: dict[str, int] = {}
+        for kind, label, level in (
+            ("zone", rel.zone, LocalityLevel.ZONE),
+            ("rack", rel.rack, LocalityLevel.RACK),
+            ("domain", rel.domain, LocalityLevel.NVLINK_DOMAIN),
+        ):
+            if label:
+                bits.update(dict.fromkeys(groups.get((kind, label), ()), _level_code(level)))
+        node_map = self.cache.nodes
+        for a in rel.anchors:
+            bits[a] = _level_code(rel.level(node_map[a]))
+        if len(self._level_memo) >= 256:
+            self._level_memo.clear()
+        self._level_memo[memo_key] = bits
+        return bits
+
+    def _groups(self) -> dict[tuple[str, str], list[str]]:
+        """("domain" | "rack" | "zone", label) -> node names, rebuilt when the cache's nodes change."""
+        version = self.cache.nodes_version
+        if self._group_index[0] != version:
+            groups: dict[tuple[str, str], list[str]] = {}
+            for node in self.cache.nodes.values():
+                for kind, label in (("domain", node.nvlink_domain), ("rack", node.rack), ("zone", node.zone)):
+                    if label:
+                        groups.setdefault((kind, label), []).append(node.name)
+            self._group_index = (version, groups)
+        return self._group_index[1]
+
+    def _score_slow(
+        self,
+        ctx: PodContext,
+        names: Sequence[str],
+        node_objects: Sequence[Any] | None,
+        keys: list[Any],
+        rel: _Relation | None,
+        use_loc: bool,
+        use_tp: bool,
+        spread_matters: bool,
+    ) -> tuple[list[Any], dict[Any, int]]:
+        """``_score`` when some names are not in the cache: those are keyed by the request's Node objects
+        (nodes neither the cache nor the request describe score 0); not memoised."""
+        node_map = self.cache.nodes
+        reps: dict[Any, tuple[Node, int]] = {}
+        if rel is not None and (use_loc or spread_matters):
             keys = self._relative_keys(ctx, names, node_objects, rel, spread_matters, reps)
         else:
-            # one C-speed lookup per name: the cache keeps (class << 16) | free GPUs per node
-            keys = list(map(self.cache.score_key.get, names))
-            distinct = dict.fromkeys(keys)  # in order of first occurrence
-            from_request: dict[Any, tuple[Node, int]] = {}
-            if None in distinct:
-                from_request = self._request_keys(names, node_objects, keys)
-                distinct = dict.fromkeys(keys)
+            from_request = self._request_keys(names, node_objects, keys)
             fit = self.cache.fit
             i = -1
-            for key in distinct:
-                i = keys.index(key, i + 1)  # first occurrences come in order: one scan in all
+            for key in dict.fromkeys(keys):
+                i = keys.index(key, i + 1)
                 if key is None:
                     continue
                 rep = from_request.get(key) if type(key) is tuple else None
                 reps[key] = rep or (node_map[names[i]], fit[names[i]][1])
-        # without the throughput term, classes that differ only in type/link share a score; fine to keep apart
-        scores = self._score_classes(ctx, reps, rel, use_loc, use_tp, node_map)
-        scores[None] = 0  # nodes neither the cache nor the request describe
+        scores, _ = self._score_classes(ctx, reps, rel, use_loc, use_tp, node_map)
+        scores[None] = 0
         return keys, scores
 
     def _request_keys(
@@ -529,13 +675,18 @@ class Decider:
         use_loc: bool,
         use_tp: bool,
         node_map: Mapping[str, Node],
-    ) -> dict[Any, int]:
+    ) -> tuple[dict[Any, int], bool]:
+        """A score per class; and whether every term asked for was computed (False: a prediction failed
+        and the throughput term was left out, so the answer must not be memoised)."""
         w = self.weights
         g = ctx.gpus
         tp: dict[Any, float] | None = None
+        complete = True
         if use_tp:
             shapes = {key: self._shape_for(ctx, node, f, node_map) for key, (node, f) in reps.items()}
+            before = self._predict_failures
             tp = self._throughput_term(ctx, shapes)
+            complete = self._predict_failures == before
         total_w = w.packing + (w.locality if use_loc else 0.0) + (w.throughput if tp is not None else 0.0)
         out: dict[Any, int] = {}
         for key, (node, f) in reps.items():
@@ -548,7 +699,7 @@ class Decider:
             if tp is not None:
                 s += w.throughput * tp[key]
             out[key] = min(10, max(0, math.floor(s / total_w + 0.5)))
-        return out
+        return out, complete
 
     def _shape_for(
         self, ctx: PodContext, node: Node, free: int, node_map: Mapping[str, Node]
@@ -645,6 +796,7 @@ class Decider:
                 values = self.oracle.throughput([(job, s) for _, s in misses])
                 sent = len(misses)
             except Exception as exc:  # the predictor must never fail a scheduling call
+                self._predict_failures += 1
                 log.warning("throughput prediction failed for %s: %s; scoring by packing only", job.name, exc)
                 if self._on_predict is not None:
                     self._on_predict(len(misses), len(out), len(misses))
@@ -655,6 +807,7 @@ class Decider:
                 out[key] = val
             while len(cache) > self._predict_cache_size:
                 cache.popitem(last=False)
+                self._score_memo.clear()  # memoised scores may rest on the evicted prediction
         if self._on_predict is not None:
             self._on_predict(sent, len(by_key) - len(misses), len(misses))
         return out
@@ -697,6 +850,59 @@ class Decider:
             return kept
 
 
+class FreeIndexes:
+    """Per GPU type, a core ``FreeIndex`` over the cache's nodes of that type, in step with the cache.
+
+    ``get(t).place(...)`` answers exactly what ``place_gang([nodes of type t], cache.free, ...)`` would,
+    without building the index (and its layout) on every call: an index is built once per node set and
+    type, and afterwards only the nodes whose free GPUs changed since the last call are moved, through
+    the index's own ``commit``/``release``. Callers hold the cache's lock.
+    """
+
+    def __init__(self, cache: ClusterCache) -> None:
+        self._cache = cache
+        self._nodes_version = -1
+        self._version = -1
+        self._free: dict[str, int] = {}  # the cache's free GPUs when the indexes were last brought in step
+        self._by_type: dict[str, FreeIndex] = {}
+
+    def get(self, gpu_type: str) -> FreeIndex:
+        cache = self._cache
+        if cache.nodes_version != self._nodes_version:
+            self._by_type = {}
+            self._nodes_version = cache.nodes_version
+            self._version = cache.version
+            self._free = dict(cache.free)
+        elif cache.version != self._version:
+            self._catch_up()
+        index = self._by_type.get(gpu_type)
+        if index is None:
+            index = FreeIndex([n for n in cache.nodes.values() if n.gpu_type == gpu_type], self._free)
+            self._by_type[gpu_type] = index
+        return index
+
+    def _catch_up(self) -> None:
+        cache = self._cache
+        free = cache.free
+        old = self._free
+        names = list(free)
+        changed = list(compress(names, map(ne, map(free.__getitem__, names), map(old.get, names))))
+        nodes = cache.nodes
+        for name in changed:
+            node = nodes[name]
+            index = self._by_type.get(node.gpu_type)
+            if index is None:
+                continue
+            now = min(node.capacity_for_jobs, max(0, free[name]))
+            have = index.free_of(name)
+            if now < have:
+                index.commit(Allocation.of("perfsched/free-sync", node.gpu_type, have - now, {name: 1}))
+            elif now > have:
+                index.release(Allocation.of("perfsched/free-sync", node.gpu_type, now - have, {name: 1}))
+        self._free = dict(free)
+        self._version = cache.version
+
+
 class _Relation:
     """Where a node stands relative to a gang's anchor nodes: ``locality_level(anchors + [node])``, cheaply.
 
@@ -705,6 +911,23 @@ class _Relation:
     """
 
     __slots__ = ("_anchors", "_domain", "_rack", "_zone")
+
+    @property
+    def anchors(self) -> frozenset[str]:
+        return frozenset(self._anchors)
+
+    @property
+    def domain(self) -> str:
+        """The NVLink domain every anchor shares ("" if none)."""
+        return self._domain
+
+    @property
+    def rack(self) -> str:
+        return self._rack
+
+    @property
+    def zone(self) -> str:
+        return self._zone
 
     def __init__(self, anchors: Sequence[str], node_map: Mapping[str, Node]) -> None:
         members = [node_map[a] for a in dict.fromkeys(anchors)]
@@ -730,6 +953,17 @@ class _Relation:
         if self._zone and node.zone == self._zone:
             return LocalityLevel.ZONE
         return LocalityLevel.CLUSTER
+
+
+#: prioritize's class key is ``(class << 16) | free GPUs``; relative to a gang it also carries the
+#: node's locality level and the gang's replicas already on it
+_LEVEL_SHIFT = 40
+_PLACED_SHIFT = 44
+
+
+def _level_code(level: LocalityLevel) -> int:
+    """A level as key bits: CLUSTER is 0, so names outside every group need no entry."""
+    return (LocalityLevel.CLUSTER - level) << _LEVEL_SHIFT
 
 
 def _job_key(job: Job) -> tuple[Any, ...]:

@@ -12,6 +12,7 @@ Every parser raises ``WireError`` with a message naming the field; the app turns
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,6 +105,25 @@ class ParsedArgs:
     pod: dict[str, Any]
     names: list[str]
     node_objects: list[dict[str, Any]] | None
+    #: every name is ASCII with nothing JSON must escape (``plain_names``)
+    plain: bool = False
+
+
+#: bytes JSON escapes inside a string: control characters, the quote and the backslash
+_ESCAPED = bytes(range(0x20)) + b'"\\'
+
+
+def plain_names(names: Sequence[str]) -> bool:
+    """Whether the names (strings) are ASCII and hold nothing JSON escapes, so that they may be copied
+    into a JSON string verbatim (DNS names always are)."""
+    return _plain("".join(names))
+
+
+def _plain(joined: str) -> bool:
+    if not joined.isascii():
+        return False
+    raw = joined.encode()
+    return len(raw.translate(None, _ESCAPED)) == len(raw)
 
 
 def _get(body: dict[str, Any], key: str) -> Any:
@@ -127,11 +147,14 @@ def parse_extender_args(body: object) -> ParsedArgs:
     if names_raw is not None:
         if not isinstance(names_raw, list):
             raise WireError(f"NodeNames: expected a list of node names, got {_kind(names_raw)}")
-        if names_raw and set(map(type, names_raw)) != {str}:  # C-speed check; the loop only names the culprit
+        try:
+            joined = "".join(names_raw)  # C speed; refuses anything but strings
+        except TypeError:
             for i, n in enumerate(names_raw):
-                if type(n) is not str:
-                    raise WireError(f"NodeNames[{i}]: expected a string, got {_kind(n)}")
-        return ParsedArgs(pod, names_raw, None)
+                if not isinstance(n, str):
+                    raise WireError(f"NodeNames[{i}]: expected a string, got {_kind(n)}") from None
+            raise
+        return ParsedArgs(pod, names_raw, None, _plain(joined))
     if nodes_raw is None:
         raise WireError("Nodes and NodeNames are both null: one of them must list the candidate nodes")
     if not isinstance(nodes_raw, dict):
@@ -150,7 +173,7 @@ def parse_extender_args(body: object) -> ParsedArgs:
         if not isinstance(name, str) or not name:
             raise WireError(f"Nodes.items[{i}].metadata.name: missing or not a string")
         names.append(name)
-    return ParsedArgs(pod, names, items)
+    return ParsedArgs(pod, names, items, plain_names(names))
 
 
 def parse_binding_args(body: object) -> ExtenderBindingArgs:

@@ -113,6 +113,10 @@ class ClusterCache:
         self.fit: dict[str, tuple[str, int, bool, int]] = {}
         #: per node, prioritize's class key in one int: ``(class << 16) | free GPUs`` (kept with ``fit``)
         self.score_key: dict[str, int] = {}
+        #: per node, filter's key in one int: ``(class << 17) | (schedulable << 16) | free GPUs``
+        self.filter_key: dict[str, int] = {}
+        #: increases whenever a node is added, changed or removed (not on pod events, unlike ``version``)
+        self.nodes_version = 0
         self._class_ids: dict[tuple[Any, ...], int] = {}
         self._used: dict[str, int] = {}
         self._assumed_by_node: dict[str, int] = {}
@@ -258,6 +262,7 @@ class ClusterCache:
             self.free.pop(name, None)
             self.fit.pop(name, None)
             self.score_key.pop(name, None)
+            self.filter_key.pop(name, None)
             return
         cap = node.gpus if node.schedulable else 0
         f = max(0, cap - self._used.get(name, 0) - self._assumed_by_node.get(name, 0))
@@ -265,6 +270,7 @@ class ClusterCache:
         cid = self.node_class.get(name, -1)
         self.fit[name] = (node.gpu_type, f, node.schedulable, cid)
         self.score_key[name] = (cid << 16) | f
+        self.filter_key[name] = (cid << 17) | (int(node.schedulable) << 16) | f
 
     def replace(self, kind: Kind, items: list[dict[str, Any]], resource_version: str = "") -> None:
         """Replace everything of ``kind`` with a fresh list (initial sync and relist after 410)."""
@@ -280,8 +286,10 @@ class ClusterCache:
                 self.free = {}
                 self.fit = {}
                 self.score_key = {}
+                self.filter_key = {}
                 for name in self.nodes:
                     self._refresh_free(name)
+                self.nodes_version += 1
             elif kind is Kind.PODS:
                 self._pods = {}
                 self._gangs = {}
@@ -360,12 +368,17 @@ class ClusterCache:
             self.free.pop(name, None)
             self.fit.pop(name, None)
             self.score_key.pop(name, None)
+            self.filter_key.pop(name, None)
+            self.nodes_version += 1
             return
         node = self._decode_node(obj)
         if node is not None:
+            if self.nodes.get(node.name) == node:
+                return  # a status heartbeat: nothing the scheduler reads changed
             self.nodes[node.name] = node
             self._classify(node)
             self._refresh_free(node.name)
+            self.nodes_version += 1
 
     def _apply_pod(self, obj: Mapping[str, Any], deleted: bool) -> None:
         pod = self._decode_pod(obj)

@@ -1,0 +1,242 @@
+"""The hot verbs' raw ASGI path, and the memo tables behind filter and prioritize.
+
+``create_app`` answers ``POST /filter`` and ``/prioritize`` before FastAPI's routing; these tests check
+that it answers byte for byte what the FastAPI routes answer (good and bad bodies), reads bodies sent in
+chunks, and that what the decider memoises (gang indexes, class scores, locality) follows the cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+import pytest
+from fastapi import FastAPI
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.core.placement import place_gang
+from scheduler.core.types import Allocation
+from scheduler.extender import create_app
+from scheduler.extender.decide import FreeIndexes
+from scheduler.k8s.cache import ClusterCache, Kind
+from scheduler.settings import Settings
+from tests.extender.conftest import FakeOracle
+from tests.extender.kube import fed_cache, kube_node, kube_pod, kube_tj
+
+
+def call(
+    app: Any,
+    path: str,
+    chunks: list[bytes],
+    *,
+    method: str = "POST",
+    length: bool = True,
+    root_path: str = "",
+    disconnect_after: int | None = None,
+    via_fastapi: bool = False,
+) -> tuple[int | None, dict[bytes, bytes], bytes]:
+    """One request through the ASGI app: (status or None when nothing was sent, headers, body)."""
+    body = b"".join(chunks)
+    headers = [(b"content-type", b"application/json")]
+    if length:
+        headers.append((b"content-length", str(len(body)).encode()))
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": root_path + path,
+        "raw_path": (root_path + path).encode(),
+        "query_string": b"",
+        "root_path": root_path,
+        "headers": headers,
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    messages = [
+        {"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)
+    ]
+    if disconnect_after is not None:
+        messages = messages[:disconnect_after]
+    status: list[int] = []
+    out: list[bytes] = []
+    got: dict[bytes, bytes] = {}
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop(0)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            status.append(message["status"])
+            got.update(message.get("headers", []))
+        elif message["type"] == "http.response.body":
+            out.append(message.get("body", b""))
+
+    target = FastAPI.__call__ if via_fastapi else type(app).__call__
+    asyncio.run(target(app, scope, receive, send))
+    return (status[0] if status else None), got, b"".join(out)
+
+
+def small_app(**settings: Any) -> Any:
+    nodes = [
+        kube_node("a", "A100", 8, rack="r1", domain="d1"),
+        kube_node("b", "V100", 4, rack="r1"),
+        kube_node("c", "A100", 8, rack="r2", unschedulable=True),
+    ]
+    pods = [kube_pod("tj-w0", 2, job="tj", replica=0, node="a"), kube_pod("busy", 3, node="b")]
+    cache = fed_cache(nodes, pods, [kube_tj("tj", replicas=2, gpus=2)])
+    return create_app(Settings(**settings), cache, FakeOracle())
+
+
+def pod_body(pod: dict[str, Any], names: list[str]) -> bytes:
+    return orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": names})
+
+
+BODIES = [
+    pod_body(kube_pod("tj-w1", 2, job="tj", replica=1), ["a", "b", "c", "ghost"]),
+    pod_body(kube_pod("p", 1, model="resnet50", batch_size=64), ["a", "b", "c"]),
+    pod_body(kube_pod("q", 0), ["a", "b"]),
+    pod_body(kube_pod("r", 2), ['we"ird', "b"]),  # a name JSON must escape: the orjson path
+    b"{not json",
+    b"",
+    b"[]",
+    b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": [1]}',
+    b'{"Pod": {"metadata": {"name": "p"}}}',
+]
+
+
+@pytest.mark.parametrize("path", ["/filter", "/prioritize"])
+@pytest.mark.parametrize("body", BODIES)
+def test_the_hot_path_answers_byte_for_byte_what_the_fastapi_route_answers(path: str, body: bytes) -> None:
+    app = small_app()
+    hot = call(app, path, [body])
+    routed = call(app, path, [body], via_fastapi=True)
+    assert hot == routed
+    assert hot[0] in (200, 400)
+
+
+def test_a_body_sent_in_chunks_is_read_whole_and_one_over_the_limit_is_refused() -> None:
+    app = small_app(extender_max_body_bytes=4096)
+    body = BODIES[0]
+    whole = call(app, "/filter", [body])
+    # 3 chunks, no Content-Length (chunked transfer encoding): the same answer
+    assert call(app, "/filter", [body[:10], body[10:50], body[50:]], length=False) == whole
+    # 5 chunks of 1,000 bytes without a Content-Length: over 4,096 on the fifth -> 413
+    status, _, reply = call(app, "/prioritize", [b" " * 1000] * 5, length=False)
+    assert status == 413
+    assert orjson.loads(reply) == {"Error": "request body is over the limit of 4096 bytes"}
+    # a Content-Length over the limit is refused before reading
+    status, _, reply = call(app, "/filter", [b" " * 5000])
+    assert (status, orjson.loads(reply)) == (
+        413,
+        {"Error": "request body of 5000 bytes is over the limit of 4096 bytes"},
+    )
+
+
+def test_a_client_that_goes_away_mid_body_gets_no_answer_and_breaks_nothing() -> None:
+    app = small_app()
+    body = BODIES[0]
+    assert call(app, "/filter", [body[:10], body[10:]], disconnect_after=1) == (None, {}, b"")
+    assert call(app, "/filter", [body])[0] == 200
+
+
+def test_root_path_and_other_methods() -> None:
+    app = small_app()
+    # mounted under a root path: still the hot path, same answer
+    assert call(app, "/filter", [BODIES[0]], root_path="/ext") == call(app, "/filter", [BODIES[0]])
+    # GET is FastAPI's: 405
+    assert call(app, "/filter", [b""], method="GET")[0] == 405
+
+
+# --- memo tables ---------------------------------------------------------------------------------
+
+
+def scores(app: Any, pod: dict[str, Any], names: list[str]) -> dict[str, int]:
+    status, _, reply = call(app, "/prioritize", [pod_body(pod, names)])
+    assert status == 200
+    return {e["Host"]: e["Score"] for e in orjson.loads(reply)}
+
+
+def test_a_node_that_moves_rack_is_scored_by_its_new_rack() -> None:
+    nodes = [kube_node("n1", "V100", 4, rack="r1"), kube_node("n2", "V100", 4, rack="r2")]
+    gang = [kube_pod("tj-w0", 2, job="tj", replica=0, node="n1"), kube_pod("tj-w1", 2, job="tj", replica=1)]
+    cache = fed_cache(nodes, gang, [kube_tj("tj", replicas=2, gpus=2)])
+    app = create_app(Settings(extender_weight_throughput=0.0), cache, FakeOracle())
+    me = kube_pod("tj-w1", 2, job="tj", replica=1)
+    # locality 3, packing 1 -> /4. n1: same node as the bound replica 10; 2 left of 4 after -> 10 x 2/4
+    # ... packing 0 free left -> 10; (3*10 + 10)/4 = 10. n2 rack r2, cluster level 0; 4 - 2 = 2 of 4 -> 5:
+    # (0 + 5)/4 = 1.25 -> 1
+    assert scores(app, me, ["n1", "n2"]) == {"n1": 10, "n2": 1}
+    version = cache.nodes_version
+    # a heartbeat (same node, new resourceVersion) changes nothing the extender reads
+    cache.apply(Kind.NODES, "MODIFIED", kube_node("n2", "V100", 4, rack="r2"))
+    assert cache.nodes_version == version
+    # n2 moves to r1: rack level 6 -> (3*6 + 5)/4 = 5.75 -> 6
+    cache.apply(Kind.NODES, "MODIFIED", kube_node("n2", "V100", 4, rack="r1"))
+    assert cache.nodes_version > version
+    assert scores(app, me, ["n1", "n2"]) == {"n1": 10, "n2": 6}
+
+
+def test_scores_left_without_throughput_by_a_failed_prediction_are_not_kept() -> None:
+    oracle = FakeOracle()
+    cache = fed_cache([kube_node("a100", "A100", 8), kube_node("t4", "T4", 2)])
+    app = create_app(Settings(), cache, oracle)
+    pod = kube_pod("p", 2, model="resnet50", batch_size=64)
+    oracle.fail = True
+    # packing only: a100 6 left of 8 -> 2.5 -> 3 (half up); t4 0 left -> 10
+    assert scores(app, pod, ["a100", "t4"]) == {"a100": 3, "t4": 10}
+    oracle.fail = False
+    # throughput 6 + packing 1 -> /7; A100 2 x 3 = 6 -> 10, T4 2 x 1 = 2 -> 3.33
+    # a100 (60 + 2.5)/7 = 8.9 -> 9; t4 (20 + 10)/7 = 4.3 -> 4
+    assert scores(app, pod, ["a100", "t4"]) == {"a100": 9, "t4": 4}
+    calls = len(oracle.calls)
+    assert scores(app, pod, ["a100", "t4"]) == {"a100": 9, "t4": 4}  # memoised: no new oracle call
+    assert len(oracle.calls) == calls
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    sizes=st.lists(st.sampled_from([2, 4, 8]), min_size=2, max_size=10),
+    steps=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 8), st.booleans()), min_size=1, max_size=12),
+    gang=st.tuples(st.integers(1, 4), st.sampled_from([1, 2, 4])),
+)
+def test_the_kept_gang_index_places_as_a_fresh_place_gang_does(
+    sizes: list[int], steps: list[tuple[int, int, bool]], gang: tuple[int, int]
+) -> None:
+    nodes = [
+        kube_node(f"n{i}", "A100" if i % 3 else "V100", g, rack=f"r{i // 3}", domain=f"d{i // 2}")
+        for i, g in enumerate(sizes)
+    ]
+    cache = ClusterCache()
+    cache.replace(Kind.NODES, nodes, "1")
+    cache.replace(Kind.PODS, [], "1")
+    indexes = FreeIndexes(cache)
+    replicas, gpr = gang
+
+    def check() -> None:
+        for t in ("A100", "V100"):
+            pool = [n for n in cache.nodes.values() if n.gpu_type == t]
+            fresh = place_gang(pool, cache.free, replicas=replicas, gpus_per_replica=gpr, gpu_type=t, job="j")
+            kept = indexes.get(t).place(replicas=replicas, gpus_per_replica=gpr, gpu_type=t, job="j")
+            assert kept == fresh
+            if isinstance(fresh, Allocation):
+                assert all(cache.free[n] >= r * gpr for n, r in fresh.replicas_per_node)
+
+    check()
+    # pods come and go on random nodes (an assumed bind, a bound pod, a deletion), and a node is cordoned
+    for k, (i, gpus, delete) in enumerate(steps):
+        node = f"n{i % len(sizes)}"
+        if delete and cache.pod("team-a", f"p{k - 1}") is not None:
+            cache.apply(Kind.PODS, "DELETED", kube_pod(f"p{k - 1}", 1))
+        elif k % 4 == 3:
+            cache.assume("team-a", f"x{k}", f"u{k}", node, min(gpus, 2))
+        else:
+            cache.apply(Kind.PODS, "ADDED", kube_pod(f"p{k}", gpus % 3, node=node))
+        if k == 5:
+            cache.apply(Kind.NODES, "MODIFIED", {**nodes[0], "spec": {"unschedulable": True}})
+        check()
