@@ -15,6 +15,8 @@ there, else the shipped table. Each split trains fresh models on its training pa
 Methods: ``ours`` = the shipped method as served by ``Predictor.predict`` (scaling model x XGBoost
 correction + physical guards + in-node envelope + measured
 anchors from the training part for unmeasured model x GPU pairs, see ``perfmodel.predictor``);
+``ours-no-env`` = the same without the in-node envelope (predictions may then fall as GPUs are added
+within a node; the measured tables do that too, so the envelope costs accuracy there);
 ``xgb-plain`` = one XGBoost on the same features predicting log time
 directly (no scaling model, same tree settings); ``spec-ratio`` =
 Habitat-style: the nearest measured configuration of the same model (any GPU type) scaled linearly in GPU
@@ -94,6 +96,13 @@ def fit_ours(d: Data, train: Idx, rounds: int) -> Callable[[Idx], np.ndarray]:
     return lambda test: served_times(d, p, test)
 
 
+def fit_ours_no_envelope(d: Data, train: Idx, rounds: int) -> Callable[[Idx], np.ndarray]:
+    """Ours without the in-node envelope (what monotonicity in the GPU count costs on measured rows)."""
+    p = predictor_of(d, train, rounds)
+    p.in_node_envelope = False
+    return lambda test: served_times(d, p, test)
+
+
 def fit_plain(d: Data, train: Idx, rounds: int) -> Callable[[Idx], np.ndarray]:
     forest, _ = fit_forest(d.x[train], d.y_plain[train], seed=0, rounds=rounds)
     return lambda test: np.exp(forest.predict(d.x[test]))
@@ -134,6 +143,7 @@ def fit_spec_ratio(d: Data, train: Idx, _rounds: int) -> Callable[[Idx], np.ndar
 
 METHODS: dict[str, Callable[[Data, Idx, int], Callable[[Idx], np.ndarray]]] = {
     "ours": fit_ours,
+    "ours-no-env": fit_ours_no_envelope,
     "xgb-plain": fit_plain,
     "spec-ratio": fit_spec_ratio,
 }
