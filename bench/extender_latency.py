@@ -317,7 +317,14 @@ def main() -> None:
     if args.json:
         print(
             json.dumps(
-                {"oracle": args.oracle, "load_avg_1m": load, "cpus": len(cores), "rows": rows}, indent=2
+                {
+                    "oracle": args.oracle,
+                    "load_avg_1m": load,
+                    "cpus": len(cores),
+                    "server": _server_kind(),
+                    "rows": rows,
+                },
+                indent=2,
             )
         )
         return
@@ -327,7 +334,8 @@ def main() -> None:
     )
     print(
         "floor: Starlette + orjson, same transport, parses the same body and answers as many bytes "
-        "as the extender (request and reply sizes in bytes below)"
+        f"as the extender (request and reply sizes in bytes below); loopback server: uvicorn, "
+        f"{_server_kind()}"
     )
     print(
         f"{'mode':<14} {'verb':<11} {'nodes':>6} {'req B':>7} {'reply B':>8} {'min ms':>7} {'p50 ms':>7} "
@@ -341,6 +349,15 @@ def main() -> None:
             f"{r['floor_p50_ms']:>9.3f} {r['floor_p99_ms']:>9.3f} {r['ratio_min']:>9.2f} "
             f"{r['ratio_p50']:>9.2f} {r['ratio_p99']:>9.2f}"
         )
+
+
+def _server_kind() -> str:
+    """What uvicorn's "auto" picks here, as ``perfsched extender`` asks for uvloop and httptools."""
+    import importlib.util
+
+    loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+    http = "httptools" if importlib.util.find_spec("httptools") else "h11"
+    return f"loop {loop}, http {http}"
 
 
 def _row(

@@ -80,6 +80,10 @@ def register(app: typer.Typer) -> None:
             port=port or settings.extender_port,
             log_level=settings.log_level.lower(),
             access_log=False,
+            # libuv's event loop and the C HTTP parser (dependencies): kube-scheduler waits on every
+            # filter and prioritize call; see docs/extender.md, Performance, for what they change
+            loop="uvloop",
+            http="httptools",
             **tls,  # type: ignore[arg-type]
         )
         cache.stop()
