@@ -501,7 +501,8 @@ class Decider:
         relative = rel is not None and (use_loc or spread_matters)
         # one C-speed lookup per name: the cache keeps (class << 16) | free GPUs per node
         keys: list[Any] = list(map(self.cache.score_key.get, names))
-        if None in keys:
+        present = frozenset(keys)
+        if None in present:
             return self._score_slow(ctx, names, node_objects, keys, rel, use_loc, use_tp, spread_matters)
         if relative:
             assert rel is not None
@@ -518,7 +519,7 @@ class Decider:
             ctx.unplaced,
             tuple(sorted(ctx.placed.items())),
             tuple(anchors),
-            frozenset(keys),
+            frozenset(keys) if relative else present,
         )
         scores = self._score_memo.get(memo_key)
         if scores is not None:
