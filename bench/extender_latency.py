@@ -1,13 +1,16 @@
 """Extender latency: p50/p99 of filter and prioritize, in-process and over loopback HTTP.
 
 Per call, with 1,000 and 5,000 node names (nodeCacheCapable: true), for a 2-GPU pod with model
-annotations (so prioritize asks the predictor). The floor, measured in the same run with the same
-payloads and the same transport: a minimal Starlette app whose route parses the body with orjson,
-serialises it back with orjson and answers it padded with JSON whitespace to the byte length of the
-extender's answer for that verb and payload (like for like: same parse, same reply size; the
-prioritize answer is about 2.5x the request, the filter answer about the same as the request).
+annotations (so prioritize asks the predictor); and, in-process, filter for the first replica of a new
+4 x 2-GPU gang on every call (``filter-gang``: no plan yet, so the gang placement runs).
 
-- in-process: the ASGI app called directly (FastAPI routing, body parse, decision, serialisation), with
+The floor, measured in the same run with the same payloads and the same transport: a minimal
+Starlette app whose route parses the body with orjson, serialises it back with orjson and answers it
+padded with JSON whitespace to the byte length of the extender's answer for that verb and payload
+(like for like: same parse, same reply size; the answers are 2.5x the request, 7x for filter-gang
+whose rejected nodes all carry the gang's placement in their reason).
+
+- in-process: the ASGI app called directly (routing, body parse, decision, serialisation), with
   the process pinned to one core;
 - loopback: uvicorn in a child process pinned to one core, a keep-alive ``http.client`` connection.
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import http.client
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -113,6 +117,35 @@ def payload(n: int) -> bytes:
     return orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": [f"gpu-{i:05d}" for i in range(n)]})
 
 
+def gang_payloads(n: int, count: int) -> list[bytes]:
+    """Filter bodies for the first replica of ``count`` different 4 x 2-GPU gangs, none placed yet.
+
+    Each call is a gang the extender has no plan for, so filter runs the gang placement over the
+    whole cluster (``place_gang``'s search over every node of the type).
+    """
+    out = []
+    for i in range(count):
+        pod = {
+            "metadata": {
+                "name": f"gang-{i:06d}-w0",
+                "namespace": "bench",
+                "uid": f"gang-uid-{i:06d}",
+                "labels": {
+                    "perfsched.dev/job-name": f"gang-{i:06d}",
+                    "perfsched.dev/generation": "1",
+                    "perfsched.dev/replica-index": "0",
+                },
+                "annotations": {"perfsched.dev/gpu-type": "A100", "perfsched.dev/world-size": "4"},
+            },
+            "spec": {
+                "schedulerName": "perfsched",
+                "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "2"}}}],
+            },
+        }
+        out.append(orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": [f"gpu-{j:05d}" for j in range(n)]}))
+    return out
+
+
 def build_apps(n: int, oracle_kind: str, pads: dict[str, int] | None = None) -> tuple[Any, Any]:
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -136,14 +169,16 @@ def build_apps(n: int, oracle_kind: str, pads: dict[str, int] | None = None) -> 
         return Response(reply, media_type="application/json")
 
     floor = Starlette(
-        routes=[Route("/filter", echo, methods=["POST"]), Route("/prioritize", echo, methods=["POST"])]
+        routes=[Route(p, echo, methods=["POST"]) for p in ("/filter", "/prioritize", "/filter-gang")]
     )
     return app, floor
 
 
-def asgi_caller(app: Any, path: str, body: bytes) -> Callable[[], bytes]:
-    """A function that runs one POST through the ASGI app in-process and returns the reply body."""
+def asgi_caller(app: Any, path: str, body: bytes | list[bytes]) -> Callable[[], bytes]:
+    """A function that runs one POST through the ASGI app in-process and returns the reply body
+    (``body`` a list: the bodies in turn, one per call)."""
     loop = asyncio.new_event_loop()
+    bodies = itertools.cycle([body] if isinstance(body, bytes) else body)
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -154,7 +189,7 @@ def asgi_caller(app: Any, path: str, body: bytes) -> Callable[[], bytes]:
         "raw_path": path.encode(),
         "query_string": b"",
         "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "headers": [(b"content-type", b"application/json")],
         "client": ("127.0.0.1", 1),
         "server": ("127.0.0.1", 80),
     }
@@ -162,6 +197,9 @@ def asgi_caller(app: Any, path: str, body: bytes) -> Callable[[], bytes]:
     async def once() -> bytes:
         sent = False
         out: list[bytes] = []
+        body = next(bodies)
+        call_scope = dict(scope)
+        call_scope["headers"] = [*scope["headers"], (b"content-length", str(len(body)).encode())]
 
         async def receive() -> dict[str, Any]:
             nonlocal sent
@@ -176,7 +214,7 @@ def asgi_caller(app: Any, path: str, body: bytes) -> Callable[[], bytes]:
             if message["type"] == "http.response.body":
                 out.append(message.get("body", b""))
 
-        await app(dict(scope), receive, send)
+        await app(call_scope, receive, send)
         return b"".join(out)
 
     return lambda: loop.run_until_complete(once())
@@ -283,6 +321,14 @@ def main() -> None:
             ext = timed(ext_call, args.calls)
             flo = timed(floor_call, args.calls)
             rows.append(_row("in-process", verb, n, ext, flo, len(body), sizes[f"/{verb}"]))
+        # a new gang on every call (no plan yet): the gang placement runs over the whole cluster
+        gangs = gang_payloads(n, args.calls + 40)
+        gang_size = len(asgi_caller(app, "/filter", gangs[-1])())
+        pads["/filter-gang"] = max(0, gang_size - len(orjson.dumps(orjson.loads(gangs[-1]))))
+        app, floor = build_apps(n, args.oracle, pads)
+        ext = timed(asgi_caller(app, "/filter", gangs), args.calls)
+        flo = timed(asgi_caller(floor, "/filter-gang", gangs), args.calls)
+        rows.append(_row("in-process", "filter-gang", n, ext, flo, len(gangs[0]), gang_size))
         os.sched_setaffinity(0, set(cores))
         if args.no_http:
             continue

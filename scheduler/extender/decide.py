@@ -217,7 +217,7 @@ class Decider:
                 unres[name] = reason
             cats[R_JOB] = len(names)
             return FilterOutcome([], failed, unres, cats)
-        fits, bad_names, bad_keys, verdicts = self._classify(ctx, names, node_objects)
+        fits, bad_names, bad_keys, verdicts = self._classify(ctx, names, node_objects, cats)
         if bad_names:
             # each key has one verdict (reason, resolvable, category): the failures go into their dicts
             # in request order, a C-speed pass per dict
@@ -244,9 +244,6 @@ class Decider:
                         strict=True,
                     )
                 )
-            for key, count in Counter(bad_keys).items():
-                cat = verdicts[key][2]
-                cats[cat] = cats.get(cat, 0) + count
         if ctx.gang_key is None or (ctx.replicas <= 1 and not ctx.placed and not ctx.planned):
             passed = fits
         else:
@@ -273,7 +270,11 @@ class Decider:
         return FilterOutcome(passed, failed, unres, cats)
 
     def _classify(
-        self, ctx: PodContext, names: Sequence[str], node_objects: Sequence[Any] | None
+        self,
+        ctx: PodContext,
+        names: Sequence[str],
+        node_objects: Sequence[Any] | None,
+        cats: dict[str, int],
     ) -> tuple[list[str], list[str], list[Any], dict[Any, tuple[str, bool, str]]]:
         """Split ``names`` into those one replica fits (request order) and the rest, with their keys.
 
@@ -281,7 +282,8 @@ class Decider:
         verdict, decided once, and the names are split by C-speed passes. Names whose reason names the
         node (no GPUs, cordoned) and names the cache does not know (decoded from the request's Node
         objects, else "not in the cache yet") get a key of their own. Returns (fits, failing names, their
-        keys, verdict per failing key as (reason, resolvable, rejection category)).
+        keys, verdict per failing key as (reason, resolvable, rejection category)); adds the failing
+        names per rejection category to ``cats``.
         """
         nodes = self.cache.nodes
         g = ctx.gpus
@@ -291,8 +293,9 @@ class Decider:
         ok: dict[Any, bool] = {}
         verdicts: dict[Any, tuple[str, bool, str]] = {}
         own: set[Any] = set()  # keys whose names each need a verdict of their own
+        counts = Counter(keys)  # names per key, keys in order of first occurrence
         i = -1
-        for key in dict.fromkeys(keys):  # in order of first occurrence
+        for key in counts:
             i = keys.index(key, i + 1)  # first occurrences come in order: one scan in all
             if key is None:
                 own.add(key)
@@ -337,8 +340,11 @@ class Decider:
                     verdicts[node_key] = (
                         why.reason,
                         why.resolvable,
-                        _category(node, f, g, want_type, allowed),
+                        _category(one, f, g, want_type, allowed),
                     )
+        # names per failing key (a key of one's own: one name) for the rejection metrics
+        for key, verdict in verdicts.items():
+            cats[verdict[2]] = cats.get(verdict[2], 0) + counts.get(key, 1)
         if all(ok.values()):
             return list(names), [], [], verdicts
         fit_flags = list(map(ok.__getitem__, keys))

@@ -240,3 +240,37 @@ def test_the_kept_gang_index_places_as_a_fresh_place_gang_does(
         if k == 5:
             cache.apply(Kind.NODES, "MODIFIED", {**nodes[0], "spec": {"unschedulable": True}})
         check()
+
+
+def test_rejection_counts_per_category_match_the_rejected_nodes() -> None:
+    nodes = [
+        kube_node("a1", "A100", 8),
+        kube_node("a2", "A100", 8),  # 7 of 8 in use below: 1 free
+        kube_node("a3", "A100", 8),  # 7 of 8 in use: same class and free count as a2, one verdict
+        kube_node("a4", "A100", 1),  # smaller than one replica
+        kube_node("v1", "V100", 4),  # wrong type
+        kube_node("v2", "V100", 4),
+        kube_node("c1", "A100", 8, unschedulable=True),  # cordoned: a reason naming the node
+        kube_node("c2", "A100", 8, unschedulable=True),
+        kube_node("cpu", "", 0),  # no GPUs
+    ]
+    pods = [kube_pod("busy-2", 7, node="a2"), kube_pod("busy-3", 7, node="a3")]
+    cache = fed_cache(nodes, pods)
+    decider = create_app(Settings(), cache, FakeOracle()).state.decider
+    names = ["a1", "a2", "a3", "a4", "v1", "v2", "c1", "c2", "cpu", "ghost"]
+    out = decider.filter(kube_pod("p", 2, gpu_type="A100"), names, None)
+    assert out.passed == ["a1"]
+    # a2, a3: 1 free < 2; a4: 1 GPU in total; v1, v2: wrong type; c1, c2: cordoned; cpu: no GPUs;
+    # ghost: not in the cache
+    assert out.categories == {
+        "insufficient_free_gpus": 2,
+        "node_too_small": 1,
+        "gpu_type": 2,
+        "cordoned": 2,
+        "no_gpus": 1,
+        "unknown_node": 1,
+    }
+    assert sum(out.categories.values()) == len(out.failed) + len(out.unresolvable) == 9
+    assert out.failed["c2"] == "perfsched: node c2 is cordoned (unschedulable)"
+    assert list(out.failed) == ["a2", "a3", "c1", "c2", "ghost"]  # request order
+    assert list(out.unresolvable) == ["a4", "v1", "v2", "cpu"]
