@@ -318,9 +318,9 @@ class _Table:
 # Extra columns of the job table after ``JobPart.nums``: precision index, anchor group, low confidence.
 _J_PREC, _J_GROUP, _J_LOW = 5, 6, 7
 # Extra columns of the placement table after ``HardwarePart.nums`` (9 columns): effective TFLOP/s per
-# precision (4), low confidence, GPU type's column in ``Anchors.measured``, log FP32 TFLOP/s, log memory
-# bandwidth, placement class (``Predictor._classes``).
-_H_TF, _H_LOW, _H_TYPE, _H_LOGFP32, _H_LOGBW, _H_CLASS = 9, 13, 14, 15, 16, 17
+# precision (4), low confidence, GPU type's column in ``Anchors.measured``, log memory bandwidth, placement
+# class (``Predictor._classes``).
+_H_TF, _H_LOW, _H_TYPE, _H_LOGBW, _H_CLASS = 9, 13, 14, 15, 16
 _H_GPUS = 0
 # Columns of ``Resolved.nums`` (``features.NUM_COLUMNS``) the in-node envelope reads and rewrites.
 _M_BATCH, _M_GPUS, _M_NODES, _M_GPN, _M_TF = 0, 5, 6, 7, 14
@@ -359,7 +359,7 @@ class Predictor:
         self._job_parts: list[JobPart] = []
         self._hw_parts: list[HardwarePart] = []
         self._jtab = _Table(8)
-        self._htab = _Table(18)
+        self._htab = _Table(17)
         # Placement classes for the in-node envelope: the placement key without its GPU count, node
         # count and network (one node's links depend only on the GPU and its interconnect).
         self._classes: dict[_Key, int] = {}
@@ -415,7 +415,6 @@ class Predictor:
                     *hp.tflops_by_precision,
                     spec.low_confidence,
                     gtype,
-                    math.log(spec.fp32_tflops),
                     math.log(spec.memory_bandwidth_gbs),
                     self._classes.setdefault(
                         (hw.gpu_type, hw.interconnect, hw.memory_mib, hw.compute_capability),
@@ -538,10 +537,10 @@ class Predictor:
             n = m[idx, _M_GPUS]
             t[idx], t1[idx] = anchors.times_of(
                 group[idx],
+                ht[idx, _H_TYPE].astype(np.int64),
                 m[idx, _M_BATCH] / n,
                 n,
                 (m[idx, _M_NODES] > 1).astype(np.float64),
-                ht[idx, _H_LOGFP32],
                 np.log(m[idx, _M_TF]),
                 ht[idx, _H_LOGBW],
             )

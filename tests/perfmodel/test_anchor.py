@@ -4,39 +4,90 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from perfmodel.anchor import Anchors
-from perfmodel.features import HardwareFeatures, JobFeatures, resolve
-from perfmodel.gpus import gpu_spec
+from perfmodel.features import HardwareFeatures, JobFeatures, Resolved, resolve
 from perfmodel.measurements import Measurement
 
 
-def m(gpu: str, n: int, batch: int, its: float) -> Measurement:
-    return Measurement("test", "resnet50", "imagenet", batch, gpu, n, 1, n, "nvlink", 100.0, its)
+def m(gpu: str, n: int, batch: int, its: float, nodes: int = 1) -> Measurement:
+    return Measurement("test", "resnet50", "imagenet", batch, gpu, n, nodes, n // nodes, "nvlink", 100.0, its)
 
 
-ANCHORS = Anchors([m("V100", 1, 64, 4.0), m("V100", 4, 256, 3.0), m("T4", 1, 64, 1.5)])
+# V100: 1 GPU at batch 32 (8 it/s = 256 samples/s) and 128 (3 it/s = 384 samples/s); 4 GPUs of one node
+# at global 256 (4.5 it/s = 1152 samples/s = 288 per GPU at per-GPU batch 64). T4: 1 GPU at 64, 1.5 it/s
+# = 96 samples/s.
+ANCHORS = Anchors(
+    [m("V100", 1, 32, 8.0), m("V100", 1, 128, 3.0), m("V100", 4, 256, 4.5), m("T4", 1, 64, 1.5)]
+)
+# sqrt(FP32 TFLOP/s x memory GB/s) of the datasheets in perfmodel.gpus
+SPEC = {"V100": math.sqrt(15.7 * 900), "T4": math.sqrt(8.1 * 320), "A100": math.sqrt(19.5 * 1555)}
 
 
-def row(gpu: str, n: int, batch: int, model: str = "resnet50") -> object:
-    return resolve(JobFeatures(model, "imagenet", batch), HardwareFeatures(gpu, n, n))
+def row(gpu: str, n: int, batch: int, model: str = "resnet50", nodes: int = 1) -> Resolved:
+    return resolve(JobFeatures(model, "imagenet", batch), HardwareFeatures(gpu, n, -(-n // nodes), nodes))
 
 
 def test_applies_only_to_unmeasured_gpu_types_of_measured_models() -> None:
-    assert ANCHORS.applies(row("A100", 1, 64))  # type: ignore[arg-type]
-    assert not ANCHORS.applies(row("V100", 1, 64))  # type: ignore[arg-type]
-    assert not ANCHORS.applies(row("A100", 1, 64, "bert"))  # type: ignore[arg-type]
+    assert ANCHORS.applies(row("A100", 1, 64))
+    assert not ANCHORS.applies(row("V100", 1, 64))
+    assert not ANCHORS.applies(row("A100", 1, 64, "bert"))
+    t, t1 = ANCHORS.iteration_times([row("V100", 1, 64), row("A100", 1, 64, "bert")])
+    assert np.isnan(t).all() and np.isnan(t1).all()
 
 
-def test_anchor_scales_the_nearest_measurement_by_spec_ratio() -> None:
-    r = row("A100", 4, 256)
-    t = ANCHORS.iteration_time(r, 4, 64.0, False)  # type: ignore[arg-type]
-    # nearest: V100, 4 GPUs at 64 per GPU, 3 it/s = 768 samples/s; A100 vs V100 in fp32:
-    # sqrt(19.5 / 15.7 x 1555 / 900) = 1.465 -> 1125 samples/s -> 256 / 1125 s per iteration
-    ratio = math.sqrt(19.5 / 15.7 * 1555 / 900)
-    assert gpu_spec("A100").fp32_tflops == 19.5
-    assert t == pytest.approx(256 / (768 * ratio))
-    times, twins = ANCHORS.iteration_times([r])  # type: ignore[list-item]
-    # the 1-GPU twin anchors on the 1-GPU V100 row: 4 it/s at 64 -> 256 samples/s x ratio
-    assert times[0] == pytest.approx(t) and twins[0] == pytest.approx(64 / (256 * ratio))
+def test_one_gpu_speed_is_the_pooled_spec_normalised_curve() -> None:
+    # Normalised per-GPU samples/s: V100 256 / SPEC at 32, 384 / SPEC at 128 (log-linear between, so
+    # sqrt(256 x 384) / SPEC at 64); T4 96 / SPEC (flat). The pooled curve is their median in log space
+    # (two types: the geometric mean); an A100 at 64 per GPU: pooled(64) x SPEC[A100].
+    v64 = math.sqrt(256 * 384) / SPEC["V100"]
+    t4 = 96 / SPEC["T4"]
+    samples = math.sqrt(v64 * t4) * SPEC["A100"]
+    t, t1 = ANCHORS.iteration_times([row("A100", 1, 64)])
+    assert t1[0] == pytest.approx(64 / samples) and t[0] == pytest.approx(t1[0])
+    # Beyond every measured batch the curve is flat: at 512 per GPU, geometric mean of 384 / SPEC[V100]
+    # and the T4's value.
+    _, big = ANCHORS.iteration_times([row("A100", 1, 512)])
+    assert big[0] == pytest.approx(512 / (math.sqrt(384 / SPEC["V100"] * t4) * SPEC["A100"]))
+
+
+def test_scaling_efficiency_comes_from_the_closest_measured_gpu() -> None:
+    # V100 (closest to A100 in specs) on 4 GPUs at 64 per GPU: 288 / sqrt(256 x 384) = 0.9186 of its 1-GPU
+    # curve. A100 on 4 GPUs (global 256): the 1-GPU time at 64 / 0.9186; on 2 GPUs (log-halfway between 1
+    # and 4 GPUs) / sqrt(0.9186); on 8, flat beyond 4: / 0.9186. Across nodes nothing was measured: only the
+    # 1-GPU time is anchored.
+    e4 = 288 / math.sqrt(256 * 384)
+    (_, one), (four, tw4), (two, _), (eight, _), (multi, tw_multi) = (
+        (a[0], b[0])
+        for a, b in (
+            ANCHORS.iteration_times([r])
+            for r in (
+                row("A100", 1, 64),
+                row("A100", 4, 256),
+                row("A100", 2, 128),
+                row("A100", 8, 512),
+                row("A100", 4, 256, nodes=2),
+            )
+        )
+    )
+    assert tw4 == pytest.approx(one)
+    assert four == pytest.approx(one / e4)
+    assert two == pytest.approx(one / math.sqrt(e4))
+    assert eight == pytest.approx(one / e4)
+    assert math.isnan(multi) and tw_multi == pytest.approx(one)
+    # K80 is closest to the T4, which has no multi-GPU table: the median over the model's types (V100's).
+    k80, k80_one = ANCHORS.iteration_times([row("K80", 4, 256)])
+    assert k80[0] == pytest.approx(k80_one[0] / e4)
+
+
+def test_anchor_moves_smoothly_with_the_per_gpu_batch_and_gpu_count() -> None:
+    # Per-GPU throughput rises with the per-GPU batch between the measured 32 and 128, and the whole
+    # job's throughput rises with the GPU count at a fixed global batch (no jumps between measurements).
+    rows = [row("A100", 1, b) for b in range(32, 129)]
+    samples = np.asarray([r.batch_size for r in rows]) / ANCHORS.iteration_times(rows)[0]
+    assert (np.diff(samples) > 0).all()
+    rows = [row("A100", n, 256) for n in range(1, 9)]
+    total = 256 / ANCHORS.iteration_times(rows)[0]
+    assert (np.diff(total) > 0).all()
