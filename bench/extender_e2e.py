@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import asdict
@@ -40,6 +41,7 @@ def main() -> None:
     args = ap.parse_args()
     tuning = SchedulerTuning(qps=args.qps, burst=args.burst)
     t0 = time.monotonic()
+    load_before = os.getloadavg()[0]
     base = run_scheduling_bench(args.nodes, args.pods, None, tuning)
     ext = run_scheduling_bench(args.nodes, args.pods, perfsched_extender_argv, tuning)
     ratio = ext.pods_per_s / base.pods_per_s if base.pods_per_s else 0.0
@@ -49,6 +51,7 @@ def main() -> None:
         "ratio": round(ratio, 3),
         "target_ratio": 0.7,
         "bench_seconds": round(time.monotonic() - t0, 1),
+        "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
     out = HERE / "results"
     out.mkdir(exist_ok=True)
@@ -58,7 +61,8 @@ def main() -> None:
         return
     print(
         f"{args.pods} one-GPU pods on {args.nodes} KWOK nodes, "
-        f"kube-scheduler client qps {args.qps:g}/burst {args.burst}"
+        f"kube-scheduler client qps {args.qps:g}/burst {args.burst}; "
+        f"1-min load average {record['load_avg_1m'][0]} -> {record['load_avg_1m'][1]}"
     )
     for label, r in (("without extender (default-scheduler)", base), ("with perfsched extender", ext)):
         print(

@@ -4,9 +4,11 @@ Shell module. Routes: ``POST /filter``, ``/prioritize``, ``/bind``, ``/preempt``
 ``scheduler.extender.wire``), ``GET /healthz`` (the process answers), ``/readyz`` (503 until the cache
 has listed every kind once), ``/metrics`` (Prometheus text). Nothing is built at import time.
 
-Hot path: bodies are read with a size limit and parsed with orjson; filter and prioritize check the
-structure by hand (``parse_extender_args``) and answer from the precomputed cache without awaiting
-anything, so a call costs one parse, one pass over the node names and one serialisation. Bind does API
+Hot path: ``POST /filter`` and ``/prioritize`` are answered by plain ASGI handlers before FastAPI's
+routing (its routes for them stay, for the OpenAPI schema, and answer through the same functions);
+bodies are read with a size limit and parsed with orjson, the structure is checked by hand
+(``parse_extender_args``) and the answer comes from the precomputed cache without awaiting anything,
+so a call costs one parse, a few C-speed passes over the node names and one serialisation. Bind does API
 I/O in the thread pool. Bad input never causes a 500: malformed JSON or a wrong shape is a 400 and an
 oversized body a 413, each with ``{"Error": message}`` naming the field; an unexpected failure inside
 filter becomes the wire's ``Error`` field (the scheduling attempt fails and is retried) and inside

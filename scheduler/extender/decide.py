@@ -5,7 +5,8 @@ Shell-side logic without HTTP: it reads the watch-fed ``ClusterCache`` (under it
 sees one consistent state), asks the ``ThroughputOracle`` at most once per request (all distinct
 placement shapes in one batch, memoised), and uses the core's ``check_node`` for per-node reasons and
 ``place_gang`` for gang placement, so the extender places gangs exactly as the policies and the
-simulator do. No I/O of its own; it holds memo tables (predictions, placement shapes, gang plans).
+simulator do. No I/O of its own; it holds memo tables (predictions, placement shapes, gang plans,
+class scores, locality groups) and a gang index per GPU type kept in step with the cache.
 
 Pods: a pod is *managed* when it asks for ``nvidia.com/gpu``; others pass through untouched (kube-scheduler
 only calls the extender for pods that ask for a managed resource, and blocking a pod we have no opinion
