@@ -8,6 +8,7 @@ the command so that ``perfsched --help`` stays fast.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 
@@ -74,16 +75,21 @@ def register(app: typer.Typer) -> None:
                 ", ".join(cache.unsynced()),
             )
         app = create_app(settings, cache, oracle, binder=KubeBinder(api))
+        # libuv's event loop and the C HTTP parser (dependencies of perfsched): kube-scheduler waits on
+        # every filter and prioritize call (docs/extender.md, Performance); a venv built before they
+        # were added still serves, on asyncio and h11
+        loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+        http = "httptools" if importlib.util.find_spec("httptools") else "h11"
+        if (loop, http) != ("uvloop", "httptools"):
+            log.warning("uvloop or httptools is not installed: serving on %s and %s (slower)", loop, http)
         uvicorn.run(
             app,
             host=host or settings.extender_host,
             port=port or settings.extender_port,
             log_level=settings.log_level.lower(),
             access_log=False,
-            # libuv's event loop and the C HTTP parser (dependencies): kube-scheduler waits on every
-            # filter and prioritize call; see docs/extender.md, Performance, for what they change
-            loop="uvloop",
-            http="httptools",
+            loop=loop,
+            http=http,
             **tls,  # type: ignore[arg-type]
         )
         cache.stop()
