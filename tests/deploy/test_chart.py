@@ -273,6 +273,8 @@ BAD_VALUES = [
     ("extender.replica=3", "replica"),  # typo: unknown field
     ("operator.replicas=3", "/operator/replicas"),
     ("operator.leaderElection.enabled=false,operator.replicas=2", "/operator/replicas"),
+    # two kube-schedulers without leader election would both bind, each blind to the other's assumed pods
+    ("kubeScheduler.leaderElection.enabled=false,kubeScheduler.replicas=2", "/kubeScheduler/replicas"),
     ("logLevel=LOUD", "/logLevel"),
     ("extender.httpTimeout=5 seconds", "/extender/httpTimeout"),
     ("kubeScheduler.schedulerName=Perf Sched", "/kubeScheduler/schedulerName"),
