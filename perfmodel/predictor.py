@@ -12,15 +12,15 @@ multi-GPU row, with ``t1`` the prediction for the same job on one GPU at the sam
 parallelism never scales better than linearly (``time >= t1``), and a job inside one NVLink node is never
 slower in total than on one of its GPUs (``time <= n x t1``). For a GPU type on which the job's model was
 never measured, while it was measured on others, the estimate is blended (weight 0.75 in log space) with a
-measured anchor: the nearest measured configuration of that model scaled by the GPUs' spec ratio
-(``perfmodel.anchor``; the accuracy benchmark shows that anchor beats features alone there, and a smooth
-1-GPU-curve anchor tried instead lost there: leave-one-GPU-type-out 189% -> 253%).
+measured anchor (``perfmodel.anchor``: the model's spec-normalised 1-GPU throughput curve pooled over its
+measured GPU types, times the measured scaling efficiency of the closest measured GPU; both interpolated,
+so the anchor moves smoothly with the per-GPU batch and the GPU count).
 
 In-node envelope (``Predictor(in_node_envelope=True)``, the default): a row on ``n`` > 1 GPUs of one node
 is computed together with the same job (same global batch) on 1 .. n-1 GPUs of the same GPU, interconnect
 and node, and gets the highest of those throughputs, capped by linear scaling from the lowest 1-GPU time
 among per-GPU batches B/n .. B/1. So within one node more GPUs never predict a lower total throughput
-(the learned model alone did in 64% of zoo x catalogue x batch sweeps over 1..8 GPUs, by up to 10x).
+(the learned parts alone do not: 55% of zoo x catalogue x batch sweeps over 1..8 GPUs fall somewhere).
 Across nodes there is no envelope: a slow network may make more GPUs slower, and the scaling model says
 so. The cost: measured tables do show in-node drops at a fixed global batch (135 of 342 adjacent pairs,
 mostly tiny per-GPU batches), which the envelope no longer follows (see the README's predictor section).
