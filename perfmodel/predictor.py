@@ -553,7 +553,8 @@ class Predictor:
 
         In-node envelope: a row on ``n`` > 1 GPUs of one node is computed together with the same job on
         1 .. n-1 GPUs of that node (same GPU, interconnect, global batch) and gets the highest of those
-        throughputs, so that within a node more GPUs never predict a lower total throughput.
+        throughputs, capped by linear scaling from the lowest 1-GPU time among per-GPU batches B/n .. B/1,
+        so that within a node more GPUs never predict a lower total throughput.
         """
         jt = self._jtab.rows[jid]
         ht = self._htab.rows[hid]
