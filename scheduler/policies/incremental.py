@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -36,6 +37,9 @@ from scheduler.policies.base import Request, _preempt_for, _try_place
 #: (what preemption compares), from the job, its progress and its attained service; None: the policy
 #: never asks for this job (it stays waiting, e.g. SRSF with no positive predicted throughput)
 KeyFn = Callable[[Job, float, float], "tuple[tuple[Any, ...], float] | None"]
+#: ``steady_until(job, attained, rank, gpus, now)``: a time before which the running job's rank surely
+#: stays ``rank`` (for ranks that move in steps, like LAS queues)
+SteadyFn = Callable[[Job, float, float, int, float], float]
 
 
 def single_type(nodes: Sequence[Node]) -> str | None:
@@ -76,6 +80,8 @@ class GreedyRounds:
         strict: bool = False,
         batch_keys: Callable[[Sequence[Job]], Sequence[tuple[tuple[Any, ...], float] | None]] | None = None,
         rank_of: Callable[[Job, float, float], float] | None = None,
+        falling_ranks: bool = False,
+        steady_until: SteadyFn | None = None,
     ) -> None:
         self._index = FreeIndex(nodes)
         self._type = gpu_type
@@ -93,6 +99,16 @@ class GreedyRounds:
         # waiting jobs: shape (replicas, GPUs per replica) -> sorted order keys; and per job its key, rank
         self._groups: dict[tuple[int, int], list[tuple[Any, ...]]] = {}
         self._wait: dict[str, tuple[tuple[Any, ...], float]] = {}
+        # running jobs' ranks as last computed: an upper bound on the rank now when ranks only fall
+        # while running (``falling_ranks``), the exact rank until ``_until`` with ``steady_until``
+        self._falling = falling_ranks and preemptive  # only preemption looks at running jobs' ranks
+        self._steady = steady_until if preemptive else None
+        self._hi: dict[str, float] = {}
+        self._until: dict[str, float] = {}
+        self._expiry: list[tuple[float, str]] = []  # heap of (until, job)
+        self._hi_ranks: list[float] = []  # sorted cached ranks, and their GPUs from index i on
+        self._hi_suffix: list[int] = [0]
+        self._hi_dirty = False
 
     # ------------------------------------------------------------------ changes reported by the caller
     def add(self, job: Job) -> None:
@@ -107,6 +123,7 @@ class GreedyRounds:
         if alloc is not None:
             self._index.release(alloc)
             del self._gpus[name]
+            self._forget(name)
         self._unwait(job)
         self._new = [j for j in self._new if j.name != name]
 
@@ -115,6 +132,52 @@ class GreedyRounds:
         if keyed is None:
             raise RuntimeError(f"incremental round: running job {job.name!r} has no rank")
         return keyed[1]
+
+    # ---------------------------------------------------------------- cached ranks of running jobs
+    def _cache(self, name: str, rank: float, until: float) -> None:
+        if self._falling or self._steady is not None:
+            if self._hi.get(name) != rank:
+                self._hi[name] = rank
+                self._hi_dirty = True
+            if self._steady is not None:
+                self._until[name] = until
+                heapq.heappush(self._expiry, (until, name))
+
+    def _forget(self, name: str) -> None:
+        if self._hi.pop(name, None) is not None:
+            self._hi_dirty = True
+        self._until.pop(name, None)
+
+    def _renew(self, now: float, running: Mapping[str, tuple[float, float]]) -> None:
+        """Recompute the exact rank of each running job whose cached rank may have changed by ``now``."""
+        steady = self._steady
+        expiry = self._expiry
+        until_of = self._until
+        due = []
+        while expiry and expiry[0][0] <= now:
+            until, name = heapq.heappop(expiry)
+            if until_of.get(name) == until:  # else a stale entry (the job stopped or was renewed since)
+                due.append(name)
+        for name in due:  # after the pops: a renewal may be due again at ``now`` (next round, then)
+            job = self._jobs[name]
+            progress, attained = running[name]
+            rank = self._rank_of(job, progress, attained)
+            assert steady is not None
+            self._cache(name, rank, steady(job, attained, rank, self._gpus[name], now))
+
+    def _hi_above(self, rank: float) -> int:
+        """GPUs of running jobs whose cached rank exceeds ``rank``."""
+        if self._hi_dirty:
+            pairs = sorted([(r, self._gpus[n]) for n, r in self._hi.items()])
+            self._hi_ranks = [r for r, _ in pairs]
+            suffix = [0] * (len(pairs) + 1)
+            acc = 0
+            for i in range(len(pairs) - 1, -1, -1):
+                acc += pairs[i][1]
+                suffix[i] = acc
+            self._hi_suffix = suffix
+            self._hi_dirty = False
+        return self._hi_suffix[bisect.bisect_right(self._hi_ranks, rank)]
 
     def _shape(self, job: Job) -> tuple[int, int]:
         return (job.max_replicas, job.gpus_per_replica)
@@ -145,7 +208,6 @@ class GreedyRounds:
 
     # ------------------------------------------------------------------------------------ the round
     def round(self, now: float, running: Mapping[str, tuple[float, float]]) -> dict[str, Allocation | None]:
-        del now  # ranks come from progress and attained service only
         self._take_arrivals()
         index = self._index
         gpu_type = self._type
@@ -156,9 +218,14 @@ class GreedyRounds:
         groups = self._groups
         jobs = self._jobs
         wait = self._wait
+        alloc_now = self._alloc
+        steady = self._steady is not None
+        cached = steady or self._falling
+        if steady:
+            self._renew(now, running)  # the cache is exact from here on
 
-        # running jobs as victims: their ranks when a preemption test first needs them, their keys and
-        # the victim order when a preemption is first tried
+        # running jobs as victims: their exact ranks when a preemption test first needs them (a test
+        # that the cached ranks already fail needs none), the victim order when a preemption is tried
         reserved: dict[str, Allocation] = {}
         pending: dict[str, Allocation] = {}
         victims_by_type: dict[str, list[tuple[float, str]]] = {}
@@ -170,26 +237,32 @@ class GreedyRounds:
         rank_of = self._rank_of
 
         def rank_running() -> None:
-            for name in self._alloc:
-                progress, attained = running[name]
-                run_rank[name] = rank_of(jobs[name], progress, attained)
-            pending.update(self._alloc)
+            if steady:
+                run_rank.update(self._hi)
+            else:
+                for name in alloc_now:
+                    progress, attained = running[name]
+                    run_rank[name] = rank = rank_of(jobs[name], progress, attained)
+                    if cached:
+                        self._cache(name, rank, now)
+            pending.update(alloc_now)
             refresh()
 
         def build() -> None:
             if not run_rank:
                 rank_running()
-            reserved.update(self._alloc)
-            lst = []
-            for name in self._alloc:
+            reserved.update(alloc_now)
+            victims_by_type[gpu_type] = sorted([(-run_rank[n], n) for n in alloc_now])
+
+        def run_key(name: str) -> tuple[tuple[Any, ...], float]:
+            got = run_keys.get(name)
+            if got is None:
                 progress, attained = running[name]
-                keyed = self._key_of(jobs[name], progress, attained)
-                if keyed is None:
+                got = self._key_of(jobs[name], progress, attained)
+                if got is None:
                     raise RuntimeError(f"incremental round: running job {name!r} has no rank")
-                run_keys[name] = keyed
-                lst.append((-keyed[1], name))
-            lst.sort()
-            victims_by_type[gpu_type] = lst
+                run_keys[name] = got
+            return got
 
         def refresh() -> None:
             pairs = sorted([(run_rank[v], gpus[v]) for v in pending])
@@ -232,9 +305,13 @@ class GreedyRounds:
                     if need > free:
                         if not preemptive:
                             continue
-                        if not run_rank and self._alloc:
+                        rank = wait[key[-1]][1]
+                        if not run_rank and alloc_now:
+                            # the cached ranks bound the exact ones from above: a test they fail is failed
+                            if cached and need > free + self._hi_above(rank + margin):
+                                continue
                             rank_running()
-                        if need > free + victims_above(wait[key[-1]][1]):
+                        if need > free + victims_above(rank):
                             continue
                 best_key, best_shape = key, shape
             from_evicted = False
@@ -244,11 +321,7 @@ class GreedyRounds:
                 e_key, e_name = evicted[0]
                 e_job = jobs[e_name]
                 need = e_job.max_replicas * e_job.gpus_per_replica
-                if (
-                    strict
-                    or need <= free
-                    or (preemptive and need <= free + victims_above(run_keys[e_name][1]))
-                ):
+                if strict or need <= free or (preemptive and need <= free + victims_above(run_rank[e_name])):
                     best_key, best_shape, from_evicted = e_key, None, True
                 else:
                     heapq.heappop(evicted)  # a no-op: it stays preempted
@@ -260,7 +333,7 @@ class GreedyRounds:
             job = jobs[name]
             if from_evicted:
                 heapq.heappop(evicted)
-                rank = run_keys[name][1]
+                rank = run_rank[name]
             else:
                 rank = wait[name][1]
             req = Request(job, types_, (job.max_replicas,), rank=rank)
@@ -277,7 +350,7 @@ class GreedyRounds:
                 )
                 if len(preempted_by) != before:
                     for v in list(preempted_by)[before:]:
-                        heapq.heappush(evicted, (run_keys[v][0], v))
+                        heapq.heappush(evicted, (run_key(v)[0], v))
                     refresh()
             if isinstance(res, Allocation):
                 index.commit(res)
@@ -298,14 +371,19 @@ class GreedyRounds:
             new = placed.pop(v, None)
             if new is None:
                 del self._gpus[v]
+                self._forget(v)
                 out[v] = None
                 # waiting, its progress and attained service stay as now: its key stays this round's
-                self._enwait(jobs[v], run_keys[v])
+                self._enwait(jobs[v], run_key(v))
             else:
                 self._alloc[v] = new
+                self._gpus[v] = new.total_gpus
+                self._cache(v, run_rank[v], -math.inf)
                 if new != old:
                     out[v] = new
         for name, alloc in placed.items():
+            # its rank when it starts is its waiting rank (nothing it is ranked by moved while it waited)
+            self._cache(name, wait[name][1], -math.inf)
             self._unwait(jobs[name])
             self._alloc[name] = alloc
             self._gpus[name] = alloc.total_gpus

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -119,4 +120,20 @@ class LasPolicy:
         def rank_of(job: Job, progress: float, attained: float) -> float:
             return float(bisect.bisect_right(bounds, attained))
 
-        return GreedyRounds(nodes, gpu_type, key_of, preemptive=self.config.preemptive, rank_of=rank_of)
+        def steady_until(job: Job, attained: float, rank: float, gpus: int, now: float) -> float:
+            # the queue moves when attained service reaches the next boundary, at ``gpus`` GPU-s per
+            # second; a margin of 1 GPU-s (plus 1e-6 relative) covers the rounding of its running sum
+            q = int(rank)
+            if q >= len(bounds):
+                return math.inf
+            bound = bounds[q]
+            return now + (bound - attained - (1.0 + 1e-6 * bound)) / gpus
+
+        return GreedyRounds(
+            nodes,
+            gpu_type,
+            key_of,
+            preemptive=self.config.preemptive,
+            rank_of=rank_of,
+            steady_until=steady_until,
+        )

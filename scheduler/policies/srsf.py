@@ -139,4 +139,6 @@ class SrsfPolicy:
             margin=self.config.preempt_margin_gpu_s,
             batch_keys=batch_keys,
             rank_of=rank_of,
+            # remaining service only falls while a job runs (progress never goes back while it runs)
+            falling_ranks=True,
         )

@@ -56,6 +56,9 @@ class SimulationRequest:
     policy_configs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: explicit (policy, MRE) runs; None = every policy x every MRE
     plan: tuple[tuple[str, float], ...] | None = None
+    #: let policies that offer one decide rounds incrementally (same results; False: ``run_round``
+    #: every round, the benchmark's baseline)
+    incremental: bool = True
 
     def run_plan(self) -> tuple[tuple[str, float], ...]:
         if self.plan is not None:
@@ -221,7 +224,7 @@ def run_simulations(
             wake_thresholds_gpu_s=las_thresholds_gpu_s(policy),
             # the incremental rounds ask the oracle per job, not per round: only for the table oracle,
             # whose answers do not depend on the batch
-            incremental=req.oracle == "table",
+            incremental=req.incremental and req.oracle == "table",
         )
         label = name if runs_of[name] == 1 or math.isnan(mre) else f"{name}-mre{mre:g}"
         progress = _Relay(on_progress, label) if on_progress is not None else None
