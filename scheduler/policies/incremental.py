@@ -192,8 +192,11 @@ class GreedyRounds:
         keyed = self._wait.pop(job.name, None)
         if keyed is None:
             return
-        lst = self._groups[self._shape(job)]
+        shape = self._shape(job)
+        lst = self._groups[shape]
         del lst[bisect.bisect_left(lst, keyed[0])]
+        if not lst:
+            del self._groups[shape]  # a round looks at every group: keep only those with jobs
 
     def _take_arrivals(self) -> None:
         new, self._new = self._new, []
