@@ -24,6 +24,7 @@ import orjson
 
 from scheduler.core.errors import PermanentError, TemporaryError
 from scheduler.k8s import crd
+from scheduler.k8s.kubeapi import api_error_message
 
 log = logging.getLogger(__name__)
 
@@ -68,15 +69,17 @@ class KubeBinder:
                     raise BindError(
                         f"pod {namespace}/{name} is already bound to {current}, not {node}"
                     ) from None
-                raise BindError(f"binding {namespace}/{name} to {node} conflicted: {_message(exc)}") from None
+                raise BindError(
+                    f"binding {namespace}/{name} to {node} conflicted: {api_error_message(exc)}"
+                ) from None
             if exc.status == 404:
                 raise BindError(f"pod {namespace}/{name} no longer exists") from None
             if exc.status in (429, 500, 502, 503, 504):
                 raise TemporaryBindError(
-                    f"API server answered {exc.status} binding {namespace}/{name}: {_message(exc)}"
+                    f"API server answered {exc.status} binding {namespace}/{name}: {api_error_message(exc)}"
                 ) from None
             raise BindError(
-                f"binding {namespace}/{name} to {node} failed ({exc.status}): {_message(exc)}"
+                f"binding {namespace}/{name} to {node} failed ({exc.status}): {api_error_message(exc)}"
             ) from None
 
     def _node_of(self, namespace: str, name: str) -> str:
@@ -111,7 +114,7 @@ class KubeBinder:
             except ApiException as exc:
                 raise TemporaryBindError(
                     f"recording placement on TrainingJob {namespace}/{job_name} failed "
-                    f"({exc.status}): {_message(exc)}"
+                    f"({exc.status}): {api_error_message(exc)}"
                 ) from None
             except (OSError, HTTPError) as exc:  # a dropped connection: try again
                 if attempt == 2:
@@ -130,18 +133,6 @@ def _drain(resp: Any) -> None:
         resp.read()
     finally:
         resp.release_conn()
-
-
-def _message(exc: Any) -> str:
-    body = getattr(exc, "body", None)
-    if body:
-        try:
-            parsed = orjson.loads(body)
-            if isinstance(parsed, dict) and parsed.get("message"):
-                return str(parsed["message"])
-        except orjson.JSONDecodeError:
-            pass
-    return str(getattr(exc, "reason", "") or exc)
 
 
 def load_api_client(kubeconfig: str | None = None) -> Any:

@@ -110,7 +110,8 @@ class KubeApi(Protocol):
         ...
 
 
-def _message(exc: Any) -> str:
+def api_error_message(exc: Any) -> str:
+    """The API server's own message of a client ``ApiException`` (its Status body), else its reason."""
     body = getattr(exc, "body", None)
     if body:
         try:
@@ -167,10 +168,10 @@ def retry(
         try:
             return call()
         except ApiException as exc:
-            err = classify(int(exc.status or 0), _reason(exc), _message(exc))
+            err = classify(int(exc.status or 0), _reason(exc), api_error_message(exc))
             if err is not None:
                 raise err from None
-            last = f"HTTP {exc.status}: {_message(exc)}"
+            last = f"HTTP {exc.status}: {api_error_message(exc)}"
         except (HTTPError, OSError) as exc:
             last = f"{type(exc).__name__}: {exc}"
         delay = random.uniform(0, min(cap_s, base_s * 2**attempt))
