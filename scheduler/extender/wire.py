@@ -107,6 +107,8 @@ class ParsedArgs:
     node_objects: list[dict[str, Any]] | None
     #: every name is ASCII with nothing JSON must escape (``plain_names``)
     plain: bool = False
+    #: for ``NodeNames`` requests, the names joined by ``","`` (the extender memoises name lists by it)
+    joined: str = ""
 
 
 #: bytes JSON escapes inside a string: control characters, the quote and the backslash
@@ -119,11 +121,13 @@ def plain_names(names: Sequence[str]) -> bool:
     return _plain("".join(names))
 
 
-def _plain(joined: str) -> bool:
+def _plain(joined: str, quotes: int = 0) -> bool:
+    """Whether ``joined`` is ASCII and holds no byte JSON escapes beyond ``quotes`` quotes (those of
+    the separators the caller joined with)."""
     if not joined.isascii():
         return False
     raw = joined.encode()
-    return len(raw.translate(None, _ESCAPED)) == len(raw)
+    return len(raw) - len(raw.translate(None, _ESCAPED)) == quotes and raw.count(b'"') == quotes
 
 
 def _get(body: dict[str, Any], key: str) -> Any:
@@ -148,13 +152,15 @@ def parse_extender_args(body: object) -> ParsedArgs:
         if not isinstance(names_raw, list):
             raise WireError(f"NodeNames: expected a list of node names, got {_kind(names_raw)}")
         try:
-            joined = "".join(names_raw)  # C speed; refuses anything but strings
+            joined = '","'.join(names_raw)  # C speed; refuses anything but strings
         except TypeError:
             for i, n in enumerate(names_raw):
                 if not isinstance(n, str):
                     raise WireError(f"NodeNames[{i}]: expected a string, got {_kind(n)}") from None
             raise
-        return ParsedArgs(pod, names_raw, None, _plain(joined))
+        # the separators hold two quotes each; any other quote (or escape) is inside a name
+        plain = _plain(joined, 2 * max(0, len(names_raw) - 1))
+        return ParsedArgs(pod, names_raw, None, plain, joined)
     if nodes_raw is None:
         raise WireError("Nodes and NodeNames are both null: one of them must list the candidate nodes")
     if not isinstance(nodes_raw, dict):
