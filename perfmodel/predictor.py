@@ -72,7 +72,8 @@ from perfmodel.features import (
     resolve_hw,
     resolve_job,
 )
-from perfmodel.measurements import read_table
+from perfmodel.gpus import CANONICAL_TYPES, gpu_spec
+from perfmodel.measurements import Measurement, read_table
 from perfmodel.truth import TABLE_NAME
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,85 @@ log = logging.getLogger(__name__)
 MODEL_FILE = "predictor.json"
 FloatArray = npt.NDArray[np.float64]
 _Key = tuple[object, ...]
+# Where the in-node envelope applies (``Predictor.envelope``): "auto" = wherever a row on several GPUs of
+# one node is not inside a measured in-node curve that falls (``MeasuredInNode.follows``), "always" =
+# every row on several GPUs of one node, "never" = nowhere.
+ENVELOPE_MODES = ("auto", "always", "never")
+# A measured in-node curve "falls" when, at one global batch, some GPU count's measured throughput is
+# below this fraction of the best on fewer GPUs (10%: above measurement noise; the shipped table's
+# falling cells drop to 0.47-0.89, its rising ones stay >= 0.99).
+FALL_RATIO = 0.9
+
+
+class MeasuredInNode:
+    """What the training table measured inside one node, per cell = (model, dataset, GPU type, NVLink or
+    not): the largest GPU count measured in one node (``largest``, 0 where none), and the deepest fall
+    (``floor``): over the cell's global batches measured on several GPU counts, the lowest ratio of a
+    count's throughput to the best on fewer GPUs at that batch (1.0 when it never falls).
+
+    The in-node envelope's rule (``follows``): a one-node row on ``n`` GPUs whose cell was measured in one
+    node on ``n`` GPUs or more, and whose measurements fall (``floor < FALL_RATIO``), is inside a measured
+    curve that really drops as GPUs are added; the learned model, trained on it, answers such a row as it
+    is, drops included. Every other row on several GPUs of one node -- an unmeasured model x GPU type, a
+    parameters/FLOPs-only job, an unknown GPU, more GPUs than measured, or a cell whose measurements only
+    rise -- gets the envelope (there a fall can only be the learned model's noise). "NVLink" is the link
+    the row really uses: ``nvlink`` on a GPU type without NVLink counts as PCIe, as in
+    ``features.resolve_hw``. Pure.
+    """
+
+    def __init__(self, measurements: Sequence[Measurement]) -> None:
+        groups: dict[tuple[str, str], int] = {}
+        types = {t: i for i, t in enumerate(CANONICAL_TYPES)}
+        cells: dict[tuple[int, int, int], int] = {}
+        sweeps: dict[tuple[int, int, int, int], dict[int, list[float]]] = {}
+        for m in measurements:
+            col = types.get(m.gpu_type)
+            if m.num_nodes != 1 or col is None:
+                continue
+            g = groups.setdefault((m.model, m.dataset), len(groups))
+            nvl = int(m.interconnect == "nvlink" and gpu_spec(m.gpu_type).nvlink_gbs > 0)
+            cells[(g, col, nvl)] = max(cells.get((g, col, nvl), 0), m.num_gpus)
+            sweeps.setdefault((g, col, nvl, m.batch_size), {}).setdefault(m.num_gpus, []).append(
+                m.samples_per_s
+            )
+        self._groups = groups
+        self._types = types
+        # Rows: groups, then one for anything else; columns: catalogued types, then anything else.
+        self.largest = np.zeros((len(groups) + 1, len(types) + 1, 2), dtype=np.float64)
+        self.floor = np.ones_like(self.largest)
+        for (g, col, nvl), n in cells.items():
+            self.largest[g, col, nvl] = n
+        for (g, col, nvl, _), by_n in sweeps.items():
+            # Several sources may measure one configuration: their median.
+            vals = [float(np.median(by_n[n])) for n in sorted(by_n)]
+            for k in range(1, len(vals)):
+                self.floor[g, col, nvl] = min(self.floor[g, col, nvl], vals[k] / max(vals[:k]))
+
+    def group_index(self, model: str, dataset: str) -> int:
+        """Row of the tables for a (model, dataset); the last row (nothing measured) when never measured."""
+        return self._groups.get((model, dataset), len(self._groups))
+
+    def type_index(self, gpu_type: str, low_confidence: bool = False) -> int:
+        """Column of the tables for a GPU type; the last column (nothing measured) for an uncatalogued or
+        low-confidence one."""
+        return len(self._types) if low_confidence else self._types.get(gpu_type, len(self._types))
+
+    def follows(
+        self,
+        group: npt.NDArray[np.intp],
+        type_col: npt.NDArray[np.intp],
+        nvlink: npt.NDArray[np.bool_],
+        num_gpus: FloatArray,
+    ) -> npt.NDArray[np.bool_]:
+        """Per one-node row: inside a measured in-node curve that falls (the model answers it as it is)?"""
+        cell = (group, type_col, nvlink.astype(np.intp))
+        out: npt.NDArray[np.bool_] = (num_gpus <= self.largest[cell]) & (self.floor[cell] < FALL_RATIO)
+        return out
+
+    def cell(self, model: str, dataset: str, gpu_type: str, nvlink: bool) -> tuple[int, float]:
+        """(largest GPU count measured in one node, deepest fall) of a cell; (0, 1.0) when unmeasured."""
+        at = (self.group_index(model, dataset), self.type_index(gpu_type), int(nvlink))
+        return int(self.largest[at]), float(self.floor[at])
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,13 +395,15 @@ class _Table:
         return self._data[: self.size]
 
 
-# Extra columns of the job table after ``JobPart.nums``: precision index, anchor group, low confidence.
-_J_PREC, _J_GROUP, _J_LOW = 5, 6, 7
+# Extra columns of the job table after ``JobPart.nums``: precision index, anchor group, low confidence,
+# row of ``MeasuredInNode.largest``.
+_J_PREC, _J_GROUP, _J_LOW, _J_CURVE = 5, 6, 7, 8
 # Extra columns of the placement table after ``HardwarePart.nums`` (9 columns): effective TFLOP/s per
 # precision (4), low confidence, GPU type's column in ``Anchors.measured``, log memory bandwidth, placement
-# class (``Predictor._classes``).
-_H_TF, _H_LOW, _H_TYPE, _H_LOGBW, _H_CLASS = 9, 13, 14, 15, 16
-_H_GPUS = 0
+# class (``Predictor._classes``), column of ``MeasuredInNode.largest``.
+_H_TF, _H_LOW, _H_TYPE, _H_LOGBW, _H_CLASS, _H_CTYPE = 9, 13, 14, 15, 16, 17
+# Columns of ``HardwarePart.nums`` read directly: GPUs, nodes, link class (``features.LINK_*``).
+_H_GPUS, _H_NODES, _H_LINK = 0, 1, 8
 # Columns of ``Resolved.nums`` (``features.NUM_COLUMNS``) the in-node envelope reads and rewrites.
 _M_BATCH, _M_GPUS, _M_NODES, _M_GPN, _M_TF = 0, 5, 6, 7, 14
 
@@ -339,12 +421,21 @@ class Predictor:
         meta: ModelMeta,
         cache_size: int = 65536,
         anchors: Anchors | None = None,
-        in_node_envelope: bool = True,
+        in_node_envelope: bool | None = None,
+        measured: MeasuredInNode | None = None,
+        envelope: str = "auto",
     ) -> None:
+        if envelope not in ENVELOPE_MODES:
+            raise ValueError(f"envelope must be one of {', '.join(ENVELOPE_MODES)}, got {envelope!r}")
         self.model = model
-        self.in_node_envelope = in_node_envelope
         self.meta = meta
         self.anchors = anchors
+        # Without ``measured`` every row extrapolates: "auto" then applies the envelope to every row on
+        # several GPUs of one node, like "always".
+        self.measured = measured
+        self.envelope = envelope
+        if in_node_envelope is not None:
+            self.in_node_envelope = in_node_envelope
         # Results per row: (samples/s, iterations/s, low, high, low confidence). Keyed by the row itself
         # (cached hashes; a repeated row object is found by identity), the side tables by ``.key`` tuples.
         self._cache: OrderedDict[
@@ -353,13 +444,45 @@ class Predictor:
         self._cache_size = cache_size
         self._reset_parts()
 
+    @property
+    def in_node_envelope(self) -> bool:
+        """Whether the in-node envelope applies anywhere (``envelope`` is not "never")."""
+        return self.envelope != "never"
+
+    @in_node_envelope.setter
+    def in_node_envelope(self, on: bool) -> None:
+        """``True``: the envelope where the rule says ("auto"); ``False``: nowhere ("never")."""
+        self.envelope = "auto" if on else "never"
+
+    def envelope_applies(self, job: JobFeatures, hw: HardwareFeatures) -> bool:
+        """Whether the in-node envelope applies to this row (``InvalidInputError`` on a bad row): it is on
+        several GPUs of one node and, in "auto" mode, not inside a measured in-node curve that falls (see
+        ``MeasuredInNode.follows``)."""
+        j, h = self._ids(job, hw)
+        return bool(self._envelope_rows(self._jtab.rows[[j]], self._htab.rows[[h]])[0])
+
+    def _envelope_rows(self, jt: FloatArray, ht: FloatArray) -> npt.NDArray[np.bool_]:
+        """Per row (job and placement table rows): does the in-node envelope apply?"""
+        n = ht[:, _H_GPUS]
+        if self.envelope == "never":
+            return np.zeros(n.size, dtype=np.bool_)
+        on: npt.NDArray[np.bool_] = (ht[:, _H_NODES] == 1.0) & (n > 1.0)
+        if self.envelope == "auto" and self.measured is not None and on.any():
+            on &= ~self.measured.follows(
+                jt[:, _J_CURVE].astype(np.intp),
+                ht[:, _H_CTYPE].astype(np.intp),
+                ht[:, _H_LINK] == LINK_NVLINK,
+                n,
+            )
+        return on
+
     def _reset_parts(self) -> None:
         self._jobs: dict[_Key, int] = {}
         self._hws: dict[_Key, int] = {}
         self._job_parts: list[JobPart] = []
         self._hw_parts: list[HardwarePart] = []
-        self._jtab = _Table(8)
-        self._htab = _Table(17)
+        self._jtab = _Table(9)
+        self._htab = _Table(18)
         # Placement classes for the in-node envelope: the placement key without its GPU count, node
         # count and network (one node's links depend only on the GPU and its interconnect).
         self._classes: dict[_Key, int] = {}
@@ -378,9 +501,12 @@ class Predictor:
         with resources.as_file(resources.files("perfmodel") / "data" / TABLE_NAME) as shipped:
             beside = Path(path).parent / TABLE_NAME if path is not None else None
             source = beside if beside is not None and beside.is_file() else Path(shipped)
+            measured = None
             if source.is_file():
-                anchors = Anchors(read_table(source))
-        return cls(model, meta, cache_size, anchors)
+                table = read_table(source)
+                anchors = Anchors(table)
+                measured = MeasuredInNode(table)
+        return cls(model, meta, cache_size, anchors, measured=measured)
 
     def clear_cache(self) -> None:
         """Forget cached results (the resolved job and placement sides stay cached)."""
@@ -404,7 +530,10 @@ class Predictor:
         hp = resolve_hw(hw) if hw.key not in self._hws else None
         if jp is not None:
             group = self.anchors.group_index(jp.model, jp.dataset) if self.anchors is not None else -1
-            self._jobs[job.key] = self._jtab.add((*jp.nums, jp.precision_index, group, jp.low_confidence))
+            curve = self.measured.group_index(jp.model, jp.dataset) if self.measured is not None else 0
+            self._jobs[job.key] = self._jtab.add(
+                (*jp.nums, jp.precision_index, group, jp.low_confidence, curve)
+            )
             self._job_parts.append(jp)
         if hp is not None:
             spec = hp.spec
@@ -420,6 +549,9 @@ class Predictor:
                         (hw.gpu_type, hw.interconnect, hw.memory_mib, hw.compute_capability),
                         len(self._classes),
                     ),
+                    self.measured.type_index(spec.gpu_type, spec.low_confidence)
+                    if self.measured is not None
+                    else 0,
                 )
             )
             self._hw_parts.append(hp)
@@ -565,7 +697,7 @@ class Predictor:
         m = np.concatenate((jt[:, :5], ht[:, :9], tflops[:, None]), axis=1)
         n = m[:, _M_GPUS]
         one_node = m[:, _M_NODES] == 1.0
-        env = np.flatnonzero(one_node & (n > 1.0)) if self.in_node_envelope else np.zeros(0, np.intp)
+        env = np.flatnonzero(self._envelope_rows(jt, ht))
         if env.size == 0:
             samples = self._samples(m, jt, ht)[0]
         else:
