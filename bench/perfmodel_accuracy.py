@@ -43,7 +43,7 @@ from perfmodel.features import FEATURE_NAMES, FEATURE_SCHEMA_VERSION
 from perfmodel.gpus import gpu_spec, spec_ratio
 from perfmodel.measurements import Measurement, read_shared_tidy, read_table
 from perfmodel.online import OnlineCorrector
-from perfmodel.predictor import ModelMeta, Predictor
+from perfmodel.predictor import MeasuredInNode, ModelMeta, Predictor
 from perfmodel.train import DEFAULT_ROUNDS, design, fit_forest, fit_model, rows_of
 from perfmodel.truth import TABLE_NAME
 
@@ -78,7 +78,8 @@ def predictor_of(d: Data, train: Idx, rounds: int) -> Predictor:
     """Our method trained on ``train`` as the shipped code serves it (anchors from ``train`` only)."""
     model, _ = fit_model(d.d.take(train), d.t_true[train], seed=0, rounds=rounds)
     meta = ModelMeta(FEATURE_SCHEMA_VERSION, FEATURE_NAMES, -0.1, 0.1, 64, "bench", "bench")
-    return Predictor(model, meta, anchors=Anchors([d.ms[i] for i in train]))
+    seen = [d.ms[i] for i in train]
+    return Predictor(model, meta, anchors=Anchors(seen), measured=MeasuredInNode(seen))
 
 
 def served_times(d: Data, p: Predictor, test: Idx) -> np.ndarray:
@@ -100,6 +101,14 @@ def fit_ours_no_envelope(d: Data, train: Idx, rounds: int) -> Callable[[Idx], np
     """Ours without the in-node envelope (what monotonicity in the GPU count costs on measured rows)."""
     p = predictor_of(d, train, rounds)
     p.in_node_envelope = False
+    return lambda test: served_times(d, p, test)
+
+
+def fit_ours_env_always(d: Data, train: Idx, rounds: int) -> Callable[[Idx], np.ndarray]:
+    """Ours with the in-node envelope on every one-node row, measured curves included (the default
+    before: monotone everywhere, but it cannot follow measured in-node falls)."""
+    p = predictor_of(d, train, rounds)
+    p.envelope = "always"
     return lambda test: served_times(d, p, test)
 
 
@@ -144,6 +153,7 @@ def fit_spec_ratio(d: Data, train: Idx, _rounds: int) -> Callable[[Idx], np.ndar
 METHODS: dict[str, Callable[[Data, Idx, int], Callable[[Idx], np.ndarray]]] = {
     "ours": fit_ours,
     "ours-no-env": fit_ours_no_envelope,
+    "ours-env-always": fit_ours_env_always,
     "xgb-plain": fit_plain,
     "spec-ratio": fit_spec_ratio,
 }

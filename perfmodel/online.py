@@ -251,7 +251,7 @@ class OnlineCorrector:
         extra_ids: list[Hashable | None] = []
         spans: list[tuple[int, int, int]] = []  # (row, first extra, end of its extras)
         for k, ((job, hw), jid) in enumerate(zip(rows, ids, strict=True)):
-            if hw.num_nodes == 1 and hw.num_gpus > 1:
+            if hw.num_nodes == 1 and hw.num_gpus > 1 and self.predictor.envelope_applies(job, hw):
                 first = len(extra)
                 for g in range(1, hw.num_gpus):
                     extra.append((job, _with_gpus(hw, g)))
