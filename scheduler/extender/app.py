@@ -149,8 +149,8 @@ def _parse_json(body: bytes) -> Any:
         raise _HTTPError(400, f"request body is not valid JSON: {exc}") from None
 
 
-async def _read_json(request: Request, limit: int) -> Any:
-    """The request body as JSON, refusing bodies over ``limit`` bytes (413) and bad JSON (400)."""
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The request body, refusing bodies over ``limit`` bytes (413)."""
     _check_length(request.headers.get("content-length"), limit)
     chunks: list[bytes] = []
     size = 0
@@ -159,15 +159,20 @@ async def _read_json(request: Request, limit: int) -> Any:
         if size > limit:
             raise _HTTPError(413, f"request body is over the limit of {limit} bytes")
         chunks.append(chunk)
-    return _parse_json(b"".join(chunks))
+    return b"".join(chunks)
+
+
+async def _read_json(request: Request, limit: int) -> Any:
+    """The request body as JSON, refusing bodies over ``limit`` bytes (413) and bad JSON (400)."""
+    return _parse_json(await _read_body(request, limit))
 
 
 class _Disconnected(Exception):
     """The client went away before sending the whole body."""
 
 
-async def _receive_json(scope: Scope, receive: Receive, limit: int) -> Any:
-    """``_read_json`` on the raw ASGI messages (the hot verbs' path, without a ``Request`` object)."""
+async def _receive_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+    """``_read_body`` on the raw ASGI messages (the hot verbs' path, without a ``Request`` object)."""
     for key, value in scope["headers"]:
         if key == b"content-length":
             _check_length(value.decode("latin-1"), limit)
@@ -193,7 +198,7 @@ async def _receive_json(scope: Scope, receive: Receive, limit: int) -> Any:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-    return _parse_json(body)
+    return body
 
 
 _Handler = Callable[[Scope, Receive, Send], Awaitable[None]]
@@ -318,6 +323,7 @@ def create_app(
         predict_cache_size=settings.extender_predict_cache_size,
         on_predict=predictions,
     )
+    name_texts = wire.NameTexts()
     served_registry = registry or metrics.REGISTRY
     exported_restarts: dict[tuple[str, str], int] = {}
 
@@ -351,14 +357,14 @@ def create_app(
         _done(verb, start, status)
         return status, orjson.dumps({"Error": message})
 
-    def filter_answer(body: Any, start: float) -> tuple[int, bytes]:
-        """Status and reply of a filter request (``body``: the parsed JSON, or the error reading it)."""
+    def filter_answer(body: bytes | _HTTPError, start: float) -> tuple[int, bytes]:
+        """Status and reply of a filter request (``body``: the request's bytes, or the error reading it)."""
         try:
             if isinstance(body, _HTTPError):
                 raise body
-            args = wire.parse_extender_args(body)
+            args = wire.parse_extender_args(_parse_json(body), body, name_texts)
             fast = (
-                decider.filter_fast(args.pod, args.names, args.joined)
+                decider.filter_fast(args.pod, args.names, args.names_key)
                 if args.node_objects is None and args.plain
                 else None
             )
@@ -391,19 +397,19 @@ def create_app(
         _done("filter", start, 200)
         return 200, reply
 
-    def prioritize_answer(body: Any, start: float) -> tuple[int, bytes]:
+    def prioritize_answer(body: bytes | _HTTPError, start: float) -> tuple[int, bytes]:
         """Status and reply of a prioritize request (``body``: as for ``filter_answer``)."""
         try:
             if isinstance(body, _HTTPError):
                 raise body
-            args = wire.parse_extender_args(body)
+            args = wire.parse_extender_args(_parse_json(body), body, name_texts)
         except _HTTPError as exc:
             return _bad("prioritize", start, exc.status, exc.message)
         except wire.WireError as exc:
             return _bad("prioritize", start, 400, str(exc))
         try:
             fast = (
-                decider.prioritize_fast(args.pod, args.names, args.joined)
+                decider.prioritize_fast(args.pod, args.names, args.names_key)
                 if args.node_objects is None and args.plain
                 else None
             )
@@ -420,11 +426,12 @@ def create_app(
         _done("prioritize", start, 200)
         return 200, reply
 
-    def hot(answer: Callable[[Any, float], tuple[int, bytes]]) -> _Handler:
+    def hot(answer: Callable[[bytes | _HTTPError, float], tuple[int, bytes]]) -> _Handler:
         async def handler(scope: Scope, receive: Receive, send: Send) -> None:
             start = time.perf_counter()
+            body: bytes | _HTTPError
             try:
-                body: Any = await _receive_json(scope, receive, limit)
+                body = await _receive_body(scope, receive, limit)
             except _HTTPError as exc:
                 body = exc
             except _Disconnected:
@@ -437,11 +444,12 @@ def create_app(
     app.hot_routes = {"/filter": hot(filter_answer), "/prioritize": hot(prioritize_answer)}
 
     async def _answer_request(
-        request: Request, answer: Callable[[Any, float], tuple[int, bytes]]
+        request: Request, answer: Callable[[bytes | _HTTPError, float], tuple[int, bytes]]
     ) -> Response:
         start = time.perf_counter()
+        body: bytes | _HTTPError
         try:
-            body: Any = await _read_json(request, limit)
+            body = await _read_body(request, limit)
         except _HTTPError as exc:
             body = exc
         status, reply = answer(body, start)

@@ -96,18 +96,37 @@ class FastFilter:
     categories: dict[str, int]
 
 
+#: rejection categories by number (0: none) in the per-node verdict arrays
+_CATEGORIES = (
+    "",
+    R_UNKNOWN_NODE,
+    R_NO_GPUS,
+    R_GPU_TYPE,
+    R_NOT_ALLOWED,
+    R_CORDONED,
+    R_TOO_SMALL,
+    R_FREE,
+    R_GANG,
+)
+_CATEGORY_NUMBER = {c: i for i, c in enumerate(_CATEGORIES)}
+
+
 @dataclass(slots=True)
 class _Verdicts:
-    """Filter verdicts per node code for one kind of pod (GPUs, type, allowed types), filled lazily.
+    """Filter verdicts for one kind of pod (GPUs, decided type, allowed types) over one table layout.
 
-    ``kind``: 0 passes, 1 fails (resolvable), 2 fails (unresolvable), 3 decided per node (the reason
-    names it); ``tail`` is the JSON text that follows the node name in the failed-nodes object.
+    Per node number: ``code``, the node code it was decided for (-1: not yet; a node is decided again
+    when its code changes); ``kind``, 0 passes, 1 fails, 2 fails unresolvably; ``category``, the
+    rejection category's number in ``_CATEGORIES``; ``fragment``, the node's entry in the failed-nodes
+    JSON object (``"name":"reason"`` as bytes). ``by_code`` holds the verdicts of codes whose nodes
+    share one (kind, reason JSON, category); nodes whose reason names them are decided one by one.
     """
 
-    known: Any
+    code: Any
     kind: Any
-    tail: Any
-    category: list[str]
+    category: Any
+    fragment: Any
+    by_code: dict[int, tuple[int, bytes, int]]
 
 
 @dataclass(slots=True)
@@ -158,6 +177,7 @@ class Decider:
         self._group_index: tuple[int, dict[tuple[str, str], list[str]]] = (-1, {})
         #: the cache's nodes as arrays, for the vectorised paths (``filter_fast``, ``prioritize_fast``)
         self.table = NodeTable(cache)
+        # (layout, GPUs, decided type, allowed types) -> verdicts per node for pods of that kind
         self._verdict_memo: dict[tuple[Any, ...], _Verdicts] = {}
         self._level_arrays: dict[tuple[Any, ...], IntArray] = {}
         # callback(queries sent, cache hits, cache misses) for metrics
@@ -497,13 +517,15 @@ class Decider:
         return list(order)
 
     # --- vectorised filter (node names of nodes the cache knows) ---------------------------------
-    def filter_fast(self, pod_obj: Mapping[str, Any], names: list[str], joined: str) -> FastFilter | None:
+    def filter_fast(
+        self, pod_obj: Mapping[str, Any], names: list[str], names_key: bytes | str
+    ) -> FastFilter | None:
         """``filter`` for a request of node names, answered as the wire JSON directly; None when the
         general path must answer (a name the cache does not know or named twice, a pod without GPUs,
         a TrainingJob that cannot be scheduled). Byte-for-byte what ``filter`` plus ``orjson`` give.
 
-        The names must need no JSON escaping (``wire.plain_names``); ``joined`` is their text joined by a
-        fixed separator (it keys the memo of name lists; "" skips it).
+        The names must need no JSON escaping (``wire.plain_names``); ``names_key`` names the list exactly
+        (``wire.ParsedArgs.names_key``; it keys the memo of name lists; "" skips it).
         """
         with self.cache.lock:
             self.cache.expire_assumed()
@@ -512,148 +534,120 @@ class Decider:
                 return None
             table = self.table
             table.sync()
-            idx = table.lookup(names, joined)
+            idx = table.lookup(names, names_key)
             if idx is None:
                 return None
             return self._filter_fast(ctx, idx)
 
     def _filter_fast(self, ctx: PodContext, idx: IntArray) -> FastFilter:
         table = self.table
-        codes = table.code[idx]
-        present, counts = present_codes(codes, table.codes)
         verdicts = self._verdicts(ctx)
-        missing = present[~verdicts.known[present]]
-        if len(missing):
-            self._fill_verdicts(ctx, verdicts, missing.tolist())
-        kinds = verdicts.kind[codes]
-        cats: dict[str, int] = {}
-        category = verdicts.category
-        for code, n in zip(present.tolist(), counts.tolist(), strict=True):
-            if category[code]:
-                cats[category[code]] = cats.get(category[code], 0) + n
-        own_tails: dict[int, str] = {}
-        if verdicts.kind[present].max(initial=0) == 3:
-            # nodes whose reason names them: one verdict each
-            kinds = kinds.copy()
-            g = ctx.gpus
-            for pos in np.flatnonzero(kinds == 3).tolist():
-                i = int(idx[pos])
-                node = table.nodes[i]
-                f = int(table.free[i])
-                why = check_node(
-                    node, f, gpus_per_replica=g, gpu_type=ctx.gpu_type, allowed_gpu_types=ctx.allowed
-                )
-                if why is None:  # pragma: no cover - cordoned or GPU-less nodes never fit
-                    kinds[pos] = 0
-                    continue
-                kinds[pos] = 1 if why.resolvable else 2
-                own_tails[pos] = _tail(why.reason)
-                cat = _category(node, f, g, ctx.gpu_type, ctx.allowed)
-                cats[cat] = cats.get(cat, 0) + 1
+        codes = table.code[idx]
+        stale = verdicts.code[idx] != codes
+        if stale.any():
+            self._decide_nodes(ctx, verdicts, idx[stale].tolist())
+        kinds = verdicts.kind[idx]
+        counts = np.bincount(verdicts.category[idx], minlength=len(_CATEGORIES)).tolist()
+        cats = {_CATEGORIES[c]: n for c, n in enumerate(counts) if c and n}
         fit_mask = kinds == 0
-        name_array = table.name_array
-        failed_names, failed_tails = self._failures(idx, codes, kinds, 1, verdicts, own_tails)
-        unres_names, unres_tails = self._failures(idx, codes, kinds, 2, verdicts, own_tails)
+        name_bytes = table.name_bytes
+        fragment = verdicts.fragment
+        failed = fragment[idx[kinds == 1]].tolist()
+        unres = fragment[idx[kinds == 2]].tolist()
+        failed_json = b",".join(failed)
+        unres_json = b",".join(unres)
         if ctx.gang_key is None or (ctx.replicas <= 1 and not ctx.placed and not ctx.planned):
-            passed: list[str] = name_array[idx[fit_mask]].tolist()
+            passed: list[bytes] = name_bytes[idx[fit_mask]].tolist()
         else:
-            fits: list[str] = name_array[idx[fit_mask]].tolist()
+            fits: list[str] = table.name_array[idx[fit_mask]].tolist()
             plan = self._gang_plan(ctx, fits)
             if isinstance(plan, Unschedulable):
                 passed = []
-                tail = _tail(f"perfsched: gang {ctx.pod.job}: {plan.reason}")
-                if plan.resolvable:
-                    failed_names += fits
-                    failed_tails += [tail] * len(fits)
-                else:
-                    unres_names += fits
-                    unres_tails += [tail] * len(fits)
                 if fits:
+                    extra = _same_reason(
+                        name_bytes[idx[fit_mask]].tolist(), f"perfsched: gang {ctx.pod.job}: {plan.reason}"
+                    )
+                    if plan.resolvable:
+                        failed_json = failed_json + b"," + extra if failed else extra
+                    else:
+                        unres_json = unres_json + b"," + extra if unres else extra
                     cats[R_GANG] = cats.get(R_GANG, 0) + len(fits)
             else:
                 in_plan = np.zeros(len(table.names), dtype=np.bool_)
                 index = table.index
                 in_plan[[index[n] for n in plan.nodes if n in index]] = True
                 inside = in_plan[idx]
-                passed = name_array[idx[fit_mask & inside]].tolist()
-                outside: list[str] = name_array[idx[fit_mask & ~inside]].tolist()
+                passed = name_bytes[idx[fit_mask & inside]].tolist()
+                outside: list[bytes] = name_bytes[idx[fit_mask & ~inside]].tolist()
                 if outside:
                     where = _describe_plan(plan, self.cache.nodes)
-                    tail = _tail(
+                    extra = _same_reason(
+                        outside,
                         f"perfsched: gang {ctx.pod.job} ({ctx.replicas} x {ctx.gpus} GPUs) is placed on "
-                        f"{where}; this node is outside that placement"
+                        f"{where}; this node is outside that placement",
                     )
-                    failed_names += outside
-                    failed_tails += [tail] * len(outside)
+                    failed_json = failed_json + b"," + extra if failed else extra
                     cats[R_GANG] = cats.get(R_GANG, 0) + len(outside)
-        reply = "".join(
+        reply = b"".join(
             (
-                '{"Nodes":null,"NodeNames":',
-                '["' + '","'.join(passed) + '"]' if passed else "[]",
-                ',"FailedNodes":',
-                _json_object(failed_names, failed_tails),
-                ',"FailedAndUnresolvableNodes":',
-                _json_object(unres_names, unres_tails),
-                ',"Error":""}',
+                b'{"Nodes":null,"NodeNames":',
+                b'["' + b'","'.join(passed) + b'"]' if passed else b"[]",
+                b',"FailedNodes":{',
+                failed_json,
+                b'},"FailedAndUnresolvableNodes":{',
+                unres_json,
+                b'},"Error":""}',
             )
         )
-        return FastFilter(reply.encode(), len(passed), cats)
-
-    def _failures(
-        self,
-        idx: IntArray,
-        codes: IntArray,
-        kinds: Any,
-        kind: int,
-        verdicts: _Verdicts,
-        own_tails: Mapping[int, str],
-    ) -> tuple[list[str], list[str]]:
-        """The names (request order) whose verdict is ``kind``, and their JSON tails."""
-        where = np.flatnonzero(kinds == kind)
-        if not len(where):
-            return [], []
-        names: list[str] = self.table.name_array[idx[where]].tolist()
-        tails: list[str] = verdicts.tail[codes[where]].tolist()
-        if own_tails:
-            for j, pos in enumerate(where.tolist()):
-                if pos in own_tails:
-                    tails[j] = own_tails[pos]
-        return names, tails
+        return FastFilter(reply, len(passed), cats)
 
     def _verdicts(self, ctx: PodContext) -> _Verdicts:
         table = self.table
-        key = (table.nodes_version, table.codes, ctx.gpus, ctx.gpu_type, ctx.allowed)
+        key = (table.nodes_version, ctx.gpus, ctx.gpu_type, ctx.allowed)
         hit = self._verdict_memo.get(key)
         if hit is None:
-            if len(self._verdict_memo) >= 256:
-                self._verdict_memo.clear()
-            size = table.codes
+            if len(self._verdict_memo) >= 32:  # each holds a fragment per node
+                self._verdict_memo.pop(next(iter(self._verdict_memo)))
+            size = len(table.names)
             hit = self._verdict_memo[key] = _Verdicts(
-                known=np.zeros(size, dtype=np.bool_),
+                code=np.full(size, -1, dtype=np.int64),
                 kind=np.zeros(size, dtype=np.int8),
-                tail=np.full(size, "", dtype=object),
-                category=[""] * size,
+                category=np.zeros(size, dtype=np.int8),
+                fragment=np.full(size, b"", dtype=object),
+                by_code={},
             )
         return hit
 
-    def _fill_verdicts(self, ctx: PodContext, verdicts: _Verdicts, codes: Sequence[int]) -> None:
-        """Decide the codes not decided yet for this kind of pod (one ``check_node`` per code)."""
+    def _decide_nodes(self, ctx: PodContext, verdicts: _Verdicts, numbers: Sequence[int]) -> None:
+        """Decide these nodes for this kind of pod at their current codes (one ``check_node`` per code,
+        or per node where the reason names the node)."""
         g = ctx.gpus
-        for code in codes:
-            node, f, own = self.table.node_of_code(code)
-            verdicts.known[code] = True
-            if own:
-                verdicts.kind[code] = 3
-                continue
-            why = check_node(
-                node, f, gpus_per_replica=g, gpu_type=ctx.gpu_type, allowed_gpu_types=ctx.allowed
-            )
-            if why is None:
-                verdicts.kind[code] = 0
-                continue
-            verdicts.kind[code] = 1 if why.resolvable else 2
-            verdicts.tail[code] = _tail(why.reason)
-            verdicts.category[code] = _category(node, f, g, ctx.gpu_type, ctx.allowed)
+        table = self.table
+        by_code = verdicts.by_code
+        for i in numbers:
+            code = int(table.code[i])
+            decided = None if table.own[i] else by_code.get(code)
+            if decided is None:
+                node = table.nodes[i] if table.own[i] else table.node_of_code(code)[0]
+                f = code % table.stride
+                why = check_node(
+                    node, f, gpus_per_replica=g, gpu_type=ctx.gpu_type, allowed_gpu_types=ctx.allowed
+                )
+                if why is None:
+                    decided = (0, b"", 0)
+                else:
+                    decided = (
+                        1 if why.resolvable else 2,
+                        orjson.dumps(why.reason),
+                        _CATEGORY_NUMBER[_category(node, f, g, ctx.gpu_type, ctx.allowed)],
+                    )
+                if not table.own[i]:
+                    by_code[code] = decided
+            kind, reason, category = decided
+            verdicts.code[i] = code
+            verdicts.kind[i] = kind
+            verdicts.category[i] = category
+            verdicts.fragment[i] = b'"' + table.name_bytes[i] + b'":' + reason if kind else b""
 
     # --- prioritize -------------------------------------------------------------------------------
     def prioritize(
@@ -735,7 +729,9 @@ class Decider:
             self._score_memo[memo_key] = scores
         return keys, scores
 
-    def prioritize_fast(self, pod_obj: Mapping[str, Any], names: list[str], joined: str) -> IntArray | None:
+    def prioritize_fast(
+        self, pod_obj: Mapping[str, Any], names: list[str], names_key: bytes | str
+    ) -> IntArray | None:
         """``prioritize``'s scores as an array in request order, computed over the node arrays; None
         when the general path must answer (a name the cache does not know or named twice). The same
         scores as ``prioritize_classes`` (same class keys, same memo, same representatives)."""
@@ -743,7 +739,7 @@ class Decider:
             ctx = self.context(pod_obj)
             table = self.table
             table.sync()
-            idx = table.lookup(names, joined)
+            idx = table.lookup(names, names_key)
             if idx is None:
                 return None
             if ctx.gpus <= 0:
@@ -1281,19 +1277,11 @@ def _category(node: Node, free: int, g: int, want_type: str | None, allowed: fro
     return R_FREE
 
 
-def _tail(reason: str) -> str:
-    """What follows a node name in a failed-nodes JSON object: ``":"<reason>","``."""
-    return '":' + orjson.dumps(reason).decode() + ',"'
-
-
-def _json_object(names: list[str], tails: list[str]) -> str:
-    """``orjson.dumps(dict(zip(names, reasons)))`` from names needing no escaping and their ``_tail``s."""
-    if not names:
-        return "{}"
-    parts = [""] * (2 * len(names))
-    parts[0::2] = names
-    parts[1::2] = tails
-    return '{"' + "".join(parts)[:-2] + "}"
+def _same_reason(names: list[bytes], reason: str) -> bytes:
+    """The entries ``"name":"reason"`` of a JSON object, comma-separated, for names needing no escaping
+    that share one reason: one join with the reason as the separator."""
+    tail = b'":' + orjson.dumps(reason)
+    return b'"' + (tail + b',"').join(names) + tail
 
 
 def _describe_plan(plan: Allocation, nodes: Mapping[str, Node]) -> str:

@@ -44,6 +44,8 @@ class NodeTable:
         self.index: dict[str, int] = {}
         #: node number -> its name (an object array, for fancy indexing)
         self.name_array: npt.NDArray[np.object_] = np.empty(0, dtype=object)
+        #: node number -> its name as ASCII bytes (names that are not ASCII never reach the fast paths)
+        self.name_bytes: npt.NDArray[np.object_] = np.empty(0, dtype=object)
         #: node number -> its Node
         self.nodes: list[Node] = []
         #: node number -> the cache's class id
@@ -58,7 +60,7 @@ class NodeTable:
         self.code: IntArray = np.zeros(0, dtype=np.int64)
         #: code -> a node number with that (class, schedulable), for decoding a code to a Node
         self._rep_of_group: dict[int, int] = {}
-        self._name_memo: OrderedDict[str, IntArray | None] = OrderedDict()
+        self._name_memo: OrderedDict[bytes | str, IntArray | None] = OrderedDict()
 
     @property
     def nodes_version(self) -> int:
@@ -77,6 +79,7 @@ class NodeTable:
         self.names = list(cache.filter_key)
         self.index = {n: i for i, n in enumerate(self.names)}
         self.name_array = np.array(self.names, dtype=object)
+        self.name_bytes = np.array([n.encode("utf-8") for n in self.names] + [b""], dtype=object)[:-1]
         self.nodes = [cache.nodes[n] for n in self.names]
         self.own = np.fromiter(
             (not (n.schedulable and n.gpus > 0) for n in self.nodes), dtype=np.bool_, count=len(self.nodes)
@@ -105,19 +108,20 @@ class NodeTable:
         i = self._rep_of_group[code // self.stride]
         return self.nodes[i], code % self.stride, bool(self.own[i])
 
-    def lookup(self, names: list[str], joined: str) -> IntArray | None:
-        """The node numbers of ``names`` (``joined``: the names joined by any fixed separator, as the
-        memo key; "" to skip the memo); None when a name is unknown or named twice."""
+    def lookup(self, names: list[str], key: bytes | str) -> IntArray | None:
+        """The node numbers of ``names`` (``key``: a text naming the list exactly, e.g. the names joined
+        by a separator no name holds; "" to skip the memo); None when a name is unknown or named
+        twice."""
         memo = self._name_memo
-        if joined and joined in memo:
-            memo.move_to_end(joined)
-            return memo[joined]
+        if key and key in memo:
+            memo.move_to_end(key)
+            return memo[key]
         idx: IntArray | None = np.array(list(map(self.index.get, names, repeat(-1))), dtype=np.int64)
         assert idx is not None
         if len(idx) and (int(idx.min()) < 0 or int(np.bincount(idx).max()) > 1):
             idx = None
-        if joined:
-            memo[joined] = idx
+        if key:
+            memo[key] = idx
             if len(memo) > _NAME_MEMO_SIZE:
                 memo.popitem(last=False)
         return idx

@@ -12,6 +12,7 @@ Every parser raises ``WireError`` with a message naming the field; the app turns
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -107,8 +108,9 @@ class ParsedArgs:
     node_objects: list[dict[str, Any]] | None
     #: every name is ASCII with nothing JSON must escape (``plain_names``)
     plain: bool = False
-    #: for ``NodeNames`` requests, the names joined by ``","`` (the extender memoises name lists by it)
-    joined: str = ""
+    #: for ``NodeNames`` requests of plain names, a key naming the list exactly (the array's JSON text,
+    #: or the names joined by ``","``); the extender memoises name lists by it. "" otherwise.
+    names_key: bytes | str = ""
 
 
 #: bytes JSON escapes inside a string: control characters, the quote and the backslash
@@ -127,7 +129,62 @@ def _plain(joined: str, quotes: int = 0) -> bool:
     if not joined.isascii():
         return False
     raw = joined.encode()
-    return len(raw) - len(raw.translate(None, _ESCAPED)) == quotes and raw.count(b'"') == quotes
+    return len(raw) - len(raw.translate(None, _ESCAPED)) == quotes
+
+
+class NameTexts:
+    """The JSON texts of ``NodeNames`` arrays already checked (every name a string needing no escaping),
+    so that the same array sent again is not checked again. Bounded; not thread-safe (one event loop).
+
+    kube-scheduler sends ExtenderArgs as Go's encoder writes it, ``NodeNames`` last, and often the same
+    candidate list for pod after pod. A body whose top-level object ends with ``"NodeNames":[...]``
+    has that array's text cut out (``names_text``); a text remembered here is known to decode to plain
+    names. The memo is keyed by length and both ends, then compared whole (no hash over the text).
+    """
+
+    def __init__(self, size: int = 16) -> None:
+        self._size = size
+        self._texts: OrderedDict[tuple[int, bytes, bytes], bytes] = OrderedDict()
+
+    def known(self, text: bytes) -> bytes | None:
+        """The remembered copy of ``text`` (its hash computed once), or None if it is not known."""
+        key = (len(text), text[:64], text[-64:])
+        seen = self._texts.get(key)
+        if seen is None or seen != text:
+            return None
+        self._texts.move_to_end(key)
+        return seen
+
+    def add(self, text: bytes) -> None:
+        key = (len(text), text[:64], text[-64:])
+        self._texts[key] = text
+        self._texts.move_to_end(key)
+        if len(self._texts) > self._size:
+            self._texts.popitem(last=False)
+
+
+_NAMES_FIELD = b'"NodeNames":['
+_SPACE = b" \t\r\n"
+
+
+def names_text(raw: bytes) -> bytes | None:
+    """The JSON text of the top-level ``NodeNames`` array when it is the object's last member, as in
+    ``...,"NodeNames":[...]}`` (trailing whitespace allowed); None otherwise.
+
+    Sound for any body that parses as JSON: the match's quote follows ``{``, ``,`` or whitespace, so it
+    opens a key (a quote inside a string is escaped; after a closing quote only ``,:]}`` may follow);
+    the array it names is followed by one ``}`` and the end, so the key is the outermost object's, and
+    the last of its kind (a JSON decoder keeps the last of duplicate keys).
+    """
+    end = len(raw)
+    while end and raw[end - 1] in _SPACE:
+        end -= 1
+    if end < 3 or raw[end - 2 : end] != b"]}":
+        return None
+    start = raw.rfind(_NAMES_FIELD, 0, end)
+    if start <= 0 or raw[start - 1] not in b",{ \t\r\n":
+        return None
+    return raw[start + len(_NAMES_FIELD) - 1 : end - 1]
 
 
 def _get(body: dict[str, Any], key: str) -> Any:
@@ -136,8 +193,12 @@ def _get(body: dict[str, Any], key: str) -> Any:
     return body.get(key.lower())
 
 
-def parse_extender_args(body: object) -> ParsedArgs:
-    """Check a decoded filter/prioritize body's structure cheaply; raise ``WireError`` naming the field."""
+def parse_extender_args(body: object, raw: bytes = b"", texts: NameTexts | None = None) -> ParsedArgs:
+    """Check a decoded filter/prioritize body's structure cheaply; raise ``WireError`` naming the field.
+
+    ``raw`` (the body's bytes) and ``texts`` let a ``NodeNames`` array sent before skip the per-name
+    checks (see ``NameTexts``).
+    """
     if not isinstance(body, dict):
         raise WireError(f"request body: expected a JSON object (ExtenderArgs), got {_kind(body)}")
     pod = _get(body, "Pod")
@@ -151,6 +212,10 @@ def parse_extender_args(body: object) -> ParsedArgs:
     if names_raw is not None:
         if not isinstance(names_raw, list):
             raise WireError(f"NodeNames: expected a list of node names, got {_kind(names_raw)}")
+        text = names_text(raw) if raw and texts is not None and names_raw else None
+        seen = texts.known(text) if text is not None and texts is not None else None
+        if seen is not None:
+            return ParsedArgs(pod, names_raw, None, True, seen)
         try:
             joined = '","'.join(names_raw)  # C speed; refuses anything but strings
         except TypeError:
@@ -160,7 +225,12 @@ def parse_extender_args(body: object) -> ParsedArgs:
             raise
         # the separators hold two quotes each; any other quote (or escape) is inside a name
         plain = _plain(joined, 2 * max(0, len(names_raw) - 1))
-        return ParsedArgs(pod, names_raw, None, plain, joined)
+        if not plain or not names_raw:
+            return ParsedArgs(pod, names_raw, None, plain, "")
+        if text is not None and texts is not None and text == b'["' + joined.encode() + b'"]':
+            texts.add(text)
+            return ParsedArgs(pod, names_raw, None, True, text)
+        return ParsedArgs(pod, names_raw, None, True, joined)
     if nodes_raw is None:
         raise WireError("Nodes and NodeNames are both null: one of them must list the candidate nodes")
     if not isinstance(nodes_raw, dict):
