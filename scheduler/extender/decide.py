@@ -180,6 +180,8 @@ class Decider:
         # (layout, GPUs, decided type, allowed types) -> verdicts per node for pods of that kind
         self._verdict_memo: dict[tuple[Any, ...], _Verdicts] = {}
         self._level_arrays: dict[tuple[Any, ...], IntArray] = {}
+        # ``_score_fast``: (layout, job, gang state, dense codes present) -> score per dense code
+        self._lut_memo: dict[tuple[Any, ...], IntArray] = {}
         # callback(queries sent, cache hits, cache misses) for metrics
         self._on_predict = on_predict
 
@@ -757,10 +759,8 @@ class Decider:
         spread_matters = use_tp and bool(ctx.placed)
         relative = rel is not None and (use_loc or spread_matters)
         # a dense code per name: (class, free GPUs), then the locality level and the gang's replicas on it
-        stride = table.stride
-        classes = int(table.cid.max(initial=0)) + 1
-        span = classes * stride
-        dense = table.cid[idx] * stride + table.free[idx]
+        span = table.score_codes
+        dense = table.score_code[idx]
         most = 0
         if relative:
             assert rel is not None
@@ -773,6 +773,39 @@ class Decider:
                         on[table.index[n]] = r
                 dense += (span * 5) * on[idx]
         present, _ = present_codes(dense, span * 5 * (most + 1))
+        job_key = _job_key(ctx.job) if ctx.job is not None else None
+        placed_key = tuple(sorted(ctx.placed.items()))
+        # the score per code, memoised per layout, pod and set of codes present
+        lut_key: tuple[Any, ...] = (table.nodes_version, job_key, ctx.gpus, ctx.unplaced, placed_key)
+        lut_key = (*lut_key, tuple(anchors), most, present.tobytes())
+        lut = self._lut_memo.get(lut_key)
+        if lut is None:
+            lut, complete = self._score_lut(ctx, names, dense, present, rel, use_loc, use_tp, anchors, most)
+            if complete:
+                if len(self._lut_memo) >= 1024:
+                    self._lut_memo.clear()
+                self._lut_memo[lut_key] = lut
+        result: IntArray = lut[dense]
+        return result
+
+    def _score_lut(
+        self,
+        ctx: PodContext,
+        names: Sequence[str],
+        dense: IntArray,
+        present: IntArray,
+        rel: _Relation | None,
+        use_loc: bool,
+        use_tp: bool,
+        anchors: Sequence[str],
+        most: int,
+    ) -> tuple[IntArray, bool]:
+        """The score of each present dense code (``_score_fast``) through ``_score``'s class keys and
+        memo; and whether it may be memoised (no prediction failed)."""
+        table = self.table
+        stride = table.stride
+        span = table.score_codes
+        node_map = self.cache.nodes
         # the class keys ``_score`` uses: (class << 16) | free, level and replicas in the high bits
         rest, scode = np.divmod(present, span)
         keys_arr = (
@@ -792,6 +825,7 @@ class Decider:
             frozenset(keys),
         )
         scores = self._score_memo.get(memo_key)
+        complete = True
         if scores is None:
             # representatives: each class's first name in the request, classes in that order
             firsts = first_positions(dense, present)
@@ -807,8 +841,7 @@ class Decider:
                 self._score_memo[memo_key] = scores
         lut = np.zeros(span * 5 * (most + 1), dtype=np.int64)
         lut[present] = [scores[k] for k in keys]
-        result: IntArray = lut[dense]
-        return result
+        return lut, complete
 
     def _level_array(self, rel: _Relation, anchors: Sequence[str]) -> IntArray:
         """Node number -> ``LocalityLevel.CLUSTER - level`` relative to the anchors (``_level_bits``)."""
@@ -1100,6 +1133,7 @@ class Decider:
             while len(cache) > self._predict_cache_size:
                 cache.popitem(last=False)
                 self._score_memo.clear()  # memoised scores may rest on the evicted prediction
+                self._lut_memo.clear()
         if self._on_predict is not None:
             self._on_predict(sent, len(by_key) - len(misses), len(misses))
         return out

@@ -53,11 +53,16 @@ class NodeTable:
         #: node number -> True when its filter reason names it (cordoned, or no GPUs at all)
         self.own: BoolArray = np.zeros(0, dtype=np.bool_)
         self.stride = 1
+        self.usable = True
         #: number of distinct codes (codes run from 0 to ``codes - 1``)
         self.codes = 1
         #: node number -> free GPUs, and -> code (see the module docstring); kept per cache version
         self.free: IntArray = np.zeros(0, dtype=np.int64)
         self.code: IntArray = np.zeros(0, dtype=np.int64)
+        #: node number -> ``class * stride + free GPUs`` (prioritize's class key, dense), below
+        #: ``score_codes``
+        self.score_code: IntArray = np.zeros(0, dtype=np.int64)
+        self.score_codes = 1
         #: code -> a node number with that (class, schedulable), for decoding a code to a Node
         self._rep_of_group: dict[int, int] = {}
         self._name_memo: OrderedDict[bytes | str, IntArray | None] = OrderedDict()
@@ -96,10 +101,14 @@ class NodeTable:
     def _refresh(self) -> None:
         cache = self._cache
         fk = np.fromiter(cache.filter_key.values(), dtype=np.int64, count=len(self.names))
+        # a node without a class id (never in practice) has a negative key: no fast path then
+        self.usable = not len(fk) or int(fk.min()) >= 0
         self.free = fk & 0xFFFF  # never above the node's GPUs, so below ``stride``
         self.cid = fk >> 17
         self.code = (fk >> 16) * self.stride + self.free
         self.codes = (int((fk >> 16).max()) + 1) * self.stride if len(fk) else 1
+        self.score_code = self.cid * self.stride + self.free
+        self.score_codes = (int(self.cid.max()) + 1) * self.stride if len(fk) else 1
         self._version = cache.version
 
     def node_of_code(self, code: int) -> tuple[Node, int, bool]:
@@ -112,6 +121,8 @@ class NodeTable:
         """The node numbers of ``names`` (``key``: a text naming the list exactly, e.g. the names joined
         by a separator no name holds; "" to skip the memo); None when a name is unknown or named
         twice."""
+        if not self.usable:
+            return None
         memo = self._name_memo
         if key and key in memo:
             memo.move_to_end(key)
