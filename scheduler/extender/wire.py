@@ -137,52 +137,68 @@ class NameTexts:
     so that the same array sent again is not checked again. Bounded; not thread-safe (one event loop).
 
     kube-scheduler sends ExtenderArgs as Go's encoder writes it, ``NodeNames`` last, and often the same
-    candidate list for pod after pod. A body whose top-level object ends with ``"NodeNames":[...]``
-    has that array's text cut out (``names_text``); a text remembered here is known to decode to plain
-    names. The memo is keyed by length and both ends, then compared whole (no hash over the text).
+    candidate list for pod after pod. ``find`` recognises a body whose top-level object ends with
+    ``"NodeNames":<a remembered text>`` by comparing in place (no scan, no hash over the text);
+    ``remember`` stores the text of a body's array (``names_text``) once its names were checked.
+
+    Sound for any body that parses as JSON: the key's quote follows ``{``, ``,`` or whitespace, so it
+    opens a key (a quote inside a string is escaped; after a closing quote only ``,:]}`` may follow);
+    the array it names is followed by one ``}`` and the end, so the key is the outermost object's, and
+    the last of its kind (a JSON decoder keeps the last of duplicate keys).
     """
 
     def __init__(self, size: int = 16) -> None:
         self._size = size
-        self._texts: OrderedDict[tuple[int, bytes, bytes], bytes] = OrderedDict()
+        self._texts: OrderedDict[bytes, None] = OrderedDict()
 
-    def known(self, text: bytes) -> bytes | None:
-        """The remembered copy of ``text`` (its hash computed once), or None if it is not known."""
-        key = (len(text), text[:64], text[-64:])
-        seen = self._texts.get(key)
-        if seen is None or seen != text:
+    def find(self, raw: bytes) -> bytes | None:
+        """The remembered text that is this body's top-level ``NodeNames`` array, or None."""
+        if not self._texts:
             return None
-        self._texts.move_to_end(key)
-        return seen
+        end = _end(raw)
+        if end < 3 or raw[end - 1] != 0x7D:  # "}"
+            return None
+        for text in reversed(self._texts):
+            start = end - 1 - len(text)
+            field = start - len(_NAMES_FIELD) + 1
+            if (
+                field > 0
+                and raw[field - 1] in _BEFORE_KEY
+                and raw.startswith(_NAMES_FIELD, field)
+                and raw.startswith(text, start)
+            ):
+                self._texts.move_to_end(text)
+                return text
+        return None
 
-    def add(self, text: bytes) -> None:
-        key = (len(text), text[:64], text[-64:])
-        self._texts[key] = text
-        self._texts.move_to_end(key)
+    def remember(self, text: bytes) -> None:
+        self._texts[text] = None
+        self._texts.move_to_end(text)
         if len(self._texts) > self._size:
             self._texts.popitem(last=False)
 
 
 _NAMES_FIELD = b'"NodeNames":['
 _SPACE = b" \t\r\n"
+_BEFORE_KEY = b",{ \t\r\n"
+
+
+def _end(raw: bytes) -> int:
+    """The length of ``raw`` without trailing JSON whitespace."""
+    end = len(raw)
+    while end and raw[end - 1] in _SPACE:
+        end -= 1
+    return end
 
 
 def names_text(raw: bytes) -> bytes | None:
     """The JSON text of the top-level ``NodeNames`` array when it is the object's last member, as in
-    ``...,"NodeNames":[...]}`` (trailing whitespace allowed); None otherwise.
-
-    Sound for any body that parses as JSON: the match's quote follows ``{``, ``,`` or whitespace, so it
-    opens a key (a quote inside a string is escaped; after a closing quote only ``,:]}`` may follow);
-    the array it names is followed by one ``}`` and the end, so the key is the outermost object's, and
-    the last of its kind (a JSON decoder keeps the last of duplicate keys).
-    """
-    end = len(raw)
-    while end and raw[end - 1] in _SPACE:
-        end -= 1
+    ``...,"NodeNames":[...]}`` (trailing whitespace allowed); None otherwise (see ``NameTexts``)."""
+    end = _end(raw)
     if end < 3 or raw[end - 2 : end] != b"]}":
         return None
     start = raw.rfind(_NAMES_FIELD, 0, end)
-    if start <= 0 or raw[start - 1] not in b",{ \t\r\n":
+    if start <= 0 or raw[start - 1] not in _BEFORE_KEY:
         return None
     return raw[start + len(_NAMES_FIELD) - 1 : end - 1]
 
@@ -212,8 +228,7 @@ def parse_extender_args(body: object, raw: bytes = b"", texts: NameTexts | None 
     if names_raw is not None:
         if not isinstance(names_raw, list):
             raise WireError(f"NodeNames: expected a list of node names, got {_kind(names_raw)}")
-        text = names_text(raw) if raw and texts is not None and names_raw else None
-        seen = texts.known(text) if text is not None and texts is not None else None
+        seen = texts.find(raw) if raw and texts is not None and names_raw else None
         if seen is not None:
             return ParsedArgs(pod, names_raw, None, True, seen)
         try:
@@ -227,8 +242,9 @@ def parse_extender_args(body: object, raw: bytes = b"", texts: NameTexts | None 
         plain = _plain(joined, 2 * max(0, len(names_raw) - 1))
         if not plain or not names_raw:
             return ParsedArgs(pod, names_raw, None, plain, "")
+        text = names_text(raw) if raw and texts is not None else None
         if text is not None and texts is not None and text == b'["' + joined.encode() + b'"]':
-            texts.add(text)
+            texts.remember(text)
             return ParsedArgs(pod, names_raw, None, True, text)
         return ParsedArgs(pod, names_raw, None, True, joined)
     if nodes_raw is None:
