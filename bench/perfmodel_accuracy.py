@@ -9,7 +9,10 @@ there, else the shipped table. Each split trains fresh models on its training pa
 - multi-GPU placements held out: train on single-node placements of <= 4 GPUs, test on larger and
   multi-node ones;
 - leave-one-GPU-type-out after 3 observed configurations per model on the held-out type have gone
-  through ``perfmodel.online.OnlineCorrector`` (errors on the remaining configurations);
+  through ``perfmodel.online.OnlineCorrector`` (errors on the remaining configurations only): once with
+  the 3 drawn at random (seeded), once with the 3 an admin would run to calibrate a new GPU type (one
+  GPU at the model's middle per-GPU batch, a full node, the smallest multi-node placement; see
+  ``pick_calibration``);
 - the shipped model (trained on the permissive sources only) on the Sia tables it never saw.
 
 Methods: ``ours`` = the shipped method as served by ``Predictor.predict`` (scaling model x XGBoost
@@ -23,7 +26,8 @@ Habitat-style: the nearest measured configuration of the same model (any GPU typ
 count and by the GPUs' FLOP/s and memory-bandwidth ratios (it cannot predict a model it never saw).
 Errors are relative errors of throughput; MRE = mean, p90 = 90th percentile.
 
-Run: ``nice python bench/perfmodel_accuracy.py [--shared ../shared/throughput] [--quick]``.
+Run: ``nice python bench/perfmodel_accuracy.py [--shared ../shared/throughput] [--quick]
+[--splits random,lomo,logo,multi,logo+obs,shipped]``.
 """
 
 from __future__ import annotations
@@ -199,15 +203,67 @@ def run_split(name: str, d: Data, splits: Sequence[tuple[str, Idx, Idx]], rounds
     return result
 
 
+def pick_random(d: Data, idxs: list[int], rng: np.random.Generator, per_model: int) -> list[int]:
+    """``per_model`` configurations of one model drawn at random (seeded)."""
+    return [int(i) for i in rng.choice(idxs, size=min(per_model, len(idxs)), replace=False)]
+
+
+def pick_calibration(d: Data, idxs: list[int], _rng: np.random.Generator, per_model: int) -> list[int]:
+    """What an admin calibrating a new GPU type would run for one model: one GPU at the model's middle
+    per-GPU batch (the median of its measured ones, in log), the fullest single node measured at the
+    per-GPU batch closest to that, and the smallest multi-node placement (its most GPUs) likewise; where
+    the data has no such placement, the measured per-GPU batch farthest from the middle instead."""
+    mid = float(np.median(np.log([d.ms[i].local_batch_size for i in idxs])))
+    chosen: list[int] = []
+
+    def closest(cands: list[int]) -> None:
+        cands = [i for i in cands if i not in chosen]
+        if cands:
+            chosen.append(min(cands, key=lambda i: (abs(math.log(d.ms[i].local_batch_size) - mid), i)))
+
+    closest([i for i in idxs if d.ms[i].num_gpus == 1])
+    single = [i for i in idxs if d.ms[i].num_nodes == 1 and d.ms[i].num_gpus > 1]
+    if single:
+        full = max(d.ms[i].num_gpus for i in single)
+        closest([i for i in single if d.ms[i].num_gpus == full])
+    multi = [i for i in idxs if d.ms[i].num_nodes > 1]
+    if multi:
+        nodes = min(d.ms[i].num_nodes for i in multi)
+        most = max(d.ms[i].num_gpus for i in multi if d.ms[i].num_nodes == nodes)
+        closest([i for i in multi if d.ms[i].num_nodes == nodes and d.ms[i].num_gpus == most])
+    while len(chosen) < min(per_model, len(idxs)):
+        rest = [i for i in idxs if i not in chosen]
+        chosen.append(max(rest, key=lambda i: (abs(math.log(d.ms[i].local_batch_size) - mid), -i)))
+    return chosen[:per_model]
+
+
+Picker = Callable[[Data, list[int], np.random.Generator, int], list[int]]
+
+
 def logo_with_observations(d: Data, rounds: int, per_model: int = 3) -> dict[str, float]:
-    """Leave-one-GPU-type-out, then 3 observed configurations per model through the online correction."""
+    """Leave-one-GPU-type-out, then 3 observed configurations per model through the online correction.
+
+    Two choices of the observed configurations, each scored on the held-out type's other rows only:
+    drawn at random (seeded), and the calibration an admin would run (``pick_calibration``).
+    """
     print(f"\n== leave-one-GPU-type-out + {per_model} observations per model (online correction)")
+    predictors = {}
+    for gpu in sorted({m.gpu_type for m in d.ms}):
+        train = np.asarray([i for i, m in enumerate(d.ms) if m.gpu_type != gpu])
+        predictors[gpu] = predictor_of(d, train, rounds)
+    out = {}
+    pickers: dict[str, Picker] = {"random": pick_random, "calibration": pick_calibration}
+    for name, picker in pickers.items():
+        print(f"  -- observed configurations: {name}")
+        out[name] = _logo_observed(d, predictors, picker, per_model)
+    return out
+
+
+def _logo_observed(d: Data, predictors: dict[str, Predictor], picker: Picker, per_model: int) -> float:
     rng = np.random.default_rng(0)
     all_ours, all_before, all_spec, all_ceiling, all_rest = [], [], [], [], []
-    for gpu in sorted({m.gpu_type for m in d.ms}):
+    for gpu, p in predictors.items():
         test = np.asarray([i for i, m in enumerate(d.ms) if m.gpu_type == gpu])
-        train = np.asarray([i for i, m in enumerate(d.ms) if m.gpu_type != gpu])
-        p = predictor_of(d, train, rounds)
         corr = OnlineCorrector(p)
         rows = d.rows
         observed: set[int] = set()
@@ -215,8 +271,7 @@ def logo_with_observations(d: Data, rounds: int, per_model: int = 3) -> dict[str
         for i in test:
             by_model[d.ms[i].model].append(int(i))
         for idxs in by_model.values():
-            pick = rng.choice(idxs, size=min(per_model, len(idxs)), replace=False)
-            for i in pick:
+            for i in picker(d, idxs, rng, per_model):
                 observed.add(int(i))
                 corr.observe(*rows[i], d.ms[i].samples_per_s)
         rest = np.asarray([i for i in test if int(i) not in observed])
@@ -227,8 +282,8 @@ def logo_with_observations(d: Data, rounds: int, per_model: int = 3) -> dict[str
         e = rel_err(t_pred, d.t_true[rest])
         cold_t = served_times(d, p, rest)
         before = rel_err(cold_t, d.t_true[rest])
-        # Baseline with the same 3 observations: spec-ratio from the observed configs of that model.
-        spec = fit_spec_ratio(d, np.asarray(sorted(observed)), rounds)(rest)
+        # Baseline with the same observations: spec-ratio from the observed configs of that model.
+        spec = fit_spec_ratio(d, np.asarray(sorted(observed)), 0)(rest)
         es = rel_err(spec, d.t_true[rest])
         # Ceiling of any per-(model, GPU type) multiplicative correction: the best single factor per
         # model fitted on the evaluated configurations themselves (median log error), not learnable.
@@ -259,7 +314,7 @@ def logo_with_observations(d: Data, rounds: int, per_model: int = 3) -> dict[str
         f"  ceiling: best per-(model, GPU type) factor, fitted on the evaluated rows themselves n={e.size}  "
         f"{summarise(np.concatenate(all_ceiling))}"
     )
-    return {"ours": float(e.mean())}
+    return float(e.mean())
 
 
 def shipped_on_unseen(shared: Path | None) -> None:
@@ -279,11 +334,23 @@ def shipped_on_unseen(shared: Path | None) -> None:
     print(f"  ALL                      n={e.size:5d}  {summarise(e)}")
 
 
+SPLITS = ("random", "lomo", "logo", "multi", "logo+obs", "shipped")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shared", default=str(ROOT.parent / "shared" / "throughput"))
     ap.add_argument("--quick", action="store_true", help="fewer trees (faster, slightly less accurate)")
+    ap.add_argument(
+        "--splits",
+        default=",".join(SPLITS),
+        help=f"comma-separated subset of {','.join(SPLITS)} (default: all)",
+    )
     args = ap.parse_args(argv)
+    wanted = [w.strip() for w in args.splits.split(",") if w.strip()]
+    unknown = sorted(set(wanted) - set(SPLITS))
+    if unknown:
+        ap.error(f"--splits: unknown split(s) {', '.join(unknown)}; choose from {', '.join(SPLITS)}")
     rounds = 20 if args.quick else DEFAULT_ROUNDS
     shared: Path | None = Path(args.shared)
     t0 = time.perf_counter()
@@ -302,30 +369,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     test = np.sort(perm[: n // 5])
     train = np.sort(perm[n // 5 :])
     figures = {}
-    figures["random"] = run_split("random 20% hold-out", d, [("random", train, test)], rounds)
+    if "random" in wanted:
+        figures["random"] = run_split("random 20% hold-out", d, [("random", train, test)], rounds)
     models = sorted({m.model for m in ms})
-    figures["lomo"] = run_split(
-        "leave-one-model-out",
-        d,
-        [(mod, idx[[m.model != mod for m in ms]], idx[[m.model == mod for m in ms]]) for mod in models],
-        rounds,
-    )
+    if "lomo" in wanted:
+        figures["lomo"] = run_split(
+            "leave-one-model-out",
+            d,
+            [(mod, idx[[m.model != mod for m in ms]], idx[[m.model == mod for m in ms]]) for mod in models],
+            rounds,
+        )
     gpus = sorted({m.gpu_type for m in ms})
-    figures["logo"] = run_split(
-        "leave-one-GPU-type-out",
-        d,
-        [(g, idx[[m.gpu_type != g for m in ms]], idx[[m.gpu_type == g for m in ms]]) for g in gpus],
-        rounds,
-    )
+    if "logo" in wanted:
+        figures["logo"] = run_split(
+            "leave-one-GPU-type-out",
+            d,
+            [(g, idx[[m.gpu_type != g for m in ms]], idx[[m.gpu_type == g for m in ms]]) for g in gpus],
+            rounds,
+        )
     small = np.asarray([m.num_nodes == 1 and m.num_gpus <= 4 for m in ms])
-    figures["multi"] = run_split(
-        "multi-GPU placements held out (train: 1 node, <= 4 GPUs; test: larger or multi-node)",
-        d,
-        [("multi", idx[small], idx[~small])],
-        rounds,
-    )
-    figures["logo+obs"] = logo_with_observations(d, rounds)
-    shipped_on_unseen(shared)
+    if "multi" in wanted:
+        figures["multi"] = run_split(
+            "multi-GPU placements held out (train: 1 node, <= 4 GPUs; test: larger or multi-node)",
+            d,
+            [("multi", idx[small], idx[~small])],
+            rounds,
+        )
+    if "logo+obs" in wanted:
+        figures["logo+obs"] = logo_with_observations(d, rounds)
+    if "shipped" in wanted:
+        shipped_on_unseen(shared)
     print("\n== summary (MRE; targets: random <= 8%, LOGO <= 15%, LOMO <= 20%, LOGO+3 obs <= 10%)")
     for split, res in figures.items():
         print(f"  {split:<9} " + "  ".join(f"{k}={100 * v:.1f}%" for k, v in res.items()))

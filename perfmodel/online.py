@@ -6,9 +6,17 @@ multiplicative correction of the predictor's throughput in nested levels, each f
 ``log(observed / predicted)`` residuals left over by the level above it:
 
 1. per GPU type: a shrunken mean (a systematic bias on one GPU type moves every model on it), and a
-   scaling trend shared by every model on that type: ridge slopes in log GPU count and "spans nodes",
-   fitted within models (a GPU type in the data is a cluster whose network and placements the offline
-   model does not know, so its error grows or shrinks with the GPU count alike for all models);
+   scaling trend shared by every model on that type: ridge slopes, fitted within models, on four
+   descriptors of the row's placement (a GPU type in the data is a cluster whose network, software and
+   placements the offline model does not know, so its error changes with the placement alike for all
+   models): log GPU count, "spans nodes", the sync share ``S / (T1 + S)`` and the offline model's own
+   multi-GPU departure ``log(T / (T1 + S))``. Here ``T`` is the offline iteration time of the row, ``T1``
+   the offline time of the same job on one GPU at the same per-GPU batch, ``S`` the scaling model's
+   all-reduce time (``perfmodel.features.sync_time``). The last two put the scaling model's split of time
+   into compute and communication into the correction: on a new GPU type the learned part of ``T`` beyond
+   ``T1 + S`` is the least trustworthy (a slope of 1 on the departure replaces ``T`` by ``T1 + S``), and
+   how wrong the communication estimate is shows as a slope on the sync share, so a communication-bound
+   model's error grows with the GPU count while a compute-bound one's does not;
 2. per model x GPU type, learned from any job of that model on that type and used by all of them: a mean
    shrunken by the number of observations, plus a local deviation weighted by how close the other jobs'
    per-GPU batch and GPU count are to the question's (a model's error differs between its compute-bound
@@ -33,23 +41,48 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from perfmodel.errors import InvalidInputError
-from perfmodel.features import HardwareFeatures, JobFeatures, Resolved
+from perfmodel.features import HardwareFeatures, JobFeatures, Resolved, sync_time
 from perfmodel.predictor import Predictions, Predictor
 
 PRIOR_GPU = 3.0
 PRIOR_MODEL_GPU = 1.0
 PRIOR_JOB = 0.25
-# Ridge penalty of the per-GPU-type scaling slopes (in observations x (log GPU count)^2): with a few
-# observations at different GPU counts the slopes stay near zero.
-RIDGE_GPU_SLOPES = 1.0
+# Ridge penalties of the per-GPU-type trend slopes (in observations x descriptor^2), one per descriptor
+# of ``_Point``'s trend part (log GPUs, spans nodes, sync share, departure): with a few observations
+# that do not vary a descriptor its slope stays near zero.
+RIDGE_GPU_SLOPES: tuple[float, ...] = (0.1, 0.1, 0.1, 0.1)
 _KERNEL_WIDTH = math.log(16.0)
 
+# Where a row sits, for the trend and the similarity kernel: (log per-GPU batch, log GPUs, spans nodes,
+# sync share, departure); see the module docstring.
+_Point = tuple[float, float, float, float, float]
+_TREND = (1, 2, 3, 4)  # indices of _Point the per-GPU-type trend regresses on
 
-def _point(r: Resolved) -> tuple[float, float, float]:
-    return (math.log(r.local_batch), math.log(r.num_gpus), 1.0 if r.num_nodes > 1 else 0.0)
+
+def _point(r: Resolved, t: float, t1: float) -> _Point:
+    """The row's descriptors from its offline iteration time ``t`` and its 1-GPU twin's ``t1``."""
+    s = sync_time(r)
+    return (
+        math.log(r.local_batch),
+        math.log(r.num_gpus),
+        1.0 if r.num_nodes > 1 else 0.0,
+        s / (t1 + s),
+        math.log(t / (t1 + s)),
+    )
+
+
+def _one_gpu_twin(job: JobFeatures, hw: HardwareFeatures) -> tuple[JobFeatures, HardwareFeatures]:
+    """The same job on one GPU of the same type and interconnect at the row's per-GPU batch."""
+    local = max(1, round(job.batch_size / hw.num_gpus))
+    return (
+        replace(job, batch_size=local),
+        HardwareFeatures(
+            hw.gpu_type, 1, 1, 1, hw.interconnect, hw.network_gbps, hw.memory_mib, hw.compute_capability
+        ),
+    )
 
 
 @dataclass(slots=True)
@@ -60,8 +93,8 @@ class _JobStats:
     sum_r: float = 0.0
     sum_r2: float = 0.0
     count: int = 0
-    # Where the job ran last: (log per-GPU batch, log GPUs, spans nodes), for the similarity kernel.
-    point: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    # Where the job ran last (``_Point``), for the trend and the similarity kernel.
+    point: _Point = (0.0, 0.0, 0.0, 0.0, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,12 +117,12 @@ class OnlineCorrector:
     # Shared-level sums (weight, weighted mean residual) per GPU type and per (model, GPU type),
     # rebuilt lazily after observations: predictions cost O(rows), not O(rows x jobs).
     _gpu_sums: dict[str, tuple[float, float]] = field(default_factory=dict)
-    _mg_jobs: dict[tuple[str, str], list[tuple[float, float, tuple[float, float, float]]]] = field(
-        default_factory=dict
-    )
+    _mg_jobs: dict[tuple[str, str], list[tuple[float, float, _Point]]] = field(default_factory=dict)
     _dirty: bool = False
-    # Per GPU type: (log GPU count slope, spans-nodes slope) of its scaling trend.
-    _gpu_slopes: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # Per GPU type: the slopes of its trend, one per ``_TREND`` descriptor.
+    _gpu_slopes: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    # Per GPU type: the lowest and highest trend value at its observed points.
+    _trend_range: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def _key_of(self, job: JobFeatures, hw: HardwareFeatures, job_id: Hashable | None) -> Hashable:
         return job_id if job_id is not None else (job, hw)
@@ -109,7 +142,8 @@ class OnlineCorrector:
         if not (observed_samples_per_s > 0 and math.isfinite(observed_samples_per_s)):
             raise InvalidInputError(f"observed_samples_per_s must be > 0, got {observed_samples_per_s}")
         r = self.predictor.resolve(job, hw)
-        base = self.predictor.predict([(job, hw)]).samples_per_s[0]
+        twin = _one_gpu_twin(job, hw)
+        base, base1 = self.predictor.predict([(job, hw), twin]).samples_per_s
         residual = math.log(observed_samples_per_s / base)
         key = self._key_of(job, hw, job_id)
         st = self._jobs.get(key)
@@ -121,7 +155,7 @@ class OnlineCorrector:
         st.sum_r = st.sum_r * self.decay + residual
         st.sum_r2 = st.sum_r2 * self.decay + residual * residual
         st.count += 1
-        st.point = _point(r)
+        st.point = _point(r, job.batch_size / base, twin[0].batch_size / base1)
         self._dirty = True
         return residual
 
@@ -130,7 +164,7 @@ class OnlineCorrector:
 
     def _rebuild(self) -> None:
         gpu: dict[str, tuple[float, float]] = {}
-        mg: dict[tuple[str, str], list[tuple[float, float, tuple[float, float, float]]]] = {}
+        mg: dict[tuple[str, str], list[tuple[float, float, _Point]]] = {}
         for st in self._jobs.values():
             if st.weight <= 0:
                 continue
@@ -140,54 +174,55 @@ class OnlineCorrector:
             gpu[st.gpu_type] = (w + cw, sm + cw * mean)
             mg.setdefault((st.model, st.gpu_type), []).append((cw, mean, st.point))
         self._gpu_sums, self._mg_jobs, self._dirty = gpu, mg, False
-        self._gpu_slopes = {}
+        self._gpu_slopes, self._trend_range = {}, {}
         for gpu_type in gpu:
-            self._gpu_slopes[gpu_type] = self._fit_slopes(
-                [jobs for (_, g), jobs in mg.items() if g == gpu_type], self._gpu_level(gpu_type)
-            )
+            models = [jobs for (_, g), jobs in mg.items() if g == gpu_type]
+            slopes = self._fit_slopes(models, self._gpu_level(gpu_type))
+            self._gpu_slopes[gpu_type] = slopes
+            seen = [_dot(slopes, p) for jobs in models for _, _, p in jobs]
+            self._trend_range[gpu_type] = (min(seen), max(seen))
 
     @staticmethod
     def _fit_slopes(
-        models: Sequence[Sequence[tuple[float, float, tuple[float, float, float]]]], bias: float
-    ) -> tuple[float, float]:
-        """Weighted ridge slopes of residuals on (log GPU count, spans nodes) within models.
+        models: Sequence[Sequence[tuple[float, float, _Point]]], bias: float
+    ) -> tuple[float, ...]:
+        """Weighted ridge slopes of residuals on the ``_TREND`` descriptors, within models.
 
         Each model's jobs are centred on their own weighted means (the model level absorbs constants),
-        so only how the error changes with the GPU count and node span inside a model is shared.
+        so only how the error changes with the placement inside a model is shared.
         """
-        xtx = [[RIDGE_GPU_SLOPES, 0.0], [0.0, RIDGE_GPU_SLOPES]]
-        xty = [0.0, 0.0]
+        k = len(_TREND)
+        xtx = [[RIDGE_GPU_SLOPES[i] if i == j else 0.0 for j in range(k)] for i in range(k)]
+        xty = [0.0] * k
         for jobs in models:
             w = sum(cw for cw, _, _ in jobs)
             if len(jobs) < 2 or w <= 0:
                 continue
-            mx0 = sum(cw * p[1] for cw, _, p in jobs) / w
-            mx1 = sum(cw * p[2] for cw, _, p in jobs) / w
+            mx = [sum(cw * p[f] for cw, _, p in jobs) / w for f in _TREND]
             my = sum(cw * (mean - bias) for cw, mean, _ in jobs) / w
             for cw, mean, p in jobs:
-                x0, x1, y = p[1] - mx0, p[2] - mx1, mean - bias - my
-                xtx[0][0] += cw * x0 * x0
-                xtx[0][1] += cw * x0 * x1
-                xtx[1][1] += cw * x1 * x1
-                xty[0] += cw * x0 * y
-                xty[1] += cw * x1 * y
-        det = xtx[0][0] * xtx[1][1] - xtx[0][1] * xtx[0][1]
-        return (
-            (xtx[1][1] * xty[0] - xtx[0][1] * xty[1]) / det,
-            (xtx[0][0] * xty[1] - xtx[0][1] * xty[0]) / det,
-        )
+                x = [p[f] - m for f, m in zip(_TREND, mx, strict=True)]
+                y = mean - bias - my
+                for i in range(k):
+                    xty[i] += cw * x[i] * y
+                    for j in range(k):
+                        xtx[i][j] += cw * x[i] * x[j]
+        return _solve(xtx, xty)
 
     def _gpu_level(self, gpu_type: str) -> float:
         w, s = self._gpu_sums.get(gpu_type, (0.0, 0.0))
         return s / (w + PRIOR_GPU)
 
-    def _trend(self, gpu_type: str, point: tuple[float, float, float]) -> float:
-        b_n, b_multi = self._gpu_slopes.get(gpu_type, (0.0, 0.0))
-        return b_n * point[1] + b_multi * point[2]
+    def _trend(self, gpu_type: str, point: _Point) -> float:
+        """The GPU type's trend at ``point``, clamped to its values at the observed points (the slopes
+        come from a few observations: they interpolate between them, they do not extrapolate)."""
+        slopes = self._gpu_slopes.get(gpu_type)
+        if slopes is None:
+            return 0.0
+        lo, hi = self._trend_range[gpu_type]
+        return min(hi, max(lo, _dot(slopes, point)))
 
-    def _model_gpu_level(
-        self, model: str, gpu_type: str, gpu_bias: float, point: tuple[float, float, float]
-    ) -> float:
+    def _model_gpu_level(self, model: str, gpu_type: str, gpu_bias: float, point: _Point) -> float:
         """The model's residuals on this GPU type left by the GPU level (bias and trend): their mean,
         shrunken by the observation count, plus a kernel-weighted local deviation from that mean.
 
@@ -212,13 +247,15 @@ class OnlineCorrector:
         if self._dirty:
             self._rebuild()
         r = self.predictor.resolve(job, hw)
-        return self._correction(r, self._jobs.get(self._key_of(job, hw, job_id)))[0]
+        twin = _one_gpu_twin(job, hw)
+        base, base1 = self.predictor.predict([(job, hw), twin]).samples_per_s
+        point = _point(r, job.batch_size / base, twin[0].batch_size / base1)
+        return self._correction(r, point, self._jobs.get(self._key_of(job, hw, job_id)))[0]
 
-    def _correction(self, r: Resolved, st: _JobStats | None) -> tuple[float, float, float]:
+    def _correction(self, r: Resolved, point: _Point, st: _JobStats | None) -> tuple[float, float, float]:
         """(log correction, job evidence weight, spread of the job's own residuals)."""
         gpu_type = r.spec.gpu_type
         g = self._gpu_level(gpu_type)
-        point = _point(r)
         mg = self._model_gpu_level(r.model, gpu_type, g, point)
         total = g + self._trend(gpu_type, point) + mg
         if st is None or st.gpu_type != gpu_type or st.weight <= 0:
@@ -277,14 +314,19 @@ class OnlineCorrector:
         self, rows: Sequence[tuple[JobFeatures, HardwareFeatures]], ids: Sequence[Hashable | None]
     ) -> Predictions:
         """The offline predictions of ``rows`` times each row's correction (no envelope)."""
-        base = self.predictor.predict(rows)
+        twins = [_one_gpu_twin(job, hw) for job, hw in rows]
+        base = self.predictor.predict([*rows, *twins])  # rows first, then their twins
+        n = len(rows)
         if self._dirty:
             self._rebuild()
         out: dict[str, list[float]] = {k: [] for k in ("s", "i", "lo", "hi", "ilo", "ihi")}
         for k, ((job, hw), jid) in enumerate(zip(rows, ids, strict=True)):
             r = self.predictor.resolve(job, hw)
+            point = _point(
+                r, job.batch_size / base.samples_per_s[k], twins[k][0].batch_size / base.samples_per_s[n + k]
+            )
             st = self._jobs.get(self._key_of(job, hw, jid))
-            corr, weight, std = self._correction(r, st)
+            corr, weight, std = self._correction(r, point, st)
             s = base.samples_per_s[k] * math.exp(corr)
             # Interval: the offline one around the corrected value, narrowed by the job's own evidence
             # (1 / sqrt(1 + observations)) but never below the spread of its observed residuals.
@@ -300,8 +342,29 @@ class OnlineCorrector:
             out["ilo"].append(lo / b)
             out["ihi"].append(hi / b)
         return Predictions(
-            out["s"], out["i"], out["lo"], out["hi"], out["ilo"], out["ihi"], list(base.low_confidence)
+            out["s"], out["i"], out["lo"], out["hi"], out["ilo"], out["ihi"], list(base.low_confidence[:n])
         )
+
+
+def _dot(slopes: Sequence[float], point: _Point) -> float:
+    return sum(b * point[f] for b, f in zip(slopes, _TREND, strict=True))
+
+
+def _solve(a: list[list[float]], b: list[float]) -> tuple[float, ...]:
+    """Solve the small symmetric positive-definite system ``a x = b`` (Gaussian elimination)."""
+    k = len(b)
+    m = [[*row, v] for row, v in zip(a, b, strict=True)]
+    for i in range(k):
+        piv = max(range(i, k), key=lambda r: abs(m[r][i]))
+        m[i], m[piv] = m[piv], m[i]
+        for r in range(i + 1, k):
+            f = m[r][i] / m[i][i]
+            for c in range(i, k + 1):
+                m[r][c] -= f * m[i][c]
+    x = [0.0] * k
+    for i in reversed(range(k)):
+        x[i] = (m[i][k] - sum(m[i][c] * x[c] for c in range(i + 1, k))) / m[i][i]
+    return tuple(x)
 
 
 def _with_gpus(hw: HardwareFeatures, gpus: int) -> HardwareFeatures:
