@@ -4,13 +4,15 @@ Figures (median of repeated runs after warm-up, one thread):
 - load: ``Predictor.load()`` in a fresh interpreter (subprocess; includes importing perfmodel and numpy),
   target <= 1 s; baseline in the same run: loading the same trees into ``xgboost`` (import + Booster)
   as a server that used xgboost directly would.
-- 100 rows: ``predict`` on 100 (job, placement) rows not in the result cache (their job and placement
-  sides were seen before, as in a scheduling round), target <= 1 ms; baselines, interleaved with ours on
-  the same batches (the shared machine's load moves both alike): the same predictor without the in-node
-  envelope (what monotonicity in the GPU count costs: a row on n GPUs of one node is computed with the
-  same job on 1 .. n-1 GPUs), and the per-row path without it; ``xgboost.Booster.inplace_predict`` on
-  the same 100 feature rows (tree evaluation only). Also printed: the same with every cache cold (a new
-  predictor per batch).
+- 100 rows: ``predict`` of the shipped predictor as the scheduler builds it (``Predictor.load()``: the
+  in-node envelope where it extrapolates, see ``perfmodel.predictor.MeasuredInNode``) on 100 (job,
+  placement) rows not in the result cache (their job and placement sides were seen before, as in a
+  scheduling round), target <= 1 ms; baselines, interleaved with ours on the same batches (the shared
+  machine's load moves all alike): the same predictor with the envelope on every one-node row (the
+  default before; each such row on n GPUs is computed with the same job on 1 .. n-1 GPUs) and without
+  any envelope, and the per-row path without it; ``xgboost.Booster.inplace_predict`` on the same 100
+  feature rows (tree evaluation only). Printed with them: how many of the rows get the envelope and how
+  many rows the forest walks. Also printed: the same with every cache cold (a new predictor per batch).
 - cached: the same call repeated (every row a cache hit), and one cached row, target <= 20 us.
 
 Run: ``nice python bench/perfmodel_speed.py``.
@@ -27,6 +29,8 @@ import time
 from collections.abc import Callable
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np
 
 from perfmodel.features import HardwareFeatures, JobFeatures, design_of
 from perfmodel.predictor import Predictor
@@ -77,6 +81,27 @@ def elastic_rows(seed: int) -> list[tuple[JobFeatures, HardwareFeatures]]:
     return out
 
 
+def forest_rows(p: Predictor, batches: list[list[tuple[JobFeatures, HardwareFeatures]]]) -> float:
+    """Mean number of rows the predictor's forest walks for one batch (result cache cold)."""
+    forest = p.model.forest
+    walked = []
+    original = forest.predict
+
+    def counting(x: np.ndarray) -> np.ndarray:
+        walked[-1] += x.shape[0]
+        return original(x)
+
+    forest.predict = counting  # type: ignore[method-assign]
+    try:
+        for b in batches:
+            walked.append(0)
+            p.clear_cache()
+            p.predict(b)
+    finally:
+        del forest.predict
+    return statistics.mean(walked)
+
+
 def main() -> int:
     load_code = (
         "import time; t=time.process_time(); w=time.perf_counter(); "
@@ -118,15 +143,21 @@ def main() -> int:
     # cached sides, anchors over Resolved rows, the same trees), which the tests hold equal to it.
     anchors = p.anchors
     assert anchors is not None
-    flat = Predictor(p.model, p.meta, anchors=anchors, in_node_envelope=False)
+    flat = Predictor(p.model, p.meta, anchors=anchors, measured=p.measured, envelope="never")
+    strict = Predictor(p.model, p.meta, anchors=anchors, measured=p.measured, envelope="always")
     for b in batches[:10]:
         flat.predict(b)
-    ours, per_row, no_env = [], [], []
+        strict.predict(b)
+    ours, per_row, no_env, always = [], [], [], []
     for b in batches[10:]:
         p.clear_cache()
         t = CLOCK()
         p.predict(b)
         ours.append(CLOCK() - t)
+        strict.clear_cache()
+        t = CLOCK()
+        strict.predict(b)
+        always.append(CLOCK() - t)
         flat.clear_cache()
         t = CLOCK()
         flat.predict(b)
@@ -137,18 +168,33 @@ def main() -> int:
         [(r.batch_size / x, 1.0 / x, r.low_confidence) for r, x in zip(resolved, times.tolist(), strict=True)]
         per_row.append(CLOCK() - t)
     print(
-        "baselines interleaved on the same batches: batch path without the in-node envelope "
-        f"median {statistics.median(no_env) * 1e6:.0f} us CPU; per-row path without it "
+        "baselines interleaved on the same batches: the envelope on every one-node row (the default "
+        f"before) median {statistics.median(always) * 1e6:.0f} us CPU; without the in-node envelope "
+        f"{statistics.median(no_env) * 1e6:.0f} us; per-row path without it "
         f"{statistics.median(per_row) * 1e6:.0f} us "
         f"(ours, interleaved: {statistics.median(ours) * 1e6:.0f} us)"
     )
+    walked = {
+        name: forest_rows(q, batches[10:]) for name, q in (("ours", p), ("always", strict), ("never", flat))
+    }
+    enveloped = statistics.mean(sum(p.envelope_applies(*r) for r in b) for b in batches[10:])
+    one_node = statistics.mean(sum(h.num_nodes == 1 and h.num_gpus > 1 for _, h in b) for b in batches[10:])
+    print(
+        f"rows of 100 that get the envelope: {enveloped:.1f} (always: {one_node:.1f}); "
+        "forest rows walked per batch (rows + 1-GPU twins + the envelope's smaller placements): "
+        + ", ".join(f"{k} {v:.0f}" for k, v in walked.items())
+    )
     # The elastic shape (each job on 1..8 GPUs of a node): the envelope's extra rows are rows of the batch.
-    el_ours, el_flat = [], []
+    el_ours, el_flat, el_always = [], [], []
     for b in [elastic_rows(s) for s in range(60)][10:]:
         p.clear_cache()
         t = CLOCK()
         p.predict(b)
         el_ours.append(CLOCK() - t)
+        strict.clear_cache()
+        t = CLOCK()
+        strict.predict(b)
+        el_always.append(CLOCK() - t)
         flat.clear_cache()
         t = CLOCK()
         flat.predict(b)
@@ -156,11 +202,12 @@ def main() -> int:
     print(
         "predict 100 rows shaped as an elastic policy asks (12 jobs x 1..8 GPUs of a node + 4 two-node "
         f"rows), result cache cold: median {statistics.median(el_ours) * 1e6:.0f} us CPU; "
-        f"baseline without the envelope, interleaved: {statistics.median(el_flat) * 1e6:.0f} us"
+        f"baselines interleaved: envelope on every one-node row {statistics.median(el_always) * 1e6:.0f} us, "
+        f"without the envelope {statistics.median(el_flat) * 1e6:.0f} us"
     )
     cold = []
     for b in batches[10:]:
-        q = Predictor(p.model, p.meta, anchors=p.anchors)
+        q = Predictor(p.model, p.meta, anchors=p.anchors, measured=p.measured)
         t = CLOCK()
         q.predict(b)
         cold.append(CLOCK() - t)
@@ -183,7 +230,6 @@ def main() -> int:
     # Baseline in the same run: xgboost itself on the same trees.
     try:
         t = time.perf_counter()
-        import numpy as np
         import xgboost as xgb
 
         from perfmodel.features import feature_vector, resolve

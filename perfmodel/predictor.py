@@ -16,14 +16,20 @@ measured anchor (``perfmodel.anchor``: the model's spec-normalised 1-GPU through
 measured GPU types, times the measured scaling efficiency of the closest measured GPU; both interpolated,
 so the anchor moves smoothly with the per-GPU batch and the GPU count).
 
-In-node envelope (``Predictor(in_node_envelope=True)``, the default): a row on ``n`` > 1 GPUs of one node
-is computed together with the same job (same global batch) on 1 .. n-1 GPUs of the same GPU, interconnect
-and node, and gets the highest of those throughputs, capped by linear scaling from the lowest 1-GPU time
-among per-GPU batches B/n .. B/1. So within one node more GPUs never predict a lower total throughput
-(the learned parts alone do not: 55% of zoo x catalogue x batch sweeps over 1..8 GPUs fall somewhere).
-Across nodes there is no envelope: a slow network may make more GPUs slower, and the scaling model says
-so. The cost: measured tables do show in-node drops at a fixed global batch (135 of 342 adjacent pairs,
-mostly tiny per-GPU batches), which the envelope no longer follows (see the README's predictor section).
+In-node envelope: a row on ``n`` > 1 GPUs of one node to which the rule applies is computed together
+with the same job (same global batch) on 1 .. n-1 GPUs of the same GPU, interconnect and node, and gets the
+highest of those throughputs, capped by linear scaling from the lowest 1-GPU time among per-GPU batches
+B/n .. B/1; so there more GPUs never predict a lower total throughput (the learned parts alone do not: 55%
+of zoo x catalogue x batch sweeps over 1..8 GPUs fall somewhere, and zig-zag: 1.42, 2.88, 6.07, 4.23 it/s).
+The rule (``Predictor(envelope="auto")``, the default; ``MeasuredInNode``): the envelope is a prior for
+extrapolation. Where the training table measured the job's model on that GPU type and link inside one
+node on ``n`` GPUs or more, and those measurements themselves fall as GPUs are added at a fixed global
+batch (by >= 10% somewhere), the learned model has seen the real curve and answers as it is, drops
+included; every other row on several GPUs of one node (an unmeasured model x GPU type, a
+parameters/FLOPs-only job, an unknown GPU, more GPUs than measured, a measured curve that only rises)
+gets the envelope. ``envelope="always"`` applies it to every such row (monotone everywhere, but it cannot
+follow measured falls: random hold-out MRE 12.2% against 7.7%), ``"never"`` nowhere. Across nodes there is
+no envelope: a slow network may make more GPUs slower, and the scaling model says so.
 Samples/s = iterations/s x global batch.
 
 The interval ``[low, high]`` is the prediction times the 10th / 90th percentile of out-of-fold error
@@ -35,7 +41,8 @@ a corrupt one, is refused with ``ModelFileError``. ``Predictor.predict`` caches 
 (job features, placement) in a bounded LRU; uncached rows are computed together, in one numpy pass over
 numeric tables of the checked job and placement sides (no per-row objects); the envelope's extra rows
 that coincide (same job, node class and GPU count) with each other or with rows of the batch are
-computed once.
+computed once. The cost of the envelope is tree walking: a row on n GPUs needs its n-1 smaller
+placements and their 1-GPU twins (2n-1 rows of forest instead of 2).
 
 Pure apart from ``Predictor.load`` (reads the model file).
 """
@@ -182,6 +189,12 @@ class Predictions:
         return len(self.samples_per_s)
 
 
+# Lanes (rows x trees) per forest pass: the walk's index arrays stay below glibc's 128 KiB mmap threshold
+# (12,800 x 8 bytes = 100 KiB; 320 rows of 40 trees), so its temporaries come from the heap instead of
+# fresh, page-faulting mappings (525 rows of the speed benchmark: 1.05 ms in one pass, 0.78 ms in two).
+_FOREST_LANES = 12_800
+
+
 class Forest:
     """A tree ensemble as flat arrays, evaluated for many rows at once with numpy.
 
@@ -272,6 +285,12 @@ class Forest:
 
     def predict(self, x: FloatArray) -> FloatArray:
         """Sum of leaf values plus the base, for each row of ``x`` (rows x features)."""
+        step = max(16, _FOREST_LANES // max(1, self.roots.size))
+        if x.shape[0] > step:
+            return np.concatenate([self._predict(x[i : i + step]) for i in range(0, x.shape[0], step)])
+        return self._predict(x)
+
+    def _predict(self, x: FloatArray) -> FloatArray:
         rows, nf = x.shape
         flat = x.astype(np.float32).ravel()
         node = np.broadcast_to(self.roots, (rows, self.roots.size)).copy()
@@ -496,7 +515,8 @@ class Predictor:
         else:
             model, meta = _read_model(path)
         # The measured table (beside a given model file, else the shipped one) anchors GPU types a model
-        # was never measured on; without it the predictor still works, unanchored.
+        # was never measured on and tells the in-node envelope's rule which in-node curves were measured;
+        # without it the predictor still works, unanchored, with the envelope on every one-node row.
         anchors = None
         with resources.as_file(resources.files("perfmodel") / "data" / TABLE_NAME) as shipped:
             beside = Path(path).parent / TABLE_NAME if path is not None else None
@@ -683,10 +703,11 @@ class Predictor:
     ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, npt.NDArray[np.bool_]]:
         """(samples/s, iterations/s, low, high, low confidence) for rows given by their table rows.
 
-        In-node envelope: a row on ``n`` > 1 GPUs of one node is computed together with the same job on
-        1 .. n-1 GPUs of that node (same GPU, interconnect, global batch) and gets the highest of those
-        throughputs, capped by linear scaling from the lowest 1-GPU time among per-GPU batches B/n .. B/1,
-        so that within a node more GPUs never predict a lower total throughput.
+        In-node envelope (on the rows ``_envelope_rows`` picks): a row on ``n`` > 1 GPUs of one node is
+        computed together with the same job on 1 .. n-1 GPUs of that node (same GPU, interconnect, global
+        batch) and gets the highest of those throughputs, capped by linear scaling from the lowest 1-GPU
+        time among per-GPU batches B/n .. B/1, so that there more GPUs never predict a lower total
+        throughput.
         """
         jt = self._jtab.rows[jid]
         ht = self._htab.rows[hid]
