@@ -244,7 +244,8 @@ def logo_with_observations(d: Data, rounds: int, per_model: int = 3) -> dict[str
     """Leave-one-GPU-type-out, then 3 observed configurations per model through the online correction.
 
     Two choices of the observed configurations, each scored on the held-out type's other rows only:
-    drawn at random (seeded), and the calibration an admin would run (``pick_calibration``).
+    drawn at random (seeded), and the calibration an admin would run (``pick_calibration``). Same-run
+    baseline: the previous correction (``OnlineCorrector(trend_on_split=False)``) fed the same rows.
     """
     print(f"\n== leave-one-GPU-type-out + {per_model} observations per model (online correction)")
     predictors = {}
@@ -261,10 +262,11 @@ def logo_with_observations(d: Data, rounds: int, per_model: int = 3) -> dict[str
 
 def _logo_observed(d: Data, predictors: dict[str, Predictor], picker: Picker, per_model: int) -> float:
     rng = np.random.default_rng(0)
-    all_ours, all_before, all_spec, all_ceiling, all_rest = [], [], [], [], []
+    all_ours, all_prev, all_before, all_spec, all_ceiling, all_rest = [], [], [], [], [], []
     for gpu, p in predictors.items():
         test = np.asarray([i for i, m in enumerate(d.ms) if m.gpu_type == gpu])
         corr = OnlineCorrector(p)
+        prev = OnlineCorrector(p, trend_on_split=False)
         rows = d.rows
         observed: set[int] = set()
         by_model: dict[str, list[int]] = defaultdict(list)
@@ -274,12 +276,15 @@ def _logo_observed(d: Data, predictors: dict[str, Predictor], picker: Picker, pe
             for i in picker(d, idxs, rng, per_model):
                 observed.add(int(i))
                 corr.observe(*rows[i], d.ms[i].samples_per_s)
+                prev.observe(*rows[i], d.ms[i].samples_per_s)
         rest = np.asarray([i for i in test if int(i) not in observed])
         if rest.size == 0:
             continue
         pred = corr.predict([rows[i] for i in rest])
         t_pred = np.asarray([d.ms[i].batch_size / s for i, s in zip(rest, pred.samples_per_s, strict=True)])
         e = rel_err(t_pred, d.t_true[rest])
+        pred_prev = prev.predict([rows[i] for i in rest]).samples_per_s
+        e_prev = rel_err(d.batch[rest] / np.asarray(pred_prev), d.t_true[rest])
         cold_t = served_times(d, p, rest)
         before = rel_err(cold_t, d.t_true[rest])
         # Baseline with the same observations: spec-ratio from the observed configs of that model.
@@ -294,6 +299,7 @@ def _logo_observed(d: Data, predictors: dict[str, Predictor], picker: Picker, pe
             factor[keys == key] = np.median(log_err[keys == key])
         all_ceiling.append(rel_err(cold_t * np.exp(-factor), d.t_true[rest]))
         all_ours.append(e)
+        all_prev.append(e_prev)
         all_rest.append(rest)
         all_before.append(before)
         all_spec.append(es)
@@ -308,6 +314,9 @@ def _logo_observed(d: Data, predictors: dict[str, Predictor], picker: Picker, pe
         f"  ALL ours-after-observations excluding the documented anomaly ({ANOMALY}) n={int(keep.sum())}  "
         f"{summarise(e[keep])}"
     )
+    ep = np.concatenate(all_prev)
+    print(f"  ALL previous correction (trend in log GPUs and node span only) n={e.size}  {summarise(ep)}")
+    print(f"  ALL previous correction excluding the anomaly n={int(keep.sum())}  {summarise(ep[keep])}")
     print(f"  ALL ours-cold               n={e.size}  {summarise(np.concatenate(all_before))}")
     print(f"  ALL spec-ratio-from-observed n={e.size}  {summarise(np.concatenate(all_spec))}")
     print(
