@@ -118,8 +118,9 @@ class _Verdicts:
     Per node number: ``code``, the node code it was decided for (-1: not yet; a node is decided again
     when its code changes); ``kind``, 0 passes, 1 fails, 2 fails unresolvably; ``category``, the
     rejection category's number in ``_CATEGORIES``; ``fragment``, the node's entry in the failed-nodes
-    JSON object (``"name":"reason"`` as bytes). ``by_code`` holds the verdicts of codes whose nodes
-    share one (kind, reason JSON, category); nodes whose reason names them are decided one by one.
+    JSON object (``"name":"reason",`` as bytes, comma included). ``by_code`` holds the verdicts of
+    codes whose nodes share one (kind, reason JSON, category); nodes whose reason names them are
+    decided one by one.
     """
 
     code: Any
@@ -556,8 +557,6 @@ class Decider:
         fragment = verdicts.fragment
         failed = fragment[idx[kinds == 1]].tolist()
         unres = fragment[idx[kinds == 2]].tolist()
-        failed_json = b",".join(failed)
-        unres_json = b",".join(unres)
         if ctx.gang_key is None or (ctx.replicas <= 1 and not ctx.placed and not ctx.planned):
             passed: list[bytes] = name_bytes[idx[fit_mask]].tolist()
         else:
@@ -569,10 +568,7 @@ class Decider:
                     extra = _same_reason(
                         name_bytes[idx[fit_mask]].tolist(), f"perfsched: gang {ctx.pod.job}: {plan.reason}"
                     )
-                    if plan.resolvable:
-                        failed_json = failed_json + b"," + extra if failed else extra
-                    else:
-                        unres_json = unres_json + b"," + extra if unres else extra
+                    (failed if plan.resolvable else unres).append(extra)
                     cats[R_GANG] = cats.get(R_GANG, 0) + len(fits)
             else:
                 in_plan = np.zeros(len(table.names), dtype=np.bool_)
@@ -588,19 +584,18 @@ class Decider:
                         f"perfsched: gang {ctx.pod.job} ({ctx.replicas} x {ctx.gpus} GPUs) is placed on "
                         f"{where}; this node is outside that placement",
                     )
-                    failed_json = failed_json + b"," + extra if failed else extra
+                    failed.append(extra)
                     cats[R_GANG] = cats.get(R_GANG, 0) + len(outside)
-        reply = b"".join(
-            (
-                b'{"Nodes":null,"NodeNames":',
-                b'["' + b'","'.join(passed) + b'"]' if passed else b"[]",
-                b',"FailedNodes":{',
-                failed_json,
-                b'},"FailedAndUnresolvableNodes":{',
-                unres_json,
-                b'},"Error":""}',
-            )
-        )
+        # one join over every entry: the entries end in a comma, the last one's is cut
+        if failed:
+            failed[-1] = failed[-1][:-1]
+        if unres:
+            unres[-1] = unres[-1][:-1]
+        head = b'["' + b'","'.join(passed) + b'"],"FailedNodes":{' if passed else b'[],"FailedNodes":{'
+        parts = [b'{"Nodes":null,"NodeNames":', head, *failed, b'},"FailedAndUnresolvableNodes":{']
+        parts += unres
+        parts.append(b'},"Error":""}')
+        reply = b"".join(parts)
         return FastFilter(reply, len(passed), cats)
 
     def _verdicts(self, ctx: PodContext) -> _Verdicts:
@@ -614,7 +609,7 @@ class Decider:
             hit = self._verdict_memo[key] = _Verdicts(
                 code=np.full(size, -1, dtype=np.int64),
                 kind=np.zeros(size, dtype=np.int8),
-                category=np.zeros(size, dtype=np.int8),
+                category=np.zeros(size, dtype=np.int64),
                 fragment=np.full(size, b"", dtype=object),
                 by_code={},
             )
@@ -649,7 +644,7 @@ class Decider:
             verdicts.code[i] = code
             verdicts.kind[i] = kind
             verdicts.category[i] = category
-            verdicts.fragment[i] = b'"' + table.name_bytes[i] + b'":' + reason if kind else b""
+            verdicts.fragment[i] = b'"' + table.name_bytes[i] + b'":' + reason + b"," if kind else b""
 
     # --- prioritize -------------------------------------------------------------------------------
     def prioritize(
@@ -1312,10 +1307,10 @@ def _category(node: Node, free: int, g: int, want_type: str | None, allowed: fro
 
 
 def _same_reason(names: list[bytes], reason: str) -> bytes:
-    """The entries ``"name":"reason"`` of a JSON object, comma-separated, for names needing no escaping
-    that share one reason: one join with the reason as the separator."""
-    tail = b'":' + orjson.dumps(reason)
-    return b'"' + (tail + b',"').join(names) + tail
+    """The entries ``"name":"reason",`` of a JSON object, each ending in a comma, for names needing no
+    escaping that share one reason: one join with the reason as the separator."""
+    tail = b'":' + orjson.dumps(reason) + b","
+    return b'"' + (tail + b'"').join(names) + tail
 
 
 def _describe_plan(plan: Allocation, nodes: Mapping[str, Node]) -> str:
