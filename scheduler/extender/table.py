@@ -54,6 +54,8 @@ class NodeTable:
         self.own: BoolArray = np.zeros(0, dtype=np.bool_)
         self.stride = 1
         self.usable = True
+        self._code_base: IntArray = np.zeros(0, dtype=np.int64)
+        self._score_base: IntArray = np.zeros(0, dtype=np.int64)
         #: number of distinct codes (codes run from 0 to ``codes - 1``)
         self.codes = 1
         #: node number -> free GPUs, and -> code (see the module docstring); kept per cache version
@@ -92,24 +94,30 @@ class NodeTable:
         self.stride = max((n.gpus for n in self.nodes), default=0) + 1
         self._name_memo.clear()
         self._nodes_version = cache.nodes_version
-        self._refresh()
-        groups = self.code // self.stride
-        self._rep_of_group = {}
-        for i, grp in enumerate(groups.tolist()):
-            self._rep_of_group.setdefault(grp, i)
-
-    def _refresh(self) -> None:
-        cache = self._cache
         fk = np.fromiter(cache.filter_key.values(), dtype=np.int64, count=len(self.names))
         # a node without a class id (never in practice) has a negative key: no fast path then
         self.usable = not len(fk) or int(fk.min()) >= 0
-        self.free = fk & 0xFFFF  # never above the node's GPUs, so below ``stride``
+        # class and schedulable change only with the node (a new layout); free GPUs with any event
+        groups = fk >> 16
         self.cid = fk >> 17
-        self.code = (fk >> 16) * self.stride + self.free
-        self.codes = (int((fk >> 16).max()) + 1) * self.stride if len(fk) else 1
-        self.score_code = self.cid * self.stride + self.free
+        self._code_base = groups * self.stride
+        self._score_base = self.cid * self.stride
+        self.codes = (int(groups.max()) + 1) * self.stride if len(fk) else 1
         self.score_codes = (int(self.cid.max()) + 1) * self.stride if len(fk) else 1
-        self._version = cache.version
+        self._rep_of_group = {}
+        for i, grp in enumerate(groups.tolist()):
+            self._rep_of_group.setdefault(grp, i)
+        self._set_free(fk & 0xFFFF)
+
+    def _refresh(self) -> None:
+        fk = np.fromiter(self._cache.filter_key.values(), dtype=np.int64, count=len(self.names))
+        self._set_free(fk & 0xFFFF)
+
+    def _set_free(self, free: IntArray) -> None:
+        self.free = free  # never above the node's GPUs, so below ``stride``
+        self.code = self._code_base + free
+        self.score_code = self._score_base + free
+        self._version = self._cache.version
 
     def node_of_code(self, code: int) -> tuple[Node, int, bool]:
         """A node with this code's class and schedulability, the code's free GPUs, and whether nodes of
