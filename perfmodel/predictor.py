@@ -478,7 +478,15 @@ class Predictor:
         several GPUs of one node and, in "auto" mode, not inside a measured in-node curve that falls (see
         ``MeasuredInNode.follows``)."""
         j, h = self._ids(job, hw)
-        return bool(self._envelope_rows(self._jtab.rows[[j]], self._htab.rows[[h]])[0])
+        # Scalar twin of ``_envelope_rows`` (the online correction asks row by row).
+        hrow = self._htab.rows[h]
+        n = float(hrow[_H_GPUS])
+        if self.envelope == "never" or hrow[_H_NODES] != 1.0 or n <= 1.0:
+            return False
+        if self.envelope == "always" or self.measured is None:
+            return True
+        cell = (int(self._jtab.rows[j, _J_CURVE]), int(hrow[_H_CTYPE]), int(hrow[_H_LINK] == LINK_NVLINK))
+        return not (n <= self.measured.largest[cell] and self.measured.floor[cell] < FALL_RATIO)
 
     def _envelope_rows(self, jt: FloatArray, ht: FloatArray) -> npt.NDArray[np.bool_]:
         """Per row (job and placement table rows): does the in-node envelope apply?"""
