@@ -84,7 +84,7 @@ def elastic_rows(seed: int) -> list[tuple[JobFeatures, HardwareFeatures]]:
 def forest_rows(p: Predictor, batches: list[list[tuple[JobFeatures, HardwareFeatures]]]) -> float:
     """Mean number of rows the predictor's forest walks for one batch (result cache cold)."""
     forest = p.model.forest
-    walked = []
+    walked: list[int] = []
     original = forest.predict
 
     def counting(x: np.ndarray) -> np.ndarray:
