@@ -11,7 +11,10 @@ padded with JSON whitespace to the byte length of the extender's answer for that
 whose rejected nodes all carry the gang's placement in their reason).
 
 - in-process: the ASGI app called directly (routing, body parse, decision, serialisation), with
-  the process pinned to one core;
+  the process pinned to one core; besides the same request every call, two realistic variants:
+  ``<verb>-order`` sends the names in a new order on every call (kube-scheduler's parallel filter
+  does), so the extender's memo of name lists never hits; ``<verb>-churn`` changes the extender's
+  cache (a GPU reserved, then released) before every call, as binds and watch events do;
 - loopback: uvicorn in a child process pinned to one core, a keep-alive ``http.client`` connection.
 
 Targets: p99 <= 2 ms at 1,000 names and <= 6 ms at 5,000; extender / floor <= 2x (every ratio is
@@ -220,15 +223,51 @@ def asgi_caller(app: Any, path: str, body: bytes | list[bytes]) -> Callable[[], 
     return lambda: loop.run_until_complete(once())
 
 
-def timed(fn: Callable[[], Any], calls: int, warmup: int = 20) -> list[float]:
+def timed(
+    fn: Callable[[], Any], calls: int, warmup: int = 20, before: Callable[[], None] | None = None
+) -> list[float]:
+    """Seconds per call of ``fn`` (``before`` runs ahead of each call, outside the timing)."""
     for _ in range(warmup):
+        if before is not None:
+            before()
         fn()
     out = []
     for _ in range(calls):
+        if before is not None:
+            before()
         t = time.perf_counter()
         fn()
         out.append(time.perf_counter() - t)
     return out
+
+
+def shuffled_payloads(body: bytes, count: int, seed: int = 7) -> list[bytes]:
+    """``body`` with its node names in ``count`` different orders: kube-scheduler's parallel filter
+    hands the candidates over in a new order on every call, so a list seen before is the exception."""
+    rng = random.Random(seed)
+    args = orjson.loads(body)
+    out = []
+    for _ in range(count):
+        names = list(args["NodeNames"])
+        rng.shuffle(names)
+        out.append(orjson.dumps({"Pod": args["Pod"], "Nodes": None, "NodeNames": names}))
+    return out
+
+
+def binder_churn(app: Any) -> Callable[[], None]:
+    """A reservation made and released on alternate calls (as binds and watch events do between two
+    scheduling cycles): the extender's cache changes before every call."""
+    cache = app.state.cache
+    state = [0]
+
+    def churn() -> None:
+        if state[0] % 2 == 0:
+            cache.assume("load", "churn", "churn-uid", "gpu-00006", 1)
+        else:
+            cache.forget("load", "churn")
+        state[0] += 1
+
+    return churn
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -329,6 +368,18 @@ def main() -> None:
         ext = timed(asgi_caller(app, "/filter", gangs), args.calls)
         flo = timed(asgi_caller(floor, "/filter-gang", gangs), args.calls)
         rows.append(_row("in-process", "filter-gang", n, ext, flo, len(gangs[0]), gang_size))
+        # the realistic cases: names in a new order on every call; the cache changed before every call
+        orders = shuffled_payloads(body, 50)
+        for verb in ("filter", "prioritize"):
+            app, floor = build_apps(n, args.oracle, pads)
+            ext = timed(asgi_caller(app, f"/{verb}", orders), args.calls)
+            flo = timed(asgi_caller(floor, f"/{verb}", orders), args.calls)
+            rows.append(_row("in-process", f"{verb}-order", n, ext, flo, len(body), sizes[f"/{verb}"]))
+        for verb in ("filter", "prioritize"):
+            app, floor = build_apps(n, args.oracle, pads)
+            ext = timed(asgi_caller(app, f"/{verb}", body), args.calls, before=binder_churn(app))
+            flo = timed(asgi_caller(floor, f"/{verb}", body), args.calls)
+            rows.append(_row("in-process", f"{verb}-churn", n, ext, flo, len(body), sizes[f"/{verb}"]))
         os.sched_setaffinity(0, set(cores))
         if args.no_http:
             continue
@@ -384,13 +435,13 @@ def main() -> None:
         f"{_server_kind()}"
     )
     print(
-        f"{'mode':<14} {'verb':<11} {'nodes':>6} {'req B':>7} {'reply B':>8} {'min ms':>7} {'p50 ms':>7} "
+        f"{'mode':<14} {'verb':<16} {'nodes':>6} {'req B':>7} {'reply B':>8} {'min ms':>7} {'p50 ms':>7} "
         f"{'p99 ms':>7} {'floor min':>9} {'floor p50':>9} {'floor p99':>9} "
         f"{'ratio min':>9} {'ratio p50':>9} {'ratio p99':>9}"
     )
     for r in rows:
         print(
-            f"{r['mode']:<14} {r['verb']:<11} {r['nodes']:>6} {r['request_bytes']:>7} {r['reply_bytes']:>8} "
+            f"{r['mode']:<14} {r['verb']:<16} {r['nodes']:>6} {r['request_bytes']:>7} {r['reply_bytes']:>8} "
             f"{r['min_ms']:>7.3f} {r['p50_ms']:>7.3f} {r['p99_ms']:>7.3f} {r['floor_min_ms']:>9.3f} "
             f"{r['floor_p50_ms']:>9.3f} {r['floor_p99_ms']:>9.3f} {r['ratio_min']:>9.2f} "
             f"{r['ratio_p50']:>9.2f} {r['ratio_p99']:>9.2f}"

@@ -17,7 +17,6 @@ no GPUs): ``own`` marks those.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from itertools import repeat
 
 import numpy as np
@@ -67,7 +66,7 @@ class NodeTable:
         self.score_codes = 1
         #: code -> a node number with that (class, schedulable), for decoding a code to a Node
         self._rep_of_group: dict[int, int] = {}
-        self._name_memo: OrderedDict[bytes | str, IntArray | None] = OrderedDict()
+        self._name_memo: list[tuple[bytes | str, IntArray | None]] = []
 
     @property
     def nodes_version(self) -> int:
@@ -132,17 +131,20 @@ class NodeTable:
         if not self.usable:
             return None
         memo = self._name_memo
-        if key and key in memo:
-            memo.move_to_end(key)
-            return memo[key]
+        if key:
+            # a short list compared by identity, else by value (a length check first): no text is hashed
+            for i in range(len(memo) - 1, -1, -1):
+                seen, found = memo[i]
+                if seen is key or (type(seen) is type(key) and seen == key):
+                    return found
         idx: IntArray | None = np.array(list(map(self.index.get, names, repeat(-1))), dtype=np.int64)
         assert idx is not None
         if len(idx) and (int(idx.min()) < 0 or int(np.bincount(idx).max()) > 1):
             idx = None
         if key:
-            memo[key] = idx
+            memo.append((key, idx))
             if len(memo) > _NAME_MEMO_SIZE:
-                memo.popitem(last=False)
+                del memo[0]
         return idx
 
 

@@ -12,7 +12,6 @@ Every parser raises ``WireError`` with a message naming the field; the app turns
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -149,7 +148,7 @@ class NameTexts:
 
     def __init__(self, size: int = 16) -> None:
         self._size = size
-        self._texts: OrderedDict[bytes, None] = OrderedDict()
+        self._texts: list[bytes] = []  # most recent last; a list: texts are never hashed
 
     def find(self, raw: bytes) -> bytes | None:
         """The remembered text that is this body's top-level ``NodeNames`` array, or None."""
@@ -158,7 +157,9 @@ class NameTexts:
         end = _end(raw)
         if end < 3 or raw[end - 1] != 0x7D:  # "}"
             return None
-        for text in reversed(self._texts):
+        texts = self._texts
+        for i in range(len(texts) - 1, -1, -1):
+            text = texts[i]
             start = end - 1 - len(text)
             field = start - len(_NAMES_FIELD) + 1
             if (
@@ -167,15 +168,15 @@ class NameTexts:
                 and raw.startswith(_NAMES_FIELD, field)
                 and raw.startswith(text, start)
             ):
-                self._texts.move_to_end(text)
+                if i != len(texts) - 1:
+                    texts.append(texts.pop(i))
                 return text
         return None
 
     def remember(self, text: bytes) -> None:
-        self._texts[text] = None
-        self._texts.move_to_end(text)
+        self._texts.append(text)
         if len(self._texts) > self._size:
-            self._texts.popitem(last=False)
+            del self._texts[0]
 
 
 _NAMES_FIELD = b'"NodeNames":['
