@@ -17,7 +17,7 @@ no GPUs): ``own`` marks those.
 
 from __future__ import annotations
 
-from itertools import repeat
+from operator import itemgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -134,12 +134,17 @@ class NodeTable:
         if key:
             # a short list compared by identity, else by value (a length check first): no text is hashed
             for i in range(len(memo) - 1, -1, -1):
-                seen, found = memo[i]
+                seen, hit = memo[i]
                 if seen is key or (type(seen) is type(key) and seen == key):
-                    return found
-        idx: IntArray | None = np.array(list(map(self.index.get, names, repeat(-1))), dtype=np.int64)
-        assert idx is not None
-        if len(idx) and (int(idx.min()) < 0 or int(np.bincount(idx).max()) > 1):
+                    return hit
+        idx: IntArray | None
+        try:
+            # one C call for every name (a name the cache does not know raises KeyError)
+            found: Any = itemgetter(*names)(self.index) if len(names) > 1 else [self.index[n] for n in names]
+            idx = np.array(found, dtype=np.int64)
+        except KeyError:
+            idx = None
+        if idx is not None and len(idx) and int(np.bincount(idx).max()) > 1:
             idx = None
         if key:
             memo.append((key, idx))
