@@ -18,6 +18,7 @@ no GPUs): ``own`` marks those.
 from __future__ import annotations
 
 from operator import itemgetter
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
