@@ -128,6 +128,8 @@ class _Verdicts:
     category: Any
     fragment: Any
     by_code: dict[int, tuple[int, bytes, int]]
+    #: the table's version when every node's verdict was last checked against its code
+    version: int = -1
 
 
 @dataclass(slots=True)
@@ -545,10 +547,13 @@ class Decider:
     def _filter_fast(self, ctx: PodContext, idx: IntArray) -> FastFilter:
         table = self.table
         verdicts = self._verdicts(ctx)
-        codes = table.code[idx]
-        stale = verdicts.code[idx] != codes
-        if stale.any():
-            self._decide_nodes(ctx, verdicts, idx[stale].tolist())
+        if verdicts.version != table.version:
+            # nodes whose code changed since these verdicts were last brought in step (every node of
+            # the layout, so that any later list of names can skip the check until the cache changes)
+            stale = np.flatnonzero(verdicts.code != table.code)
+            if len(stale):
+                self._decide_nodes(ctx, verdicts, stale.tolist())
+            verdicts.version = table.version
         kinds = verdicts.kind[idx]
         counts = np.bincount(verdicts.category[idx], minlength=len(_CATEGORIES)).tolist()
         cats = {_CATEGORIES[c]: n for c, n in enumerate(counts) if c and n}

@@ -73,6 +73,11 @@ class NodeTable:
     def nodes_version(self) -> int:
         return self._nodes_version
 
+    @property
+    def version(self) -> int:
+        """The cache's ``version`` the free-GPU arrays were last brought in step with."""
+        return self._version
+
     def sync(self) -> None:
         """Bring the arrays in step with the cache (cheap when nothing changed)."""
         cache = self._cache
