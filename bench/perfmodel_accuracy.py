@@ -263,6 +263,8 @@ def logo_with_observations(d: Data, rounds: int, per_model: int = 3) -> dict[str
 def _logo_observed(d: Data, predictors: dict[str, Predictor], picker: Picker, per_model: int) -> float:
     rng = np.random.default_rng(0)
     all_ours, all_prev, all_before, all_spec, all_ceiling, all_rest = [], [], [], [], [], []
+    all_shared: list[np.ndarray] = []
+    all_linear: list[np.ndarray] = []
     for gpu, p in predictors.items():
         test = np.asarray([i for i, m in enumerate(d.ms) if m.gpu_type == gpu])
         corr = OnlineCorrector(p)
@@ -298,6 +300,14 @@ def _logo_observed(d: Data, predictors: dict[str, Predictor], picker: Picker, pe
         for key in set(keys.tolist()):
             factor[keys == key] = np.median(log_err[keys == key])
         all_ceiling.append(rel_err(cold_t * np.exp(-factor), d.t_true[rest]))
+        all_shared.append(
+            rel_err(cold_t * np.exp(-_ls_fit(_shared_trend_design(d, rest), log_err)), d.t_true[rest])
+        )
+        fitted = np.zeros(rest.size)
+        for key in set(keys.tolist()):
+            sel = keys == key
+            fitted[sel] = _ls_fit(_placement_design(d, rest[sel]), log_err[sel])
+        all_linear.append(rel_err(cold_t * np.exp(-fitted), d.t_true[rest]))
         all_ours.append(e)
         all_prev.append(e_prev)
         all_rest.append(rest)
@@ -323,7 +333,50 @@ def _logo_observed(d: Data, predictors: dict[str, Predictor], picker: Picker, pe
         f"  ceiling: best per-(model, GPU type) factor, fitted on the evaluated rows themselves n={e.size}  "
         f"{summarise(np.concatenate(all_ceiling))}"
     )
+    shared, linear = summarise(np.concatenate(all_shared)), summarise(np.concatenate(all_linear))
+    print(
+        "  ceiling: per GPU type, a factor per model + slopes shared by its models (log GPUs, log per-GPU "
+        f"batch, spans nodes, modelled sync share), fitted on the evaluated rows  {shared}"
+    )
+    print(
+        "  ceiling: per (model, GPU type), linear in log GPUs, log per-GPU batch, spans nodes, log nodes, "
+        f"fitted on the evaluated rows  {linear}"
+    )
     return float(e.mean())
+
+
+def _ls_fit(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least-squares fit of ``y`` on the columns of ``x``: the fitted values."""
+    beta = np.linalg.lstsq(x, y, rcond=None)[0]
+    return np.asarray(x @ beta)
+
+
+def _placement_design(d: Data, rows: Idx) -> np.ndarray:
+    ms = [d.ms[i] for i in rows]
+    return np.column_stack(
+        [
+            np.ones(len(ms)),
+            np.log([m.num_gpus for m in ms]),
+            np.log([m.local_batch_size for m in ms]),
+            [1.0 if m.num_nodes > 1 else 0.0 for m in ms],
+            np.log([m.num_nodes for m in ms]),
+        ]
+    )
+
+
+def _shared_trend_design(d: Data, rows: Idx) -> np.ndarray:
+    ms = [d.ms[i] for i in rows]
+    models = sorted({m.model for m in ms})
+    share = d.d.sync[rows] / (d.d.compute[rows] + d.d.sync[rows])
+    return np.column_stack(
+        [
+            *([1.0 if m.model == mod else 0.0 for m in ms] for mod in models),
+            np.log([m.num_gpus for m in ms]),
+            np.log([m.local_batch_size for m in ms]),
+            [1.0 if m.num_nodes > 1 else 0.0 for m in ms],
+            share,
+        ]
+    )
 
 
 def shipped_on_unseen(shared: Path | None) -> None:
