@@ -442,8 +442,13 @@ class Decider:
                 return False
         return True
 
-    def _gang_plan(self, ctx: PodContext, fits: Sequence[str]) -> Allocation | Unschedulable:
-        """Where the gang's unplaced replicas (this pod included) should go; see the module docstring."""
+    def _gang_plan(
+        self, ctx: PodContext, fits: Sequence[str], is_fit: Callable[[str], bool] | None = None
+    ) -> Allocation | Unschedulable:
+        """Where the gang's unplaced replicas (this pod included) should go; see the module docstring.
+
+        ``fits``: the candidate names one replica fits on; ``is_fit`` answers ``name in fits`` in O(1)
+        where the caller has it (else a set is built when needed)."""
         assert ctx.gang_key is not None
         g = ctx.gpus
         unplaced = ctx.unplaced
@@ -491,7 +496,12 @@ class Decider:
                         prefer=ctx.placed or None,
                     )
                 if isinstance(result, Allocation):
-                    if set(result.nodes).intersection(fits):
+                    offered = (
+                        any(map(is_fit, result.nodes))
+                        if is_fit is not None
+                        else bool(set(result.nodes).intersection(fits))
+                    )
+                    if offered:
                         self._plans[ctx.gang_key] = (result, dict(ctx.placed))
                         if len(self._plans) > 10_000:
                             self._plans.pop(next(iter(self._plans)))
@@ -565,16 +575,26 @@ class Decider:
         if ctx.gang_key is None or (ctx.replicas <= 1 and not ctx.placed and not ctx.planned):
             passed: list[bytes] = name_bytes[idx[fit_mask]].tolist()
         else:
-            fits: list[str] = table.name_array[idx[fit_mask]].tolist()
-            plan = self._gang_plan(ctx, fits)
+            fit_nodes = idx[fit_mask]
+            fit_all = np.zeros(len(table.names), dtype=np.bool_)
+            fit_all[fit_nodes] = True
+            index_get = table.index.get
+
+            def is_fit(name: str) -> bool:
+                i = index_get(name)
+                return i is not None and bool(fit_all[i])
+
+            # the fitting names as strings only if the plan needs them (no type decided, or a second pass)
+            fits = _LazyNames(lambda: table.name_array[fit_nodes].tolist())
+            plan = self._gang_plan(ctx, fits, is_fit)
             if isinstance(plan, Unschedulable):
                 passed = []
-                if fits:
+                if len(fit_nodes):
                     extra = _same_reason(
-                        name_bytes[idx[fit_mask]].tolist(), f"perfsched: gang {ctx.pod.job}: {plan.reason}"
+                        name_bytes[fit_nodes].tolist(), f"perfsched: gang {ctx.pod.job}: {plan.reason}"
                     )
                     (failed if plan.resolvable else unres).append(extra)
-                    cats[R_GANG] = cats.get(R_GANG, 0) + len(fits)
+                    cats[R_GANG] = cats.get(R_GANG, 0) + len(fit_nodes)
             else:
                 in_plan = np.zeros(len(table.names), dtype=np.bool_)
                 index = table.index
@@ -1309,6 +1329,28 @@ def _category(node: Node, free: int, g: int, want_type: str | None, allowed: fro
     if node.gpus < g:
         return R_TOO_SMALL
     return R_FREE
+
+
+class _LazyNames(Sequence[str]):
+    """A list of names built on first use (the gang plan needs the fitting names only sometimes)."""
+
+    def __init__(self, build: Callable[[], list[str]]) -> None:
+        self._build = build
+        self._names: list[str] | None = None
+
+    def _get(self) -> list[str]:
+        if self._names is None:
+            self._names = self._build()
+        return self._names
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._get()[i]
+
+    def __iter__(self) -> Any:
+        return iter(self._get())
 
 
 def _same_reason(names: list[bytes], reason: str) -> bytes:
