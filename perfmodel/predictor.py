@@ -65,6 +65,10 @@ import numpy.typing as npt
 from perfmodel.anchor import ANCHOR_WEIGHT, Anchors
 from perfmodel.errors import InvalidInputError, ModelFileError
 from perfmodel.features import (
+    _COMPUTE_EFFICIENCY,
+    _RING_STEP_LATENCY_S,
+    _STEP_OVERHEAD_S,
+    _SYNC_EFFICIENCY,
     FEATURE_NAMES,
     FEATURE_SCHEMA_VERSION,
     LINK_NVLINK,
@@ -75,7 +79,6 @@ from perfmodel.features import (
     JobPart,
     Resolved,
     combine,
-    design_of_nums,
     resolve_hw,
     resolve_job,
 )
@@ -293,13 +296,17 @@ class Forest:
     def _predict(self, x: FloatArray) -> FloatArray:
         rows, nf = x.shape
         flat = x.astype(np.float32).ravel()
-        node = np.broadcast_to(self.roots, (rows, self.roots.size)).copy()
-        row_off = (np.arange(rows, dtype=np.intp) * nf)[:, None]
+        # One lane per (row, tree), row-major, as flat arrays (no broadcasting inside the loop).
+        node = np.tile(self.roots, rows)
+        row_off = np.repeat(np.arange(0, rows * nf, nf, dtype=np.intp), self.roots.size)
         feature, threshold, child = self.feature, self.threshold, self.child
         for _ in range(self.depth):
-            xv = flat.take(row_off + feature.take(node))
-            node = child.take(node) + (xv >= threshold.take(node))
-        out: FloatArray = self.value.take(node).sum(axis=1) + self.base
+            at = feature.take(node)
+            at += row_off
+            right = flat.take(at) >= threshold.take(node)
+            node = child.take(node)
+            node += right
+        out: FloatArray = self.value.take(node).reshape(rows, self.roots.size).sum(axis=1) + self.base
         return out
 
 
@@ -415,16 +422,42 @@ class _Table:
 
 
 # Extra columns of the job table after ``JobPart.nums``: precision index, anchor group, low confidence,
-# row of ``MeasuredInNode.largest``.
-_J_PREC, _J_GROUP, _J_LOW, _J_CURVE = 5, 6, 7, 8
+# row of ``MeasuredInNode.largest``; then what the scaling model and the features read of the job alone
+# (computed once per job, as ``features`` computes them per row): log params, log FLOPs, 12 x params.
+_J_PREC, _J_GROUP, _J_LOW, _J_CURVE, _J_LOGP, _J_P12 = 5, 6, 7, 8, 9, 11
 # Extra columns of the placement table after ``HardwarePart.nums`` (9 columns): effective TFLOP/s per
 # precision (4), low confidence, GPU type's column in ``Anchors.measured``, log memory bandwidth, placement
-# class (``Predictor._classes``), column of ``MeasuredInNode.largest``.
+# class (``Predictor._classes``), column of ``MeasuredInNode.largest``; then, per placement: log FP32
+# TFLOP/s, log memory bandwidth, log memory, compute capability (features 3, 5, 6, 7), memory bandwidth in
+# B/s, link bandwidth x sync efficiency in B/s, effective FLOP/s x compute efficiency per precision (4),
+# log effective TFLOP/s per precision (4).
 _H_TF, _H_LOW, _H_TYPE, _H_LOGBW, _H_CLASS, _H_CTYPE = 9, 13, 14, 15, 16, 17
-# Columns of ``HardwarePart.nums`` read directly: GPUs, nodes, link class (``features.LINK_*``).
-_H_GPUS, _H_NODES, _H_LINK = 0, 1, 8
-# Columns of ``Resolved.nums`` (``features.NUM_COLUMNS``) the in-node envelope reads and rewrites.
-_M_BATCH, _M_GPUS, _M_NODES, _M_GPN, _M_TF = 0, 5, 6, 7, 14
+_H_LOGFP32, _H_FEAT5, _H_BW9, _H_LINK7, _H_TF35, _H_LOGTF = 18, 19, 22, 23, 24, 28
+_J_WIDTH, _H_WIDTH = 12, 32
+# Columns of ``HardwarePart.nums`` read directly: GPUs, nodes, GPUs per node, link class (``LINK_*``).
+_H_GPUS, _H_NODES, _H_GPN, _H_LINK = 0, 1, 2, 8
+# log(1e-6): feature 15 (log sync time + 1e-6) of a row on one GPU (no sync).
+_LOG_NO_SYNC = float(np.log(np.array([1e-6]))[0])
+
+
+_Anchored = tuple[npt.NDArray[np.bool_], npt.NDArray[np.intp], npt.NDArray[np.intp], FloatArray, FloatArray]
+
+
+@dataclass(frozen=True, slots=True)
+class _Sides:
+    """Per batch row of ``Predictor._compute``: what its job and placement sides give the scaling model and
+    the features (see ``Predictor._sides``)."""
+
+    batch: FloatArray
+    params: FloatArray
+    flops: FloatArray
+    tf35: FloatArray
+    weight: FloatArray
+    link: FloatArray
+    link_class: FloatArray
+    row: FloatArray
+    # Where the measured anchor applies, and its inputs: group, GPU type column, log TFLOP/s, log bandwidth.
+    anchored: _Anchored | None
 
 
 class Predictor:
@@ -508,8 +541,8 @@ class Predictor:
         self._hws: dict[_Key, int] = {}
         self._job_parts: list[JobPart] = []
         self._hw_parts: list[HardwarePart] = []
-        self._jtab = _Table(9)
-        self._htab = _Table(18)
+        self._jtab = _Table(_J_WIDTH)
+        self._htab = _Table(_H_WIDTH)
         # Placement classes for the in-node envelope: the placement key without its GPU count, node
         # count and network (one node's links depend only on the GPU and its interconnect).
         self._classes: dict[_Key, int] = {}
@@ -559,17 +592,23 @@ class Predictor:
         if jp is not None:
             group = self.anchors.group_index(jp.model, jp.dataset) if self.anchors is not None else -1
             curve = self.measured.group_index(jp.model, jp.dataset) if self.measured is not None else 0
+            params, flops = jp.nums[1], jp.nums[2]
+            # numpy's log, as ``features`` takes it over arrays (the values must be the same bits).
+            logs = np.log(np.array([params, flops])).tolist()
             self._jobs[job.key] = self._jtab.add(
-                (*jp.nums, jp.precision_index, group, jp.low_confidence, curve)
+                (*jp.nums, jp.precision_index, group, jp.low_confidence, curve, *logs, 12.0 * params)
             )
             self._job_parts.append(jp)
         if hp is not None:
             spec = hp.spec
             gtype = self.anchors.type_index(spec.gpu_type) if self.anchors is not None else 0
+            fp32, bw, mem, cc, link = hp.nums[3], hp.nums[4], hp.nums[5], hp.nums[6], hp.nums[7]
+            tf = hp.tflops_by_precision
+            logs = np.log(np.array([fp32, bw, mem, *tf])).tolist()
             self._hws[hw.key] = self._htab.add(
                 (
                     *hp.nums,
-                    *hp.tflops_by_precision,
+                    *tf,
                     spec.low_confidence,
                     gtype,
                     math.log(spec.memory_bandwidth_gbs),
@@ -580,6 +619,12 @@ class Predictor:
                     self.measured.type_index(spec.gpu_type, spec.low_confidence)
                     if self.measured is not None
                     else 0,
+                    *logs[:3],
+                    cc,
+                    bw * 1e9,
+                    link * (1e9 * _SYNC_EFFICIENCY),
+                    *(v * (1e12 * _COMPUTE_EFFICIENCY) for v in tf),
+                    *logs[3:],
                 )
             )
             self._hw_parts.append(hp)
@@ -672,42 +717,125 @@ class Predictor:
                 )
         return out
 
-    def _samples(self, m: FloatArray, jt: FloatArray, ht: FloatArray) -> tuple[FloatArray, FloatArray]:
-        """(samples/s, 1-GPU iteration time at the per-GPU batch) of rows given as ``Resolved.nums``
-        with their job and placement table rows."""
-        anchored = self._anchored(jt, ht, m) if self.anchors is not None else None
-        t, t1 = self.model.times(design_of_nums(m), anchored)
-        out: FloatArray = m[:, _M_BATCH] / t
-        return out, t1
+    def _sides(self, jt: FloatArray, ht: FloatArray) -> _Sides:
+        """What the rows' features and scaling model read of their job and placement alone, per batch row;
+        the extra rows of the in-node envelope share them with their owner row."""
+        k = jt.shape[0]
+        at = np.arange(k)
+        prec = jt[:, _J_PREC].astype(np.intp)
+        tf35 = ht[at, _H_TF35 + prec]
+        log_tf = ht[at, _H_LOGTF + prec]
+        weight = jt[:, _J_P12] / ht[:, _H_BW9]
+        # The placement-independent features of each row (``FEATURE_NAMES`` order; the others are filled
+        # per evaluated row by ``_evaluate``).
+        row = np.empty((k, len(FEATURE_NAMES)))
+        row[:, 1:3] = jt[:, _J_LOGP : _J_LOGP + 2]
+        row[:, 3] = ht[:, _H_LOGFP32]
+        row[:, 4] = log_tf
+        row[:, 5:8] = ht[:, _H_FEAT5 : _H_FEAT5 + 3]
+        row[:, 8:10] = jt[:, 3:5]
+        np.log(weight, out=row[:, 11])
+        anchored = None
+        if self.anchors is not None:
+            # The anchor applies to a measured model on a catalogued GPU type it was not measured on.
+            group = jt[:, _J_GROUP].astype(np.intp)
+            gtype = ht[:, _H_TYPE].astype(np.intp)
+            ok = (group >= 0) & (ht[:, _H_LOW] == 0)
+            if ok.any():
+                ok[ok] = ~self.anchors.measured[group[ok], gtype[ok]]
+                anchored = (ok, group, gtype, log_tf, ht[:, _H_LOGBW])
+        return _Sides(
+            batch=jt[:, 0],
+            params=jt[:, 1],
+            flops=jt[:, 2],
+            tf35=tf35,
+            weight=weight + _STEP_OVERHEAD_S,
+            link=ht[:, _H_LINK7],
+            link_class=ht[:, _H_LINK],
+            row=row,
+            anchored=anchored,
+        )
 
-    def _anchored(self, jt: FloatArray, ht: FloatArray, m: FloatArray) -> tuple[FloatArray, FloatArray]:
-        """``Anchors.iteration_times`` of the rows (NaN where no anchor applies), from the tables."""
-        anchors = self.anchors
-        assert anchors is not None
-        k = m.shape[0]
-        t = np.full(k, np.nan)
-        t1 = np.full(k, np.nan)
-        group = jt[:, _J_GROUP].astype(np.int64)
-        # Applies to a measured model on a GPU type it was not measured on, of a catalogued GPU.
-        ok = (group >= 0) & (ht[:, _H_LOW] == 0)
-        if ok.any():
-            ok[ok] = ~anchors.measured[group[ok], ht[ok, _H_TYPE].astype(np.int64)]
-        idx = np.flatnonzero(ok)
-        if idx.size:
-            n = m[idx, _M_GPUS]
-            t[idx], t1[idx] = anchors.times_of(
-                group[idx],
-                ht[idx, _H_TYPE].astype(np.int64),
-                m[idx, _M_BATCH] / n,
-                n,
-                (m[idx, _M_NODES] > 1).astype(np.float64),
-                np.log(m[idx, _M_TF]),
-                ht[idx, _H_LOGBW],
-            )
-        return t, t1
+    def _evaluate(
+        self, sides: _Sides, o: npt.NDArray[np.intp], g: FloatArray, nodes: FloatArray, gpn: FloatArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """(samples/s, 1-GPU iteration time at the per-GPU batch) of rows given as their owner's batch row
+        ``o`` on ``g`` GPUs, ``nodes`` nodes, ``gpn`` GPUs per node: ``features``' scaling model and feature
+        vector (the same operations on the same numbers, so the same bits), one forest pass over the rows
+        and the 1-GPU twins of the multi-GPU ones, the measured anchor and the guards of
+        ``LearnedModel.times``."""
+        e = o.size
+        batch = sides.batch[o]
+        local = batch / g
+        compute = local * sides.flops[o]
+        compute /= sides.tf35[o]
+        compute += sides.weight[o]
+        two = g - 1.0
+        two *= 2.0
+        sync = two / g
+        sync *= 4.0
+        sync *= sides.params[o]
+        sync /= sides.link[o]
+        sync += two * _RING_STEP_LATENCY_S
+        total = compute + sync
+        mi = np.flatnonzero(g > 1.0)
+        m = mi.size
+        x = np.empty((e + m, len(FEATURE_NAMES)))
+        xa = x[:e]
+        np.take(sides.row, o, axis=0, out=xa)
+        np.log(local, out=xa[:, 0])
+        np.log(compute, out=xa[:, 10])
+        np.log(g, out=xa[:, 12])
+        xa[:, 13] = nodes
+        np.log(gpn, out=xa[:, 14])
+        sync += 1e-6
+        np.log(sync, out=xa[:, 15])
+        np.log(sync / total, out=xa[:, 16])
+        np.log(total, out=xa[:, 17])
+        if m:
+            # The 1-GPU twins (per-GPU batch kept): no sync, so features 12-17 are those of one GPU.
+            xs = x[e:]
+            np.take(xa, mi, axis=0, out=xs)
+            compute_m = compute[mi]
+            xs[:, 12:16] = (0.0, 1.0, 0.0, _LOG_NO_SYNC)
+            np.log(1e-6 / compute_m, out=xs[:, 16])
+            xs[:, 17] = xs[:, 10]
+        corr = np.exp(self.model.forest.predict(x))
+        t = total * corr[:e]
+        t1 = t.copy()
+        if m:
+            t1[mi] = compute_m * corr[e:]
+        if sides.anchored is not None and self.anchors is not None:
+            ok, group, gtype, log_tf, log_bw = sides.anchored
+            ai = np.flatnonzero(ok[o])
+            if ai.size:
+                oa = o[ai]
+                anchor = self.anchors.times_of(
+                    group[oa],
+                    gtype[oa],
+                    local[ai],
+                    g[ai],
+                    (nodes[ai] > 1).astype(np.float64),
+                    log_tf[oa],
+                    log_bw[oa],
+                )
+                for ours, at in ((t, anchor[0]), (t1, anchor[1])):
+                    blend = ~np.isnan(at)
+                    idx = ai[blend]
+                    ours[idx] = np.exp(
+                        (1 - ANCHOR_WEIGHT) * np.log(ours[idx]) + ANCHOR_WEIGHT * np.log(at[blend])
+                    )
+        if m:
+            tm = np.maximum(t[mi], t1[mi])
+            t1m = t1[mi]
+            nvl = np.flatnonzero(sides.link_class[o[mi]] == LINK_NVLINK)
+            tm[nvl] = np.minimum(tm[nvl], g[mi[nvl]] * t1m[nvl])
+            t[mi] = tm
+        samples: FloatArray = batch / t
+        return samples, t1
 
     def _compute(
-        self, jid: npt.NDArray[np.int64], hid: npt.NDArray[np.int64]
+        self, jid: npt.NDArray[np.intp], hid: npt.NDArray[np.intp]
     ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, npt.NDArray[np.bool_]]:
         """(samples/s, iterations/s, low, high, low confidence) for rows given by their table rows.
 
@@ -717,21 +845,18 @@ class Predictor:
         time among per-GPU batches B/n .. B/1, so that there more GPUs never predict a lower total
         throughput.
         """
-        jt = self._jtab.rows[jid]
-        ht = self._htab.rows[hid]
+        jt = self._jtab.rows.take(jid, axis=0)
+        ht = self._htab.rows.take(hid, axis=0)
         k = jid.size
-        prec = jt[:, _J_PREC].astype(np.int64)
-        tflops = ht[np.arange(k), _H_TF + prec]
-        # ``Resolved.nums`` of every row: job side (5), placement side (9), effective TFLOP/s.
-        m = np.concatenate((jt[:, :5], ht[:, :9], tflops[:, None]), axis=1)
-        n = m[:, _M_GPUS]
-        one_node = m[:, _M_NODES] == 1.0
+        n = ht[:, _H_GPUS]
+        sides = self._sides(jt, ht)
         env = np.flatnonzero(self._envelope_rows(jt, ht))
         if env.size == 0:
-            samples = self._samples(m, jt, ht)[0]
+            samples = self._evaluate(sides, np.arange(k), n, ht[:, _H_NODES], ht[:, _H_GPN])[0]
         else:
             # The same job on 1 .. n-1 GPUs of the owner's node class, as extra rows; rows that are the
             # same (job, class, GPU count) -- in the batch or among the extras -- are computed once.
+            one_node = ht[:, _H_NODES] == 1.0
             reps = n[env].astype(np.intp) - 1
             ends = np.cumsum(reps)
             starts = ends - reps
@@ -740,33 +865,38 @@ class Predictor:
             single = np.flatnonzero(one_node)
             src = np.concatenate((single, owner))
             gpus = np.concatenate((n[single], fewer))
-            key = (jid[src] * (len(self._classes) + 1) + ht[src, _H_CLASS].astype(np.int64)) * (
+            key = (jid[src] * (len(self._classes) + 1) + ht[src, _H_CLASS].astype(np.intp)) * (
                 int(gpus.max()) + 1
-            ) + gpus.astype(np.int64)
+            ) + gpus.astype(np.intp)
             _, first, inv = np.unique(key, return_index=True, return_inverse=True)
             multi_node = np.flatnonzero(~one_node)
-            rows = np.concatenate((multi_node, src[first]))
-            full = m[rows]
-            full[multi_node.size :, _M_GPUS] = full[multi_node.size :, _M_GPN] = gpus[first]
-            got, got_t1 = self._samples(full, jt[rows], ht[rows])
+            mn = multi_node.size
+            g = np.concatenate((n[multi_node], gpus[first]))
+            got, got_t1 = self._evaluate(
+                sides,
+                np.concatenate((multi_node, src[first])),
+                g,
+                np.concatenate((ht[multi_node, _H_NODES], np.ones(first.size))),
+                np.concatenate((ht[multi_node, _H_GPN], gpus[first])),
+            )
             samples = np.empty(k)
-            samples[multi_node] = got[: multi_node.size]
-            at = got[multi_node.size :][inv]
+            samples[multi_node] = got[:mn]
+            at = got[mn:][inv]
             samples[single] = at[: single.size]
             best = np.maximum(samples[env], np.maximum.reduceat(at[single.size :], starts))
             # Linear-scaling cap from the 1-GPU times at per-GPU batches B/n .. B/1, made non-increasing
             # in the GPU count (a larger per-GPU batch never takes less time on one GPU): the cap and
             # the envelope both grow with n, so their minimum does too.
-            t1 = got_t1[multi_node.size :][inv]
+            t1 = got_t1[mn:][inv]
             t1_min = np.minimum(
                 t1[np.searchsorted(single, env)], np.minimum.reduceat(t1[single.size :], starts)
             )
-            samples[env] = np.minimum(best, m[env, _M_BATCH] / t1_min)
-        iters = samples / m[:, _M_BATCH]
+            samples[env] = np.minimum(best, sides.batch[env] / t1_min)
+        iters = samples / sides.batch
         low = (jt[:, _J_LOW] + ht[:, _H_LOW]) > 0
         # q_low/q_high are quantiles of log(measured / predicted) throughput; widened 2x in log space for
         # low-confidence rows and placements larger than any training row.
-        widen = np.where(low | (ht[:, _H_GPUS] > self.meta.max_gpus_seen), 2.0, 1.0)
+        widen = np.where(low | (n > self.meta.max_gpus_seen), 2.0, 1.0)
         lo = samples * np.exp(widen * self.meta.q_low)
         hi = samples * np.exp(widen * self.meta.q_high)
         return samples, iters, lo, hi, low
