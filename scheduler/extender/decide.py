@@ -42,7 +42,7 @@ from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import Allocation, Interconnect, Job, Node, PlacementShape
 from scheduler.extender.table import IntArray, NodeTable, first_positions, present_codes
 from scheduler.k8s.cache import ClusterCache
-from scheduler.k8s.codec import PodInfo, decode_node, decode_pod, pod_gpu_request
+from scheduler.k8s.codec import PodInfo, decode_node, decode_pod
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +192,7 @@ class Decider:
     def context(self, pod_obj: Mapping[str, Any]) -> PodContext:
         """Resolve the request's pod: GPU request, job, the operator's decision and the gang's state."""
         pod = decode_pod(pod_obj)
-        gpus = pod_gpu_request(pod_obj)
+        gpus = pod.gpus  # decode_pod sums the request with pod_gpu_request (and raises as it does)
         cache = self.cache
         job: Job | None = None
         problem = ""
