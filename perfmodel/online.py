@@ -47,10 +47,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from perfmodel.errors import InvalidInputError
-from perfmodel.features import HardwareFeatures, JobFeatures, Resolved, sync_time
+from perfmodel.features import HardwareFeatures, JobFeatures, Resolved, model_terms, sync_time
 from perfmodel.predictor import Predictions, Predictor
 
 PRIOR_GPU = 3.0
@@ -74,9 +74,9 @@ _TREND_PLACEMENT_ONLY = (1, 2)
 RIDGE_PLACEMENT_ONLY = 1.0
 
 
-def _point(r: Resolved, t: float, t1: float) -> _Point:
-    """The row's descriptors from its offline iteration time ``t`` and its 1-GPU twin's ``t1``."""
-    s = sync_time(r)
+def _point(r: Resolved, t: float, t1: float, s: float) -> _Point:
+    """The row's descriptors from its offline iteration time ``t``, its 1-GPU twin's ``t1`` and the
+    scaling model's all-reduce time ``s``."""
     return (
         math.log(r.local_batch),
         math.log(r.num_gpus),
@@ -90,7 +90,7 @@ def _one_gpu_twin(job: JobFeatures, hw: HardwareFeatures) -> tuple[JobFeatures, 
     """The same job on one GPU of the same type and interconnect at the row's per-GPU batch."""
     local = max(1, round(job.batch_size / hw.num_gpus))
     return (
-        replace(job, batch_size=local),
+        JobFeatures(job.model, job.dataset, local, job.precision, job.params, job.flops_per_sample),
         HardwareFeatures(
             hw.gpu_type, 1, 1, 1, hw.interconnect, hw.network_gbps, hw.memory_mib, hw.compute_capability
         ),
@@ -136,6 +136,10 @@ class OnlineCorrector:
     _dirty: bool = False
     # Per GPU type: the slopes of its trend, one per descriptor of ``_trend_descriptors``.
     _gpu_slopes: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    # Per (model, GPU type): (shrunken mean, [(weight, residual left by the GPU level, point)]).
+    _mg_left: dict[tuple[str, str], tuple[float, list[tuple[float, float, _Point]]]] = field(
+        default_factory=dict
+    )
     # Per GPU type: the lowest and highest trend value at its observed points.
     _trend_range: dict[str, tuple[float, float]] = field(default_factory=dict)
 
@@ -170,7 +174,7 @@ class OnlineCorrector:
         st.sum_r = st.sum_r * self.decay + residual
         st.sum_r2 = st.sum_r2 * self.decay + residual * residual
         st.count += 1
-        st.point = _point(r, job.batch_size / base, twin[0].batch_size / base1)
+        st.point = _point(r, job.batch_size / base, twin[0].batch_size / base1, sync_time(r))
         self._dirty = True
         return residual
 
@@ -196,6 +200,14 @@ class OnlineCorrector:
             self._gpu_slopes[gpu_type] = slopes
             seen = [self._dot(slopes, p) for jobs in models for _, _, p in jobs]
             self._trend_range[gpu_type] = (min(seen), max(seen))
+        # Per (model, GPU type): each job's residual left by the GPU level (bias and trend), and their
+        # shrunken mean (neither depends on the question).
+        self._mg_left = {}
+        for (model, gpu_type), jobs in mg.items():
+            bias = self._gpu_level(gpu_type)
+            left = [(cw, mean - bias - self._trend(gpu_type, p), p) for cw, mean, p in jobs]
+            level = sum(cw * r for cw, r, _ in left) / (sum(cw for cw, _, _ in left) + PRIOR_MODEL_GPU)
+            self._mg_left[(model, gpu_type)] = (level, left)
 
     @property
     def _trend_descriptors(self) -> tuple[int, ...]:
@@ -245,18 +257,17 @@ class OnlineCorrector:
         lo, hi = self._trend_range[gpu_type]
         return min(hi, max(lo, self._dot(slopes, point)))
 
-    def _model_gpu_level(self, model: str, gpu_type: str, gpu_bias: float, point: _Point) -> float:
+    def _model_gpu_level(self, model: str, gpu_type: str, point: _Point) -> float:
         """The model's residuals on this GPU type left by the GPU level (bias and trend): their mean,
         shrunken by the observation count, plus a kernel-weighted local deviation from that mean.
 
         Jobs that ran at a similar per-GPU batch and GPU count weigh more in the local part (Gaussian in
         log space, width log 16 in each; half weight across the single-/multi-node divide).
         """
-        jobs = self._mg_jobs.get((model, gpu_type), ())
-        if not jobs:
+        got = self._mg_left.get((model, gpu_type))
+        if got is None:
             return 0.0
-        left = [(cw, mean - gpu_bias - self._trend(gpu_type, p), p) for cw, mean, p in jobs]
-        level = sum(cw * r for cw, r, _ in left) / (sum(cw for cw, _, _ in left) + PRIOR_MODEL_GPU)
+        level, left = got
         w = s = 0.0
         for cw, r, p in left:
             d2 = ((point[0] - p[0]) / _KERNEL_WIDTH) ** 2 + ((point[1] - p[1]) / _KERNEL_WIDTH) ** 2
@@ -272,14 +283,14 @@ class OnlineCorrector:
         r = self.predictor.resolve(job, hw)
         twin = _one_gpu_twin(job, hw)
         base, base1 = self.predictor.predict([(job, hw), twin]).samples_per_s
-        point = _point(r, job.batch_size / base, twin[0].batch_size / base1)
+        point = _point(r, job.batch_size / base, twin[0].batch_size / base1, sync_time(r))
         return self._correction(r, point, self._jobs.get(self._key_of(job, hw, job_id)))[0]
 
     def _correction(self, r: Resolved, point: _Point, st: _JobStats | None) -> tuple[float, float, float]:
         """(log correction, job evidence weight, spread of the job's own residuals)."""
         gpu_type = r.spec.gpu_type
         g = self._gpu_level(gpu_type)
-        mg = self._model_gpu_level(r.model, gpu_type, g, point)
+        mg = self._model_gpu_level(r.model, gpu_type, point)
         total = g + self._trend(gpu_type, point) + mg
         if st is None or st.gpu_type != gpu_type or st.weight <= 0:
             return total, 0.0, 0.0
@@ -342,12 +353,13 @@ class OnlineCorrector:
         n = len(rows)
         if self._dirty:
             self._rebuild()
+        resolved = [self.predictor.resolve(job, hw) for job, hw in rows]
+        syncs = model_terms(resolved)[1].tolist()
         out: dict[str, list[float]] = {k: [] for k in ("s", "i", "lo", "hi", "ilo", "ihi")}
         for k, ((job, hw), jid) in enumerate(zip(rows, ids, strict=True)):
-            r = self.predictor.resolve(job, hw)
-            point = _point(
-                r, job.batch_size / base.samples_per_s[k], twins[k][0].batch_size / base.samples_per_s[n + k]
-            )
+            r = resolved[k]
+            t1 = twins[k][0].batch_size / base.samples_per_s[n + k]
+            point = _point(r, job.batch_size / base.samples_per_s[k], t1, syncs[k])
             st = self._jobs.get(self._key_of(job, hw, jid))
             corr, weight, std = self._correction(r, point, st)
             s = base.samples_per_s[k] * math.exp(corr)
