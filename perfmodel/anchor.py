@@ -196,21 +196,40 @@ class Anchors:
         ok = group >= 0
         ok[ok] = ~self.measured[group[ok], type_col[ok]] & (type_col[ok] < len(self._types))
         idx = np.flatnonzero(ok)
-        if idx.size == 0:
-            return t, t1
-        g = group[idx]
-        log_lb = np.log(local_batch[idx])
-        log_s = np.interp(g * _SPAN + log_lb, self._cx, self._cy) + 0.5 * (log_eff[idx] + log_bw[idx])
-        t1[idx] = np.exp(log_lb - log_s)
-        n = num_gpus[idx]
-        single = (n == 1.0) & (multi_node[idx] == 0.0)
-        t[idx[single]] = t1[idx[single]]
-        kind = (multi_node[idx] > 0).astype(np.int64)
-        table = self._eff[g, type_col[idx], kind]
+        if idx.size:
+            t[idx], t1[idx] = self.times_where_applies(
+                group[idx],
+                type_col[idx],
+                local_batch[idx],
+                num_gpus[idx],
+                multi_node[idx],
+                log_eff[idx],
+                log_bw[idx],
+            )
+        return t, t1
+
+    def times_where_applies(
+        self,
+        group: npt.NDArray[np.intp],
+        type_col: npt.NDArray[np.intp],
+        local_batch: FloatArray,
+        num_gpus: FloatArray,
+        multi_node: FloatArray,
+        log_eff: FloatArray,
+        log_bw: FloatArray,
+    ) -> tuple[FloatArray, FloatArray]:
+        """``times_of`` for rows known to be anchored (a measured group, a catalogued GPU type it was not
+        measured on): the anchored time is NaN only where no efficiency table applies."""
+        log_lb = np.log(local_batch)
+        log_s = np.interp(group * _SPAN + log_lb, self._cx, self._cy) + 0.5 * (log_eff + log_bw)
+        t1: FloatArray = np.exp(log_lb - log_s)
+        single = (num_gpus == 1.0) & (multi_node == 0.0)
+        t: FloatArray = np.where(single, t1, np.nan)
+        table = self._eff[group, type_col, (multi_node > 0).astype(np.int64)]
         many = np.flatnonzero(~single & (table >= 0))
         if many.size:
-            log_e = np.interp(table[many] * _SPAN + np.log(n[many]), self._tx, self._ty)
-            t[idx[many]] = t1[idx[many]] * np.exp(-log_e)
+            log_e = np.interp(table[many] * _SPAN + np.log(num_gpus[many]), self._tx, self._ty)
+            t[many] = t1[many] * np.exp(-log_e)
         return t, t1
 
     def applies(self, r: Resolved) -> bool:

@@ -636,45 +636,33 @@ class Predictor:
         Use ``predict_each`` to get per-row errors instead of one exception.
         """
         cache = self._cache
-        hits = [cache.get(row) for row in rows]
+        hits = list(map(cache.get, rows))
         todo = [i for i, h in enumerate(hits) if h is None]
         if todo:
             # The side tables are bounded like the result cache (checked between calls, so the ids of
             # one batch stay valid while it is computed).
             if len(self._jobs) > self._cache_size or len(self._hws) > self._cache_size:
                 self._reset_parts()
+            fresh = rows if len(todo) == len(rows) else [rows[i] for i in todo]
             jobs, hws = self._jobs, self._hws
-            jid: list[int] = []
-            hid: list[int] = []
-            for i in todo:
-                job, hw = rows[i]
-                j = jobs.get(job.key)
-                h = hws.get(hw.key)
-                if j is None or h is None:
-                    try:
-                        j, h = self._add(job, hw)
-                    except InvalidInputError as exc:
-                        raise InvalidInputError(f"row {i}: {exc}") from exc
-                jid.append(j)
-                hid.append(h)
-            s, it, lo, hi, low = self._compute(np.asarray(jid), np.asarray(hid))
-            computed = list(zip(s.tolist(), it.tolist(), lo.tolist(), hi.tolist(), low.tolist(), strict=True))
-            for i, res in zip(todo, computed, strict=True):
-                hits[i] = res
-                cache[rows[i]] = res
+            jid = [jobs.get(job.key) for job, _ in fresh]
+            hid = [hws.get(hw.key) for _, hw in fresh]
+            if None in jid or None in hid:
+                for k, (job, hw) in enumerate(fresh):
+                    if jid[k] is None or hid[k] is None:
+                        try:
+                            jid[k], hid[k] = self._add(job, hw)
+                        except InvalidInputError as exc:
+                            raise InvalidInputError(f"row {todo[k]}: {exc}") from exc
+            s, it, lo, hi, low, batch = self._compute(np.asarray(jid), np.asarray(hid))
+            s_, it_, lo_, hi_, low_ = s.tolist(), it.tolist(), lo.tolist(), hi.tolist(), low.tolist()
+            cache.update(zip(fresh, zip(s_, it_, lo_, hi_, low_, strict=True), strict=True))
             while len(cache) > self._cache_size:
                 cache.popitem(last=False)
             if len(todo) == len(rows):
-                b = [row[0].batch_size for row in rows]
-                return Predictions(
-                    s.tolist(),
-                    it.tolist(),
-                    lo.tolist(),
-                    hi.tolist(),
-                    [x / y for x, y in zip(lo.tolist(), b, strict=True)],
-                    [x / y for x, y in zip(hi.tolist(), b, strict=True)],
-                    low.tolist(),
-                )
+                return Predictions(s_, it_, lo_, hi_, (lo / batch).tolist(), (hi / batch).tolist(), low_)
+            for i, res in zip(todo, zip(s_, it_, lo_, hi_, low_, strict=True), strict=True):
+                hits[i] = res
         done = [r for r in hits if r is not None]
         batches = [row[0].batch_size for row in rows]
         return Predictions(
@@ -740,9 +728,10 @@ class Predictor:
             # The anchor applies to a measured model on a catalogued GPU type it was not measured on.
             group = jt[:, _J_GROUP].astype(np.intp)
             gtype = ht[:, _H_TYPE].astype(np.intp)
-            ok = (group >= 0) & (ht[:, _H_LOW] == 0)
+            measured = self.anchors.measured
+            ok = (group >= 0) & (ht[:, _H_LOW] == 0) & (gtype < measured.shape[1] - 1)
             if ok.any():
-                ok[ok] = ~self.anchors.measured[group[ok], gtype[ok]]
+                ok[ok] = ~measured[group[ok], gtype[ok]]
                 anchored = (ok, group, gtype, log_tf, ht[:, _H_LOGBW])
         return _Sides(
             batch=jt[:, 0],
@@ -810,7 +799,7 @@ class Predictor:
             ai = np.flatnonzero(ok[o])
             if ai.size:
                 oa = o[ai]
-                anchor = self.anchors.times_of(
+                anchor = self.anchors.times_where_applies(
                     group[oa],
                     gtype[oa],
                     local[ai],
@@ -836,8 +825,9 @@ class Predictor:
 
     def _compute(
         self, jid: npt.NDArray[np.intp], hid: npt.NDArray[np.intp]
-    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, npt.NDArray[np.bool_]]:
-        """(samples/s, iterations/s, low, high, low confidence) for rows given by their table rows.
+    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, npt.NDArray[np.bool_], FloatArray]:
+        """(samples/s, iterations/s, low, high, low confidence, global batch) for rows given by their table
+        rows.
 
         In-node envelope (on the rows ``_envelope_rows`` picks): a row on ``n`` > 1 GPUs of one node is
         computed together with the same job on 1 .. n-1 GPUs of that node (same GPU, interconnect, global
@@ -899,4 +889,4 @@ class Predictor:
         widen = np.where(low | (n > self.meta.max_gpus_seen), 2.0, 1.0)
         lo = samples * np.exp(widen * self.meta.q_low)
         hi = samples * np.exp(widen * self.meta.q_high)
-        return samples, iters, lo, hi, low
+        return samples, iters, lo, hi, low, sides.batch
