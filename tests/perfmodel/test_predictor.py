@@ -240,7 +240,8 @@ def test_batch_path_equals_the_per_row_reference(predictor: Predictor) -> None:
     raw = Predictor(predictor.model, predictor.meta, anchors=predictor.anchors, in_node_envelope=False)
     got_raw = raw.predict(rows)
     want = _per_row_reference(predictor, rows)
-    np.testing.assert_allclose(got_raw.samples_per_s, want, rtol=1e-9)
+    # The same bits: the batch path does the per-row path's arithmetic on the same numbers.
+    np.testing.assert_array_equal(got_raw.samples_per_s, want)
     assert got_raw.low_confidence == [r.low_confidence for r in resolved]
     # With the envelope where the rule applies it: such a row on n GPUs of one node gets the best of the
     # same job on 1 .. n GPUs of that node (the reference computed row by row); other rows -- several
@@ -283,6 +284,43 @@ def test_batch_path_equals_the_per_row_reference(predictor: Predictor) -> None:
             got.samples_per_s[k : k + 5], rel=1e-12
         )
         assert small.predict_one(*rows[k]).samples_per_s[0] == pytest.approx(got.samples_per_s[k], rel=1e-12)
+
+
+def test_a_row_gets_the_same_bits_whatever_else_the_call_holds(predictor: Predictor) -> None:
+    # One call mixing cached rows, rows of seen sides, a new job and placement, and repeated rows returns
+    # for every row exactly what a fresh predictor computes for that row alone (nothing in the batch, the
+    # envelope's shared extra rows or the forest's chunks leaks between rows).
+    rows = _sample_rows()[:60]
+    new = (
+        JobFeatures("mynet2", "", 48, params=1e7, flops_per_sample=2e9),
+        HardwareFeatures("L4", 4, 4, 1, "pcie"),
+    )
+    mixed = [
+        *rows[:30],
+        *rows[:5],
+        new,
+        *rows[30:],
+        *[(j, HardwareFeatures(h.gpu_type, 8, 8)) for j, h in rows[:9]],
+    ]
+    p = Predictor(predictor.model, predictor.meta, anchors=predictor.anchors, measured=predictor.measured)
+    p.predict(rows[::3])
+    got = p.predict(mixed)
+    for k, row in enumerate(mixed):
+        alone = Predictor(
+            predictor.model, predictor.meta, anchors=predictor.anchors, measured=predictor.measured
+        )
+        one = alone.predict_one(*row)
+        assert (got.samples_per_s[k], got.iters_per_s[k], got.low[k], got.high[k]) == (
+            one.samples_per_s[0],
+            one.iters_per_s[0],
+            one.low[0],
+            one.high[0],
+        ), (k, row)
+        assert (got.iters_low[k], got.iters_high[k], got.low_confidence[k]) == (
+            one.iters_low[0],
+            one.iters_high[0],
+            one.low_confidence[0],
+        )
 
 
 def _check_in_node_sweep(
