@@ -27,13 +27,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
 
 from perfmodel.features import HardwareFeatures, JobFeatures, design_of
-from perfmodel.predictor import Predictor
+from perfmodel.predictor import Forest, Predictor
 
 # The machine this runs on is shared: CPU time of this process (CLOCK_PROCESS_CPUTIME_ID) is what one
 # core spends, wall time includes waiting for a core. Both are printed; targets are about the former.
@@ -100,6 +101,101 @@ def forest_rows(p: Predictor, batches: list[list[tuple[JobFeatures, HardwareFeat
     finally:
         del forest.predict
     return statistics.mean(walked)
+
+
+def forest_inputs(
+    p: Predictor, batches: list[list[tuple[JobFeatures, HardwareFeatures]]]
+) -> list[np.ndarray]:
+    """The feature rows the predictor's forest walks for each batch (result cache cold), in one array each."""
+    forest = p.model.forest
+    seen: list[list[np.ndarray]] = []
+    original = forest.predict
+
+    def recording(x: np.ndarray) -> np.ndarray:
+        seen[-1].append(x)
+        return original(x)
+
+    forest.predict = recording  # type: ignore[method-assign]
+    try:
+        for b in batches:
+            seen.append([])
+            p.clear_cache()
+            p.predict(b)
+    finally:
+        del forest.predict
+    return [np.concatenate(x) for x in seen]
+
+
+def leaf_booster(forest: Forest) -> Any:
+    """An xgboost Booster with our trees whose output is each tree's leaf (one class per tree, the leaf's
+    node number as its value, base 0): summing our leaf values over its output gives our forest exactly,
+    so it times xgboost's C++ tree walk on the same trees (``inplace_predict``, one thread)."""
+    import xgboost as xgb
+
+    n_trees = forest.roots.size
+    ends = [*forest.roots[1:].tolist(), forest.feature.size]
+    trees = []
+    for t, (s, e) in enumerate(zip(forest.roots.tolist(), ends, strict=True)):
+        ids = np.arange(s, e)
+        leaf = forest.child[s:e] == ids
+        left = np.where(leaf, -1, forest.child[s:e] - s)
+        right = np.where(leaf, -1, forest.child[s:e] + 1 - s)
+        parents = np.full(e - s, 2147483647)
+        parents[left[~leaf]] = np.flatnonzero(~leaf)
+        parents[right[~leaf]] = np.flatnonzero(~leaf)
+        n = e - s
+        trees.append(
+            {
+                "base_weights": [0.0] * n,
+                "categories": [],
+                "categories_nodes": [],
+                "categories_segments": [],
+                "categories_sizes": [],
+                "default_left": [1] * n,
+                "id": t,
+                "left_children": left.tolist(),
+                "right_children": right.tolist(),
+                "parents": parents.tolist(),
+                "loss_changes": [0.0] * n,
+                "split_conditions": np.where(leaf, ids, forest.threshold[s:e]).astype(np.float32).tolist(),
+                "split_indices": np.where(leaf, 0, forest.feature[s:e]).tolist(),
+                "split_type": [0] * n,
+                "sum_hessian": [1.0] * n,
+                "tree_param": {
+                    "num_deleted": "0",
+                    "num_feature": "18",
+                    "num_nodes": str(n),
+                    "size_leaf_vector": "1",
+                },
+            }
+        )
+    learner = {
+        "attributes": {},
+        "feature_names": [],
+        "feature_types": [],
+        "gradient_booster": {
+            "model": {
+                "cats": {"enc": [], "feature_segments": [], "sorted_idx": []},
+                "gbtree_model_param": {"num_parallel_tree": "1", "num_trees": str(n_trees)},
+                "iteration_indptr": [0, n_trees],
+                "tree_info": list(range(n_trees)),
+                "trees": trees,
+            },
+            "name": "gbtree",
+        },
+        "learner_model_param": {
+            "base_score": "[" + ",".join(["0E0"] * n_trees) + "]",
+            "boost_from_average": "0",
+            "num_class": str(n_trees),
+            "num_feature": "18",
+            "num_target": "1",
+        },
+        "objective": {"name": "multi:softmax", "softmax_multiclass_param": {"num_class": str(n_trees)}},
+    }
+    model = {"learner": learner, "version": [int(v) for v in xgb.__version__.split(".")[:3]]}
+    booster = xgb.Booster(params={"nthread": 1}, model_file=bytearray(json.dumps(model).encode()))
+    booster.set_param({"nthread": 1})
+    return booster
 
 
 def main() -> int:
@@ -227,36 +323,63 @@ def main() -> int:
         " (target <= 20 us)"
     )
 
-    # Baseline in the same run: xgboost itself on the same trees.
+    # Where the default call's time goes: the forest alone on the rows it walks, interleaved with the calls.
+    inputs = forest_inputs(p, batches[10:])
+    calls, walks = [], []
+    for b, x in zip(batches[10:], inputs, strict=True):
+        p.clear_cache()
+        t = CLOCK()
+        p.predict(b)
+        calls.append(CLOCK() - t)
+        t = CLOCK()
+        p.model.forest.predict(x)
+        walks.append(CLOCK() - t)
+    call, walk = statistics.median(calls), statistics.median(walks)
+    print(
+        f"where a default 100-row call goes: median {call * 1e6:.0f} us, of which the forest alone on its "
+        f"{statistics.mean(len(x) for x in inputs):.0f} rows {walk * 1e6:.0f} us ({walk / call:.0%}), "
+        "the rest "
+        f"(features, scaling model, anchors, guards, envelope, cache) {(call - walk) * 1e6:.0f} us"
+    )
+
+    # Baseline in the same run: xgboost's own C++ predictor on the same trees (a leaf-index booster, exact).
     try:
         t = time.perf_counter()
-        import xgboost as xgb
-
-        from perfmodel.features import feature_vector, resolve
+        import xgboost  # noqa: F401
 
         import_s = time.perf_counter() - t
-        from importlib import resources
-
-        raw = json.loads((resources.files("perfmodel") / "data" / "predictor.json").read_text())
-        x = np.asarray([feature_vector(resolve(j, h)) for j, h in b])
-        # Refit-free check is not possible from our flat arrays; train a same-size booster for timing.
-        n_trees = len(raw["forest"]["trees"])
-        booster = xgb.train(
-            {"max_depth": 6, "nthread": 1, "verbosity": 0}, xgb.DMatrix(x, label=np.zeros(len(x))), n_trees
-        )
-        booster.set_param({"nthread": 1})
-        booster.inplace_predict(x)
-        base = median_time(lambda: booster.inplace_predict(x), 200)
-        print(
-            f"baseline: import xgboost {import_s * 1e3:.0f} ms; xgboost inplace_predict of 100 rows x "
-            f"{n_trees} trees: median {base * 1e6:.0f} us"
-        )
-        print(
-            "baseline: our numpy forest alone on the same 100 rows: "
-            f"median {median_time(lambda: p.model.forest.predict(x), 200) * 1e6:.0f} us"
-        )
     except ImportError:
         print("baseline: xgboost not installed")
+        return 0
+    t = time.perf_counter()
+    booster = leaf_booster(p.model.forest)
+    build_s = time.perf_counter() - t
+    forest = p.model.forest
+
+    def xgb_forest(x: np.ndarray) -> np.ndarray:
+        leaf = booster.inplace_predict(x, predict_type="margin")
+        return forest.value.take(leaf.astype(np.intp)).sum(axis=1) + forest.base  # type: ignore[no-any-return]
+
+    never_inputs = forest_inputs(flat, batches[10:20])
+    cases = [("100 rows", inputs[0][:100]), ("'never' rows", never_inputs[0]), ("default rows", inputs[0])]
+    for _, x in cases:
+        assert np.array_equal(xgb_forest(x), forest.predict(x)), "leaf booster differs from our forest"
+    figures = []
+    for name, x in cases:
+        ours_t, xgb_t = [], []
+        for _ in range(5):
+            ours_t.append(median_time(lambda: forest.predict(x), 40))  # noqa: B023
+            xgb_t.append(median_time(lambda: xgb_forest(x), 40))  # noqa: B023
+        figures.append(
+            f"{name} ({len(x)}): numpy {statistics.median(ours_t) * 1e6:.0f} us, "
+            f"xgboost {statistics.median(xgb_t) * 1e6:.0f} us"
+        )
+    print(
+        "baseline: xgboost's C++ walk of the same trees (inplace_predict, nthread=1, exact via leaf "
+        "indices): "
+        f"import xgboost {import_s * 1e3:.0f} ms + booster {build_s * 1e3:.0f} ms at load; "
+        + "; ".join(figures)
+    )
     return 0
 
 

@@ -420,6 +420,10 @@ class _Table:
     def rows(self) -> npt.NDArray[Any]:
         return self._data[: self.size]
 
+    def tail(self, start: int) -> npt.NDArray[Any]:
+        """The filled rows from ``start`` on (a view: writable)."""
+        return self._data[start : self.size]
+
 
 # Extra columns of the job table after ``JobPart.nums``: precision index, anchor group, low confidence,
 # row of ``MeasuredInNode.largest``; then what the scaling model and the features read of the job alone
@@ -543,6 +547,8 @@ class Predictor:
         self._hw_parts: list[HardwarePart] = []
         self._jtab = _Table(_J_WIDTH)
         self._htab = _Table(_H_WIDTH)
+        # Rows of the tables whose log columns are filled (``_complete_tables``).
+        self._jdone = self._hdone = 0
         # Placement classes for the in-node envelope: the placement key without its GPU count, node
         # count and network (one node's links depend only on the GPU and its interconnect).
         self._classes: dict[_Key, int] = {}
@@ -592,19 +598,16 @@ class Predictor:
         if jp is not None:
             group = self.anchors.group_index(jp.model, jp.dataset) if self.anchors is not None else -1
             curve = self.measured.group_index(jp.model, jp.dataset) if self.measured is not None else 0
-            params, flops = jp.nums[1], jp.nums[2]
-            # numpy's log, as ``features`` takes it over arrays (the values must be the same bits).
-            logs = np.log(np.array([params, flops])).tolist()
+            # The log columns are filled by ``_complete_tables``, for every new row of a call at once.
             self._jobs[job.key] = self._jtab.add(
-                (*jp.nums, jp.precision_index, group, jp.low_confidence, curve, *logs, 12.0 * params)
+                (*jp.nums, jp.precision_index, group, jp.low_confidence, curve, 0.0, 0.0, 12.0 * jp.nums[1])
             )
             self._job_parts.append(jp)
         if hp is not None:
             spec = hp.spec
             gtype = self.anchors.type_index(spec.gpu_type) if self.anchors is not None else 0
-            fp32, bw, mem, cc, link = hp.nums[3], hp.nums[4], hp.nums[5], hp.nums[6], hp.nums[7]
+            bw, cc, link = hp.nums[4], hp.nums[6], hp.nums[7]
             tf = hp.tflops_by_precision
-            logs = np.log(np.array([fp32, bw, mem, *tf])).tolist()
             self._hws[hw.key] = self._htab.add(
                 (
                     *hp.nums,
@@ -619,12 +622,17 @@ class Predictor:
                     self.measured.type_index(spec.gpu_type, spec.low_confidence)
                     if self.measured is not None
                     else 0,
-                    *logs[:3],
+                    0.0,
+                    0.0,
+                    0.0,
                     cc,
                     bw * 1e9,
                     link * (1e9 * _SYNC_EFFICIENCY),
                     *(v * (1e12 * _COMPUTE_EFFICIENCY) for v in tf),
-                    *logs[3:],
+                    0.0,
+                    0.0,
+                    0.0,
+                    0.0,
                 )
             )
             self._hw_parts.append(hp)
@@ -823,6 +831,23 @@ class Predictor:
         samples: FloatArray = batch / t
         return samples, t1
 
+    def _complete_tables(self) -> None:
+        """Fill the log columns of the side-table rows added since the last call, in one pass: numpy's
+        log over columns, as ``features`` takes it (the same bits as the per-row path)."""
+        jt, ht = self._jtab, self._htab
+        if jt.size > self._jdone:
+            new = jt.tail(self._jdone)
+            new[:, _J_LOGP] = np.log(new[:, 1])
+            new[:, _J_LOGP + 1] = np.log(new[:, 2])
+            self._jdone = jt.size
+        if ht.size > self._hdone:
+            new = ht.tail(self._hdone)
+            new[:, _H_LOGFP32] = np.log(new[:, 3])
+            new[:, _H_FEAT5] = np.log(new[:, 4])
+            new[:, _H_FEAT5 + 1] = np.log(new[:, 5])
+            new[:, _H_LOGTF : _H_LOGTF + 4] = np.log(new[:, _H_TF : _H_TF + 4])
+            self._hdone = ht.size
+
     def _compute(
         self, jid: npt.NDArray[np.intp], hid: npt.NDArray[np.intp]
     ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, npt.NDArray[np.bool_], FloatArray]:
@@ -835,6 +860,7 @@ class Predictor:
         time among per-GPU batches B/n .. B/1, so that there more GPUs never predict a lower total
         throughput.
         """
+        self._complete_tables()
         jt = self._jtab.rows.take(jid, axis=0)
         ht = self._htab.rows.take(hid, axis=0)
         k = jid.size
