@@ -821,12 +821,15 @@ class Predictor:
                     log_tf[oa],
                     log_bw[oa],
                 )
-                for ours, at in ((t, anchor[0]), (t1, anchor[1])):
-                    blend = ~np.isnan(at)
-                    idx = ai[blend]
-                    ours[idx] = np.exp(
-                        (1 - ANCHOR_WEIGHT) * np.log(ours[idx]) + ANCHOR_WEIGHT * np.log(at[blend])
-                    )
+                # Blended in log space where the anchor has a time (the rows', then their twins').
+                ours = np.concatenate((t[ai], t1[ai]))
+                at = np.concatenate(anchor)
+                blend = np.flatnonzero(~np.isnan(at))
+                ours[blend] = np.exp(
+                    (1 - ANCHOR_WEIGHT) * np.log(ours[blend]) + ANCHOR_WEIGHT * np.log(at[blend])
+                )
+                t[ai] = ours[: ai.size]
+                t1[ai] = ours[ai.size :]
         if m:
             tm = np.maximum(t[mi], t1[mi])
             t1m = t1[mi]
@@ -886,10 +889,17 @@ class Predictor:
             single = np.flatnonzero(one_node)
             src = np.concatenate((single, owner))
             gpus = np.concatenate((n[single], fewer))
-            key = (jid[src] * (len(self._classes) + 1) + ht[src, _H_CLASS].astype(np.intp)) * (
-                int(gpus.max()) + 1
-            ) + gpus.astype(np.intp)
-            _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+            cell = jid * (len(self._classes) + 1) + ht[:, _H_CLASS].astype(np.intp)
+            key = cell.take(src) * (int(gpus.max()) + 1) + gpus.astype(np.intp)
+            # ``np.unique(key, return_index=True, return_inverse=True)``, without its wrapper's overhead.
+            order = np.argsort(key, kind="stable")
+            ordered = key.take(order)
+            head = np.empty(ordered.size, dtype=np.bool_)
+            head[0] = True
+            np.not_equal(ordered[1:], ordered[:-1], out=head[1:])
+            first = order[head]
+            inv = np.empty(key.size, dtype=np.intp)
+            inv[order] = np.cumsum(head) - 1
             multi_node = np.flatnonzero(~one_node)
             mn = multi_node.size
             g = np.concatenate((n[multi_node], gpus[first]))
