@@ -6,7 +6,11 @@ sees one consistent state), asks the ``ThroughputOracle`` at most once per reque
 placement shapes in one batch, memoised), and uses the core's ``check_node`` for per-node reasons and
 ``place_gang`` for gang placement, so the extender places gangs exactly as the policies and the
 simulator do. No I/O of its own; it holds memo tables (predictions, placement shapes, gang plans,
-class scores, locality groups) and a gang index per GPU type kept in step with the cache.
+class scores, locality groups), a gang index per GPU type kept in step with the cache, and the cache's
+nodes as numpy arrays (``table.NodeTable``) for the vectorised paths: ``filter_fast`` and
+``prioritize_fast`` answer requests of node names the cache knows with the same bytes as ``filter`` and
+``prioritize_classes`` (the general path, kept for everything else), per-node verdicts and JSON entries
+memoised per kind of pod and re-decided only for nodes whose free GPUs changed.
 
 Pods: a pod is *managed* when it asks for ``nvidia.com/gpu``; others pass through untouched (kube-scheduler
 only calls the extender for pods that ask for a managed resource, and blocking a pod we have no opinion
