@@ -54,6 +54,7 @@ class NodeTable:
         self.own: BoolArray = np.zeros(0, dtype=np.bool_)
         self.stride = 1
         self.usable = True
+        self._free_in_order = False
         self._code_base: IntArray = np.zeros(0, dtype=np.int64)
         self._score_base: IntArray = np.zeros(0, dtype=np.int64)
         #: number of distinct codes (codes run from 0 to ``codes - 1``)
@@ -112,11 +113,18 @@ class NodeTable:
         self._rep_of_group = {}
         for i, grp in enumerate(groups.tolist()):
             self._rep_of_group.setdefault(grp, i)
+        # the cache's free-GPU dict holds the same nodes in the same order (both are written together);
+        # its values are small ints, quicker to read than the keys' large ones
+        self._free_in_order = list(cache.free) == self.names
         self._set_free(fk & 0xFFFF)
 
     def _refresh(self) -> None:
-        fk = np.fromiter(self._cache.filter_key.values(), dtype=np.int64, count=len(self.names))
-        self._set_free(fk & 0xFFFF)
+        cache = self._cache
+        n = len(self.names)
+        if self._free_in_order and len(cache.free) == n:
+            self._set_free(np.fromiter(cache.free.values(), dtype=np.int64, count=n))
+        else:
+            self._set_free(np.fromiter(cache.filter_key.values(), dtype=np.int64, count=n) & 0xFFFF)
 
     def _set_free(self, free: IntArray) -> None:
         self.free = free  # never above the node's GPUs, so below ``stride``
