@@ -12,6 +12,10 @@ ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
+# A C compiler for the predictor's compiled tree walk (perfmodel/_forest.c); build stage only.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends build-essential=12.9 \
+ && rm -rf /var/lib/apt/lists/*
 RUN python -m venv /opt/perfsched \
  && /opt/perfsched/bin/pip install --no-cache-dir "pip==26.3" "setuptools==84.2.1" "wheel==0.48.0"
 ENV PATH=/opt/perfsched/bin:$PATH
@@ -21,9 +25,11 @@ COPY pyproject.toml README.md /src/
 COPY deploy/image/build-wheel.sh /src/deploy/image/build-wheel.sh
 COPY scheduler /src/scheduler
 COPY perfmodel /src/perfmodel
+COPY setup.py /src/
 RUN sh deploy/image/build-wheel.sh /wheels \
  && pip install --no-cache-dir --no-deps /wheels/perfsched-*.whl \
  && pip check \
+ && python -I -c "import perfmodel._forest" \
  && pip uninstall --yes setuptools wheel
 
 # ---- runtime: slim base, the venv, a non-root user --------------------------------------------------

@@ -10,7 +10,8 @@ Figures (median of repeated runs after warm-up, one thread):
   scheduling round), target <= 1 ms; baselines, interleaved with ours on the same batches (the shared
   machine's load moves all alike): the same predictor with the envelope on every one-node row (the
   default before; each such row on n GPUs is computed with the same job on 1 .. n-1 GPUs) and without
-  any envelope, and the per-row path without it; ``xgboost.Booster.inplace_predict`` on the same 100
+  any envelope, and the per-row path without it, and the default predictor with its trees walked by
+  numpy instead of the compiled ``perfmodel._forest``; ``xgboost.Booster.inplace_predict`` on the same 100
   feature rows (tree evaluation only). Printed with them: how many of the rows get the envelope and how
   many rows the forest walks. Also printed: the same with every cache cold (a new predictor per batch).
 - cached: the same call repeated (every row a cache hit), and one cached row, target <= 20 us.
@@ -20,6 +21,8 @@ Run: ``nice python bench/perfmodel_speed.py``.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import os
 import statistics
@@ -241,15 +244,26 @@ def main() -> int:
     assert anchors is not None
     flat = Predictor(p.model, p.meta, anchors=anchors, measured=p.measured, envelope="never")
     strict = Predictor(p.model, p.meta, anchors=anchors, measured=p.measured, envelope="always")
+    # The default predictor with its trees walked by numpy (where the compiled walk is not built).
+    numpy_forest = copy.copy(p.model.forest)
+    numpy_forest.native = False
+    slow = Predictor(
+        dataclasses.replace(p.model, forest=numpy_forest), p.meta, anchors=anchors, measured=p.measured
+    )
     for b in batches[:10]:
         flat.predict(b)
         strict.predict(b)
-    ours, per_row, no_env, always = [], [], [], []
+        slow.predict(b)
+    ours, per_row, no_env, always, numpy_walk = [], [], [], [], []
     for b in batches[10:]:
         p.clear_cache()
         t = CLOCK()
         p.predict(b)
         ours.append(CLOCK() - t)
+        slow.clear_cache()
+        t = CLOCK()
+        slow.predict(b)
+        numpy_walk.append(CLOCK() - t)
         strict.clear_cache()
         t = CLOCK()
         strict.predict(b)
@@ -263,6 +277,11 @@ def main() -> int:
         times, _ = p.model.times(design_of(resolved), anchors.iteration_times(resolved))
         [(r.batch_size / x, 1.0 / x, r.low_confidence) for r, x in zip(resolved, times.tolist(), strict=True)]
         per_row.append(CLOCK() - t)
+    print(
+        f"trees walked by the compiled perfmodel._forest: {p.model.forest.native}; the same default "
+        f"predictor walking them with numpy, interleaved: median {statistics.median(numpy_walk) * 1e6:.0f} "
+        f"us CPU (ours {statistics.median(ours) * 1e6:.0f} us)"
+    )
     print(
         "baselines interleaved on the same batches: the envelope on every one-node row (the default "
         f"before) median {statistics.median(always) * 1e6:.0f} us CPU; without the in-node envelope "
@@ -363,16 +382,19 @@ def main() -> int:
     never_inputs = forest_inputs(flat, batches[10:20])
     cases = [("100 rows", inputs[0][:100]), ("'never' rows", never_inputs[0]), ("default rows", inputs[0])]
     for _, x in cases:
-        assert np.array_equal(xgb_forest(x), forest.predict(x)), "leaf booster differs from our forest"
+        # Same leaves, same summation order as the numpy walk; the compiled walk sums in tree order.
+        assert np.array_equal(xgb_forest(x), forest.predict_numpy(x)), "leaf booster differs from our forest"
+        assert np.allclose(forest.predict(x), forest.predict_numpy(x), rtol=1e-12, atol=1e-12)
     figures = []
     for name, x in cases:
-        ours_t, xgb_t = [], []
+        native_t, ours_t, xgb_t = [], [], []
         for _ in range(5):
-            ours_t.append(median_time(lambda: forest.predict(x), 40))  # noqa: B023
+            native_t.append(median_time(lambda: forest.predict(x), 40))  # noqa: B023
+            ours_t.append(median_time(lambda: forest.predict_numpy(x), 40))  # noqa: B023
             xgb_t.append(median_time(lambda: xgb_forest(x), 40))  # noqa: B023
         figures.append(
-            f"{name} ({len(x)}): numpy {statistics.median(ours_t) * 1e6:.0f} us, "
-            f"xgboost {statistics.median(xgb_t) * 1e6:.0f} us"
+            f"{name} ({len(x)}): compiled {statistics.median(native_t) * 1e6:.0f} us, "
+            f"numpy {statistics.median(ours_t) * 1e6:.0f} us, xgboost {statistics.median(xgb_t) * 1e6:.0f} us"
         )
     print(
         "baseline: xgboost's C++ walk of the same trees (inplace_predict, nthread=1, exact via leaf "

@@ -35,8 +35,9 @@ Samples/s = iterations/s x global batch.
 The interval ``[low, high]`` is the prediction times the 10th / 90th percentile of out-of-fold error
 ratios from training, widened 2x (in log space) for low-confidence rows (model or GPU not in the zoo or
 catalogue) and placements larger than any training row. The model file (``perfmodel/data/predictor.json``)
-holds the feature-schema version, the trees as flat arrays (evaluated here with numpy: serving needs
-neither xgboost's import time nor its per-call overhead) and the quantiles. A file of another schema, or
+holds the feature-schema version, the trees as flat arrays and the quantiles; the trees are walked here
+by a small compiled loop (``perfmodel/_forest.c``, built by setup.py; numpy walks the same arrays where
+it is not built): serving needs neither xgboost's import time nor its per-call overhead. A file of another schema, or
 a corrupt one, is refused with ``ModelFileError``. ``Predictor.predict`` caches results per
 (job features, placement) in a bounded LRU; uncached rows are computed together, in one numpy pass over
 numeric tables of the checked job and placement sides (no per-row objects). What the scaling model and
@@ -58,7 +59,7 @@ import json
 import logging
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -92,6 +93,20 @@ from perfmodel.measurements import Measurement, read_table
 from perfmodel.truth import TABLE_NAME
 
 log = logging.getLogger(__name__)
+
+
+def _load_native_walk() -> Callable[..., None] | None:
+    """The compiled tree walk (``perfmodel/_forest.c``, built by setup.py where a C compiler is
+    available), or None: then ``Forest`` walks its trees with numpy."""
+    try:
+        from perfmodel._forest import walk
+    except ImportError:  # pragma: no cover - depends on how the package was built
+        log.info("perfmodel._forest is not built: the predictor walks its trees with numpy")
+        return None
+    return walk
+
+
+_native_walk = _load_native_walk()
 
 MODEL_FILE = "predictor.json"
 FloatArray = npt.NDArray[np.float64]
@@ -207,7 +222,8 @@ class Forest:
     """A tree ensemble as flat arrays, evaluated for many rows at once with numpy.
 
     Every node has a global index; the two children of an inner node sit side by side (``child`` is the
-    left one, the right one is ``child + 1``), and a leaf is its own child with an infinite threshold, so
+    left one, the right one is ``child + 1``), and a leaf is its own child with a NaN threshold (no
+    value compares ``>=`` NaN, not even an infinite one), so
     ``depth`` steps of ``node = child + (x[feature] >= threshold)`` reach every row's leaf in every tree
     (XGBoost goes left when ``x < threshold``; features here are never missing).
     """
@@ -222,13 +238,29 @@ class Forest:
         depth: int,
         base: float,
     ) -> None:
-        self.roots = roots
-        self.feature = feature
-        self.threshold = threshold
-        self.child = child
-        self.value = value
+        # Contiguous arrays of exactly these item types: the compiled walk reads their raw buffers.
+        self.roots = roots = np.ascontiguousarray(roots, dtype=np.intp)
+        self.feature = feature = np.ascontiguousarray(feature, dtype=np.intp)
+        self.threshold = threshold = np.ascontiguousarray(threshold, dtype=np.float32)
+        self.child = child = np.ascontiguousarray(child, dtype=np.intp)
+        self.value = value = np.ascontiguousarray(value, dtype=np.float64)
         self.depth = depth
         self.base = base
+        # The compiled walk trusts the node arrays: check them once (roots, every inner node's child pair
+        # and every leaf's self-reference inside the arrays, non-negative features; the feature count is
+        # checked per call).
+        n = feature.size
+        if not (threshold.size == child.size == value.size == n) or (
+            roots.size and (roots.min() < 0 or roots.max() >= n)
+        ):
+            raise ValueError("forest node arrays of different lengths")
+        inner = ~np.isnan(threshold)
+        if n and (
+            child.min() < 0 or child.max() >= n or (child[inner] + 1).max(initial=0) >= n or feature.min() < 0
+        ):
+            raise ValueError("forest child or feature index out of range")
+        self._features = int(feature.max(initial=-1)) + 1
+        self.native = _native_walk is not None
 
     @staticmethod
     def from_trees(trees: Sequence[dict[str, list[Any]]], base: float) -> Forest:
@@ -261,7 +293,7 @@ class Forest:
                     val[new] = float(t["value"][old])
                     depth = max(depth, d)
                     if li == -1:
-                        feat[new], thr[new], child[new] = 0, math.inf, new
+                        feat[new], thr[new], child[new] = 0, math.nan, new
                         continue
                     if not (0 <= li < n and 0 <= ri < n):
                         raise ValueError("child index out of range")
@@ -292,7 +324,35 @@ class Forest:
         )
 
     def predict(self, x: FloatArray) -> FloatArray:
-        """Sum of leaf values plus the base, for each row of ``x`` (rows x features)."""
+        """Sum of leaf values plus the base, for each row of ``x`` (rows x features).
+
+        Walked by the compiled ``perfmodel._forest`` when it was built and ``native`` is on, else by
+        ``predict_numpy``: the same leaves (both compare float32 features with float32 thresholds); the
+        sums may differ in the last bits (summation order).
+        """
+        if not self.native or _native_walk is None:
+            return self.predict_numpy(x)
+        rows, nf = x.shape
+        if nf < self._features:
+            raise ValueError(f"forest needs {self._features} features, got {nf}")
+        xf = np.ascontiguousarray(x, dtype=np.float32)
+        out: FloatArray = np.empty(rows, dtype=np.float64)
+        _native_walk(
+            xf,
+            nf,
+            self.roots,
+            self.feature,
+            self.threshold,
+            self.child,
+            self.value,
+            self.depth,
+            self.base,
+            out,
+        )
+        return out
+
+    def predict_numpy(self, x: FloatArray) -> FloatArray:
+        """``predict`` walked with numpy (the fallback where the compiled walk is not built)."""
         step = max(16, _FOREST_LANES // max(1, self.roots.size))
         if x.shape[0] > step:
             return np.concatenate([self._predict(x[i : i + step]) for i in range(0, x.shape[0], step)])

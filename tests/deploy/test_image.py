@@ -132,3 +132,7 @@ def test_wheel_ships_the_predictor_model_and_sample_data(tmp_path: Path) -> None
     assert not missing, f"not in the wheel (so not in the image): {missing}"
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "perfsched = scheduler.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()
+    # the predictor's compiled tree walk (the Dockerfile's build stage installs a compiler for it), with
+    # its type stub
+    assert any(re.fullmatch(r"perfmodel/_forest\.cpython-\d+-.*\.so", n) for n in names), sorted(names)[:20]
+    assert {"perfmodel/_forest.pyi", "perfmodel/py.typed"} <= names
