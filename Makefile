@@ -33,8 +33,12 @@ $(VENV)/.installed: pyproject.toml
 	touch "$@"
 
 venv: $(VENV)/.installed
-	# the package itself is always re-linked (cheap), the clone path may differ between runs
+	# the package itself is always re-linked (cheap), the clone path may differ between runs; this also
+	# builds perfmodel's compiled tree walk (perfmodel/_forest.c) where a C compiler is available
 	"$(PY)" -m pip install --quiet --no-deps --no-build-isolation -e . >/dev/null
+	"$(PY)" -c 'import perfmodel._forest' 2>/dev/null || echo "WARNING: perfmodel._forest was not built \
+	(needs a C compiler and the Python headers; Debian: gcc python3-dev): the predictor walks its trees \
+	with numpy, about 2x slower, and tests/perfmodel/test_forest_native.py fails" >&2
 
 # Debian packages and Go-built binaries for the e2e control plane (cached by version).
 tools: venv
