@@ -37,8 +37,8 @@ ratios from training, widened 2x (in log space) for low-confidence rows (model o
 catalogue) and placements larger than any training row. The model file (``perfmodel/data/predictor.json``)
 holds the feature-schema version, the trees as flat arrays and the quantiles; the trees are walked here
 by a small compiled loop (``perfmodel/_forest.c``, built by setup.py; numpy walks the same arrays where
-it is not built): serving needs neither xgboost's import time nor its per-call overhead. A file of another schema, or
-a corrupt one, is refused with ``ModelFileError``. ``Predictor.predict`` caches results per
+it is not built): serving needs neither xgboost's import time nor its per-call overhead. A file of
+another schema, or a corrupt one, is refused with ``ModelFileError``. ``Predictor.predict`` caches results per
 (job features, placement) in a bounded LRU; uncached rows are computed together, in one numpy pass over
 numeric tables of the checked job and placement sides (no per-row objects). What the scaling model and
 the features need of a job or a placement alone (its logs, FLOP/s and bandwidth products) is kept in
