@@ -36,7 +36,7 @@ from scheduler import metrics
 from scheduler.core.errors import ConfigError, PermanentError
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.extender import wire
-from scheduler.extender.decide import Decider, FilterOutcome, Weights
+from scheduler.extender.decide import Decider, FastFilter, FilterOutcome, Weights
 from scheduler.k8s.cache import ClusterCache, Kind
 from scheduler.k8s.codec import pod_gpu_request
 from scheduler.settings import Settings
@@ -125,6 +125,43 @@ def host_priority_bytes(names: Sequence[str], scores: Any) -> bytes:
     parts[2::2] = _SCORE_TAILS[scores].tolist()
     parts[-1] = parts[-1][: -len(',{"Host":"')] + "]"
     return "".join(parts).encode()
+
+
+_SCORE_TAIL_BYTES = np.array([t.encode() for t in _SCORE_TAILS.tolist()] + [b""], dtype=object)[:-1]
+
+
+def host_priority_names(names: list[bytes], scores: Any) -> bytes:
+    """``host_priority_bytes`` for names given as bytes (the node table's, which need no escaping)."""
+    if len(scores) != len(names):
+        raise ValueError(f"{len(names)} names but {len(scores)} scores")
+    if not names:
+        return b"[]"
+    parts: list[bytes] = [b""] * (2 * len(names) + 1)
+    parts[0] = b'[{"Host":"'
+    parts[1::2] = names
+    parts[2::2] = _SCORE_TAIL_BYTES[scores].tolist()
+    parts[-1] = parts[-1][: -len(b',{"Host":"')] + b"]"
+    return b"".join(parts)
+
+
+def _text_route(body: bytes) -> tuple[dict[str, Any], bytes] | None:
+    """The pod and the ``NodeNames`` array's JSON text of a body that ends with that array and whose
+    rest decodes (``wire.split_names``) to an object with a well-formed pod; None otherwise (the body
+    then takes the ordinary route, which decodes it whole and answers every error)."""
+    split = wire.split_names(body)
+    if split is None:
+        return None
+    head, text = split
+    try:
+        obj = orjson.loads(head)
+    except orjson.JSONDecodeError:
+        return None
+    if type(obj) is not dict or obj.get("NodeNames", 0) is not None:
+        return None
+    try:
+        return wire.request_pod(obj), text
+    except wire.WireError:
+        return None
 
 
 def _json(obj: Any, status: int = 200) -> Response:
@@ -357,17 +394,34 @@ def create_app(
         _done(verb, start, status)
         return status, orjson.dumps({"Error": message})
 
+    def filter_text(body: bytes) -> FastFilter | None:
+        """The filter answer when the body's names are found from its text (``Decider.filter_text``);
+        None sends the body the ordinary way, which answers anything else (errors included) as if
+        this had not been tried."""
+        route = _text_route(body)
+        if route is None:
+            return None
+        try:
+            return decider.filter_text(*route)
+        except Exception:
+            return None
+
     def filter_answer(body: bytes | _HTTPError, start: float) -> tuple[int, bytes]:
         """Status and reply of a filter request (``body``: the request's bytes, or the error reading it)."""
         try:
             if isinstance(body, _HTTPError):
                 raise body
-            args = wire.parse_extender_args(_parse_json(body), body, name_texts)
-            fast = (
-                decider.filter_fast(args.pod, args.names, args.names_key)
-                if args.node_objects is None and args.plain
-                else None
-            )
+            fast = filter_text(body)
+            if fast is not None:
+                asked = fast.asked
+            else:
+                args = wire.parse_extender_args(_parse_json(body), body, name_texts)
+                asked = len(args.names)
+                fast = (
+                    decider.filter_fast(args.pod, args.names, args.names_key)
+                    if args.node_objects is None and args.plain
+                    else None
+                )
             if fast is None:
                 outcome = decider.filter(args.pod, args.names, args.node_objects)
         except _HTTPError as exc:
@@ -390,7 +444,7 @@ def create_app(
             reply, passed, categories = fast.reply, fast.passed, fast.categories
         else:
             reply, passed, categories = _filter_reply(outcome, args), len(outcome.passed), outcome.categories
-        nodes_in.observe(len(args.names))
+        nodes_in.observe(asked)
         nodes_passed.observe(passed)
         for reason, n in categories.items():
             rejections[reason].inc(n)
@@ -399,6 +453,17 @@ def create_app(
 
     def prioritize_answer(body: bytes | _HTTPError, start: float) -> tuple[int, bytes]:
         """Status and reply of a prioritize request (``body``: as for ``filter_answer``)."""
+        route = _text_route(body) if not isinstance(body, _HTTPError) else None
+        if route is not None:
+            try:
+                found = decider.prioritize_text(*route)
+            except Exception:
+                found = None  # the ordinary route answers it
+            if found is not None:
+                idx, text_scores = found
+                reply = host_priority_names(decider.table.name_bytes[idx].tolist(), text_scores)
+                _done("prioritize", start, 200)
+                return 200, reply
         try:
             if isinstance(body, _HTTPError):
                 raise body

@@ -98,6 +98,8 @@ class FastFilter:
     reply: bytes
     passed: int
     categories: dict[str, int]
+    #: the names asked about
+    asked: int = 0
 
 
 #: rejection categories by number (0: none) in the per-node verdict arrays
@@ -558,6 +560,22 @@ class Decider:
                 return None
             return self._filter_fast(ctx, idx)
 
+    def filter_text(self, pod_obj: Mapping[str, Any], text: bytes) -> FastFilter | None:
+        """``filter_fast`` for a request whose ``NodeNames`` array is given as its JSON text, mapped to
+        node numbers without decoding it (``NodeTable.lookup_text``); None when the names are not
+        exactly a JSON array of distinct names the cache knows, or the general path must answer."""
+        with self.cache.lock:
+            self.cache.expire_assumed()
+            ctx = self.context(pod_obj)
+            if ctx.gpus <= 0 or ctx.job_problem:
+                return None
+            table = self.table
+            table.sync()
+            idx = table.lookup_text(text)
+            if idx is None:
+                return None
+            return self._filter_fast(ctx, idx)
+
     def _filter_fast(self, ctx: PodContext, idx: IntArray) -> FastFilter:
         table = self.table
         verdicts = self._verdicts(ctx)
@@ -625,7 +643,7 @@ class Decider:
         parts += unres
         parts.append(b'},"Error":""}')
         reply = b"".join(parts)
-        return FastFilter(reply, len(passed), cats)
+        return FastFilter(reply, len(passed), cats, len(idx))
 
     def _verdicts(self, ctx: PodContext) -> _Verdicts:
         table = self.table
@@ -770,9 +788,23 @@ class Decider:
                 return None
             if ctx.gpus <= 0:
                 return np.zeros(len(idx), dtype=np.int64)
-            return self._score_fast(ctx, names, idx)
+            return self._score_fast(ctx, idx)
 
-    def _score_fast(self, ctx: PodContext, names: Sequence[str], idx: IntArray) -> IntArray:
+    def prioritize_text(self, pod_obj: Mapping[str, Any], text: bytes) -> tuple[IntArray, IntArray] | None:
+        """``prioritize_fast`` for a request whose ``NodeNames`` array is given as its JSON text (see
+        ``filter_text``): the node numbers of the names, in request order, and their scores."""
+        with self.cache.lock:
+            ctx = self.context(pod_obj)
+            table = self.table
+            table.sync()
+            idx = table.lookup_text(text)
+            if idx is None:
+                return None
+            if ctx.gpus <= 0:
+                return idx, np.zeros(len(idx), dtype=np.int64)
+            return idx, self._score_fast(ctx, idx)
+
+    def _score_fast(self, ctx: PodContext, idx: IntArray) -> IntArray:
         w = self.weights
         table = self.table
         node_map = self.cache.nodes
@@ -804,7 +836,7 @@ class Decider:
         lut_key = (*lut_key, tuple(anchors), most, present.tobytes())
         lut = self._lut_memo.get(lut_key)
         if lut is None:
-            lut, complete = self._score_lut(ctx, names, dense, present, rel, use_loc, use_tp, anchors, most)
+            lut, complete = self._score_lut(ctx, idx, dense, present, rel, use_loc, use_tp, anchors, most)
             if complete:
                 if len(self._lut_memo) >= 1024:
                     self._lut_memo.clear()
@@ -815,7 +847,7 @@ class Decider:
     def _score_lut(
         self,
         ctx: PodContext,
-        names: Sequence[str],
+        idx: IntArray,
         dense: IntArray,
         present: IntArray,
         rel: _Relation | None,
@@ -856,7 +888,7 @@ class Decider:
             order = sorted(range(len(keys)), key=firsts.__getitem__)
             reps: dict[Any, tuple[Node, int]] = {}
             for j in order:
-                reps[keys[j]] = (node_map[names[firsts[j]]], keys[j] & 0xFFFF)
+                reps[keys[j]] = (node_map[table.names[int(idx[firsts[j]])]], keys[j] & 0xFFFF)
             scores, complete = self._score_classes(ctx, reps, rel, use_loc, use_tp, node_map)
             scores[None] = 0
             if complete:

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.extender import wire
-from scheduler.extender.app import _filter_reply, host_priority_bytes, host_priority_list
+from scheduler.extender.app import _filter_reply, host_priority_bytes, host_priority_list, host_priority_names
 from scheduler.extender.decide import Decider, Weights
 from scheduler.k8s.cache import ClusterCache, Kind
 from tests.extender.conftest import FakeOracle
@@ -101,13 +101,7 @@ def test_fast_paths_answer_what_the_general_path_answers(
     for step in range(4):
         names = rng.sample(all_names, rng.randint(0, len(all_names)))
         for pod in requests:
-            for key in ("", '","'.join(names)):  # without and with the name-list memo
-                got = _fast(fast_side, pod, names, key)
-                want = _general(general_side, pod, names)
-                assert got[0] == want[0], f"filter differs for {pod['metadata']['name']} at step {step}"
-                assert got[1] == want[1], f"prioritize differs for {pod['metadata']['name']} at step {step}"
-                assert got[2].categories == want[2].categories
-                assert got[2].passed == len(want[2].passed)
+            _same_answers(fast_side, general_side, pod, names, step)
         # the cluster moves: a bind, a reservation released, a node cordoned or added, a pod gone
         victim = rng.choice(all_names)
         event = step % 4
@@ -120,6 +114,34 @@ def test_fast_paths_answer_what_the_general_path_answers(
         else:
             cache.apply(Kind.NODES, "ADDED", kube_node(f"late-{step}", "A100", 8, rack="r1"))
             all_names.append(f"late-{step}")
+
+
+def _same_answers(
+    fast_side: Decider, general_side: Decider, pod: dict[str, Any], names: list[str], step: int
+) -> None:
+    """The fast paths (names given as a list, with and without the memo; names given as the request's
+    JSON text, mapped without decoding it) answer what the general path answers."""
+    who = f"{pod['metadata']['name']} at step {step}"
+    for key in ("", '","'.join(names)):  # without and with the name-list memo
+        got = _fast(fast_side, pod, names, key)
+        want = _general(general_side, pod, names)
+        assert got[0] == want[0], f"filter differs for {who}"
+        assert got[1] == want[1], f"prioritize differs for {who}"
+        assert got[2].categories == want[2].categories
+        assert got[2].passed == len(want[2].passed)
+    text = orjson.dumps(names)
+    by_text = fast_side.filter_text(pod, text)
+    scored = fast_side.prioritize_text(pod, text)
+    if not names:
+        assert by_text is None and scored is None  # "[]": the ordinary route answers
+        return
+    want = _general(general_side, pod, names)
+    assert by_text is not None and scored is not None, f"names not found from their text for {who}"
+    assert by_text.reply == want[0], f"filter from text differs for {who}"
+    assert by_text.categories == want[2].categories and by_text.asked == len(names)
+    idx, scores = scored
+    assert fast_side.table.name_array[idx].tolist() == names
+    assert host_priority_names(fast_side.table.name_bytes[idx].tolist(), scores) == want[1]
 
 
 def test_unknown_or_repeated_names_leave_the_answer_to_the_general_path() -> None:
@@ -233,3 +255,64 @@ def test_the_node_table_follows_node_changes() -> None:
     cache.apply(Kind.NODES, "ADDED", kube_node("c", "H100", 8))
     got = orjson.loads(decider.filter_fast(pod, ["c", "b"], "k2").reply)  # type: ignore[union-attr]
     assert got["NodeNames"] == ["c"]
+
+
+def _table_of(*names: str) -> Any:
+    decider = Decider(fed_cache([kube_node(n, "A100", 8) for n in names]), FakeOracle())
+    decider.table.sync()
+    return decider.table
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        (b'["a","bb"]', ["a", "bb"]),
+        (b'["bb","a","gpu-node-0123456789"]', ["bb", "a", "gpu-node-0123456789"]),
+        (b'["gpu-node-0123456789"]', ["gpu-node-0123456789"]),
+        # not exactly the JSON array of known names, without spaces or escapes: None
+        (b'["a", "bb"]', None),  # a space
+        (b'[ "a","bb"]', None),
+        (b'["a","bb" ]', None),
+        (b'["\\u0061","bb"]', None),  # an escape that decodes to a known name
+        (b'["a","b"]', None),  # a prefix of a known name
+        (b'["bbbb"]', None),  # a known name and more
+        (b'["a","ghost"]', None),
+        (b'["a","a"]', None),  # twice
+        (b'["a",,"bb"]', None),
+        (b'["a""bb"]', None),
+        (b'["a","bb"]]', None),
+        (b'["a","bb"', None),
+        (b'"a","bb"]', None),
+        (b'["a",1]', None),
+        (b'["a",["bb"]]', None),
+        (b'["a\x00\x00"]', None),  # bytes past the name's end are not zero padding
+        (b'["gpu-node-0123456789-and-more-than-the-longest-name"]', None),
+        (b'[""]', None),
+        (b"[]", None),
+    ],
+)
+def test_names_are_found_from_their_text_only_when_it_is_exactly_their_json_array(
+    text: bytes, want: list[str] | None
+) -> None:
+    table = _table_of("a", "bb", "bbb", "gpu-node-0123456789")
+    got = table.lookup_text(text)
+    assert (None if got is None else table.name_array[got].tolist()) == want
+    assert (table.lookup_text(text) is None) == (want is None)  # the memo answers the same
+
+
+def test_names_json_must_escape_are_never_found_from_text() -> None:
+    table = _table_of("a", 'we"ird')
+    assert table.lookup_text(b'["a"]') is None  # no hash table: a name is not in the text as it is
+    assert table.lookup(["a"], "") is not None  # the dict lookup still maps them
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.text("ab-.0123456789xyz", min_size=1, max_size=30), min_size=1, max_size=60, unique=True))
+def test_any_set_of_names_is_found_from_any_order_of_its_text(names: list[str]) -> None:
+    table = _table_of(*names)
+    rng = random.Random(len(names))
+    for _ in range(3):
+        order = rng.sample(names, rng.randint(1, len(names)))
+        got = table.lookup_text(orjson.dumps(order))
+        assert got is not None and table.name_array[got].tolist() == order
+    assert table.lookup_text(orjson.dumps([*names, names[0]])) is None

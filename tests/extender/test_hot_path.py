@@ -274,3 +274,41 @@ def test_rejection_counts_per_category_match_the_rejected_nodes() -> None:
     assert out.failed["c2"] == "perfsched: node c2 is cordoned (unschedulable)"
     assert list(out.failed) == ["a2", "a3", "c1", "c2", "ghost"]  # request order
     assert list(out.unresolvable) == ["a4", "v1", "v2", "cpu"]
+
+
+POD_JSON = orjson.dumps(kube_pod("p", 1, model="resnet50", batch_size=64))
+TEXT_ROUTE_BODIES = [
+    b'{"Pod":' + POD_JSON + b',"Nodes":null,"NodeNames":["b","a","c"]}',
+    b'{"Pod":' + POD_JSON + b',"Nodes":null,"NodeNames":["c","a"]}  \n',
+    b'{"Pod":' + POD_JSON + b',"Nodes":null,"NodeNames":["c","a","ghost"]}',
+    b'{"Pod":' + POD_JSON + b',"Nodes":null,"NodeNames":["c","a","c"]}',
+    b'{"Pod":' + POD_JSON + b',"Nodes":null,"NodeNames":["c", "a"]}',
+    b'{"Pod":' + POD_JSON + b',"Nodes":null,"NodeNames":["\\u0063","a"]}',
+    b'{"Pod":' + POD_JSON + b',"Nodes":null,"NodeNames":["a",1]}',
+    b'{"Pod":' + POD_JSON + b',"Nodes":null,"NodeNames":[]}',
+    b'{"Pod":' + POD_JSON + b',"NodeNames":["a"],"NodeNames":["b","a"]}',
+    b'{"Pod":' + POD_JSON + b',"NodeNames":["b","a"],"NodeNames":["a"]}',
+    b'{"Pod":' + POD_JSON + b',"x":[1,,"NodeNames":["b","a"]}',  # broken before the names
+    b'{"Pod":' + POD_JSON + b',"x":"\\"NodeNames":["b","a"]}',  # the "key" is inside a string
+    b'{"Pod":{"metadata":{}},"NodeNames":["b","a"]}',  # no pod name: 400 naming the field
+    b'{"Pod":[],"NodeNames":["b","a"]}',
+    b'["Pod",{"NodeNames":["b","a"]}]',
+    b'{"pod":' + POD_JSON + b',"NodeNames":["b","a"]}',  # the lowercase key spelling
+    b'{"Pod":' + orjson.dumps(kube_pod("tj-w1", 2, job="tj", replica=1)) + b',"NodeNames":["b","c","a"]}',
+    b'{"Pod":' + orjson.dumps(kube_pod("q", 0)) + b',"NodeNames":["b","a"]}',  # no GPUs
+]
+
+
+@pytest.mark.parametrize("path", ["/filter", "/prioritize"])
+@pytest.mark.parametrize("body", TEXT_ROUTE_BODIES)
+def test_names_found_from_the_body_text_answer_what_the_decoded_body_answers(
+    path: str, body: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A body ending with its NodeNames array has its names found from the text (the rest decoded);
+    the answer, good or bad, is byte for byte what decoding the whole body gives."""
+    fast = call(small_app(), path, [body])
+    from scheduler.extender import app as app_module
+
+    monkeypatch.setattr(app_module, "_text_route", lambda body: None)
+    whole = call(small_app(), path, [body])
+    assert fast == whole
