@@ -123,8 +123,9 @@ class _Verdicts:
 
     Per node number: ``code``, the node code it was decided for (-1: not yet; a node is decided again
     when its code changes); ``kind``, 0 passes, 1 fails, 2 fails unresolvably; ``category``, the
-    rejection category's number in ``_CATEGORIES``; ``fragment``, the node's entry in the failed-nodes
-    JSON object (``"name":"reason",`` as bytes, comma included). ``by_code`` holds the verdicts of
+    rejection category's number in ``_CATEGORIES``; ``fragment``, the node's piece of the reply: its
+    name (as bytes) if it passes, else its entry in the failed-nodes JSON object (``"name":"reason",``
+    as bytes, comma included). ``by_code`` holds the verdicts of
     codes whose nodes share one (kind, reason JSON, category); nodes whose reason names them are
     decided one by one.
     """
@@ -589,14 +590,16 @@ class Decider:
         kinds = verdicts.kind[idx]
         counts = np.bincount(verdicts.category[idx], minlength=len(_CATEGORIES)).tolist()
         cats = {_CATEGORIES[c]: n for c, n in enumerate(counts) if c and n}
-        fit_mask = kinds == 0
+        # every name's piece, passing ones first, then failing, then unresolvable, each in request order
+        pieces: list[bytes] = verdicts.fragment[idx[np.argsort(kinds, kind="stable")]].tolist()
+        n_pass, n_fail, _ = np.bincount(kinds, minlength=3).tolist()
+        failed = pieces[n_pass : n_pass + n_fail]
+        unres = pieces[n_pass + n_fail :]
         name_bytes = table.name_bytes
-        fragment = verdicts.fragment
-        failed = fragment[idx[kinds == 1]].tolist()
-        unres = fragment[idx[kinds == 2]].tolist()
         if ctx.gang_key is None or (ctx.replicas <= 1 and not ctx.placed and not ctx.planned):
-            passed: list[bytes] = name_bytes[idx[fit_mask]].tolist()
+            passed: list[bytes] = pieces[:n_pass]
         else:
+            fit_mask = kinds == 0
             fit_nodes = idx[fit_mask]
             fit_all = np.zeros(len(table.names), dtype=np.bool_)
             fit_all[fit_nodes] = True
@@ -691,7 +694,8 @@ class Decider:
             verdicts.code[i] = code
             verdicts.kind[i] = kind
             verdicts.category[i] = category
-            verdicts.fragment[i] = b'"' + table.name_bytes[i] + b'":' + reason + b"," if kind else b""
+            name = table.name_bytes[i]
+            verdicts.fragment[i] = b'"' + name + b'":' + reason + b"," if kind else name
 
     # --- prioritize -------------------------------------------------------------------------------
     def prioritize(

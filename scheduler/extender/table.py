@@ -91,6 +91,8 @@ class _NameHashes:
         #: little-endian word, zero beyond its end)
         words = np.frombuffer(b"".join(x.ljust(8 * width, b"\0") for x in framed), dtype="<u8")
         self.chunks: list[U64Array] = [words[c::width].copy() for c in range(width)]
+        #: the framed names' length when they all have the same (node pools' generated names), else 0
+        self.uniform = len(framed[0]) if len(set(map(len, framed))) == 1 else 0
         bits = max(4, n.bit_length() + 1)  # slots: at least 2n
         buckets = bits - 1  # about n buckets
         self.mask = np.uint64((1 << bits) - 1)
@@ -113,21 +115,38 @@ class _NameHashes:
         width = self.width
         # the text with its closing "]" read as a separator, and zeros to read whole words past the end
         padded = text[:-1] + b',"' + bytes(8 * width + 8 + (-len(text) - 1) % 8)
+        # little-endian words at every byte offset (an overlapping view of the padded text)
+        words: U64Array = np.ndarray((len(padded) - 7,), dtype="<u8", buffer=padded, strides=(1,))
+        chunks = []
+        if self.uniform:
+            # every segment must have the stored names' one length: they start every that many bytes
+            size = self.uniform
+            count, rest = divmod(len(text) - 1, size)
+            if rest or not count:
+                return None
+            for c in range(width):
+                chunk = words[2 + 8 * c : 2 + 8 * c + count * size : size]
+                if size < 8 * c + 8:  # the segments end in this word: zero what follows them
+                    chunk = chunk & _MASKS[size - 8 * c]
+                chunks.append(chunk)
+            return self._check(chunks)
         quotes = np.flatnonzero(np.frombuffer(padded, dtype=np.uint8) == 0x22)
         if len(quotes) % 2 == 0:
             return None
         opening = quotes[0::2]
         start = opening[:-1] + 1
         lengths = opening[1:] - opening[:-1]  # a segment: a name and the separator after it
-        # little-endian words at every byte offset (an overlapping view of the padded text)
-        words: U64Array = np.ndarray((len(padded) - 7,), dtype="<u8", buffer=padded, strides=(1,))
         shortest = int(lengths.min())
-        chunks = []
         for c in range(width):
             chunk = words[start + 8 * c] if c else words[start]
             if shortest < 8 * c + 8:  # some segment ends in this word: zero what follows it
                 chunk &= _MASKS.take(lengths - 8 * c, mode="clip")
             chunks.append(chunk)
+        return self._check(chunks)
+
+    def _check(self, chunks: list[U64Array]) -> IntArray | None:
+        """The node numbers of the segments whose words are ``chunks``, or None when one is not a
+        stored name with its separator."""
         h = _hash(chunks, self.multipliers)
         found: IntArray = self.slots[(h & self.mask) ^ self.shift[h >> self.bucket_shift]]
         # the exact check: every segment is a stored name and its separator, byte for byte. A segment

@@ -316,3 +316,34 @@ def test_any_set_of_names_is_found_from_any_order_of_its_text(names: list[str]) 
         got = table.lookup_text(orjson.dumps(order))
         assert got is not None and table.name_array[got].tolist() == order
     assert table.lookup_text(orjson.dumps([*names, names[0]])) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        (b'["n2","n1","n3"]', ["n2", "n1", "n3"]),
+        (b'["n3"]', ["n3"]),
+        (b'["n1", "n2"]', None),  # a space: not a whole number of segments
+        (b'["n1","n2" ,"n3"]', None),
+        (b'["n1";"n2"]', None),  # the right length, the wrong separator
+        (b'["n1"."n2"]', None),
+        (b"[\"n1','n2\"]", None),
+        (b'["n1","n4"]', None),  # the right length, unknown
+        (b'["n1","n1"]', None),
+        (b'["n1","n2"}', None),
+        (b'{"n1","n2"]', None),
+        (b'["n1","n2","', None),
+        (b'["n12"]', None),
+        (b'[","]', None),
+    ],
+)
+def test_names_of_one_length_are_found_by_position_with_the_same_exactness(
+    text: bytes, want: list[str] | None
+) -> None:
+    """Names all of one length (node pools' generated names) are read every that many bytes instead
+    of between quotes; the answer is the same as for names of any lengths."""
+    table = _table_of("n1", "n2", "n3")
+    assert table._hashes is None or table._hashes.uniform  # built on first use
+    got = table.lookup_text(text)
+    assert table._hashes is not None and table._hashes.uniform == len('n1","')
+    assert (None if got is None else table.name_array[got].tolist()) == want
