@@ -13,7 +13,9 @@ whose rejected nodes all carry the gang's placement in their reason).
 - in-process: the ASGI app called directly (routing, body parse, decision, serialisation), with
   the process pinned to one core; besides the same request every call, two realistic variants:
   ``<verb>-order`` sends the names in a new order on every call (kube-scheduler's parallel filter
-  does), so the extender's memo of name lists never hits; ``<verb>-churn`` changes the extender's
+  does), so the extender's memo of name lists never hits (``<verb>-order-mixed``: the same with
+  names of varying lengths, EKS-style ``ip-10-0-42.ec2.internal``, where the other rows' names all
+  have one length, as a node pool's generated names do); ``<verb>-churn`` changes the extender's
   cache (a GPU reserved, then released) before every call, as binds and watch events do;
 - loopback: uvicorn in a child process pinned to one core, a keep-alive ``http.client`` connection.
 
@@ -69,12 +71,18 @@ def make_oracle(kind: str) -> Any:
     return SpecOracle()
 
 
-def cluster(n: int, seed: int = 1) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def node_name(i: int, mixed: bool = False) -> str:
+    """Node ``i``'s name: ``gpu-00042`` (one length, as a node pool's generated names), or with
+    ``mixed`` an EKS-style ``ip-10-0-42.ec2.internal`` (lengths vary)."""
+    return f"ip-10-{i // 250}-{i % 250}.ec2.internal" if mixed else f"gpu-{i:05d}"
+
+
+def cluster(n: int, seed: int = 1, mixed: bool = False) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     rng = random.Random(seed)
     nodes, pods = [], []
     for i in range(n):
         gpu_type, product, gpus = TYPES[i % len(TYPES)]
-        name = f"gpu-{i:05d}"
+        name = node_name(i, mixed)
         nodes.append(
             {
                 "metadata": {
@@ -104,7 +112,7 @@ def cluster(n: int, seed: int = 1) -> tuple[list[dict[str, Any]], list[dict[str,
     return nodes, pods
 
 
-def payload(n: int) -> bytes:
+def payload(n: int, mixed: bool = False) -> bytes:
     pod = {
         "metadata": {
             "name": "bench-pod",
@@ -117,7 +125,7 @@ def payload(n: int) -> bytes:
             "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "2"}}}],
         },
     }
-    return orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": [f"gpu-{i:05d}" for i in range(n)]})
+    return orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": [node_name(i, mixed) for i in range(n)]})
 
 
 def gang_payloads(n: int, count: int) -> list[bytes]:
@@ -149,7 +157,9 @@ def gang_payloads(n: int, count: int) -> list[bytes]:
     return out
 
 
-def build_apps(n: int, oracle_kind: str, pads: dict[str, int] | None = None) -> tuple[Any, Any]:
+def build_apps(
+    n: int, oracle_kind: str, pads: dict[str, int] | None = None, mixed: bool = False
+) -> tuple[Any, Any]:
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import Response
@@ -158,7 +168,7 @@ def build_apps(n: int, oracle_kind: str, pads: dict[str, int] | None = None) -> 
     from scheduler.extender import create_app
     from scheduler.settings import Settings
 
-    nodes, pods = cluster(n)
+    nodes, pods = cluster(n, mixed=mixed)
     cache = ClusterCache()
     cache.replace(Kind.NODES, nodes, "1")
     cache.replace(Kind.PODS, pods, "1")
@@ -375,6 +385,19 @@ def main() -> None:
             ext = timed(asgi_caller(app, f"/{verb}", orders), args.calls)
             flo = timed(asgi_caller(floor, f"/{verb}", orders), args.calls)
             rows.append(_row("in-process", f"{verb}-order", n, ext, flo, len(body), sizes[f"/{verb}"]))
+        # the same with names of varying lengths (EKS-style): the names' text is scanned for quotes
+        mixed = payload(n, mixed=True)
+        app, _ = build_apps(n, args.oracle, mixed=True)
+        mixed_sizes = {f"/{v}": len(asgi_caller(app, f"/{v}", mixed)()) for v in ("filter", "prioritize")}
+        mixed_echo = len(orjson.dumps(orjson.loads(mixed)))
+        mixed_pads = {path: max(0, size - mixed_echo) for path, size in mixed_sizes.items()}
+        mixed_orders = shuffled_payloads(mixed, 50)
+        for verb in ("filter", "prioritize"):
+            app, floor = build_apps(n, args.oracle, mixed_pads, mixed=True)
+            ext = timed(asgi_caller(app, f"/{verb}", mixed_orders), args.calls)
+            flo = timed(asgi_caller(floor, f"/{verb}", mixed_orders), args.calls)
+            size = mixed_sizes[f"/{verb}"]
+            rows.append(_row("in-process", f"{verb}-order-mixed", n, ext, flo, len(mixed), size))
         for verb in ("filter", "prioritize"):
             app, floor = build_apps(n, args.oracle, pads)
             ext = timed(asgi_caller(app, f"/{verb}", body), args.calls, before=binder_churn(app))
@@ -435,13 +458,13 @@ def main() -> None:
         f"{_server_kind()}"
     )
     print(
-        f"{'mode':<14} {'verb':<16} {'nodes':>6} {'req B':>7} {'reply B':>8} {'min ms':>7} {'p50 ms':>7} "
+        f"{'mode':<14} {'verb':<22} {'nodes':>6} {'req B':>7} {'reply B':>8} {'min ms':>7} {'p50 ms':>7} "
         f"{'p99 ms':>7} {'floor min':>9} {'floor p50':>9} {'floor p99':>9} "
         f"{'ratio min':>9} {'ratio p50':>9} {'ratio p99':>9}"
     )
     for r in rows:
         print(
-            f"{r['mode']:<14} {r['verb']:<16} {r['nodes']:>6} {r['request_bytes']:>7} {r['reply_bytes']:>8} "
+            f"{r['mode']:<14} {r['verb']:<22} {r['nodes']:>6} {r['request_bytes']:>7} {r['reply_bytes']:>8} "
             f"{r['min_ms']:>7.3f} {r['p50_ms']:>7.3f} {r['p99_ms']:>7.3f} {r['floor_min_ms']:>9.3f} "
             f"{r['floor_p50_ms']:>9.3f} {r['floor_p99_ms']:>9.3f} {r['ratio_min']:>9.2f} "
             f"{r['ratio_p50']:>9.2f} {r['ratio_p99']:>9.2f}"

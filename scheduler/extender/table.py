@@ -93,6 +93,8 @@ class _NameHashes:
         self.chunks: list[U64Array] = [words[c::width].copy() for c in range(width)]
         #: the framed names' length when they all have the same (node pools' generated names), else 0
         self.uniform = len(framed[0]) if len(set(map(len, framed))) == 1 else 0
+        #: node number -> its framed name as one fixed-size item (names of one length only)
+        self.rows = np.frombuffer(b"".join(framed), dtype=f"V{self.uniform}") if self.uniform else None
         bits = max(4, n.bit_length() + 1)  # slots: at least 2n
         buckets = bits - 1  # about n buckets
         self.mask = np.uint64((1 << bits) - 1)
@@ -118,7 +120,8 @@ class _NameHashes:
         # little-endian words at every byte offset (an overlapping view of the padded text)
         words: U64Array = np.ndarray((len(padded) - 7,), dtype="<u8", buffer=padded, strides=(1,))
         chunks = []
-        if self.uniform:
+        rows = self.rows
+        if rows is not None:
             # every segment must have the stored names' one length: they start every that many bytes
             size = self.uniform
             count, rest = divmod(len(text) - 1, size)
@@ -129,7 +132,12 @@ class _NameHashes:
                 if size < 8 * c + 8:  # the segments end in this word: zero what follows them
                     chunk = chunk & _MASKS[size - 8 * c]
                 chunks.append(chunk)
-            return self._check(chunks)
+            found = self._find(chunks)
+            # the exact check: the segments are these stored names with their separators, byte for byte
+            # (an empty slot, -1, gives the last name, which would have hashed to its own slot)
+            if rows[found].tobytes() != padded[2 : 2 + count * size]:
+                return None
+            return found
         quotes = np.flatnonzero(np.frombuffer(padded, dtype=np.uint8) == 0x22)
         if len(quotes) % 2 == 0:
             return None
@@ -144,11 +152,17 @@ class _NameHashes:
             chunks.append(chunk)
         return self._check(chunks)
 
+    def _find(self, chunks: list[U64Array]) -> IntArray:
+        """The slot's node number for each segment whose words are ``chunks``: the node of that name
+        if it is stored, else any node or -1 (only an exact check tells)."""
+        h = _hash(chunks, self.multipliers)
+        found: IntArray = self.slots[(h & self.mask) ^ self.shift[h >> self.bucket_shift]]
+        return found
+
     def _check(self, chunks: list[U64Array]) -> IntArray | None:
         """The node numbers of the segments whose words are ``chunks``, or None when one is not a
         stored name with its separator."""
-        h = _hash(chunks, self.multipliers)
-        found: IntArray = self.slots[(h & self.mask) ^ self.shift[h >> self.bucket_shift]]
+        found = self._find(chunks)
         # the exact check: every segment is a stored name and its separator, byte for byte. A segment
         # holds two quotes, the name's closing one and the last byte (the next name's opening one), as
         # a stored name's does; so equal words (zero past the end) mean equal lengths too, even for a
