@@ -127,21 +127,14 @@ def host_priority_bytes(names: Sequence[str], scores: Any) -> bytes:
     return "".join(parts).encode()
 
 
-_SCORE_TAIL_BYTES = np.array([t.encode() for t in _SCORE_TAILS.tolist()] + [b""], dtype=object)[:-1]
-
-
-def host_priority_names(names: list[bytes], scores: Any) -> bytes:
-    """``host_priority_bytes`` for names given as bytes (the node table's, which need no escaping)."""
-    if len(scores) != len(names):
-        raise ValueError(f"{len(names)} names but {len(scores)} scores")
-    if not names:
+def host_priority_pieces(pieces: list[bytes]) -> bytes:
+    """A HostPriorityList from each node's piece, ``name","Score":s},{"Host":"`` as bytes
+    (``NodeTable.host_pieces``), in order."""
+    if not pieces:
         return b"[]"
-    parts: list[bytes] = [b""] * (2 * len(names) + 1)
-    parts[0] = b'[{"Host":"'
-    parts[1::2] = names
-    parts[2::2] = _SCORE_TAIL_BYTES[scores].tolist()
-    parts[-1] = parts[-1][: -len(b',{"Host":"')] + b"]"
-    return b"".join(parts)
+    pieces[-1] = pieces[-1][: -len(b',{"Host":"')] + b"]"
+    pieces.insert(0, b'[{"Host":"')
+    return b"".join(pieces)
 
 
 def _text_route(body: bytes) -> tuple[dict[str, Any], bytes] | None:
@@ -461,7 +454,7 @@ def create_app(
                 found = None  # the ordinary route answers it
             if found is not None:
                 idx, text_scores = found
-                reply = host_priority_names(decider.table.name_bytes[idx].tolist(), text_scores)
+                reply = host_priority_pieces(decider.table.host_pieces()[idx * 11 + text_scores].tolist())
                 _done("prioritize", start, 200)
                 return 200, reply
         try:

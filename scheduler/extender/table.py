@@ -247,6 +247,7 @@ class NodeTable:
         #: the layout's names by hash (built on the first ``lookup_text``; None: not built, or no
         #: name may be found from text because one needs JSON escaping)
         self._hashes: _NameHashes | None = None
+        self._host_pieces: npt.NDArray[np.object_] | None = None
         self._hashes_built = False
 
     @property
@@ -279,6 +280,7 @@ class NodeTable:
         self.stride = max((n.gpus for n in self.nodes), default=0) + 1
         self._name_memo.clear()
         self._hashes, self._hashes_built = None, False
+        self._host_pieces = None
         self._nodes_version = cache.nodes_version
         fk = np.fromiter(cache.filter_key.values(), dtype=np.int64, count=len(self.names))
         # a node without a class id (never in practice) has a negative key: no fast path then
@@ -345,6 +347,15 @@ class NodeTable:
             if len(memo) > _NAME_MEMO_SIZE:
                 del memo[0]
         return idx
+
+    def host_pieces(self) -> npt.NDArray[np.object_]:
+        """Per node number ``i`` and score ``s`` (0..10), at ``11 * i + s``: the node's piece of a
+        HostPriorityList, ``name","Score":s},{"Host":"`` as bytes (built on first use per layout)."""
+        if self._host_pieces is None:
+            tails = [f'","Score":{s}}},{{"Host":"'.encode() for s in range(11)]
+            pieces = [name + tail for name in self.name_bytes.tolist() for tail in tails]
+            self._host_pieces = np.array([*pieces, b""], dtype=object)[:-1]
+        return self._host_pieces
 
     def lookup_text(self, text: bytes) -> IntArray | None:
         """The node numbers of the names of ``text``, a ``NodeNames`` array's JSON text as sent; None

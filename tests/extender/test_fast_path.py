@@ -19,7 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.extender import wire
-from scheduler.extender.app import _filter_reply, host_priority_bytes, host_priority_list, host_priority_names
+from scheduler.extender.app import (
+    _filter_reply,
+    host_priority_bytes,
+    host_priority_list,
+    host_priority_pieces,
+)
 from scheduler.extender.decide import Decider, Weights
 from scheduler.k8s.cache import ClusterCache, Kind
 from tests.extender.conftest import FakeOracle
@@ -141,7 +146,7 @@ def _same_answers(
     assert by_text.categories == want[2].categories and by_text.asked == len(names)
     idx, scores = scored
     assert fast_side.table.name_array[idx].tolist() == names
-    assert host_priority_names(fast_side.table.name_bytes[idx].tolist(), scores) == want[1]
+    assert host_priority_pieces(fast_side.table.host_pieces()[idx * 11 + scores].tolist()) == want[1]
 
 
 def test_unknown_or_repeated_names_leave_the_answer_to_the_general_path() -> None:
@@ -347,3 +352,12 @@ def test_names_of_one_length_are_found_by_position_with_the_same_exactness(
     got = table.lookup_text(text)
     assert table._hashes is not None and table._hashes.uniform == len('n1","')
     assert (None if got is None else table.name_array[got].tolist()) == want
+
+
+@pytest.mark.parametrize("scores", [[], [10], [0, 7], [3, 3, 10]])
+def test_host_priority_pieces_are_the_wire_list(scores: list[int]) -> None:
+    table = _table_of("a", "bb", "c")
+    idx = np.array([0, 1, 2][: len(scores)], dtype=np.int64)
+    got = host_priority_pieces(table.host_pieces()[idx * 11 + np.array(scores, dtype=np.int64)].tolist())
+    names = table.name_array[idx].tolist()
+    assert got == orjson.dumps([{"Host": h, "Score": s} for h, s in zip(names, scores, strict=True)])
