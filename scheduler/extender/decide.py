@@ -124,10 +124,10 @@ class _Verdicts:
     Per node number: ``code``, the node code it was decided for (-1: not yet; a node is decided again
     when its code changes); ``kind``, 0 passes, 1 fails, 2 fails unresolvably; ``category``, the
     rejection category's number in ``_CATEGORIES``; ``fragment``, the node's piece of the reply: its
-    name (as bytes) if it passes, else its entry in the failed-nodes JSON object (``"name":"reason",``
-    as bytes, comma included). ``by_code`` holds the verdicts of
-    codes whose nodes share one (kind, reason JSON, category); nodes whose reason names them are
-    decided one by one.
+    name and the separator after it (``name","`` as bytes) if it passes, else its entry in the
+    failed-nodes JSON object (``"name":"reason",`` as bytes, comma included). ``by_code`` holds the
+    verdicts of codes whose nodes share one (kind, reason JSON, category); nodes whose reason names
+    them are decided one by one.
     """
 
     code: Any
@@ -593,49 +593,60 @@ class Decider:
         # every name's piece, passing ones first, then failing, then unresolvable, each in request order
         pieces: list[bytes] = verdicts.fragment[idx[np.argsort(kinds, kind="stable")]].tolist()
         n_pass, n_fail, _ = np.bincount(kinds, minlength=3).tolist()
+        if ctx.gang_key is None or (ctx.replicas <= 1 and not ctx.placed and not ctx.planned):
+            # the pieces as they are, with the reply's structure around each group: one join
+            if n_pass:
+                pieces[n_pass - 1] = pieces[n_pass - 1][: -len(b',"')]  # the last name's separator
+            if n_fail:
+                pieces[n_pass + n_fail - 1] = pieces[n_pass + n_fail - 1][:-1]  # the entries' last comma
+            if len(pieces) > n_pass + n_fail:
+                pieces[-1] = pieces[-1][:-1]
+            pieces.insert(n_pass + n_fail, b'},"FailedAndUnresolvableNodes":{')
+            pieces.insert(n_pass, b'],"FailedNodes":{')
+            pieces.insert(0, b'{"Nodes":null,"NodeNames":["' if n_pass else b'{"Nodes":null,"NodeNames":[')
+            pieces.append(b'},"Error":""}')
+            return FastFilter(b"".join(pieces), n_pass, cats, len(idx))
         failed = pieces[n_pass : n_pass + n_fail]
         unres = pieces[n_pass + n_fail :]
         name_bytes = table.name_bytes
-        if ctx.gang_key is None or (ctx.replicas <= 1 and not ctx.placed and not ctx.planned):
-            passed: list[bytes] = pieces[:n_pass]
+        passed: list[bytes]
+        fit_mask = kinds == 0
+        fit_nodes = idx[fit_mask]
+        fit_all = np.zeros(len(table.names), dtype=np.bool_)
+        fit_all[fit_nodes] = True
+        index_get = table.index.get
+
+        def is_fit(name: str) -> bool:
+            i = index_get(name)
+            return i is not None and bool(fit_all[i])
+
+        # the fitting names as strings only if the plan needs them (no type decided, or a second pass)
+        fits = _LazyNames(lambda: table.name_array[fit_nodes].tolist())
+        plan = self._gang_plan(ctx, fits, is_fit)
+        if isinstance(plan, Unschedulable):
+            passed = []
+            if len(fit_nodes):
+                extra = _same_reason(
+                    name_bytes[fit_nodes].tolist(), f"perfsched: gang {ctx.pod.job}: {plan.reason}"
+                )
+                (failed if plan.resolvable else unres).append(extra)
+                cats[R_GANG] = cats.get(R_GANG, 0) + len(fit_nodes)
         else:
-            fit_mask = kinds == 0
-            fit_nodes = idx[fit_mask]
-            fit_all = np.zeros(len(table.names), dtype=np.bool_)
-            fit_all[fit_nodes] = True
-            index_get = table.index.get
-
-            def is_fit(name: str) -> bool:
-                i = index_get(name)
-                return i is not None and bool(fit_all[i])
-
-            # the fitting names as strings only if the plan needs them (no type decided, or a second pass)
-            fits = _LazyNames(lambda: table.name_array[fit_nodes].tolist())
-            plan = self._gang_plan(ctx, fits, is_fit)
-            if isinstance(plan, Unschedulable):
-                passed = []
-                if len(fit_nodes):
-                    extra = _same_reason(
-                        name_bytes[fit_nodes].tolist(), f"perfsched: gang {ctx.pod.job}: {plan.reason}"
-                    )
-                    (failed if plan.resolvable else unres).append(extra)
-                    cats[R_GANG] = cats.get(R_GANG, 0) + len(fit_nodes)
-            else:
-                in_plan = np.zeros(len(table.names), dtype=np.bool_)
-                index = table.index
-                in_plan[[index[n] for n in plan.nodes if n in index]] = True
-                inside = in_plan[idx]
-                passed = name_bytes[idx[fit_mask & inside]].tolist()
-                outside: list[bytes] = name_bytes[idx[fit_mask & ~inside]].tolist()
-                if outside:
-                    where = _describe_plan(plan, self.cache.nodes)
-                    extra = _same_reason(
-                        outside,
-                        f"perfsched: gang {ctx.pod.job} ({ctx.replicas} x {ctx.gpus} GPUs) is placed on "
-                        f"{where}; this node is outside that placement",
-                    )
-                    failed.append(extra)
-                    cats[R_GANG] = cats.get(R_GANG, 0) + len(outside)
+            in_plan = np.zeros(len(table.names), dtype=np.bool_)
+            index = table.index
+            in_plan[[index[n] for n in plan.nodes if n in index]] = True
+            inside = in_plan[idx]
+            passed = name_bytes[idx[fit_mask & inside]].tolist()
+            outside: list[bytes] = name_bytes[idx[fit_mask & ~inside]].tolist()
+            if outside:
+                where = _describe_plan(plan, self.cache.nodes)
+                extra = _same_reason(
+                    outside,
+                    f"perfsched: gang {ctx.pod.job} ({ctx.replicas} x {ctx.gpus} GPUs) is placed on "
+                    f"{where}; this node is outside that placement",
+                )
+                failed.append(extra)
+                cats[R_GANG] = cats.get(R_GANG, 0) + len(outside)
         # one join over every entry: the entries end in a comma, the last one's is cut
         if failed:
             failed[-1] = failed[-1][:-1]
@@ -695,7 +706,7 @@ class Decider:
             verdicts.kind[i] = kind
             verdicts.category[i] = category
             name = table.name_bytes[i]
-            verdicts.fragment[i] = b'"' + name + b'":' + reason + b"," if kind else name
+            verdicts.fragment[i] = b'"' + name + b'":' + reason + b"," if kind else name + b'","'
 
     # --- prioritize -------------------------------------------------------------------------------
     def prioritize(
