@@ -6,9 +6,12 @@ has listed every kind once), ``/metrics`` (Prometheus text). Nothing is built at
 
 Hot path: ``POST /filter`` and ``/prioritize`` are answered by plain ASGI handlers before FastAPI's
 routing (its routes for them stay, for the OpenAPI schema, and answer through the same functions);
-bodies are read with a size limit and parsed with orjson, the structure is checked by hand
-(``parse_extender_args``) and the answer comes from the precomputed cache without awaiting anything,
-so a call costs one parse, a few C-speed passes over the node names and one serialisation. Bind does API
+bodies are read with a size limit; a body that ends with its ``NodeNames`` array has only the rest
+(the pod) parsed with orjson and its names found from the array's text (``_text_route``,
+``Decider.filter_text``); any other body, or one that route declines, is parsed whole with orjson and
+its structure checked by hand (``parse_extender_args``). The answer comes from the precomputed cache
+without awaiting anything, so a call costs one small parse, a few numpy passes over the names' text
+and one join. Bind does API
 I/O in the thread pool. Bad input never causes a 500: malformed JSON or a wrong shape is a 400 and an
 oversized body a 413, each with ``{"Error": message}`` naming the field; an unexpected failure inside
 filter becomes the wire's ``Error`` field (the scheduling attempt fails and is retried) and inside

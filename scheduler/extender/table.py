@@ -8,9 +8,10 @@ Python passes. The layout (node numbers, names, classes) is rebuilt when the cac
 name lists are memoised per layout by their joined text: kube-scheduler sends the same candidate list
 for pod after pod, and mapping it again would cost one dict lookup per name. A list in a new order
 (kube-scheduler's parallel filter appends feasible nodes as its workers finish) is mapped from the
-request's JSON text without decoding a name (``lookup_text``): a polynomial hash of every name at once
-in numpy, a probe into an open-addressing table of the layout's names, and an exact check that the
-text is the JSON array of the names found. Callers hold the cache's lock.
+request's JSON text without decoding a name (``lookup_text``): a hash of every name's 8-byte words at
+once in numpy, a displacement table (a perfect hash of the layout's names, built on first use), and
+an exact check that the text is the JSON array of the names found (see ``_NameHashes``). Callers hold
+the cache's lock.
 
 A node's *code* is ``(class * 2 + schedulable) * stride + free GPUs`` (``stride``: the largest GPU
 count + 1): a small dense integer, so the distinct codes of a request come from one ``bincount``.
