@@ -11,11 +11,11 @@ bodies are read with a size limit; a body that ends with its ``NodeNames`` array
 ``Decider.filter_text``); any other body, or one that route declines, is parsed whole with orjson and
 its structure checked by hand (``parse_extender_args``). The answer comes from the precomputed cache
 without awaiting anything, so a call costs one small parse, a few numpy passes over the names' text
-and one join. Bind does API
-I/O in the thread pool. Bad input never causes a 500: malformed JSON or a wrong shape is a 400 and an
-oversized body a 413, each with ``{"Error": message}`` naming the field; an unexpected failure inside
-filter becomes the wire's ``Error`` field (the scheduling attempt fails and is retried) and inside
-prioritize all-zero scores (kube-scheduler ignores prioritize errors anyway).
+and one join. Bind does API I/O in the thread pool. Bad input never causes a 500: malformed JSON or a
+wrong shape is a 400 and an oversized body a 413, each with ``{"Error": message}`` naming the field;
+an unexpected failure inside filter becomes the wire's ``Error`` field (the scheduling attempt fails
+and is retried) and inside prioritize all-zero scores (kube-scheduler ignores prioritize errors
+anyway).
 """
 
 from __future__ import annotations
