@@ -739,17 +739,24 @@ class Decider:
                 return [None] * len(names), {None: 0}
             return self._score(ctx, names, node_objects)
 
-    def _score(
-        self, ctx: PodContext, names: Sequence[str], node_objects: Sequence[Any] | None
-    ) -> tuple[list[Any], dict[Any, int]]:
-        w = self.weights
+    def _score_terms(self, ctx: PodContext) -> tuple[list[str], _Relation | None, bool, bool, bool, bool]:
+        """Which score terms apply to this pod: (anchors -- the gang's placed nodes, else the planned
+        node --, their relation, locality on, throughput on, gang spread matters, scores depend on where
+        a node stands relative to the anchors)."""
         node_map = self.cache.nodes
         anchors = [a for a in (list(ctx.placed) or [ctx.pod.planned_node]) if a and a in node_map]
         rel = _Relation(anchors, node_map) if anchors else None
-        use_loc = rel is not None and w.locality > 0
-        use_tp = w.throughput > 0 and ctx.job is not None and self.oracle is not None
+        use_loc = rel is not None and self.weights.locality > 0
+        use_tp = self.weights.throughput > 0 and ctx.job is not None and self.oracle is not None
         spread_matters = use_tp and bool(ctx.placed)
         relative = rel is not None and (use_loc or spread_matters)
+        return anchors, rel, use_loc, use_tp, spread_matters, relative
+
+    def _score(
+        self, ctx: PodContext, names: Sequence[str], node_objects: Sequence[Any] | None
+    ) -> tuple[list[Any], dict[Any, int]]:
+        node_map = self.cache.nodes
+        anchors, rel, use_loc, use_tp, spread_matters, relative = self._score_terms(ctx)
         # one C-speed lookup per name: the cache keeps (class << 16) | free GPUs per node
         keys: list[Any] = list(map(self.cache.score_key.get, names))
         present = frozenset(keys)
@@ -820,15 +827,8 @@ class Decider:
             return idx, self._score_fast(ctx, idx)
 
     def _score_fast(self, ctx: PodContext, idx: IntArray) -> IntArray:
-        w = self.weights
         table = self.table
-        node_map = self.cache.nodes
-        anchors = [a for a in (list(ctx.placed) or [ctx.pod.planned_node]) if a and a in node_map]
-        rel = _Relation(anchors, node_map) if anchors else None
-        use_loc = rel is not None and w.locality > 0
-        use_tp = w.throughput > 0 and ctx.job is not None and self.oracle is not None
-        spread_matters = use_tp and bool(ctx.placed)
-        relative = rel is not None and (use_loc or spread_matters)
+        anchors, rel, use_loc, use_tp, spread_matters, relative = self._score_terms(ctx)
         # a dense code per name: (class, free GPUs), then the locality level and the gang's replicas on it
         span = table.score_codes
         dense = table.score_code[idx]
