@@ -549,22 +549,18 @@ class Decider:
         The names must need no JSON escaping (``wire.plain_names``); ``names_key`` names the list exactly
         (``wire.ParsedArgs.names_key``; it keys the memo of name lists; "" skips it).
         """
-        with self.cache.lock:
-            self.cache.expire_assumed()
-            ctx = self.context(pod_obj)
-            if ctx.gpus <= 0 or ctx.job_problem:
-                return None
-            table = self.table
-            table.sync()
-            idx = table.lookup(names, names_key)
-            if idx is None:
-                return None
-            return self._filter_fast(ctx, idx)
+        return self._filter_looked_up(pod_obj, lambda table: table.lookup(names, names_key))
 
     def filter_text(self, pod_obj: Mapping[str, Any], text: bytes) -> FastFilter | None:
         """``filter_fast`` for a request whose ``NodeNames`` array is given as its JSON text, mapped to
         node numbers without decoding it (``NodeTable.lookup_text``); None when the names are not
         exactly a JSON array of distinct names the cache knows, or the general path must answer."""
+        return self._filter_looked_up(pod_obj, lambda table: table.lookup_text(text))
+
+    def _filter_looked_up(
+        self, pod_obj: Mapping[str, Any], lookup: Callable[[NodeTable], IntArray | None]
+    ) -> FastFilter | None:
+        """The vectorised filter over the node numbers ``lookup`` finds in the synced node table."""
         with self.cache.lock:
             self.cache.expire_assumed()
             ctx = self.context(pod_obj)
@@ -572,7 +568,7 @@ class Decider:
                 return None
             table = self.table
             table.sync()
-            idx = table.lookup_text(text)
+            idx = lookup(table)
             if idx is None:
                 return None
             return self._filter_fast(ctx, idx)
@@ -801,25 +797,23 @@ class Decider:
         """``prioritize``'s scores as an array in request order, computed over the node arrays; None
         when the general path must answer (a name the cache does not know or named twice). The same
         scores as ``prioritize_classes`` (same class keys, same memo, same representatives)."""
-        with self.cache.lock:
-            ctx = self.context(pod_obj)
-            table = self.table
-            table.sync()
-            idx = table.lookup(names, names_key)
-            if idx is None:
-                return None
-            if ctx.gpus <= 0:
-                return np.zeros(len(idx), dtype=np.int64)
-            return self._score_fast(ctx, idx)
+        found = self._prioritize_looked_up(pod_obj, lambda table: table.lookup(names, names_key))
+        return None if found is None else found[1]
 
     def prioritize_text(self, pod_obj: Mapping[str, Any], text: bytes) -> tuple[IntArray, IntArray] | None:
         """``prioritize_fast`` for a request whose ``NodeNames`` array is given as its JSON text (see
         ``filter_text``): the node numbers of the names, in request order, and their scores."""
+        return self._prioritize_looked_up(pod_obj, lambda table: table.lookup_text(text))
+
+    def _prioritize_looked_up(
+        self, pod_obj: Mapping[str, Any], lookup: Callable[[NodeTable], IntArray | None]
+    ) -> tuple[IntArray, IntArray] | None:
+        """(node numbers ``lookup`` finds in the synced node table, their scores), or None."""
         with self.cache.lock:
             ctx = self.context(pod_obj)
             table = self.table
             table.sync()
-            idx = table.lookup_text(text)
+            idx = lookup(table)
             if idx is None:
                 return None
             if ctx.gpus <= 0:
