@@ -201,6 +201,14 @@ def leaf_booster(forest: Forest) -> Any:
     return booster
 
 
+def cold_call(q: Predictor, batch: list[tuple[JobFeatures, HardwareFeatures]]) -> float:
+    """CPU seconds of one ``predict`` of ``batch`` with the result cache cleared first."""
+    q.clear_cache()
+    t = CLOCK()
+    q.predict(batch)
+    return CLOCK() - t
+
+
 def main() -> int:
     load_code = (
         "import time; t=time.process_time(); w=time.perf_counter(); "
@@ -256,22 +264,10 @@ def main() -> int:
         slow.predict(b)
     ours, per_row, no_env, always, numpy_walk = [], [], [], [], []
     for b in batches[10:]:
-        p.clear_cache()
-        t = CLOCK()
-        p.predict(b)
-        ours.append(CLOCK() - t)
-        slow.clear_cache()
-        t = CLOCK()
-        slow.predict(b)
-        numpy_walk.append(CLOCK() - t)
-        strict.clear_cache()
-        t = CLOCK()
-        strict.predict(b)
-        always.append(CLOCK() - t)
-        flat.clear_cache()
-        t = CLOCK()
-        flat.predict(b)
-        no_env.append(CLOCK() - t)
+        ours.append(cold_call(p, b))
+        numpy_walk.append(cold_call(slow, b))
+        always.append(cold_call(strict, b))
+        no_env.append(cold_call(flat, b))
         t = CLOCK()
         resolved = [p.resolve(j, h) for j, h in b]
         times, _ = p.model.times(design_of(resolved), anchors.iteration_times(resolved))
@@ -302,18 +298,9 @@ def main() -> int:
     # The elastic shape (each job on 1..8 GPUs of a node): the envelope's extra rows are rows of the batch.
     el_ours, el_flat, el_always = [], [], []
     for b in [elastic_rows(s) for s in range(60)][10:]:
-        p.clear_cache()
-        t = CLOCK()
-        p.predict(b)
-        el_ours.append(CLOCK() - t)
-        strict.clear_cache()
-        t = CLOCK()
-        strict.predict(b)
-        el_always.append(CLOCK() - t)
-        flat.clear_cache()
-        t = CLOCK()
-        flat.predict(b)
-        el_flat.append(CLOCK() - t)
+        el_ours.append(cold_call(p, b))
+        el_always.append(cold_call(strict, b))
+        el_flat.append(cold_call(flat, b))
     print(
         "predict 100 rows shaped as an elastic policy asks (12 jobs x 1..8 GPUs of a node + 4 two-node "
         f"rows), result cache cold: median {statistics.median(el_ours) * 1e6:.0f} us CPU; "

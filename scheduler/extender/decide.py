@@ -735,6 +735,21 @@ class Decider:
                 return [None] * len(names), {None: 0}
             return self._score(ctx, names, node_objects)
 
+    def _score_memo_key(
+        self, ctx: PodContext, anchors: Sequence[str], keys: frozenset[Any]
+    ) -> tuple[Any, ...]:
+        """The key of ``_score_memo``: the node set, the pod's job, GPUs and gang state, and the class keys
+        present (scores are relative to the best class present)."""
+        return (
+            self.cache.nodes_version,
+            _job_key(ctx.job) if ctx.job is not None else None,
+            ctx.gpus,
+            ctx.unplaced,
+            tuple(sorted(ctx.placed.items())),
+            tuple(anchors),
+            keys,
+        )
+
     def _score_terms(self, ctx: PodContext) -> tuple[list[str], _Relation | None, bool, bool, bool, bool]:
         """Which score terms apply to this pod: (anchors -- the gang's placed nodes, else the planned
         node --, their relation, locality on, throughput on, gang spread matters, scores depend on where
@@ -766,15 +781,7 @@ class Decider:
                 placed = {n: r << _PLACED_SHIFT for n, r in ctx.placed.items()}
                 keys = list(map(or_, keys, map(placed.get, names, repeat(0))))
         # scores depend on the set of classes present (throughput is relative to the best of them)
-        memo_key = (
-            self.cache.nodes_version,
-            _job_key(ctx.job) if ctx.job is not None else None,
-            ctx.gpus,
-            ctx.unplaced,
-            tuple(sorted(ctx.placed.items())),
-            tuple(anchors),
-            frozenset(keys) if relative else present,
-        )
+        memo_key = self._score_memo_key(ctx, anchors, frozenset(keys) if relative else present)
         scores = self._score_memo.get(memo_key)
         if scores is not None:
             return keys, scores
@@ -880,15 +887,7 @@ class Decider:
             | ((rest // 5) << _PLACED_SHIFT)
         )
         keys: list[int] = keys_arr.tolist()
-        memo_key = (
-            self.cache.nodes_version,
-            _job_key(ctx.job) if ctx.job is not None else None,
-            ctx.gpus,
-            ctx.unplaced,
-            tuple(sorted(ctx.placed.items())),
-            tuple(anchors),
-            frozenset(keys),
-        )
+        memo_key = self._score_memo_key(ctx, anchors, frozenset(keys))
         scores = self._score_memo.get(memo_key)
         complete = True
         if scores is None:
