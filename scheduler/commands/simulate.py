@@ -50,6 +50,19 @@ def _policy_configs(path: Path | None) -> dict[str, dict[str, Any]]:
     return {str(k): dict(v) for k, v in data.items()}
 
 
+def _policy_specs(text: str, configs: dict[str, dict[str, Any]], option: str = "--policy") -> tuple[str, ...]:
+    """The canonical spec strings of ``text``, each built once so a bad spec fails before any run."""
+    from scheduler.policies import make_policy_from_spec, parse_policy_specs
+
+    try:
+        specs = parse_policy_specs(text)
+        for spec in specs:
+            make_policy_from_spec(spec, configs.get(spec.name))
+    except ConfigError as exc:
+        raise ConfigError(f"{option}: {exc}") from None
+    return tuple(s.text for s in specs)
+
+
 def _fmt(v: Any, kind: str = "") -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
@@ -82,8 +95,13 @@ def _print_table(report: dict[str, Any], title: str) -> None:
         ("FTF rho avg", "ftf_rho_avg", ""),
         ("wall s", "wall_s", ""),
     ]
+    # the policy column shows each full spec string, however narrow the terminal
+    widest = max((len(str(r.get("policy", ""))) for r in report["results"]), default=6)
     for header, _, _ in cols:
-        table.add_column(header, justify="right")
+        if header == "policy":
+            table.add_column(header, no_wrap=True, min_width=widest)
+        else:
+            table.add_column(header, justify="right")
     for row in report["results"]:
         table.add_row(*[_fmt(row.get(key), kind) for _, key, kind in cols])
     console = Console()
@@ -154,7 +172,10 @@ def register(app: typer.Typer) -> None:
     @app.command("simulate")
     def simulate(
         policy: str = typer.Option(
-            "las", "--policy", help="Policy name(s), comma-separated (fifo, las, srsf, ...)."
+            "las",
+            "--policy",
+            help="Policy spec(s) NAME[:key=value;...], comma-separated, e.g. "
+            "las,las:heterogeneity=agnostic,fifo:backfill=true (a [list] value keeps its commas).",
         ),
         trace: str = typer.Option(
             "philly-10k", "--trace", help="Trace CSV file, or a name: philly-10k, philly-full."
@@ -191,16 +212,19 @@ def register(app: typer.Typer) -> None:
             "table", "--oracle", help="What the policy is told: table (with --mre) or predictor."
         ),
         policy_config: str = typer.Option(
-            "", "--policy-config", help="YAML mapping policy name -> config fields."
+            "",
+            "--policy-config",
+            help="YAML mapping policy name -> config fields (a base that each spec's keys override).",
         ),
     ) -> None:
         """Replay a job trace through the scheduling policies on a simulated cluster."""
         from scheduler.sim.runner import SimulationRequest
         from scheduler.sim.traces import parse_load
 
-        names = tuple(p.strip() for p in policy.split(",") if p.strip())
+        configs = _policy_configs(Path(policy_config) if policy_config else None)
+        specs = _policy_specs(policy, configs)
         req = SimulationRequest(
-            policies=names,
+            policies=specs,
             trace=trace,
             cluster=cluster,
             gpus=gpus,
@@ -213,7 +237,7 @@ def register(app: typer.Typer) -> None:
             elastic=elastic,
             deadline_slack=deadline_slack,
             oracle=oracle,
-            policy_configs=_policy_configs(Path(policy_config) if policy_config else None),
+            policy_configs=configs,
         )
         _run(req, as_json=as_json, out=Path(out) if out else None, title="perfsched simulate")
 
