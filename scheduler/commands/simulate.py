@@ -172,11 +172,12 @@ def register(app: typer.Typer) -> None:
 
     @app.command("simulate")
     def simulate(
-        policy: str = typer.Option(
-            "las",
+        policy: str | None = typer.Option(
+            None,
             "--policy",
             help="Policy spec(s) NAME[:key=value;...], comma-separated, e.g. "
-            "las,las:heterogeneity=agnostic,fifo:backfill=true (a [list] value keeps its commas).",
+            "las,las:heterogeneity=agnostic,fifo:backfill=true (a [list] value keeps its commas) "
+            "[default: the operator's default, scheduler.policies.DEFAULT_POLICY_SPEC].",
         ),
         trace: str = typer.Option(
             "philly-10k", "--trace", help="Trace CSV file, or a name: philly-10k, philly-full."
@@ -219,11 +220,12 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Replay a job trace through the scheduling policies on a simulated cluster."""
+        from scheduler.policies import DEFAULT_POLICY_SPEC
         from scheduler.sim.runner import SimulationRequest
         from scheduler.sim.traces import parse_load
 
         configs = _policy_configs(Path(policy_config) if policy_config else None)
-        specs = _policy_specs(policy, configs)
+        specs = _policy_specs(DEFAULT_POLICY_SPEC if policy is None else policy, configs)
         req = SimulationRequest(
             policies=specs,
             trace=trace,

@@ -122,5 +122,30 @@ def test_a_list_keeps_each_distinct_spec_once_in_order() -> None:
         parse_policy_specs(" , ")
 
 
-def test_the_default_spec_builds() -> None:
+def test_the_default_spec_builds_and_every_entry_point_runs_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    import scheduler.demo.runner as demo_runner
+    from scheduler.cli import build_app
+    from scheduler.settings import Settings
+
     assert make_policy_from_spec(DEFAULT_POLICY_SPEC).name == parse_policy_spec(DEFAULT_POLICY_SPEC).name
+    # the operator (and Helm, whose default `operator.policy` is empty) read it through the settings
+    assert Settings.model_fields["operator_policy"].default == DEFAULT_POLICY_SPEC
+    app = build_app()
+    # simulate without --policy runs it
+    result = CliRunner().invoke(app, ["simulate", "--jobs", "5", "--gpus", "8", "--json", "--out", ""])
+    assert result.exit_code == 0, result.output
+    assert [r["policy"] for r in json.loads(result.stdout)["results"]] == [DEFAULT_POLICY_SPEC]
+    # the demo without --policy hands it to the operator it starts
+    seen = []
+
+    def fake_run_demo(options: demo_runner.DemoOptions, **_: object) -> None:
+        seen.append(options.policy)
+        raise demo_runner.DemoError("stopped by the test")
+
+    monkeypatch.setattr(demo_runner, "run_demo", fake_run_demo)
+    result = CliRunner().invoke(app, ["demo"])
+    assert result.exit_code == 1 and seen == [DEFAULT_POLICY_SPEC], result.output
