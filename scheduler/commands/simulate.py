@@ -20,6 +20,16 @@ from scheduler.core.errors import ConfigError
 _PROGRESS_MIN_JOBS = 2000
 
 
+def _ints(text: str, option: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        raise ConfigError(f"{option}: not a list of integers: {text!r}") from None
+    if not out:
+        raise ConfigError(f"{option}: give at least one value")
+    return out
+
+
 def _floats(text: str, option: str) -> tuple[float, ...]:
     out = []
     for part in text.split(","):
@@ -311,8 +321,10 @@ def register(app: typer.Typer) -> None:
             "--window",
             help="Job ids START:END whose JCTs are averaged (Gavel: 4000:5000 of each trace).",
         ),
-        seed: int = typer.Option(
-            0, "--seed", help="Seed of the job generator (the paper's figures: seed 0)."
+        seeds: str = typer.Option(
+            "0",
+            "--seeds",
+            help="Generator seeds, comma-separated; averaged (the paper: 0,1,2; its printed values: 0).",
         ),
         restart_cost: float = typer.Option(
             0.0, "--restart-cost", help="Seconds a preemption or migration costs (Gavel's simulator: 0)."
@@ -342,7 +354,7 @@ def register(app: typer.Typer) -> None:
             agnostic=agnostic,
             jobs=jobs,
             window=win,
-            seed=seed,
+            seeds=_ints(seeds, "--seeds"),
             restart_cost_s=restart_cost,
         )
         say = (lambda *_: None) if as_json else _gavel_progress
@@ -378,9 +390,13 @@ def _gavel_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     by_rate: dict[float, dict[str, Any]] = {}
     for r in report["results"]:
         row = by_rate.setdefault(r["input_job_rate_per_h"], {"rate": r["input_job_rate_per_h"]})
-        row[r["role"]] = r["avg_jct_h"]
+        row.setdefault(f"{r['role']}_runs", []).append(r["avg_jct_h"])
         row[f"{r['role']}_policy"] = r["policy"]
-        row[f"{r['role']}_unfinished"] = r["unfinished"]
+        row[f"{r['role']}_unfinished"] = row.get(f"{r['role']}_unfinished", 0) + r["unfinished"]
+    for row in by_rate.values():
+        for role in ("agnostic", "aware"):
+            runs = row.get(f"{role}_runs", [])
+            row[role] = sum(runs) / len(runs) if runs else None  # mean over seeds
     out = []
     for rate, row in sorted(by_rate.items()):
         row["paper_las"] = paper_value(paper, "LAS", rate)
@@ -406,7 +422,9 @@ def _print_gavel(report: dict[str, Any]) -> None:
     rows = _gavel_rows(report)
     aware = next((r["policy"] for r in report["results"] if r["role"] == "aware"), "aware")
     agnostic = next((r["policy"] for r in report["results"] if r["role"] == "agnostic"), "agnostic")
-    table = Table(title="gavel-las: average JCT (hours) of the window's jobs, by input job rate")
+    table = Table(
+        title="gavel-las: average JCT (hours) of the window's jobs (mean over seeds), by input job rate"
+    )
     for header in ("jobs/h", "ours\nagnostic", "ours\naware", "ours\ngain", "paper\nLAS", "paper\nGavel",
                    "paper\ngain"):  # fmt: skip
         table.add_column(header, justify="right", no_wrap=True)
@@ -428,7 +446,8 @@ def _print_gavel(report: dict[str, Any]) -> None:
         f"gain = agnostic / aware average JCT. Paper: {report['paper']} (seed-0 values as printed by Gavel's "
         "notebook; interpolated between its rates). Ours: "
         f"{report['jobs_per_trace']} jobs per trace, window {report['window'][0]}:{report['window'][1]}, "
-        f"seed {report['seed']}, {report['cluster_gpus']} GPUs, restart cost {report['restart_cost_s']:g} s. "
+        f"seeds {','.join(map(str, report['seeds']))}, {report['cluster_gpus']} GPUs, "
+        f"restart cost {report['restart_cost_s']:g} s. "
         "Our LAS is Tiresias 2D-LAS, Gavel's is max-min fair time sharing: see docs/gavel-las.md."
     )
     unfinished = sum(r["unfinished"] for r in report["results"])
@@ -450,14 +469,12 @@ def _gavel_outputs(report: dict[str, Any], out: Path) -> list[str]:
 
     out.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(7, 4))
+    rows = _gavel_rows(report)
     for role, colour in (("agnostic", "#dd8452"), ("aware", "#4c72b0")):
-        pts = sorted(
-            (r["input_job_rate_per_h"], r["avg_jct_h"], r["policy"])
-            for r in report["results"]
-            if r["role"] == role
-        )
+        pts = [(r["rate"], r[role]) for r in rows if r.get(role) is not None]
         if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=colour, label=f"ours: {pts[0][2]}")
+            label = f"ours: {rows[0][f'{role}_policy']}"
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=colour, label=label)
     for name, colour in (("LAS", "#dd8452"), ("Gavel", "#4c72b0")):
         ref = sorted(
             (p["input_job_rate_per_h"], p["avg_jct_h"])
