@@ -143,8 +143,15 @@ def split_policy_specs(text: str) -> list[str]:
 def parse_policy_specs(text: str) -> tuple[PolicySpec, ...]:
     """Parse a comma-separated list of specs (see the module docstring); duplicates are kept once."""
     out: dict[str, PolicySpec] = {}
-    for item in split_policy_specs(text):
-        spec = parse_policy_spec(item)
+    items = split_policy_specs(text)
+    for i, item in enumerate(items):
+        try:
+            spec = parse_policy_spec(item)
+        except ConfigError as exc:
+            if i > 0 and "=" in items[i - 1] and ":" not in item and "=" not in item:
+                # "las:thresholds_gpu_hours=1,10": the comma split a list value
+                raise ConfigError(f"{exc} (a list value needs brackets: key=[a,b])") from None
+            raise
         out.setdefault(spec.text, spec)
     if not out:
         raise ConfigError("no policy spec given (expected NAME[:key=value;...][,...])")

@@ -120,6 +120,13 @@ def test_a_list_keeps_each_distinct_spec_once_in_order() -> None:
     assert [s.text for s in specs] == ["las", "las:preemptive=false", "fifo"]
     with pytest.raises(ConfigError, match="no policy spec given"):
         parse_policy_specs(" , ")
+    # a list value without brackets is split by the list's commas: the error says how to write it
+    with pytest.raises(ConfigError) as err:
+        parse_policy_specs("las:thresholds_gpu_hours=1,10")
+    assert str(err.value) == (
+        f"policy spec '10': unknown policy '10'; known policies: {KNOWN} "
+        "(a list value needs brackets: key=[a,b])"
+    )
 
 
 def test_the_default_spec_builds_and_every_entry_point_runs_it(monkeypatch: pytest.MonkeyPatch) -> None:
