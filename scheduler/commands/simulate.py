@@ -330,7 +330,10 @@ def register(app: typer.Typer) -> None:
             0.0, "--restart-cost", help="Seconds a preemption or migration costs (Gavel's simulator: 0)."
         ),
         quick: bool = typer.Option(
-            False, "--quick", help="A few seconds' sweep (2 rates, 120 jobs) for tests and smoke checks."
+            False,
+            "--quick",
+            help="A few seconds' sweep for tests and smoke checks: rates 2,5.6, 120 jobs, window 30:90 "
+            "(replaces --rates, --jobs, --window).",
         ),
         out: str = typer.Option("out/gavel-las", "--out", help="Directory for report.json and the plot."),
         as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
