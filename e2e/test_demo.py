@@ -41,6 +41,10 @@ def test_bad_arguments_exit_2_before_starting_anything(tmp_path: Path) -> None:
         (["--jobs", "0"], "--jobs"),
         (["--duration", "-5"], "--duration"),
         (["--policy", "nope"], "--policy"),
+        (
+            ["--policy", "las:nosuch=1"],
+            "--policy: policy spec 'las:nosuch=1': policy 'las': unknown config field",
+        ),
     ]:
         out = demo(*args, "--state-dir", str(tmp_path / "s"), timeout=60)
         assert out.returncode == 2, (args, out.stdout, out.stderr)

@@ -311,7 +311,7 @@ MODELS = [
 
 
 def test_mixed_batch_of_20_jobs_all_succeed(cluster: Cluster, stack: Any) -> None:
-    stack("fifo", PERFSCHED_OPERATOR_POLICY_CONFIG='{"backfill": true}')
+    stack("fifo:backfill=true")  # a policy spec in PERFSCHED_OPERATOR_POLICY
     names = []
     with Watcher(cluster.kube) as w:
         for i in range(20):

@@ -13,6 +13,7 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from scheduler.core.errors import ConfigError
+from scheduler.policies import DEFAULT_POLICY_SPEC, check_single_spec, make_policy_from_spec
 
 
 class Settings(BaseSettings):
@@ -62,8 +63,9 @@ class Settings(BaseSettings):
     worker_report_interval_seconds: float = Field(default=10.0, gt=0)
 
     # --- operator (scheduler/operator, `perfsched operator`) --------------------------------------------
-    #: scheduling policy by registry name (`scheduler.policies.POLICIES`) and its config (JSON object)
-    operator_policy: str = "fifo"
+    #: scheduling policy as a spec, ``NAME[:key=value;...]`` (``scheduler.policies``, e.g.
+    #: ``las:heterogeneity=agnostic``), and a base config (JSON object) that the spec's keys override
+    operator_policy: str = DEFAULT_POLICY_SPEC
     operator_policy_config: dict[str, Any] = Field(default_factory=dict)
     #: seconds between rounds; rounds also run on TrainingJob/pod/node events, at most every min interval
     operator_round_period_seconds: float = Field(default=5.0, gt=0)
@@ -110,6 +112,15 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _operator_policy(self) -> Settings:
+        # build it once here so that a bad spec, key or value stops start-up naming the variable
+        try:
+            make_policy_from_spec(check_single_spec(self.operator_policy), self.operator_policy_config)
+        except ConfigError as exc:
+            raise ValueError(f"PERFSCHED_OPERATOR_POLICY={self.operator_policy!r}: {exc}") from None
+        return self
+
+    @model_validator(mode="after")
     def _extender_weights(self) -> Settings:
         weights = (
             self.extender_weight_throughput,
@@ -131,11 +142,18 @@ def load_settings() -> Settings:
     """Read and validate settings from the environment.
 
     A bad value (or malformed JSON in a structured variable) raises ``ConfigError`` naming the variable,
-    which the CLI prints as one line with exit code 2.
+    which the CLI prints as one line with exit code 2 (pydantic's multi-line report is folded into it).
     """
     try:
         return Settings()
-    except (ValidationError, SettingsError) as exc:
+    except ValidationError as exc:
+        parts = []
+        for err in exc.errors(include_url=False):
+            loc = ".".join(str(x) for x in err.get("loc", ()))
+            msg = str(err.get("msg", "")).removeprefix("Value error, ")
+            parts.append(f"{loc}: {msg}" if loc else msg)
+        raise ConfigError(f"invalid PERFSCHED_* settings: {'; '.join(parts)}") from None
+    except SettingsError as exc:
         raise ConfigError(f"invalid PERFSCHED_* settings: {exc}") from None
 
 

@@ -24,8 +24,11 @@ def register(app: typer.Typer) -> None:
     def demo(
         duration: float = typer.Option(180.0, "--duration", help="Seconds to run the workload (at most)."),
         jobs: int = typer.Option(16, "--jobs", help="TrainingJobs to submit from the Philly sample."),
-        policy: str = typer.Option(
-            "hetero", "--policy", help="Scheduling policy (a name in scheduler.policies.POLICIES)."
+        policy: str | None = typer.Option(
+            None,
+            "--policy",
+            help="Policy spec NAME[:key=value;...] the operator runs, e.g. las:heterogeneity=agnostic "
+            "[default: the operator's default, scheduler.policies.DEFAULT_POLICY_SPEC].",
         ),
         cluster: str = typer.Option(
             "gavel-heterogeneous", "--cluster", help="Cluster spec (shipped name or YAML file)."
@@ -53,13 +56,13 @@ def register(app: typer.Typer) -> None:
 
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         console = Console()
-        if policy:
-            from scheduler.policies import POLICIES
+        from scheduler.policies import DEFAULT_POLICY_SPEC, check_single_spec, make_policy_from_spec
 
-            if policy not in POLICIES:
-                raise ConfigError(
-                    f"--policy: unknown policy {policy!r}; known: {', '.join(sorted(POLICIES))}"
-                )
+        try:  # fail here, not after the control plane is up
+            policy = check_single_spec(policy if policy is not None else DEFAULT_POLICY_SPEC).text
+            make_policy_from_spec(policy)
+        except ConfigError as exc:
+            raise ConfigError(f"--policy: {exc}") from None
         options = DemoOptions(
             duration_s=duration,
             jobs=jobs,

@@ -1,9 +1,10 @@
 """``perfsched operator``: run the TrainingJob operator (rounds loop, leader election, /metrics).
 
-CLI command module (I/O): reads settings from ``PERFSCHED_*`` (policy by name and its JSON config, round
-period, restart/resize costs, minimum resize interval, backoff limit, Lease), the kubeconfig from
-``--kubeconfig``, ``KUBECONFIG`` or the in-cluster service account, builds the policy (a bad name or
-config exits 2 naming the field), loads the throughput predictor with online correction, and runs until
+CLI command module (I/O): reads settings from ``PERFSCHED_*`` (policy spec ``NAME[:key=value;...]`` and
+its base JSON config, round period, restart/resize costs, minimum resize interval, backoff limit, Lease),
+the kubeconfig from ``--kubeconfig``, ``KUBECONFIG`` or the in-cluster service account, builds the policy
+(``--policy SPEC`` overrides ``PERFSCHED_OPERATOR_POLICY``; a bad spec, key or value exits 2 naming the
+option or variable), loads the throughput predictor with online correction, and runs until
 SIGTERM/SIGINT, releasing the leader Lease on the way out. ``--once`` runs a single round and prints
 what it did (useful to debug a policy against a live cluster). Heavy imports happen inside the command.
 """
@@ -36,7 +37,10 @@ def register(app: typer.Typer) -> None:
             None, "--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG, else in-cluster config)."
         ),
         policy: str = typer.Option(
-            None, "--policy", help="Scheduling policy (default: PERFSCHED_OPERATOR_POLICY)."
+            None,
+            "--policy",
+            help="Policy spec NAME[:key=value;...], e.g. las:heterogeneity=agnostic "
+            "(default: PERFSCHED_OPERATOR_POLICY).",
         ),
         once: bool = typer.Option(
             False, "--once", help="Run one round (no leader election), print it, exit."
@@ -46,6 +50,7 @@ def register(app: typer.Typer) -> None:
         import signal
         import threading
 
+        from scheduler.core.errors import ConfigError
         from scheduler.core.round import RoundCosts
         from scheduler.k8s.binder import load_api_client
         from scheduler.k8s.kubeapi import RealKubeApi
@@ -53,13 +58,19 @@ def register(app: typer.Typer) -> None:
         from scheduler.operator.learning import CorrectedOracle
         from scheduler.operator.loop import OperatorLoop, serve_http
         from scheduler.operator.reconcile import Operator, OperatorConfig
-        from scheduler.policies import make_policy
+        from scheduler.policies import check_single_spec, make_policy_from_spec
         from scheduler.settings import configure_logging, load_settings
 
         settings = load_settings()
         configure_logging(settings)
-        policy_name = policy or settings.operator_policy
-        pol = make_policy(policy_name, settings.operator_policy_config)
+        # settings already checked PERFSCHED_OPERATOR_POLICY; --policy is checked here, named as such
+        where = "--policy" if policy is not None else "PERFSCHED_OPERATOR_POLICY"
+        try:
+            spec = check_single_spec(policy if policy is not None else settings.operator_policy)
+            pol = make_policy_from_spec(spec, settings.operator_policy_config)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        policy_name = spec.text
         from perfmodel import zoo
 
         oracle = CorrectedOracle.load()

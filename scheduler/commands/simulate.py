@@ -1,7 +1,8 @@
-"""``perfsched simulate`` and ``perfsched experiment survey-mre``: trace-driven simulation from the CLI.
+"""``perfsched simulate`` and ``perfsched experiment survey-mre|gavel-las``: simulation from the CLI.
 
-Parses and checks the options, runs ``scheduler.sim.runner.run_simulations``, prints a table (or the
-report as JSON on stdout with ``--json``), and writes the JSON/CSV report and PNG plots under ``--out``.
+Parses and checks the options, runs ``scheduler.sim.runner.run_simulations`` (``gavel-las``:
+``scheduler.sim.gavel.run_gavel_las``), prints a table (or the report as JSON on stdout with ``--json``),
+and writes the JSON/CSV report and PNG plots under ``--out``.
 A ``rich`` progress bar goes to stderr on long runs (never with ``--json``). User errors raise
 ``ConfigError`` (exit 2, one line, no traceback).
 """
@@ -17,6 +18,16 @@ import typer
 from scheduler.core.errors import ConfigError
 
 _PROGRESS_MIN_JOBS = 2000
+
+
+def _ints(text: str, option: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        raise ConfigError(f"{option}: not a list of integers: {text!r}") from None
+    if not out:
+        raise ConfigError(f"{option}: give at least one value")
+    return out
 
 
 def _floats(text: str, option: str) -> tuple[float, ...]:
@@ -48,6 +59,19 @@ def _policy_configs(path: Path | None) -> dict[str, dict[str, Any]]:
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise ConfigError(f"{path}: must map policy names to config mappings")
     return {str(k): dict(v) for k, v in data.items()}
+
+
+def _policy_specs(text: str, configs: dict[str, dict[str, Any]], option: str = "--policy") -> tuple[str, ...]:
+    """The canonical spec strings of ``text``, each built once so a bad spec fails before any run."""
+    from scheduler.policies import make_policy_from_spec, parse_policy_specs
+
+    try:
+        specs = parse_policy_specs(text)
+        for spec in specs:
+            make_policy_from_spec(spec, configs.get(spec.name))
+    except ConfigError as exc:
+        raise ConfigError(f"{option}: {exc}") from None
+    return tuple(s.text for s in specs)
 
 
 def _fmt(v: Any, kind: str = "") -> str:
@@ -82,8 +106,13 @@ def _print_table(report: dict[str, Any], title: str) -> None:
         ("FTF rho avg", "ftf_rho_avg", ""),
         ("wall s", "wall_s", ""),
     ]
+    # the policy column shows each full spec string, however narrow the terminal
+    widest = max((len(str(r.get("policy", ""))) for r in report["results"]), default=6)
     for header, _, _ in cols:
-        table.add_column(header, justify="right")
+        if header == "policy":
+            table.add_column(header, no_wrap=True, min_width=widest)
+        else:
+            table.add_column(header, justify="right")
     for row in report["results"]:
         table.add_row(*[_fmt(row.get(key), kind) for _, key, kind in cols])
     console = Console()
@@ -153,8 +182,12 @@ def register(app: typer.Typer) -> None:
 
     @app.command("simulate")
     def simulate(
-        policy: str = typer.Option(
-            "las", "--policy", help="Policy name(s), comma-separated (fifo, las, srsf, ...)."
+        policy: str | None = typer.Option(
+            None,
+            "--policy",
+            help="Policy spec(s) NAME[:key=value;...], comma-separated, e.g. "
+            "las,las:heterogeneity=agnostic,fifo:backfill=true (a [list] value keeps its commas) "
+            "[default: the operator's default, scheduler.policies.DEFAULT_POLICY_SPEC].",
         ),
         trace: str = typer.Option(
             "philly-10k", "--trace", help="Trace CSV file, or a name: philly-10k, philly-full."
@@ -191,16 +224,20 @@ def register(app: typer.Typer) -> None:
             "table", "--oracle", help="What the policy is told: table (with --mre) or predictor."
         ),
         policy_config: str = typer.Option(
-            "", "--policy-config", help="YAML mapping policy name -> config fields."
+            "",
+            "--policy-config",
+            help="YAML mapping policy name -> config fields (a base that each spec's keys override).",
         ),
     ) -> None:
         """Replay a job trace through the scheduling policies on a simulated cluster."""
+        from scheduler.policies import DEFAULT_POLICY_SPEC
         from scheduler.sim.runner import SimulationRequest
         from scheduler.sim.traces import parse_load
 
-        names = tuple(p.strip() for p in policy.split(",") if p.strip())
+        configs = _policy_configs(Path(policy_config) if policy_config else None)
+        specs = _policy_specs(DEFAULT_POLICY_SPEC if policy is None else policy, configs)
         req = SimulationRequest(
-            policies=names,
+            policies=specs,
             trace=trace,
             cluster=cluster,
             gpus=gpus,
@@ -213,7 +250,7 @@ def register(app: typer.Typer) -> None:
             elastic=elastic,
             deadline_slack=deadline_slack,
             oracle=oracle,
-            policy_configs=_policy_configs(Path(policy_config) if policy_config else None),
+            policy_configs=configs,
         )
         _run(req, as_json=as_json, out=Path(out) if out else None, title="perfsched simulate")
 
@@ -267,7 +304,202 @@ def register(app: typer.Typer) -> None:
             _print_table(report, "survey-mre (avg JCT by setting)")
             _print_survey(report, out_dir)
 
-    del survey_mre, simulate
+    @experiment.command("gavel-las")
+    def gavel_las(
+        rates: str = typer.Option(
+            ",".join(f"{r:g}" for r in _GAVEL_RATES), "--rates", help="Input job rates (jobs/hour) to sweep."
+        ),
+        aware: str = typer.Option(
+            "las", "--aware", help="Policy spec of heterogeneity-aware LAS (Gavel's curve)."
+        ),
+        agnostic: str = typer.Option(
+            "las:heterogeneity=agnostic", "--agnostic", help="Policy spec of agnostic LAS (the LAS curve)."
+        ),
+        jobs: int = typer.Option(_GAVEL_JOBS, "--jobs", help="Jobs generated per trace."),
+        window: str = typer.Option(
+            f"{_GAVEL_WINDOW[0]}:{_GAVEL_WINDOW[1]}",
+            "--window",
+            help="Job ids START:END whose JCTs are averaged (Gavel: 4000:5000 of each trace).",
+        ),
+        seeds: str = typer.Option(
+            "0",
+            "--seeds",
+            help="Generator seeds, comma-separated; averaged (the paper: 0,1,2; its printed values: 0).",
+        ),
+        restart_cost: float = typer.Option(
+            0.0, "--restart-cost", help="Seconds a preemption or migration costs (Gavel's simulator: 0)."
+        ),
+        quick: bool = typer.Option(
+            False,
+            "--quick",
+            help="A few seconds' sweep for tests and smoke checks: rates 2,5.6, 120 jobs, window 30:90 "
+            "(replaces --rates, --jobs, --window).",
+        ),
+        out: str = typer.Option("out/gavel-las", "--out", help="Directory for report.json and the plot."),
+        as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+    ) -> None:
+        """LAS vs heterogeneity-aware LAS on Gavel's cluster and workload, beside Gavel's Figure 8."""
+        from scheduler.sim.gavel import GavelLasRequest, run_gavel_las
+        from scheduler.sim.reports import to_json
+
+        if quick:
+            rates, jobs, window = "2,5.6", 120, "30:90"
+        start_end = window.split(":")
+        try:
+            win = (int(start_end[0]), int(start_end[1]))
+        except (ValueError, IndexError):
+            raise ConfigError(f"--window: must be START:END job ids, got {window!r}") from None
+        if len(start_end) != 2:
+            raise ConfigError(f"--window: must be START:END job ids, got {window!r}")
+        req = GavelLasRequest(
+            rates=_floats(rates, "--rates"),
+            aware=aware,
+            agnostic=agnostic,
+            jobs=jobs,
+            window=win,
+            seeds=_ints(seeds, "--seeds"),
+            restart_cost_s=restart_cost,
+        )
+        say = (lambda *_: None) if as_json else _gavel_progress
+        report = run_gavel_las(req, on_run=say)
+        out_dir = Path(out) if out else None
+        if out_dir is not None:
+            report["files"] = _gavel_outputs(report, out_dir)
+        if as_json:
+            typer.echo(to_json(report))
+        else:
+            _print_gavel(report)
+
+    del survey_mre, simulate, gavel_las
+
+
+# default sweep: sized for a 2-core box (about two minutes); Gavel swept 0.4 .. 6 jobs/hour, 5,000 jobs
+_GAVEL_RATES = (1.0, 3.0, 4.4, 5.2, 5.6)
+_GAVEL_JOBS = 600
+_GAVEL_WINDOW = (200, 450)
+
+
+def _gavel_progress(spec: str, rate: float, row: dict[str, Any]) -> None:
+    typer.echo(
+        f"  rate {rate:g}/h  {spec}: avg JCT {row['avg_jct_h']:.1f} h ({row['wall_s']:.0f} s)", err=True
+    )
+
+
+def _gavel_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per rate: our agnostic and aware averages and the paper's LAS and Gavel at that rate."""
+    from scheduler.sim.gavel import paper_figure, paper_value
+
+    paper = paper_figure()
+    by_rate: dict[float, dict[str, Any]] = {}
+    for r in report["results"]:
+        row = by_rate.setdefault(r["input_job_rate_per_h"], {"rate": r["input_job_rate_per_h"]})
+        row.setdefault(f"{r['role']}_runs", []).append(r["avg_jct_h"])
+        row[f"{r['role']}_policy"] = r["policy"]
+        row[f"{r['role']}_unfinished"] = row.get(f"{r['role']}_unfinished", 0) + r["unfinished"]
+    for row in by_rate.values():
+        for role in ("agnostic", "aware"):
+            runs = row.get(f"{role}_runs", [])
+            row[role] = sum(runs) / len(runs) if runs else None  # mean over seeds
+    out = []
+    for rate, row in sorted(by_rate.items()):
+        row["paper_las"] = paper_value(paper, "LAS", rate)
+        row["paper_gavel"] = paper_value(paper, "Gavel", rate)
+        out.append(row)
+    return out
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or not (a > 0 and b > 0) or math.isnan(a) or math.isnan(b):
+        return "-"
+    return f"{a / b:.2f}x"
+
+
+def _hours(v: float | None) -> str:
+    return "-" if v is None or math.isnan(v) else f"{v:.1f}"
+
+
+def _print_gavel(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    rows = _gavel_rows(report)
+    aware = next((r["policy"] for r in report["results"] if r["role"] == "aware"), "aware")
+    agnostic = next((r["policy"] for r in report["results"] if r["role"] == "agnostic"), "agnostic")
+    table = Table(
+        title="gavel-las: average JCT (hours) of the window's jobs (mean over seeds), by input job rate"
+    )
+    for header in ("jobs/h", "ours\nagnostic", "ours\naware", "ours\ngain", "paper\nLAS", "paper\nGavel",
+                   "paper\ngain"):  # fmt: skip
+        table.add_column(header, justify="right", no_wrap=True)
+    for r in rows:
+        table.add_row(
+            f"{r['rate']:g}",
+            _hours(r.get("agnostic")),
+            _hours(r.get("aware")),
+            _ratio(r.get("agnostic"), r.get("aware")),
+            _hours(r["paper_las"]),
+            _hours(r["paper_gavel"]),
+            _ratio(r["paper_las"], r["paper_gavel"]),
+        )
+    console = Console()
+    console.print(table)
+    console.print(f"ours agnostic: {agnostic}")
+    console.print(f"ours aware: {aware}")
+    console.print(
+        f"gain = agnostic / aware average JCT. Paper: {report['paper']} (seed-0 values as printed by Gavel's "
+        "notebook; interpolated between its rates). Ours: "
+        f"{report['jobs_per_trace']} jobs per trace, window {report['window'][0]}:{report['window'][1]}, "
+        f"seeds {','.join(map(str, report['seeds']))}, {report['cluster_gpus']} GPUs, "
+        f"restart cost {report['restart_cost_s']:g} s. "
+        "Our LAS is Tiresias 2D-LAS, Gavel's is max-min fair time sharing: see docs/gavel-las.md."
+    )
+    unfinished = sum(r["unfinished"] for r in report["results"])
+    if unfinished:
+        console.print(f"{unfinished} window jobs did not finish (counted out of the averages)")
+    for f in report.get("files", []):
+        if f.endswith(".png"):
+            console.print(f"plot: {f}")
+
+
+def _gavel_outputs(report: dict[str, Any], out: Path) -> list[str]:
+    """``report.json`` and ``gavel_las.png`` (our two curves beside the paper's) under ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from scheduler.sim.reports import to_json
+
+    out.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    rows = _gavel_rows(report)
+    for role, colour in (("agnostic", "#dd8452"), ("aware", "#4c72b0")):
+        pts = [(r["rate"], r[role]) for r in rows if r.get(role) is not None]
+        if pts:
+            label = f"ours: {rows[0][f'{role}_policy']}"
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=colour, label=label)
+    for name, colour in (("LAS", "#dd8452"), ("Gavel", "#4c72b0")):
+        ref = sorted(
+            (p["input_job_rate_per_h"], p["avg_jct_h"])
+            for p in report["paper_results"]
+            if p["policy"] == name
+        )
+        ax.plot(
+            [p[0] for p in ref], [p[1] for p in ref], "--", color=colour, alpha=0.7, label=f"paper: {name}"
+        )
+    ax.set_xlabel("input job rate (jobs/hour)")
+    ax.set_ylabel("average JCT (hours)")
+    ax.set_ylim(0, 100)
+    ax.set_title("LAS vs heterogeneity-aware LAS, 36 K80+P100+V100 (Gavel Fig. 8)", fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    png = out / "gavel_las.png"
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    files = [str(png), str(out / "report.json")]
+    (out / "report.json").write_text(to_json({**report, "files": files}) + "\n", encoding="utf-8")
+    return files
 
 
 def _survey_label(row: dict[str, Any]) -> str:

@@ -166,7 +166,10 @@ def to_json(report: Mapping[str, Any]) -> str:
 def write_reports(
     out_dir: Path, report: Mapping[str, Any], runs: Sequence[tuple[str, EngineResult]]
 ) -> list[Path]:
-    """Write ``report.json``, ``summary.csv`` and ``jobs-<run>.csv`` per run into ``out_dir``."""
+    """Write ``report.json``, ``summary.csv`` and ``jobs-<run>.csv`` per run into ``out_dir``.
+
+    ``<run>`` is the run's label with a policy spec's ``:`` and ``;`` replaced by ``_``.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     p = out_dir / "report.json"
@@ -180,7 +183,8 @@ def write_reports(
             w.writerow({k: ("" if v is None else v) for k, v in _clean(row).items()})
     written.append(p)
     for label, result in runs:
-        p = out_dir / f"jobs-{label}.csv"
+        # a spec's ':' and ';' make awkward file names: las:x=1;y=2 -> las_x=1_y=2
+        p = out_dir / f"jobs-{label.replace(':', '_').replace(';', '_')}.csv"
         with p.open("w", newline="", encoding="utf-8") as fh:
             w2 = csv.writer(fh)
             w2.writerow(

@@ -38,6 +38,7 @@ class SimulationRequest:
     LAS queue-threshold crossings; no periodic ticks), no restart cost, one execution-time error per job.
     """
 
+    #: policy specs, ``NAME[:key=value;...]`` (``scheduler.policies``); each run is reported under its spec
     policies: tuple[str, ...]
     trace: str = DEFAULT_TRACE
     cluster: str | None = None
@@ -53,6 +54,7 @@ class SimulationRequest:
     reference_gpu: str = "V100"
     oracle: str = "table"
     survey: bool = False
+    #: base config per policy *name* (``--policy-config``); a spec's own keys override it
     policy_configs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: explicit (policy, MRE) runs; None = every policy x every MRE
     plan: tuple[tuple[str, float], ...] | None = None
@@ -143,14 +145,17 @@ def run_simulations(
     """Run every (policy, MRE) of ``req`` on the same workload; see the module docstring."""
     from perfmodel.truth import GroundTruth
     from scheduler.core.round import run_round
-    from scheduler.policies import make_policy
+    from scheduler.policies import make_policy_from_spec, parse_policy_spec
 
     req.validate()
     plan = req.run_plan()
     policies: dict[str, Policy] = {}
+    spec_text: dict[str, str] = {}  # canonical spec string each run is reported under
     for name, _ in plan:
         if name not in policies:
-            policies[name] = make_policy(name, req.policy_configs.get(name))
+            pspec = parse_policy_spec(name)
+            policies[name] = make_policy_from_spec(pspec, req.policy_configs.get(pspec.name))
+            spec_text[name] = pspec.text
     spec = resolve_cluster(req)
     nodes = spec_to_nodes(spec)
     trace = load_trace(req.trace)
@@ -243,7 +248,7 @@ def run_simulations(
         result = engine.run()
         row = summarize(
             result,
-            policy=policy.name,
+            policy=spec_text[name],
             mre=None if math.isnan(mre) else mre,
             cluster=spec.name,
             trace=trace.name,

@@ -285,6 +285,9 @@ BAD_VALUES = [
     ("podSecurityContext.runAsNonRoot=false", "/podSecurityContext/runAsNonRoot"),
     ("tls.validityDays=0", "/tls/validityDays"),
     ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
+    # a list of policies, or a spec that does not parse, is refused before the operator ever starts
+    ("operator.policy=las\\,fifo", "/operator/policy"),
+    ("operator.policy=las:preemptive", "/operator/policy"),
 ]
 
 
@@ -294,6 +297,21 @@ def test_schema_rejects_invalid_values_naming_the_field(helm: Path, value: str, 
     assert out.returncode != 0, f"{value} was accepted"
     assert "schema" in out.stderr
     assert field in out.stderr, out.stderr
+
+
+def test_default_policy_is_the_operators_default_from_one_constant(render: Render) -> None:
+    """Helm's default `operator.policy` is empty, so the operator runs `DEFAULT_POLICY_SPEC` (one place to
+    change it); a spec given to the chart reaches the operator as PERFSCHED_OPERATOR_POLICY unchanged."""
+    from scheduler.policies import DEFAULT_POLICY_SPEC
+    from scheduler.settings import Settings
+
+    assert yaml.safe_load((CHART / "values.yaml").read_text())["operator"]["policy"] == ""
+    op = by_kind(render(), "Deployment")["ps-perfsched-operator"]
+    assert "PERFSCHED_OPERATOR_POLICY" not in {e["name"] for e in containers(op)[0]["env"]}
+    assert Settings.model_fields["operator_policy"].default == DEFAULT_POLICY_SPEC
+    op = by_kind(render("operator.policy=las:preemptive=false"), "Deployment")["ps-perfsched-operator"]
+    env = {e["name"]: e.get("value") for e in containers(op)[0]["env"]}
+    assert env["PERFSCHED_OPERATOR_POLICY"] == "las:preemptive=false"
 
 
 def test_schema_accepts_the_default_values_file_as_documented(helm: Path) -> None:
@@ -338,7 +356,9 @@ def test_sync_script_reports_drift(tmp_path: Path) -> None:
 
 CHART_SETTINGS_CASES = [
     (),
-    ("operator.leaderElection.enabled=false", "operator.policy=fifo", "operator.policyConfig.seed=1"),
+    ("operator.leaderElection.enabled=false", "operator.policy=fifo", "operator.policyConfig.backfill=true"),
+    # a policy spec; helm's --set needs the comma inside a list value escaped
+    ("operator.policy=las:thresholds_gpu_hours=[1\\,10];preemptive=false",),
     ("tls.enabled=true",),
 ]
 

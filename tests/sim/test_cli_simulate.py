@@ -157,6 +157,49 @@ def test_bad_spec_and_bad_options_exit_2(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "--load" in proc.stderr
 
 
+def test_policy_variants_run_and_are_reported_under_their_full_spec(tmp_path: Path) -> None:
+    # the same policy twice with different configs, plus a list value with its own commas;
+    # --policy-config is the base that a spec's keys override
+    base = tmp_path / "policies.yaml"
+    base.write_text("las:\n  preemptive: false\n")
+    specs = "las,las:preemptive=true,las:thresholds_gpu_hours=[0.5,5]"
+    out = tmp_path / "out"
+    report = _cli_json(
+        ["simulate", "--policy", specs, "--policy-config", str(base), "--jobs", "60", "--gpus", "16",
+         "--json", "--out", str(out)]
+    )  # fmt: skip
+    rows = report["results"]
+    assert [r["policy"] for r in rows] == ["las", "las:preemptive=true", "las:thresholds_gpu_hours=[0.5,5]"]
+    # non-preemptive LAS (from the file) preempts nobody; the spec that turns preemption back on may
+    assert rows[0]["preemptions"] == 0
+    assert (out / "jobs-las_preemptive=true.csv").is_file()
+    summary = (out / "summary.csv").read_text()
+    assert "las:thresholds_gpu_hours=[0.5,5]" in summary
+    # the table shows each full spec string too
+    result = CliRunner().invoke(build_app(), ["simulate", "--policy", specs, "--jobs", "20", "--out", ""])
+    assert result.exit_code == 0, result.output
+    for spec in ("las:preemptive=true", "las:thresholds_gpu_hours=[0.5,5]"):
+        assert spec in result.output
+
+
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        ("las,nosuch", "--policy: policy spec 'nosuch': unknown policy 'nosuch'; known policies: deadline"),
+        ("las:nosuch=1", "--policy: policy spec 'las:nosuch=1': policy 'las': unknown config field 'nosuch'"),
+        ("las:preemptive=often", "--policy: policy spec 'las:preemptive=often': policy 'las' config field "
+         "'preemptive': must be true or false, got 'often'"),
+        ("las:preemptive", "--policy: policy spec 'las:preemptive': 'preemptive' is not key=value"),
+        (",", "--policy: no policy spec given"),
+    ],
+)  # fmt: skip
+def test_bad_policy_spec_exits_2_with_one_line_naming_it(policy: str, message: str) -> None:
+    proc = _perfsched("simulate", "--policy", policy, "--jobs", "5", "--out", "")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"perfsched: error: {message}"), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
 def test_survey_mre_small_run_srsf_beats_las_beats_fifo(tmp_path: Path) -> None:
     # 400 Philly jobs on 16 GPUs at load 1.0: contended enough for the order to matter. Robust facts only:
     # exact SRSF beats LAS, and both preemptive policies beat FIFO by a wide margin.
