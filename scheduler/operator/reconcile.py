@@ -169,7 +169,6 @@ class Operator:
         # Only for metrics and de-duplicating observations; never needed for correctness.
         self._observed_report_time: dict[str, float] = {}
         self._learned: list[tuple[Job, PlacementShape, float]] = []
-        self._prediction: dict[str, float] = {}
 
     # --- phase 1: list ---------------------------------------------------------------------------------
 
