@@ -119,9 +119,9 @@ def transition(
         return _observed(spec, view, step, now)
     assert isinstance(spec, crd.TrainingJobSpec), "a job in the round has a valid spec"
     action, job = step.action, step.job
-    kind = action.kind if action is not None else None
-    if action is None or kind is None:
+    if action is None:
         return _wait(spec, view, step.why, now)
+    kind = action.kind
     if kind is ActionKind.START:
         return _start(spec, view, job, action, step.predicted, now)
     if kind is ActionKind.RESIZE or kind is ActionKind.PREEMPT:
