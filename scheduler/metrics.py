@@ -185,6 +185,13 @@ OPERATOR_API_ERRORS = Counter(
     ["operation"],
     registry=REGISTRY,
 )
+#: Failures of the operator's own steps that it survives (step: predict | learn), also logged.
+OPERATOR_ERRORS = Counter(
+    "perfsched_operator_errors_total",
+    "Failures inside the operator that a round survives (prediction, online learning), by step.",
+    ["step"],
+    registry=REGISTRY,
+)
 
 # --- dashboard and alerts (issue 7: helm/perfsched/files) -------------------------------------------
 # Needed by the Grafana dashboard ("GPUs allocated vs capacity by GPU type") and the

@@ -9,6 +9,7 @@ and raises ``PolicyInvariantError`` naming the policy and the job when one is br
 ``IncrementalRound`` is the optional fast path of a policy for callers that see every change (the
 simulator): a stateful object, made by ``policy.incremental(...)``, that gives the same allocations as
 ``run_round`` while only looking at what changed since the last round (see the protocol's docstring).
+``IncrementalPolicy`` declares that optional capability of a policy.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from scheduler.core.decisions import Action, ActionKind, Decision, RoundResult, Unschedulable
 from scheduler.core.errors import ConfigError, PermanentError
 from scheduler.core.planner import plan_detailed
 from scheduler.core.protocols import Policy, ThroughputOracle
-from scheduler.core.types import Allocation, ClusterSnapshot, Job
+from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node
 
 log = logging.getLogger(__name__)
 
@@ -34,18 +35,18 @@ class PolicyInvariantError(PermanentError):
 class IncrementalRound(Protocol):
     """A policy's incremental round: ``run_round``'s allocations for a caller that reports every change.
 
-    A policy MAY offer ``incremental(nodes, oracle, jobs) -> IncrementalRound | None`` (an optional
-    method: callers look it up with ``getattr`` and fall back to ``run_round``; None means "not for
-    this cluster or these jobs"). The caller starts with an empty cluster and then reports each job
-    when it arrives (``add``) and when it leaves while holding or waiting for GPUs (``remove``: done or
-    failed); every round it calls ``round`` with the progress and attained service of each running job
-    at ``now`` and applies the changes it returns. The contract: the returned changes are exactly the
-    allocations that differ between ``run_round(snapshot, jobs, policy, oracle)`` and what runs now,
-    for the snapshot and jobs the caller would otherwise have built, so results are identical (the
-    simulator's ``check_incremental`` mode runs both and compares every round). It assumes no job
-    reached its total work before its completion is reported (the caller falls back to ``run_round``
-    for such a round and stops using the object), and an oracle whose answer to a question does not
-    depend on the other questions in the batch.
+    A policy MAY offer ``incremental(nodes, oracle, jobs) -> IncrementalRound | None`` (the optional
+    capability ``IncrementalPolicy``, which callers test with ``isinstance`` before falling back to
+    ``run_round``; None means "not for this cluster or these jobs"). The caller starts with an empty
+    cluster and then reports each job when it arrives (``add``) and when it leaves while holding or
+    waiting for GPUs (``remove``: done or failed); every round it calls ``round`` with the progress and
+    attained service of each running job at ``now`` and applies the changes it returns. The contract: the
+    returned changes are exactly the allocations that differ between ``run_round(snapshot, jobs, policy,
+    oracle)`` and what runs now, for the snapshot and jobs the caller would otherwise have built, so
+    results are identical (the simulator's ``check_incremental`` mode runs both and compares every
+    round). It assumes no job reached its total work before its completion is reported (the caller falls
+    back to ``run_round`` for such a round and stops using the object), and an oracle whose answer to a
+    question does not depend on the other questions in the batch.
     """
 
     def add(self, job: Job) -> None:
@@ -57,6 +58,21 @@ class IncrementalRound(Protocol):
     def round(self, now: float, running: Mapping[str, tuple[float, float]]) -> dict[str, Allocation | None]:
         """The jobs whose allocation changes this round (None: stops running), given each running job's
         ``(progress, attained_service)`` at ``now``; the object assumes the caller applies them."""
+
+
+@runtime_checkable
+class IncrementalPolicy(Protocol):
+    """The optional capability of a ``Policy`` with an incremental round (``las``, ``srsf``, ``fifo``).
+
+    ``incremental`` returns a fresh ``IncrementalRound`` for a caller that starts with an empty cluster of
+    ``nodes`` and will report ``jobs`` as they arrive, or None when the policy has none for this cluster
+    or these jobs. A policy without the method is used through ``run_round`` alone.
+    """
+
+    def incremental(
+        self, nodes: Sequence[Node], oracle: ThroughputOracle, jobs: Sequence[Job]
+    ) -> IncrementalRound | None:
+        """An incremental round for these nodes and jobs, or None (use ``run_round``)."""
 
 
 @dataclass(frozen=True, slots=True)

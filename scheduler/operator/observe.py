@@ -160,23 +160,7 @@ def observe_job(
     stale = tuple(p for p in others if p.unfinished and not p.deleting)
     draining = tuple(p for p in pods if p.unfinished and p.deleting)
 
-    # Progress: replica 0 of the current gang when it reports, else what the status saved.
-    progress, checkpoint = status.progress, status.checkpoint_progress
-    observed: float | None = None
-    r0 = next((p for p in cur if p.info.replica_index == 0), None)
-    if r0 is not None and r0.report is not None:
-        progress = r0.report.progress
-        if not r0.deleting and r0.report.throughput > 0:
-            observed = r0.report.throughput
-    # A checkpoint survives restarts: the best one any replica-0 report (old gangs included) has seen.
-    for p in pods:
-        if p.info.replica_index == 0 and p.report is not None:
-            checkpoint = max(checkpoint, p.report.checkpoint)
-    if total_work is not None:
-        progress = min(progress, total_work)
-        checkpoint = min(checkpoint, total_work)
-    checkpoint = min(checkpoint, max(progress, checkpoint))
-    progress = max(progress, checkpoint)
+    progress, checkpoint, observed = _progress(status, cur, pods, total_work)
     starts = [p.start_progress for p in cur if p.start_progress is not None]
     start_progress = starts[0] if starts else status.checkpoint_progress
 
@@ -199,7 +183,46 @@ def observe_job(
         return replace(view, state=GangState.TERMINAL)
     if intent is None:
         return replace(view, state=GangState.DRAINING if (stale or draining) else GangState.IDLE)
+    return _gang_state(
+        view, intent, now=now, total_work=total_work, node_types=node_types, start_timeout_s=start_timeout_s
+    )
 
+
+def _progress(
+    status: crd.TrainingJobStatus, cur: Sequence[PodView], pods: Sequence[PodView], total_work: float | None
+) -> tuple[float, float, float | None]:
+    """(progress, checkpoint, observed throughput): replica 0 of the current gang when it reports, else
+    what the status saved; the checkpoint is the best any replica-0 report (old gangs included) has seen."""
+    progress, checkpoint = status.progress, status.checkpoint_progress
+    observed: float | None = None
+    r0 = next((p for p in cur if p.info.replica_index == 0), None)
+    if r0 is not None and r0.report is not None:
+        progress = r0.report.progress
+        if not r0.deleting and r0.report.throughput > 0:
+            observed = r0.report.throughput
+    # A checkpoint survives restarts.
+    for p in pods:
+        if p.info.replica_index == 0 and p.report is not None:
+            checkpoint = max(checkpoint, p.report.checkpoint)
+    if total_work is not None:
+        progress = min(progress, total_work)
+        checkpoint = min(checkpoint, total_work)
+    checkpoint = min(checkpoint, max(progress, checkpoint))
+    progress = max(progress, checkpoint)
+    return progress, checkpoint, observed
+
+
+def _gang_state(
+    view: JobView,
+    intent: Allocation,
+    *,
+    now: float,
+    total_work: float | None,
+    node_types: Mapping[str, str],
+    start_timeout_s: float,
+) -> JobView:
+    """The state of an intended gang (see the module docstring), from its pods."""
+    key, status, cur, progress = view.key, view.status, view.cur, view.progress
     expected = intent.replicas
     view = replace(view, expected_replicas=expected)
     done = (total_work is not None and progress >= total_work - 1e-9) or any(

@@ -1,15 +1,18 @@
-"""Building a TrainingJob's status: conditions with honest transition times, and the minimal patch.
+"""Building a TrainingJob's status through its pydantic model: conditions, copies, the wire form, the patch.
 
-Pure. ``set_condition`` keeps ``lastTransitionTime`` when a condition's status does not change (the
-Kubernetes convention), so "since when" stays true across rounds and operator restarts.
-``status_patch`` turns the old and new status into the JSON merge patch to send (None deletes a key),
-leaving out ``placement``, which the extender owns; an empty patch means nothing to write.
+Pure. ``with_condition`` keeps ``lastTransitionTime`` when a condition's status does not change (the
+Kubernetes convention), so "since when" stays true across rounds and operator restarts. ``evolve`` copies
+a ``TrainingJobStatus`` with changed fields (None removes a field from the wire form).
+``status_wire`` is the API JSON of a status: the fields the stored status had plus those a transition
+set, camelCase. ``status_patch`` turns the stored and the new wire status into the JSON merge patch to
+send (None deletes a key), leaving out ``placement``, which the extender owns; an empty patch means
+nothing to write.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 from scheduler.k8s import crd
 
@@ -19,48 +22,54 @@ CONDITION_TYPES = ("Admitted", "Running", "Resized", "Preempted", "Succeeded", "
 #: Status keys owned by other components, never patched by the operator.
 FOREIGN_KEYS = frozenset({"placement"})
 
+_ORDER = {t: i for i, t in enumerate(CONDITION_TYPES)}
+_FIELDS = frozenset(crd.TrainingJobStatus.model_fields)
 
-def set_condition(
-    conditions: list[dict[str, Any]],
+
+def with_condition(
+    conditions: Sequence[crd.Condition],
     type_: str,
     status: bool,
     reason: str,
     message: str,
     *,
     now: float,
-    generation: int | None = None,
-) -> None:
-    """Insert or update condition ``type_`` in place (``lastTransitionTime`` moves only on a flip)."""
-    value = "True" if status else "False"
-    for c in conditions:
-        if c.get("type") == type_:
-            if c.get("status") != value:
-                c["lastTransitionTime"] = crd.rfc3339(now)
-            c["status"] = value
-            c["reason"] = reason
-            c["message"] = message
-            if generation is not None:
-                c["observedGeneration"] = generation
-            return
-    new: dict[str, Any] = {
-        "type": type_,
-        "status": value,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": crd.rfc3339(now),
-    }
-    if generation is not None:
-        new["observedGeneration"] = generation
-    conditions.append(new)
-    order = {t: i for i, t in enumerate(CONDITION_TYPES)}
-    conditions.sort(key=lambda c: order.get(str(c.get("type")), len(order)))
+) -> tuple[crd.Condition, ...]:
+    """``conditions`` with condition ``type_`` set (``lastTransitionTime`` moves only on a flip); a new
+    condition takes its place in ``CONDITION_TYPES`` order."""
+    value: Literal["True", "False"] = "True" if status else "False"
+    out = list(conditions)
+    for i, c in enumerate(out):
+        if c.type == type_:
+            update: dict[str, Any] = {"status": value, "reason": reason, "message": message}
+            if c.status != value:
+                update["last_transition_time"] = crd.rfc3339(now)
+            out[i] = c.model_copy(update=update)
+            return tuple(out)
+    out.append(
+        crd.Condition(
+            type=type_, status=value, reason=reason, message=message, last_transition_time=crd.rfc3339(now)
+        )
+    )
+    out.sort(key=lambda c: _ORDER.get(c.type, len(_ORDER)))
+    return tuple(out)
 
 
-def get_condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
-    for c in status.get("conditions") or []:
-        if c.get("type") == type_:
-            return c  # type: ignore[no-any-return]
-    return None
+def evolve(status: crd.TrainingJobStatus, **changes: Any) -> crd.TrainingJobStatus:
+    """A copy of ``status`` with ``changes`` (snake_case field names; None drops a field from the wire).
+
+    ``model_copy`` does not validate: the names are checked here, the values come from typed code (the
+    transition table's tests write out every status it produces).
+    """
+    unknown = changes.keys() - _FIELDS
+    if unknown:
+        raise TypeError(f"not fields of TrainingJobStatus: {sorted(unknown)}")
+    return status.model_copy(update=changes)
+
+
+def status_wire(status: crd.TrainingJobStatus) -> dict[str, Any]:
+    """The status as API JSON: every field that was stored or set, camelCase, None left out."""
+    return status.model_dump(mode="json", by_alias=True, exclude_unset=True, exclude_none=True)
 
 
 def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from scheduler.core.decisions import Action, ActionKind, RoundResult
 from scheduler.core.placement import spread_of
 from scheduler.core.planner import single_action
 from scheduler.core.protocols import Policy, ThroughputOracle
-from scheduler.core.round import IncrementalRound, RoundCosts
+from scheduler.core.round import IncrementalPolicy, IncrementalRound, RoundCosts
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node
 
 log = logging.getLogger(__name__)
@@ -152,6 +152,34 @@ class _State:
     order: int = 0  # arrival order (the order of the active jobs handed to ``run_round``)
 
 
+#: a queued event: (time, kind, sequence number for a stable order, job name, the job's version)
+_Event = tuple[float, int, int, str, int]
+
+
+@dataclass(slots=True)
+class _Run:
+    """The mutable state of one ``Engine.run``: the event heap, who is active and running, counters."""
+
+    result: EngineResult
+    heap: list[_Event]
+    seq: int
+    pending_arrivals: int
+    total: int
+    thresholds: tuple[float, ...]
+    costs: RoundCosts
+    one_type: bool
+    wall0: float
+    cpu0: float
+    active: dict[str, _State] = field(default_factory=dict)
+    running: dict[str, _State] = field(default_factory=dict)
+    allocs: dict[str, Allocation] = field(default_factory=dict)
+    finished: int = 0
+    tick_at: float = math.inf
+    used: int = 0
+    elastic_active: int = 0
+    session: IncrementalRound | None = None
+
+
 class Engine:
     """One simulation run: ``Engine(...).run()`` returns an ``EngineResult``.
 
@@ -199,15 +227,24 @@ class Engine:
 
     # -- progress bookkeeping -------------------------------------------------------------------
     def _advance(self, st: _State, now: float) -> None:
-        if st.alloc is not None and now > st.updated:
-            run_from = max(st.updated, st.resume_at)
-            if now > run_from:
-                st.progress = min(st.job.total_work, st.progress + st.rate * (now - run_from))
-            gained = st.gpus * (now - st.updated)
-            st.attained += gained
-            st.record.gpu_seconds += gained
-            st.stale = True
-        st.updated = max(st.updated, now)
+        """Bring one job's progress and attained service to ``now`` (at its rate, from when it resumed).
+
+        Conditionals instead of ``max``/``min``: this runs for every running job in every round.
+        """
+        updated = st.updated
+        if now > updated:
+            if st.alloc is not None:
+                resume_at = st.resume_at
+                run_from = updated if updated >= resume_at else resume_at  # max(updated, resume_at)
+                if now > run_from:
+                    total_work = st.job.total_work
+                    p = st.progress + st.rate * (now - run_from)
+                    st.progress = total_work if total_work <= p else p  # min(total_work, p)
+                gained = st.gpus * (now - updated)
+                st.attained += gained
+                st.record.gpu_seconds += gained
+                st.stale = True
+            st.updated = now
 
     def _view(self, st: _State, now: float) -> Job:
         # the simulator checkpoints on every preemption (the operator's grace period), so what
@@ -229,192 +266,233 @@ class Engine:
 
     # -- the run --------------------------------------------------------------------------------
     def run(self) -> EngineResult:
-        cfg = self.config
-        result = EngineResult(records=[s.record for s in self.states.values()], total_gpus=self.total_gpus)
-        heap: list[tuple[float, int, int, str, int]] = []
-        seq = 0
-        for name, st in self.states.items():
-            heap.append((st.job.submit_time, _ARRIVAL, seq, name, 0))
-            seq += 1
-        heapq.heapify(heap)
-        active: dict[str, _State] = {}
-        running: dict[str, _State] = {}
-        allocs: dict[str, Allocation] = {}
-        pending_arrivals = len(self.states)
-        finished = 0
-        tick_at = math.inf
-        wall0 = time.perf_counter()
-        cpu0 = time.process_time()
-        if self.on_progress:
-            self.on_progress(0, len(self.states))
-        total = len(self.states)
-        thresholds = tuple(sorted(t for t in cfg.wake_thresholds_gpu_s if t > 0))
-        used = 0
-        costs = RoundCosts(restart_cost_s=cfg.restart_cost_s, resize_cost_s=cfg.resize_cost_s)
+        """Replay every job: pop the events at the next time, and run a round there when one is due.
 
-        # With one GPU type, only rigid jobs and nobody waiting, a completion leaves every policy nothing
-        # to do (no one to start, no one to preempt for, no size or type to change): skip that round.
-        one_type = len({n.gpu_type for n in self.nodes}) == 1
-        elastic_active = 0
-        session: IncrementalRound | None = None
-        if cfg.incremental:
-            make = getattr(self.policy, "incremental", None)
-            if make is not None:
-                session = make(self.nodes, self.policy_oracle, [s.job for s in self.states.values()])
-
-        while heap:
-            now = heap[0][0]
-            dirty = False
-            forced = False  # a trigger other than a completion
-            while heap and heap[0][0] <= now:
-                _, kind, _, name, version = heapq.heappop(heap)
-                result.events += 1
-                if kind == _ARRIVAL:
-                    st = self.states[name]
-                    active[name] = st
-                    elastic_active += st.job.is_elastic
-                    if session is not None:
-                        session.add(st.job)
-                    pending_arrivals -= 1
-                    dirty = forced = True
-                elif kind == _COMPLETION:
-                    st = self.states[name]
-                    if st.version != version or st.alloc is None:
-                        continue
-                    self._advance(st, now)
-                    st.progress = st.job.total_work
-                    st.record.finish = now
-                    used -= st.alloc.total_gpus
-                    st.alloc = None
-                    st.version += 1
-                    del running[name], allocs[name], active[name]
-                    elastic_active -= st.job.is_elastic
-                    if session is not None:
-                        session.remove(name)
-                    finished += 1
-                    dirty = True
-                    if self.on_progress and finished % cfg.progress_every == 0:
-                        self.on_progress(finished, total)
-                elif kind == _WAKE:
-                    st = self.states[name]
-                    if st.version == version and st.alloc is not None:
-                        dirty = forced = True
-                        # a job that keeps running after this round must still wake at its next boundary
-                        self._advance(st, now)
-                        seq = self._push_wake(heap, seq, st, now, thresholds, crossed=True)
-                elif kind == _TICK and now >= tick_at:
-                    tick_at = math.inf
-                    if len(active) > len(running) or cfg.always_tick:
-                        dirty = forced = True
+        One round is four phases: bring the running jobs' progress to now (``_advance_running``), decide
+        the actions (``_decide``: the incremental round or ``run_round``), apply them
+        (``_apply_actions``), and start the jobs whose allocation changed at their true rate
+        (``_start_changed``); ``_end_round`` samples the series and queues the next tick.
+        """
+        r = self._begin()
+        while r.heap:
+            now = r.heap[0][0]
+            dirty, forced = self._pop_events(r, now)
             if not dirty:
                 continue
-            if (
-                cfg.skip_idle_rounds
-                and not forced
-                and one_type
-                and not elastic_active
-                and len(active) == len(running)
-            ):
-                result.skipped_rounds += 1
-                self._sample(result, now, used, 0, len(running))
+            if self._idle_round(r, forced):
+                r.result.skipped_rounds += 1
+                self._sample(r.result, now, r.used, 0, len(r.running))
                 continue
-
-            # -- one scheduling round at `now` --
-            # ``_advance`` for every running job, inlined (this runs for every running job every round)
-            progress: dict[str, tuple[float, float]] = {}
-            all_left = True  # every running job still has work left (the incremental round's premise)
-            for name, st in running.items():
-                updated = st.updated
-                if now > updated:
-                    resume_at = st.resume_at
-                    run_from = updated if updated >= resume_at else resume_at  # max(updated, resume_at)
-                    if now > run_from:
-                        total_work = st.job.total_work
-                        p = st.progress + st.rate * (now - run_from)
-                        st.progress = total_work if total_work <= p else p  # min(total_work, p)
-                    gained = st.gpus * (now - updated)
-                    st.attained += gained
-                    st.record.gpu_seconds += gained
-                    st.stale = True
-                    st.updated = now
-                if session is not None:
-                    if not st.job.total_work - st.progress > 0:
-                        all_left = False
-                    progress[name] = (st.progress, st.attained)
-            if session is not None and not all_left:
-                # a job done before its completion event: run_round's rules for that from here on
-                log.debug("incremental rounds stop", extra={"time": now})
-                session = None
-            actions: Sequence[Action] | None = None
-            if session is not None:
-                t0 = time.perf_counter()
-                changes = session.round(now, progress)
-                actions = self._actions_for(changes, now)
-                if cfg.check_incremental:
-                    self._check(actions, active, allocs, now, costs)
-                result.round_wall_s += time.perf_counter() - t0
-                result.incremental_rounds += 1
-            else:
-                jobs = [self._view(st, now) for st in active.values()]
-                snapshot = ClusterSnapshot(now=now, nodes=self.nodes, allocations=dict(allocs))
-                t0 = time.perf_counter()
-                rr = self.run_round(
-                    snapshot, jobs, self.policy, self.policy_oracle, costs=costs, explain=False
-                )
-                result.round_wall_s += time.perf_counter() - t0
-                actions = rr.actions
-            result.rounds += 1
-            changed: list[_State] = []
-            for action in actions:
-                target = active.get(action.job)
-                if target is not None:
-                    used += self._apply(target, action, now, running, allocs, changed)
+            progress = self._advance_running(r, now)
+            actions = self._decide(r, now, progress)
+            changed = self._apply_actions(r, actions, now)
             if changed:
-                t1 = time.perf_counter()
-                queries = [
-                    (self._view(st, now), spread_of(st.alloc, self.node_map)) for st in changed if st.alloc
-                ]
-                rates = self.truth.throughput(queries) if queries else []
-                result.oracle_wall_s += time.perf_counter() - t1
-                for st, rate in zip([s for s in changed if s.alloc], rates, strict=True):
-                    if rate <= 0 or not math.isfinite(rate):
-                        # the policy placed the job where it cannot run: record it and let it go
-                        st.record.failed = f"no throughput on {st.alloc.gpu_type if st.alloc else '?'}"
-                        used -= st.alloc.total_gpus if st.alloc else 0
-                        st.alloc = None
-                        st.version += 1
-                        running.pop(st.job.name, None)
-                        allocs.pop(st.job.name, None)
-                        active.pop(st.job.name, None)
-                        if session is not None:
-                            session.remove(st.job.name)
-                        finished += 1
-                        continue
-                    st.rate = rate
-                    start = max(now, st.resume_at)
-                    done = start + max(0.0, st.job.total_work - st.progress) / rate
-                    heapq.heappush(heap, (done, _COMPLETION, seq, st.job.name, st.version))
-                    seq += 1
-                    st.done_at = done
-                    seq = self._push_wake(heap, seq, st, now, thresholds)
-            waiting = len(active) - len(running)
-            result.jobs_in_rounds += len(active)
-            self._sample(result, now, used, waiting, len(running))
-            if (
-                cfg.round_seconds > 0
-                and (waiting or cfg.always_tick)
-                and (running or pending_arrivals)
-                and tick_at == math.inf
-            ):
-                tick_at = (math.floor(now / cfg.round_seconds) + 1) * cfg.round_seconds
-                heapq.heappush(heap, (tick_at, _TICK, seq, "", 0))
-                seq += 1
+                self._start_changed(r, changed, now)
+            self._end_round(r, now)
+        return self._end(r)
 
-        result.end_time = max((r.finish or 0.0) for r in result.records) if result.records else 0.0
-        result.wall_s = time.perf_counter() - wall0
-        result.cpu_s = time.process_time() - cpu0
+    def _begin(self) -> _Run:
+        """The run's state before the first event: every arrival queued, the incremental round if any."""
+        cfg = self.config
+        heap: list[_Event] = []
+        for seq, (name, st) in enumerate(self.states.items()):
+            heap.append((st.job.submit_time, _ARRIVAL, seq, name, 0))
+        heapq.heapify(heap)
+        r = _Run(
+            result=EngineResult(records=[s.record for s in self.states.values()], total_gpus=self.total_gpus),
+            heap=heap,
+            seq=len(heap),
+            pending_arrivals=len(self.states),
+            total=len(self.states),
+            thresholds=tuple(sorted(t for t in cfg.wake_thresholds_gpu_s if t > 0)),
+            costs=RoundCosts(restart_cost_s=cfg.restart_cost_s, resize_cost_s=cfg.resize_cost_s),
+            # With one GPU type, only rigid jobs and nobody waiting, a completion leaves every policy
+            # nothing to do (no one to start, no one to preempt for, no size or type to change).
+            one_type=len({n.gpu_type for n in self.nodes}) == 1,
+            wall0=time.perf_counter(),
+            cpu0=time.process_time(),
+        )
         if self.on_progress:
-            self.on_progress(total, total)
+            self.on_progress(0, r.total)
+        if cfg.incremental and isinstance(self.policy, IncrementalPolicy):
+            r.session = self.policy.incremental(
+                self.nodes, self.policy_oracle, [s.job for s in self.states.values()]
+            )
+        return r
+
+    def _pop_events(self, r: _Run, now: float) -> tuple[bool, bool]:
+        """Handle every event at ``now``; returns (a round is due, a trigger other than a completion)."""
+        dirty = False
+        forced = False
+        heap = r.heap
+        while heap and heap[0][0] <= now:
+            _, kind, _, name, version = heapq.heappop(heap)
+            r.result.events += 1
+            if kind == _ARRIVAL:
+                self._on_arrival(r, name)
+                dirty = forced = True
+            elif kind == _COMPLETION:
+                if self._on_completion(r, name, version, now):
+                    dirty = True
+            elif kind == _WAKE:
+                st = self.states[name]
+                if st.version == version and st.alloc is not None:
+                    dirty = forced = True
+                    # a job that keeps running after this round must still wake at its next boundary
+                    self._advance(st, now)
+                    r.seq = self._push_wake(heap, r.seq, st, now, r.thresholds, crossed=True)
+            elif kind == _TICK and now >= r.tick_at:
+                r.tick_at = math.inf
+                if len(r.active) > len(r.running) or self.config.always_tick:
+                    dirty = forced = True
+        return dirty, forced
+
+    def _on_arrival(self, r: _Run, name: str) -> None:
+        st = self.states[name]
+        r.active[name] = st
+        r.elastic_active += st.job.is_elastic
+        if r.session is not None:
+            r.session.add(st.job)
+        r.pending_arrivals -= 1
+
+    def _on_completion(self, r: _Run, name: str, version: int, now: float) -> bool:
+        """Finish the job unless the event is stale (its allocation changed since); True if it finished."""
+        st = self.states[name]
+        if st.version != version or st.alloc is None:
+            return False
+        self._advance(st, now)
+        st.progress = st.job.total_work
+        st.record.finish = now
+        r.used -= st.alloc.total_gpus
+        st.alloc = None
+        st.version += 1
+        del r.running[name], r.allocs[name], r.active[name]
+        r.elastic_active -= st.job.is_elastic
+        if r.session is not None:
+            r.session.remove(name)
+        r.finished += 1
+        if self.on_progress and r.finished % self.config.progress_every == 0:
+            self.on_progress(r.finished, r.total)
+        return True
+
+    def _idle_round(self, r: _Run, forced: bool) -> bool:
+        """True when a completion's round provably changes nothing (see ``EngineConfig.skip_idle_rounds``)."""
+        return (
+            self.config.skip_idle_rounds
+            and not forced
+            and r.one_type
+            and not r.elastic_active
+            and len(r.active) == len(r.running)
+        )
+
+    def _advance_running(self, r: _Run, now: float) -> dict[str, tuple[float, float]] | None:
+        """Bring every running job to ``now``; returns what the incremental round reads (each running
+        job's progress and attained service), or None when the round goes through ``run_round``."""
+        advance = self._advance
+        if r.session is None:
+            for st in r.running.values():
+                advance(st, now)
+            return None
+        progress: dict[str, tuple[float, float]] = {}
+        all_left = True  # every running job still has work left (the incremental round's premise)
+        for name, st in r.running.items():
+            advance(st, now)
+            if not st.job.total_work - st.progress > 0:
+                all_left = False
+            progress[name] = (st.progress, st.attained)
+        if not all_left:
+            # a job done before its completion event: run_round's rules for that from here on
+            log.debug("incremental rounds stop", extra={"time": now})
+            r.session = None
+            return None
+        return progress
+
+    def _decide(
+        self, r: _Run, now: float, progress: dict[str, tuple[float, float]] | None
+    ) -> Sequence[Action]:
+        """The round's actions: from the incremental round when ``progress`` is given, else ``run_round``."""
+        result = r.result
+        result.rounds += 1
+        if r.session is not None and progress is not None:
+            t0 = time.perf_counter()
+            changes = r.session.round(now, progress)
+            actions = self._actions_for(changes, now)
+            if self.config.check_incremental:
+                self._check(actions, r.active, r.allocs, now, r.costs)
+            result.round_wall_s += time.perf_counter() - t0
+            result.incremental_rounds += 1
+            return actions
+        jobs = [self._view(st, now) for st in r.active.values()]
+        snapshot = ClusterSnapshot(now=now, nodes=self.nodes, allocations=dict(r.allocs))
+        t0 = time.perf_counter()
+        rr = self.run_round(snapshot, jobs, self.policy, self.policy_oracle, costs=r.costs, explain=False)
+        result.round_wall_s += time.perf_counter() - t0
+        return rr.actions
+
+    def _apply_actions(self, r: _Run, actions: Sequence[Action], now: float) -> list[_State]:
+        """Apply the round's actions to the active jobs; returns the jobs that start on a new allocation."""
+        changed: list[_State] = []
+        for action in actions:
+            target = r.active.get(action.job)
+            if target is not None:
+                r.used += self._apply(target, action, now, r.running, r.allocs, changed)
+        return changed
+
+    def _start_changed(self, r: _Run, changed: list[_State], now: float) -> None:
+        """Ask the truth how fast each changed job runs where it now is, and queue its completion and
+        next wake-up; a job placed where it cannot run fails."""
+        t1 = time.perf_counter()
+        queries = [(self._view(st, now), spread_of(st.alloc, self.node_map)) for st in changed if st.alloc]
+        rates = self.truth.throughput(queries) if queries else []
+        r.result.oracle_wall_s += time.perf_counter() - t1
+        for st, rate in zip([s for s in changed if s.alloc], rates, strict=True):
+            if rate <= 0 or not math.isfinite(rate):
+                self._fail_unrunnable(r, st)
+                continue
+            st.rate = rate
+            start = max(now, st.resume_at)
+            done = start + max(0.0, st.job.total_work - st.progress) / rate
+            heapq.heappush(r.heap, (done, _COMPLETION, r.seq, st.job.name, st.version))
+            r.seq += 1
+            st.done_at = done
+            r.seq = self._push_wake(r.heap, r.seq, st, now, r.thresholds)
+
+    def _fail_unrunnable(self, r: _Run, st: _State) -> None:
+        """The policy placed the job where it cannot run: record it and let it go."""
+        st.record.failed = f"no throughput on {st.alloc.gpu_type if st.alloc else '?'}"
+        r.used -= st.alloc.total_gpus if st.alloc else 0
+        st.alloc = None
+        st.version += 1
+        r.running.pop(st.job.name, None)
+        r.allocs.pop(st.job.name, None)
+        r.active.pop(st.job.name, None)
+        if r.session is not None:
+            r.session.remove(st.job.name)
+        r.finished += 1
+
+    def _end_round(self, r: _Run, now: float) -> None:
+        """Sample the series after the round and queue the next tick while jobs wait."""
+        cfg = self.config
+        waiting = len(r.active) - len(r.running)
+        r.result.jobs_in_rounds += len(r.active)
+        self._sample(r.result, now, r.used, waiting, len(r.running))
+        if (
+            cfg.round_seconds > 0
+            and (waiting or cfg.always_tick)
+            and (r.running or r.pending_arrivals)
+            and r.tick_at == math.inf
+        ):
+            r.tick_at = (math.floor(now / cfg.round_seconds) + 1) * cfg.round_seconds
+            heapq.heappush(r.heap, (r.tick_at, _TICK, r.seq, "", 0))
+            r.seq += 1
+
+    def _end(self, r: _Run) -> EngineResult:
+        result = r.result
+        result.end_time = max((rec.finish or 0.0) for rec in result.records) if result.records else 0.0
+        result.wall_s = time.perf_counter() - r.wall0
+        result.cpu_s = time.process_time() - r.cpu0
+        if self.on_progress:
+            self.on_progress(r.total, r.total)
         return result
 
     def _actions_for(self, changes: Mapping[str, Allocation | None], now: float) -> list[Action]:
@@ -459,7 +537,7 @@ class Engine:
 
     @staticmethod
     def _push_wake(
-        heap: list[tuple[float, int, int, str, int]],
+        heap: list[_Event],
         seq: int,
         st: _State,
         now: float,

@@ -112,7 +112,7 @@ def test_leadership_lost_mid_round_stops_writing_at_the_next_call() -> None:
 
     def may_act() -> bool:
         checks["n"] += 1
-        return checks["n"] <= 3  # round start, status patch of job a, its first pod, then lost
+        return checks["n"] <= 3  # round start, status patch of job a, its Started event, then lost
 
     from dataclasses import replace
 
@@ -123,6 +123,7 @@ def test_leadership_lost_mid_round_stops_writing_at_the_next_call() -> None:
     op = Operator(h.api, h.policy, h.oracle, config=cfg, clock=h.clock, may_act=may_act)
     rep = op.run_round()
     assert rep.skipped
-    # job a's intent and its first pod went out; then nothing: no second pod, no service, no event
-    assert [c[0] for c in h.api.calls] == ["patch_status", "create_pod"]
-    assert list(h.api.pods) == [("ml", "a-g1-0")] and not h.api.services and not h.api.events
+    # job a's intent and the Event saying so went out; then nothing: no pod, no service, nothing for b
+    assert [c[0] for c in h.api.calls] == ["patch_status"]
+    assert [r for _, r, _ in h.api.events_for("a")] == ["Started"]
+    assert not h.api.pods and not h.api.services and not h.api.events_for("b")
