@@ -68,6 +68,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from perfmodel import llm
 from perfmodel.anchor import ANCHOR_WEIGHT, Anchors
 from perfmodel.errors import InvalidInputError, ModelFileError
 from perfmodel.features import (
@@ -706,8 +707,15 @@ class Predictor:
     def predict(self, rows: Sequence[tuple[JobFeatures, HardwareFeatures]]) -> Predictions:
         """Predict every row; ``InvalidInputError`` naming the row and field on bad input.
 
-        Use ``predict_each`` to get per-row errors instead of one exception.
+        Use ``predict_each`` to get per-row errors instead of one exception. LLM jobs (``llm.is_llm_job``)
+        are answered by ``perfmodel.llm``'s scaling model, the others by the learned model.
         """
+        if any(map(llm.is_llm_job, (job for job, _ in rows))):
+            return llm.predict_mixed(rows, self._predict_learned)
+        return self._predict_learned(rows)
+
+    def _predict_learned(self, rows: Sequence[tuple[JobFeatures, HardwareFeatures]]) -> Predictions:
+        """``predict`` by the learned model (no LLM rows)."""
         cache = self._cache
         hits = list(map(cache.get, rows))
         todo = [i for i, h in enumerate(hits) if h is None]
@@ -759,7 +767,7 @@ class Predictor:
         good: list[int] = []
         for i, row in enumerate(rows):
             try:
-                self._ids(*row)
+                llm.plan(*row) if llm.is_llm_job(row[0]) else self._ids(*row)
                 good.append(i)
                 out.append(InvalidInputError("pending"))
             except InvalidInputError as exc:
