@@ -113,10 +113,11 @@ def _verdict(
             f"{'s' if p.num_gpus > 1 else ''}"
             + (", activation checkpointing" if p.activation_checkpointing else "")
         )
+        how = "at " + how
     else:
-        how = f"model states alone, {hw.num_gpus} GPU{'s' if hw.num_gpus > 1 else ''}"
+        how = f"for its model states alone on {hw.num_gpus} GPU{'s' if hw.num_gpus > 1 else ''}"
     verb = "fits" if ok else "does not fit"
-    message = f"needs ~{total:.0f} GiB per GPU at {how}; {gpu} has {cap:g}: {verb}"
+    message = f"needs ~{total:.0f} GiB per GPU {how}; {gpu} has {cap:g}: {verb}"
     if not ok and p is not None:
         hints = []
         if p.sharding.kind == "ddp":
