@@ -245,6 +245,10 @@ def stack(
         (lambda s: s.update(precision="fp8"), "spec.precision"),
         (lambda s: s.update(priority=1, priorityClassName="high"), "spec.priorityClassName"),
         (lambda s: s.pop("template"), "spec.template"),
+        (lambda s: s.update(sharding="tp4xqq"), "spec.sharding"),
+        (lambda s: s.update(sequenceLength=0), "spec.sequenceLength"),
+        (lambda s: s.update(microBatchSize=10**6), "spec.microBatchSize"),
+        (lambda s: (s.pop("model"), s.update(modelParams={"parameters": 1e9})), "spec.modelParams"),
     ],
 )
 def test_invalid_manifest_is_rejected_naming_the_field(cluster: Cluster, mutate: Any, field: str) -> None:
