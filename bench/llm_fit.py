@@ -99,29 +99,25 @@ def log_errors(data: list[tuple[LLMJobFeatures, HardwareFeatures, float, str]], 
 
 
 def fit_on(data: list[tuple[LLMJobFeatures, HardwareFeatures, float, str]]) -> LLMFit:
-    def resid(x: np.ndarray) -> np.ndarray:
-        f = replace(
+    def make(x: np.ndarray, rows: int = 0) -> LLMFit:
+        return replace(
             FIT,
-            gemm_efficiency=x[0],
-            hidden_half=math.exp(x[1]),
-            attention_efficiency=x[2],
-            elementwise_bytes=math.exp(x[3]),
-            link_efficiency=x[4],
+            gemm_efficiency=float(x[0]),
+            hidden_half=float(math.exp(x[1])),
+            attention_efficiency=float(x[2]),
+            elementwise_bytes=float(math.exp(x[3])),
+            layer_overhead_s=float(math.exp(x[4])),
+            link_efficiency=float(x[5]),
+            rows=rows,
         )
-        return log_errors(data, f)
 
-    x0 = np.array([0.7, math.log(500.0), 0.3, math.log(40.0), 0.7])
-    res = least_squares(resid, x0, bounds=([0.2, 0.0, 0.05, 0.0, 0.2], [1.0, 10.0, 1.0, 8.0, 1.0]))
-    x = res.x
-    f = replace(
-        FIT,
-        gemm_efficiency=float(x[0]),
-        hidden_half=float(math.exp(x[1])),
-        attention_efficiency=float(x[2]),
-        elementwise_bytes=float(math.exp(x[3])),
-        link_efficiency=float(x[4]),
-        rows=len(data),
-    )
+    def resid(x: np.ndarray) -> np.ndarray:
+        return log_errors(data, make(x))
+
+    x0 = np.array([0.7, math.log(300.0), 0.4, math.log(40.0), math.log(1e-4), 0.7])
+    lo = [0.2, 0.0, 0.05, 0.0, math.log(1e-7), 0.1]
+    hi = [1.0, 10.0, 1.0, math.log(2000.0), math.log(1e-2), 1.0]
+    f = make(least_squares(resid, x0, bounds=(lo, hi)).x, len(data))
     e = log_errors(data, f)
     return replace(f, log_q_low=float(np.quantile(e, 0.1)), log_q_high=float(np.quantile(e, 0.9)))
 
@@ -147,6 +143,7 @@ def main() -> int:
     print(
         f"fitted: gemm_efficiency={f.gemm_efficiency:.4f} hidden_half={f.hidden_half:.1f} "
         f"attention_efficiency={f.attention_efficiency:.4f} elementwise_bytes={f.elementwise_bytes:.1f} "
+        f"layer_overhead_s={f.layer_overhead_s:.6f} "
         f"link_efficiency={f.link_efficiency:.4f} q10={f.log_q_low:.4f} q90={f.log_q_high:.4f}"
     )
     m, b = rel(log_errors(data, f)), rel(constant_mfu(data, 0.40))
@@ -165,6 +162,18 @@ def main() -> int:
             f"leave {held} out: fit on {len(train)}, test on {len(test)} rows: model mean/median "
             f"{m[0]:.3f}/{m[1]:.3f} | constant 40% MFU {b[0]:.3f}/{b[1]:.3f}"
         )
+    held_out: list[float] = []
+    base_out: list[float] = []
+    for size in sorted({r[0].model for r in data}):
+        train = [r for r in data if r[0].model != size]
+        test = [r for r in data if r[0].model == size]
+        held_out.extend(np.abs(np.exp(log_errors(test, fit_on(train))) - 1.0))
+        base_out.extend(np.abs(np.exp(constant_mfu(test, 0.40)) - 1.0))
+    print(
+        f"leave one model size out ({len({r[0].model for r in data})} sizes): model mean/median "
+        f"{np.mean(held_out):.3f}/{np.median(held_out):.3f} | constant 40% MFU "
+        f"{np.mean(base_out):.3f}/{np.median(base_out):.3f}"
+    )
     # memory: every row ran, so each must fit
     bad = 0
     worst = 0.0

@@ -580,6 +580,8 @@ class Predictor:
         """Whether the in-node envelope applies to this row (``InvalidInputError`` on a bad row): it is on
         several GPUs of one node and, in "auto" mode, not inside a measured in-node curve that falls (see
         ``MeasuredInNode.follows``)."""
+        if llm.is_llm_job(job):
+            return False  # LLM rows come from perfmodel.llm, which has no in-node envelope
         j, h = self._ids(job, hw)
         # Scalar twin of ``_envelope_rows`` (the online correction asks row by row).
         hrow = self._htab.rows[h]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from perfmodel.errors import InvalidInputError
@@ -145,3 +147,27 @@ def test_scaling_model_physics() -> None:
     # across nodes on a slow network, FSDP's parameter traffic dominates
     slow = HardwareFeatures("H100", 16, 8, 2, "nvlink", 25.0)
     assert step_time(plan(job, slow)).data_parallel > step_time(plan(job, slow)).compute
+
+
+@pytest.mark.parametrize("model", ["llama3-8b", "mixtral-8x7b", "mpt-7b"])
+@pytest.mark.parametrize("gpu", ["NVIDIA-H100-80GB-HBM3", "A100-SXM4-80GB"])
+def test_more_nvlink_gpus_of_one_node_never_predict_fewer_tokens(model: str, gpu: str) -> None:
+    # same global batch (64 sequences of 2048 tokens), FSDP over 1..8 GPUs of one node
+    rows = [
+        (
+            LLMJobFeatures(model, batch_size=64, precision="bf16", sequence_length=2048),
+            HardwareFeatures(gpu, n),
+        )
+        for n in range(1, 9)
+    ]
+    s = predict(rows).samples_per_s
+    assert all(b >= a for a, b in itertools.pairwise(s)), s
+
+
+def test_fsdp_over_pcie_is_bound_by_the_parameter_traffic() -> None:
+    # Mixtral's 46.7e9 parameters: FSDP moves 3 x 7/8 x 2 B x 46.7e9 = 245 GB per step per GPU over
+    # PCIe 4 (31.5 GB/s): 7.8 s, more than the compute of 64 x 2048 tokens on 8 L40S (5.6 s)
+    job = LLMJobFeatures("mixtral-8x7b", batch_size=64, precision="bf16", sequence_length=2048)
+    st = step_time(plan(job, HardwareFeatures("L40S", 8)))
+    assert st.data_parallel == pytest.approx(3 * 7 / 8 * 2 * 46.703e9 / 31.5e9, rel=1e-3)
+    assert st.total == st.data_parallel > st.compute
