@@ -111,3 +111,20 @@ def test_bad_sharding_waits_with_a_condition_naming_the_field() -> None:
     phase, c = admitted(h, "tp")
     assert phase == "Pending" and c["reason"] == "Unschedulable"
     assert "sharding: tp4xpp4 splits the model over 16 GPUs; 4 GPUs are not a multiple of 16" in c["message"]
+
+
+def test_the_operators_real_oracle_answers_memory_questions() -> None:
+    from scheduler.core.protocols import MemoryOracle
+    from scheduler.k8s.crd import trainingjob_to_job
+    from scheduler.operator.learning import CorrectedOracle
+
+    oracle = CorrectedOracle.load()
+    assert isinstance(oracle, MemoryOracle)
+    job = trainingjob_to_job(llama("x", microBatchSize=1, activationCheckpointing=True), now=0.0)
+    assert isinstance(job, Job)
+    t4, h100 = PlacementShape("T4", 4), PlacementShape("H100", 4)
+    fits = oracle.memory_fit([(job, t4), (job, h100)])
+    assert [f.fits if f else None for f in fits] == [False, True]
+    # and no throughput where it does not fit: a policy reading throughput alone also avoids the T4s
+    slow, fast = oracle.throughput([(job, t4), (job, h100)])
+    assert slow == 0.0 < fast
