@@ -182,6 +182,18 @@ def is_llm_job(job: JobFeatures) -> bool:
     return got
 
 
+def treat_as_llm(model: str, sequence_length: int | None, other_llm_fields: bool) -> bool:
+    """Whether a job described by these fields is an LLM job (what the CLI and the scheduler ask): a zoo
+    LLM, or any job that gives a sequence length; a zoo model that is not an LLM (``resnet50``) stays a
+    data-parallel job even with a sharding or micro-batch (the learned model answers it); a model outside
+    the zoo is an LLM when it gives any LLM field (sharding, micro-batch, activation checkpointing)."""
+    if _zoo_llm(model) is not None or sequence_length is not None:
+        return True
+    if model and lookup_model(model) is not None:
+        return False
+    return other_llm_fields
+
+
 def estimate_arch(params: float, layers: int | None = None, hidden: int | None = None) -> LLMArch:
     """A Llama-like shape for ``params`` parameters when only the count is known (low confidence).
 

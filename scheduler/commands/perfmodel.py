@@ -91,17 +91,20 @@ def _load_corrector(observed: Path | None) -> OnlineCorrector:
 
 
 def _parse(row: dict[str, str]) -> tuple[JobFeatures, HardwareFeatures]:
-    """``perfmodel.features.parse_row`` plus the LLM columns: a zoo LLM, or a row with any LLM column,
-    becomes an ``LLMJobFeatures``. ``InvalidInputError`` names the column."""
+    """``perfmodel.features.parse_row`` plus the LLM columns: an LLM job (``perfmodel.llm.treat_as_llm``: a
+    zoo LLM, a sequence length, or LLM columns on a model outside the zoo) becomes an ``LLMJobFeatures``; a
+    zoo model that is not an LLM stays a data-parallel job. ``InvalidInputError`` names the column."""
     from perfmodel.errors import InvalidInputError
     from perfmodel.features import parse_row
-    from perfmodel.llm import LLMJobFeatures, parse_sharding
+    from perfmodel.llm import LLMJobFeatures, parse_sharding, treat_as_llm
     from perfmodel.zoo import llm_arch
 
     text = {c: (row.get(c) or "").strip() for c in LLM_COLUMNS}
     model = (row.get("model") or "").strip()
     arch = llm_arch(model)
-    if arch is None and not any(text.values()):
+    others = any(text[c] for c in ("sharding", "micro_batch", "activation_checkpointing"))
+    if not treat_as_llm(model, 1 if text["sequence_length"] else None, others):
+        parse_sharding(text["sharding"])  # still a bad spec is an error, even where it changes nothing
         return parse_row(row)
 
     def positive(column: str) -> int | None:

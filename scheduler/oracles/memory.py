@@ -1,7 +1,8 @@
 """``memory_fit`` answers for the core's ``MemoryOracle`` seam, from ``perfmodel.memory``.
 
-Maps a core ``Job`` and ``PlacementShape`` to perfmodel's job and placement (an ``LLMJobFeatures`` for a
-zoo LLM or a job with LLM fields: sequence length, sharding, micro-batch, activation checkpointing) and
+Maps a core ``Job`` and ``PlacementShape`` to perfmodel's job and placement (an ``LLMJobFeatures`` for an
+LLM job, ``perfmodel.llm.treat_as_llm``: a zoo LLM, a sequence length, or LLM fields on a model outside the
+zoo) and
 returns a ``MemoryFit`` per question. A sharding that does not suit the GPU count (``tp4xpp8`` on 16 GPUs)
 is a non-fit with perfmodel's message; a job perfmodel cannot describe at all (an unknown model without
 a parameter count, an unknown GPU) gets None: the memory check then assumes nothing. Results are cached
@@ -28,17 +29,10 @@ _NON_FIT_FIELDS = ("sharding:", "sequence_length:", "micro_batch:", "params: an 
 def job_features(job: Job) -> JobFeatures:
     """perfmodel's view of a job: an ``LLMJobFeatures`` when it is an LLM job, else a ``JobFeatures``."""
     from perfmodel.features import JobFeatures
-    from perfmodel.llm import LLMJobFeatures
-    from perfmodel.zoo import llm_arch
+    from perfmodel.llm import LLMJobFeatures, treat_as_llm
 
-    llm = (
-        job.sequence_length is not None
-        or bool(job.sharding)
-        or job.micro_batch_size is not None
-        or job.activation_checkpointing
-        or (bool(job.model) and llm_arch(job.model) is not None)
-    )
-    if not llm:
+    other = bool(job.sharding) or job.micro_batch_size is not None or job.activation_checkpointing
+    if not treat_as_llm(job.model, job.sequence_length, other):
         return JobFeatures(
             model=job.model,
             dataset=job.dataset,

@@ -103,3 +103,13 @@ def test_csv_rows_carry_llm_columns_and_memory(tmp_path: Path, capsys: pytest.Ca
     assert got[0]["error"] == "" and isinstance(got[0]["fits"], bool) and got[0]["pred_samples_per_s"] > 0
     assert got[1]["error"] == "" and got[1]["fits"] is True  # a 1.3B model from its parameter count
     assert got[2]["error"].startswith("sharding: tensor-parallel degree 3 must divide the 32 attention heads")
+
+
+def test_a_cnn_with_a_sharding_stays_a_data_parallel_job(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["predict", "--model", "resnet50", "--batch-size", "256", "--gpu-product", "V100", "--gpus", "4"]
+    code, out, _ = run([*argv, "--sharding", "ddp", "--json"], capsys)
+    plain_code, plain, _ = run([*argv, "--json"], capsys)
+    assert code == plain_code == 0
+    assert json.loads(out)["pred_samples_per_s"] == json.loads(plain)["pred_samples_per_s"]
+    code, _, err = run([*argv, "--sharding", "tp4xqq"], capsys)
+    assert code == 2 and "--sharding: cannot parse" in err

@@ -143,3 +143,15 @@ def test_bad_sharding_for_the_count_is_a_non_fit_with_perfmodels_message() -> No
     assert fit.message.startswith(
         "sharding: tp4xpp4 splits the model over 16 GPUs; 8 GPUs are not a multiple"
     )
+
+
+def test_a_cnn_job_with_a_sharding_is_still_scheduled_by_the_learned_model(
+    predictor_oracle: PredictorOracle,
+) -> None:
+    cnn = replace(
+        job("cnn").replicas(1).gpus_per_replica(4).work(10).model("resnet50", 256).build(), sharding="ddp"
+    )
+    (speed,) = predictor_oracle.throughput([(cnn, PlacementShape("T4", 4))])
+    assert speed > 0
+    res = run_round(snapshot(NODES), [cnn], make_policy("fifo"), predictor_oracle)
+    assert [a.job for a in res.actions if a.kind is ActionKind.START] == ["cnn"]
