@@ -171,3 +171,16 @@ def test_fsdp_over_pcie_is_bound_by_the_parameter_traffic() -> None:
     st = step_time(plan(job, HardwareFeatures("L40S", 8)))
     assert st.data_parallel == pytest.approx(3 * 7 / 8 * 2 * 46.703e9 / 31.5e9, rel=1e-3)
     assert st.total == st.data_parallel > st.compute
+
+
+def test_predict_each_gives_bad_llm_rows_their_own_error() -> None:
+    p = Predictor.load()
+    good = (LLMJobFeatures("llama3-8b", batch_size=64, precision="bf16"), HardwareFeatures("H100", 8))
+    bad = (LLMJobFeatures("llama3-8b", batch_size=64, sharding="tp4xpp4"), HardwareFeatures("H100", 8))
+    cnn = (JobFeatures("resnet50", batch_size=64), HardwareFeatures("V100", 2))
+    out = p.predict_each([good, bad, cnn])
+    assert not isinstance(out[0], InvalidInputError) and out[0].samples_per_s[0] > 0
+    assert isinstance(out[1], InvalidInputError) and str(out[1]).startswith("sharding: tp4xpp4 splits")
+    assert not isinstance(out[2], InvalidInputError)
+    with pytest.raises(InvalidInputError, match=r"^row 1: sharding: tp4xpp4"):
+        p.predict([good, bad, cnn])

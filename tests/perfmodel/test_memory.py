@@ -12,6 +12,8 @@ Non-fits are arithmetic on the model states alone (16 bytes a parameter with mix
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from perfmodel.errors import InvalidInputError
 from perfmodel.features import HardwareFeatures, JobFeatures
@@ -155,3 +157,27 @@ def test_non_llm_jobs_get_the_states_lower_bound() -> None:
     assert not big.fits
     with pytest.raises(InvalidInputError, match=r"^sharding: cannot parse"):
         fits(JobFeatures("llama3-8b", batch_size=8), H100, 8, "tp4xpp")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    model=st.sampled_from(["llama3-8b", "mixtral-8x7b", "qwen2.5-7b", "mpt-30b", "gpt-neox-20b"]),
+    seq=st.sampled_from([512, 2048, 8192]),
+    micro=st.integers(1, 8),
+    ac=st.booleans(),
+    sharding=st.sampled_from(["ddp", "fsdp", "tp2", "tp2xpp2"]),
+)
+def test_memory_moves_the_way_the_knobs_say(
+    model: str, seq: int, micro: int, ac: bool, sharding: str
+) -> None:
+    def gib(n: int, m: int = micro, s: int = seq, a: bool = ac) -> float:
+        job = LLMJobFeatures(model, batch_size=64 * n, precision="bf16", sequence_length=s, sharding=sharding,
+                             micro_batch=m, activation_checkpointing=a)  # fmt: skip
+        return fits(job, H100, 8 * n).total_gib
+
+    # more GPUs never need more memory per GPU (same micro-batch; the batch grows with the GPUs)
+    assert gib(2) <= gib(1) + 1e-9
+    # a larger micro-batch or a longer sequence never needs less; checkpointing never needs more
+    assert gib(1, m=micro + 1) >= gib(1)
+    assert gib(1, s=2 * seq) >= gib(1)
+    assert gib(1, a=True) <= gib(1, a=False) + 1e-9
