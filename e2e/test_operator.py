@@ -245,6 +245,10 @@ def stack(
         (lambda s: s.update(precision="fp8"), "spec.precision"),
         (lambda s: s.update(priority=1, priorityClassName="high"), "spec.priorityClassName"),
         (lambda s: s.pop("template"), "spec.template"),
+        (lambda s: s.update(sharding="tp4xqq"), "spec.sharding"),
+        (lambda s: s.update(sequenceLength=0), "spec.sequenceLength"),
+        (lambda s: s.update(microBatchSize=10**6), "spec.microBatchSize"),
+        (lambda s: (s.pop("model"), s.update(modelParams={"parameters": 1e9})), "spec.modelParams"),
     ],
 )
 def test_invalid_manifest_is_rejected_naming_the_field(cluster: Cluster, mutate: Any, field: str) -> None:
@@ -450,6 +454,11 @@ def test_unschedulable_and_invalid_jobs_stay_pending_while_others_run(cluster: C
     cluster.submit(empty)
     cluster.submit(tj("mystery", model="no-such-net"))
     cluster.submit(tj("nowhere", allowedGPUTypes=["H100"]))
+    # Llama 3 70B with DDP keeps 16 B x 70.6e9 = 1 TiB of model states on every GPU: no node fits it
+    cluster.submit(
+        tj("too-big", model="llama3-70b", dataset="", batch=8, gpus=8, precision="bf16", sequenceLength=2048,
+           sharding="ddp", microBatchSize=1)
+    )  # fmt: skip
     cluster.submit(tj("fine", iterations=3000))
     cluster.wait_phase("fine", {"Succeeded"}, 90)
     expected = {
@@ -457,6 +466,7 @@ def test_unschedulable_and_invalid_jobs_stay_pending_while_others_run(cluster: C
         "empty": ("InvalidSpec", "spec.template.spec.containers is empty"),
         "mystery": ("InvalidSpec", "unknown model 'no-such-net'"),
         "nowhere": ("Unschedulable", "no node has any of the GPU types in spec.allowedGPUTypes ['H100']"),
+        "too-big": ("Unschedulable", "does not fit in GPU memory on any allowed GPU type: needs ~"),
     }
     for name, (reason, text) in expected.items():
         assert cluster.phase(name) == "Pending", name

@@ -68,6 +68,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from perfmodel import llm
 from perfmodel.anchor import ANCHOR_WEIGHT, Anchors
 from perfmodel.errors import InvalidInputError, ModelFileError
 from perfmodel.features import (
@@ -579,6 +580,8 @@ class Predictor:
         """Whether the in-node envelope applies to this row (``InvalidInputError`` on a bad row): it is on
         several GPUs of one node and, in "auto" mode, not inside a measured in-node curve that falls (see
         ``MeasuredInNode.follows``)."""
+        if llm.is_llm_job(job):
+            return False  # LLM rows come from perfmodel.llm, which has no in-node envelope
         j, h = self._ids(job, hw)
         # Scalar twin of ``_envelope_rows`` (the online correction asks row by row).
         hrow = self._htab.rows[h]
@@ -706,8 +709,15 @@ class Predictor:
     def predict(self, rows: Sequence[tuple[JobFeatures, HardwareFeatures]]) -> Predictions:
         """Predict every row; ``InvalidInputError`` naming the row and field on bad input.
 
-        Use ``predict_each`` to get per-row errors instead of one exception.
+        Use ``predict_each`` to get per-row errors instead of one exception. LLM jobs (``llm.is_llm_job``)
+        are answered by ``perfmodel.llm``'s scaling model, the others by the learned model.
         """
+        if any(map(llm.is_llm_job, (job for job, _ in rows))):
+            return llm.predict_mixed(rows, self._predict_learned)
+        return self._predict_learned(rows)
+
+    def _predict_learned(self, rows: Sequence[tuple[JobFeatures, HardwareFeatures]]) -> Predictions:
+        """``predict`` by the learned model (no LLM rows)."""
         cache = self._cache
         hits = list(map(cache.get, rows))
         todo = [i for i, h in enumerate(hits) if h is None]
@@ -759,7 +769,7 @@ class Predictor:
         good: list[int] = []
         for i, row in enumerate(rows):
             try:
-                self._ids(*row)
+                llm.plan(*row) if llm.is_llm_job(row[0]) else self._ids(*row)
                 good.append(i)
                 out.append(InvalidInputError("pending"))
             except InvalidInputError as exc:

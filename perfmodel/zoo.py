@@ -9,7 +9,21 @@ FLOPs are training FLOPs per sample, counted as 3 x forward (forward + backward 
 multiply-add = 2 FLOPs. Sources: torchvision model documentation (parameters and GFLOPS, which are
 multiply-adds), the original papers, and the benchmark suites the measured tables come from (Gavel,
 Pollux, Zeus). Figures marked "estimate" are derived from the architecture by the 6 x params x tokens
-rule (Kaplan et al., 2020) or by layer counting and are good to a factor of ~1.5. Pure module.
+rule (Kaplan et al., 2020) or by layer counting and are good to a factor of ~1.5.
+
+Large language models (``llama3-8b``, ``mixtral-8x7b``, ...) carry their architecture (``LLMArch``: layers,
+hidden size, heads and KV heads, feed-forward size, vocabulary, experts) from the model card / config.json
+each entry names. Their work per sample depends on the sequence length, so a sample is one sequence of the
+job's ``sequenceLength`` tokens and ``LLMArch.flops_per_token(seq)`` is the model-FLOPs convention of the
+MFU literature (PaLM, Chowdhery et al. 2022, appendix B; the same count as llm-foundry's MFU and, up to
+the input-embedding lookup, as Narayanan et al. 2021's Megatron formula):
+
+    training FLOPs per token = 6 x N_matmul + 12 x layers x hidden x seq
+
+with ``N_matmul`` the parameters one token multiplies through (active experts only for a mixture of
+experts; the input-embedding lookup is not a matmul, the output projection is) and the second term the
+attention scores and the attention-weighted values (2 x 2 x seq x hidden per layer forward, x3 for forward
+and backward; causal masking is not subtracted, as in the convention). Pure module.
 """
 
 from __future__ import annotations
@@ -44,6 +58,98 @@ class DatasetInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class LLMArch:
+    """A decoder-only transformer's shape, as its config.json states it.
+
+    ``ffn`` is the feed-forward width of one expert; ``gated_mlp`` means three matrices (SwiGLU: gate, up,
+    down) instead of two (GeLU: up, down); ``experts``/``experts_active`` describe a mixture of experts
+    (top-k routing); ``tied_embeddings`` means the output projection reuses the input embedding.
+    ``qkv_bias``/``linear_bias`` add the bias vectors (Qwen2.5 has QKV biases, GPT-NeoX biases everywhere).
+    ``default_sequence`` is the sequence length a job without one is assumed to train at (the model's
+    pre-training context where the card states it). ``params_card`` is the published parameter count
+    (checked against ``params_total`` by the tests).
+    """
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab: int
+    default_sequence: int
+    params_card: float
+    gated_mlp: bool = True
+    tied_embeddings: bool = False
+    experts: int = 1
+    experts_active: int = 1
+    qkv_bias: bool = False
+    linear_bias: bool = False
+    layer_norm_bias: bool = False
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    def _attention_params(self) -> float:
+        h, kv = self.hidden, self.kv_dim
+        w = 2.0 * h * h + 2.0 * h * kv  # q and o projections (h x h), k and v (h x kv)
+        if self.qkv_bias or self.linear_bias:
+            w += h + 2.0 * kv
+        if self.linear_bias:
+            w += h
+        return w
+
+    def _expert_params(self) -> float:
+        mats = 3.0 if self.gated_mlp else 2.0
+        w = mats * self.hidden * self.ffn
+        if self.linear_bias:
+            w += self.ffn + self.hidden
+        return w
+
+    def _norm_params(self) -> float:
+        return (4.0 if self.layer_norm_bias else 2.0) * self.hidden  # two norms per layer
+
+    def _layer_params(self, experts: int) -> float:
+        router = float(self.hidden * self.experts) if self.experts > 1 else 0.0
+        return self._attention_params() + experts * self._expert_params() + router + self._norm_params()
+
+    @property
+    def embedding_params(self) -> float:
+        """Input embedding table (vocab x hidden)."""
+        return float(self.vocab * self.hidden)
+
+    @property
+    def params_total(self) -> float:
+        """Every parameter: layers (all experts), embeddings (the head once more unless tied), final norm."""
+        head = 0.0 if self.tied_embeddings else self.embedding_params
+        final_norm = (2.0 if self.layer_norm_bias else 1.0) * self.hidden
+        return self.layers * self._layer_params(self.experts) + self.embedding_params + head + final_norm
+
+    @property
+    def params_active(self) -> float:
+        """Parameters one token uses (``experts_active`` of the experts)."""
+        return self.params_total - self.layers * (self.experts - self.experts_active) * self._expert_params()
+
+    @property
+    def matmul_params(self) -> float:
+        """Parameters one token multiplies through: the active ones without the input-embedding lookup
+        (with tied embeddings the shared matrix is the output projection, so it stays)."""
+        return self.params_active - (0.0 if self.tied_embeddings else self.embedding_params)
+
+    def flops_per_token(self, seq: int) -> float:
+        """Training FLOPs per token at sequence length ``seq``: 6 N_matmul + 12 L h seq (module docstring)."""
+        return 6.0 * self.matmul_params + 12.0 * self.layers * self.hidden * seq
+
+    def flops_per_sequence(self, seq: int) -> float:
+        """Training FLOPs of one sample (one sequence of ``seq`` tokens)."""
+        return seq * self.flops_per_token(seq)
+
+
+@dataclass(frozen=True, slots=True)
 class ModelInfo:
     """A zoo model: parameters, training FLOPs per sample on its default and other datasets."""
 
@@ -54,6 +160,7 @@ class ModelInfo:
     default_dataset: str
     flops_per_sample: dict[str, float] = field(default_factory=dict)
     source: str = ""
+    llm: LLMArch | None = None
 
     def flops_on(self, dataset: str = "") -> float:
         """Training FLOPs per sample on ``dataset`` (its canonical name); the default dataset otherwise."""
@@ -95,6 +202,15 @@ DATASETS: tuple[DatasetInfo, ...] = (
     DatasetInfo("pong", ("atari-pong",), 1_000_000, "environment step", "Gavel A3C job (estimate)"),
     DatasetInfo("openwebtext", ("owt",), 8_000_000, "1024-token sequence", "Gokaslan & Cohen 2019"),
     DatasetInfo("wmt16", ("wmt", "wmt14"), 4_500_000, "sentence pair", "WMT 2016 en-de"),
+    # LLM pre-training / fine-tuning text: a sample is one sequence of the job's sequence length, and the
+    # corpus size is the job's business (its work is given in iterations or samples), hence 0.
+    DatasetInfo(
+        "text",
+        ("c4", "pile", "the-pile", "redpajama", "slimpajama", "fineweb", "dolma", "alpaca"),
+        0,
+        "sequence of sequenceLength tokens",
+        "LLM training text (corpus size not modelled)",
+    ),
 )
 
 _DATASET_BY_KEY: dict[str, DatasetInfo] = {}
@@ -326,6 +442,106 @@ MODELS: tuple[ModelInfo, ...] = (
     ),
 )
 
+
+def _llm(name: str, aliases: tuple[str, ...], arch: LLMArch, source: str) -> ModelInfo:
+    """A zoo LLM: a sample is one sequence of ``default_sequence`` tokens of the ``text`` dataset."""
+    return ModelInfo(
+        name,
+        aliases,
+        Family.TRANSFORMER,
+        arch.params_total,
+        "text",
+        {"text": arch.flops_per_sequence(arch.default_sequence)},
+        source,
+        llm=arch,
+    )
+
+
+# Decoder-only LLMs people train and fine-tune now. Shapes from each model's config.json on its Hugging
+# Face model card (facts: num_hidden_layers, hidden_size, num_attention_heads, num_key_value_heads,
+# intermediate_size, vocab_size, tie_word_embeddings, experts); ``params_card`` is the card's / paper's
+# parameter count. ``default_sequence``: the pre-training sequence length for MPT and GPT-NeoX (2048),
+# else 4096 (shorter than the longest context these models support; a job training longer sequences
+# says so in ``sequenceLength``).
+LLMS: tuple[ModelInfo, ...] = (
+    _llm(
+        "llama3-8b",
+        (
+            "llama-3-8b",
+            "meta-llama-3-8b",
+            "llama3.1-8b",
+            "llama-3.1-8b",
+            "meta-llama-3.1-8b",
+            "llama3-8b-instruct",
+        ),
+        LLMArch(32, 4096, 32, 8, 14336, 128256, 4096, 8.03e9),
+        "meta-llama/Meta-Llama-3-8B config.json and model card (8.03B); Llama 3.1 8B has the same shape",
+    ),
+    _llm(
+        "llama3-70b",
+        ("llama-3-70b", "meta-llama-3-70b", "llama3.1-70b", "llama-3.1-70b", "meta-llama-3.1-70b"),
+        LLMArch(80, 8192, 64, 8, 28672, 128256, 4096, 70.6e9),
+        "meta-llama/Meta-Llama-3-70B config.json and model card (70.6B); Llama 3.1 70B has the same shape",
+    ),
+    _llm(
+        "mistral-7b",
+        ("mistral-7b-v0.1", "mistral-7b-v0.3", "mistral-7b-instruct"),
+        # v0.3 extends the vocabulary to 32768 (+2.9M parameters): below the 1% this entry is good to.
+        LLMArch(32, 4096, 32, 8, 14336, 32000, 4096, 7.24e9),
+        "mistralai/Mistral-7B-v0.1 config.json; Jiang et al. 2023 (7.24B)",
+    ),
+    _llm(
+        "mixtral-8x7b",
+        ("mixtral-8x7b-v0.1", "mixtral", "mixtral-8x7b-instruct"),
+        LLMArch(32, 4096, 32, 8, 14336, 32000, 4096, 46.7e9, experts=8, experts_active=2),
+        "mistralai/Mixtral-8x7B-v0.1 config.json; Jiang et al. 2024 (46.7B total, 12.9B active per token)",
+    ),
+    _llm(
+        "qwen2.5-7b",
+        ("qwen2.5-7b-instruct", "qwen-2.5-7b"),
+        LLMArch(28, 3584, 28, 4, 18944, 152064, 4096, 7.61e9, qkv_bias=True),
+        "Qwen/Qwen2.5-7B config.json and model card (7.61B)",
+    ),
+    _llm(
+        "qwen2.5-72b",
+        ("qwen2.5-72b-instruct", "qwen-2.5-72b"),
+        LLMArch(80, 8192, 64, 8, 29568, 152064, 4096, 72.7e9, qkv_bias=True),
+        "Qwen/Qwen2.5-72B config.json and model card (72.7B)",
+    ),
+    _llm(
+        "mpt-7b",
+        ("mosaicml-mpt-7b", "mpt-7b-base"),
+        # expansion_ratio 4 (GeLU MLP, two matrices), no biases, tied embeddings, 2048-token pre-training.
+        LLMArch(32, 4096, 32, 32, 16384, 50432, 2048, 6.7e9, gated_mlp=False, tied_embeddings=True),
+        "mosaicml/mpt-7b config.json and model card (6.7B); llm-foundry yamls/pretrain/mpt-7b.yaml",
+    ),
+    _llm(
+        "mpt-30b",
+        ("mosaicml-mpt-30b",),
+        LLMArch(48, 7168, 64, 64, 28672, 50432, 2048, 29.96e9, gated_mlp=False, tied_embeddings=True),
+        "mosaicml/mpt-30b config.json and model card (30B); llm-foundry benchmark table (29.96B at 2048)",
+    ),
+    _llm(
+        "gpt-neox-20b",
+        ("gptneox-20b", "neox-20b", "eleutherai-gpt-neox-20b"),
+        LLMArch(
+            44,
+            6144,
+            64,
+            64,
+            24576,
+            50432,
+            2048,
+            20.55e9,
+            gated_mlp=False,
+            linear_bias=True,
+            layer_norm_bias=True,
+        ),
+        "EleutherAI/gpt-neox-20b config.json; Black et al. 2022 (20.55B)",
+    ),
+)
+MODELS = MODELS + LLMS
+
 _MODEL_BY_KEY: dict[str, ModelInfo] = {}
 for _m in MODELS:
     for _a in (_m.name, *_m.aliases):
@@ -343,6 +559,12 @@ def canonical_model(name: str) -> str:
     """Canonical zoo name (``ResNet-50`` -> ``resnet50``); unknown names lower-cased and trimmed."""
     m = lookup_model(name)
     return m.name if m else name.strip().lower()
+
+
+def llm_arch(name: str) -> LLMArch | None:
+    """The architecture of a zoo LLM (any spelling), or None for a model that is not a zoo LLM."""
+    m = lookup_model(name)
+    return m.llm if m is not None else None
 
 
 def model_names() -> list[str]:

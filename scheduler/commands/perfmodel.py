@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from perfmodel.online import OnlineCorrector
     from perfmodel.predictor import Predictions
 
+#: Columns (and flags) of an LLM job beyond ``perfmodel.features.ROW_COLUMNS``.
+LLM_COLUMNS = ("sequence_length", "sharding", "micro_batch", "activation_checkpointing")
+
 PRED_COLUMNS = (
     "pred_samples_per_s",
     "pred_iters_per_s",
@@ -35,6 +38,8 @@ PRED_COLUMNS = (
     "pred_iters_per_s_low",
     "pred_iters_per_s_high",
     "low_confidence",
+    "memory_gib_per_gpu",
+    "fits",
     "error",
 )
 
@@ -85,6 +90,80 @@ def _load_corrector(observed: Path | None) -> OnlineCorrector:
     return corrector
 
 
+def _parse(row: dict[str, str]) -> tuple[JobFeatures, HardwareFeatures]:
+    """``perfmodel.features.parse_row`` plus the LLM columns: an LLM job (``perfmodel.llm.treat_as_llm``: a
+    zoo LLM, a sequence length, or LLM columns on a model outside the zoo) becomes an ``LLMJobFeatures``; a
+    zoo model that is not an LLM stays a data-parallel job. ``InvalidInputError`` names the column."""
+    from perfmodel.errors import InvalidInputError
+    from perfmodel.features import parse_row
+    from perfmodel.llm import LLMJobFeatures, parse_sharding, treat_as_llm
+    from perfmodel.zoo import llm_arch
+
+    text = {c: (row.get(c) or "").strip() for c in LLM_COLUMNS}
+    model = (row.get("model") or "").strip()
+    arch = llm_arch(model)
+    others = any(text[c] for c in ("sharding", "micro_batch", "activation_checkpointing"))
+    if not treat_as_llm(model, 1 if text["sequence_length"] else None, others):
+        parse_sharding(text["sharding"])  # still a bad spec is an error, even where it changes nothing
+        return parse_row(row)
+
+    def positive(column: str) -> int | None:
+        if not text[column]:
+            return None
+        try:
+            value = int(text[column])
+        except ValueError:
+            raise InvalidInputError(f"{column}: not an integer: {text[column]!r}") from None
+        if value <= 0:
+            raise InvalidInputError(f"{column}: must be > 0, got {value}")
+        return value
+
+    seq = positive("sequence_length")
+    sharding = parse_sharding(text["sharding"])
+    micro = positive("micro_batch")
+    ac_text = text["activation_checkpointing"].lower()
+    if ac_text not in ("", "true", "false", "1", "0", "yes", "no"):
+        raise InvalidInputError(f"activation_checkpointing: must be true or false, got {ac_text!r}")
+    given_flops = (row.get("flops_per_sample") or "").strip()
+    filled = dict(row)
+    if arch is None:
+        if not (row.get("params") or "").strip():
+            what = f"model {model!r} is not a zoo LLM" if model else "no model"
+            raise InvalidInputError(
+                f"params: an LLM needs a parameter count ({what}; "
+                "give --params, or a zoo LLM such as llama3-8b)"
+            )
+        if not given_flops:
+            # parse_row wants FLOPs for a model outside the zoo: the LLM's own count, from its parameters
+            filled["flops_per_sample"] = "1"
+    job, hw = parse_row(filled)
+    return LLMJobFeatures(
+        job.model,
+        job.dataset,
+        job.batch_size,
+        job.precision,
+        job.params,
+        job.flops_per_sample if given_flops else None,
+        sequence_length=seq,
+        sharding=str(sharding) if text["sharding"] else "",
+        micro_batch=micro,
+        activation_checkpointing=ac_text in ("true", "1", "yes"),
+    ), hw
+
+
+def _memory(job: JobFeatures, hw: HardwareFeatures) -> dict[str, Any]:
+    """``memory_gib_per_gpu``, ``fits`` and the verdict in words (``perfmodel.memory``)."""
+    from perfmodel.memory import estimate_job
+
+    est = estimate_job(job, hw)
+    return {
+        "memory_gib_per_gpu": round(est.total_gib, 2),
+        "fits": est.fits,
+        "memory_message": est.message,
+        "memory_activations_known": est.activations_known,
+    }
+
+
 def _as_flag_message(message: str) -> str:
     """``batch_size: must be > 0`` -> ``--batch-size: must be > 0`` (CSV column names are the flags)."""
     from perfmodel.features import ROW_COLUMNS
@@ -92,7 +171,7 @@ def _as_flag_message(message: str) -> str:
     column, sep, rest = message.partition(":")
     if sep and column == "gpu_type":
         return f"--gpu-product:{rest}"
-    if sep and column in ROW_COLUMNS:
+    if sep and column in (*ROW_COLUMNS, *LLM_COLUMNS):
         flag = "--gpu-product" if column == "gpu_product" else "--" + column.replace("_", "-")
         return f"{flag}:{rest}"
     return message
@@ -121,22 +200,30 @@ def _predict_rows(
     good = [(i, r) for i, r in enumerate(parsed) if not isinstance(r, str)]
     preds = corrector.predict([r for _, r in good]) if good else None
     out: list[dict[str, Any]] = [{"error": r} if isinstance(r, str) else {} for r in parsed]
-    for k, (i, _) in enumerate(good):
+    for k, (i, (job, hw)) in enumerate(good):
         assert preds is not None
-        out[i] = {**_result_dict(preds, k), "error": ""}
+        mem = _memory(job, hw)
+        out[i] = {
+            **_result_dict(preds, k),
+            "memory_gib_per_gpu": mem["memory_gib_per_gpu"],
+            "fits": mem["fits"],
+            "error": "",
+        }
     return out
 
 
 def _predict_file(corrector: OnlineCorrector, path: Path, as_json: bool) -> None:
     from perfmodel.errors import PerfModelError
-    from perfmodel.features import parse_row, resolve
+    from perfmodel.features import resolve
+    from perfmodel.llm import is_llm_job, plan
 
     fields, rows = _read_csv(path, "--input")
     parsed: list[tuple[JobFeatures, HardwareFeatures] | str] = []
     for row in rows:
         try:
-            pair = parse_row(row)
-            resolve(*pair)  # surface unknown GPUs and inconsistent placements as this row's error
+            pair = _parse(row)
+            # surface unknown GPUs, inconsistent placements and shardings as this row's error
+            plan(*pair) if is_llm_job(pair[0]) else resolve(*pair)
             parsed.append(pair)
         except PerfModelError as exc:
             parsed.append(str(exc))
@@ -189,10 +276,24 @@ def register(app: typer.Typer) -> None:
         observed: str = typer.Option(
             None, "--observed", help="CSV of observed runs (flag columns + observed_samples_per_s)."
         ),
+        sequence_length: int = typer.Option(
+            None, "--sequence-length", help="LLM: tokens per sample [default: the zoo model's]."
+        ),
+        sharding: str = typer.Option(
+            "", "--sharding", help="LLM: ddp | fsdp (zero3) | tp<N>xpp<M>[xcp<K>] [default: fsdp]."
+        ),
+        micro_batch: int = typer.Option(
+            None, "--micro-batch", help="LLM: sequences per GPU per forward [default: no accumulation]."
+        ),
+        activation_checkpointing: bool = typer.Option(
+            False, "--activation-checkpointing", help="LLM: recompute activations in the backward pass."
+        ),
     ) -> None:
-        """Predict training throughput (samples/s, iterations/s and an ~80% interval) of a job placement."""
+        """Predict training throughput (samples/s, iterations/s and an ~80% interval) of a job placement,
+        and its peak memory per GPU (``memory_gib_per_gpu``, ``fits``)."""
         from perfmodel.errors import PerfModelError
-        from perfmodel.features import parse_row, resolve
+        from perfmodel.features import resolve
+        from perfmodel.llm import is_llm_job, plan
 
         corrector = _load_corrector(Path(observed) if observed else None)
         if input_csv:
@@ -210,13 +311,32 @@ def register(app: typer.Typer) -> None:
             "precision": precision,
             "params": "" if params is None else str(params),
             "flops_per_sample": "" if flops_per_sample is None else str(flops_per_sample),
+            "sequence_length": "" if sequence_length is None else str(sequence_length),
+            "sharding": sharding,
+            "micro_batch": "" if micro_batch is None else str(micro_batch),
+            "activation_checkpointing": "true" if activation_checkpointing else "",
         }
         try:
-            job, hw = parse_row(row)
+            job, hw = _parse(row)
+            llm_plan = plan(job, hw) if is_llm_job(job) else None
             r = resolve(job, hw)
             p = corrector.predict([(job, hw)])
+            memory = _memory(job, hw)
         except PerfModelError as exc:
             raise ConfigError(_as_flag_message(str(exc))) from exc
+        llm_fields: dict[str, Any] = {}
+        if llm_plan is not None:
+            llm_fields = {
+                "sequence_length": llm_plan.sequence_length,
+                "sharding": str(llm_plan.sharding),
+                "micro_batch": llm_plan.micro_batch,
+                "grad_accumulation": llm_plan.grad_accumulation,
+                "data_parallel": llm_plan.data_parallel,
+                "activation_checkpointing": llm_plan.activation_checkpointing,
+                "params": llm_plan.params_total,
+                "flops_per_token": llm_plan.flops_per_token,
+                "pred_tokens_per_s": p.samples_per_s[0] * llm_plan.sequence_length,
+            }
         result = {
             "model": r.model,
             "dataset": r.dataset,
@@ -230,7 +350,9 @@ def register(app: typer.Typer) -> None:
             "nodes": r.num_nodes,
             "interconnect": r.interconnect,
             "network_gbps": r.network_gbps,
+            **llm_fields,
             **_result_dict(p, 0),
+            **memory,
         }
         if as_json:
             typer.echo(json.dumps(result, indent=2))
@@ -250,6 +372,13 @@ def register(app: typer.Typer) -> None:
         typer.echo(
             f"           {p.iters_per_s[0]:.3f} iterations/s ({p.iters_low[0]:.3f} - {p.iters_high[0]:.3f})"
         )
+        if llm_plan is not None:
+            typer.echo(
+                f"LLM: sequence {llm_plan.sequence_length}, {llm_plan.sharding}, micro-batch "
+                f"{llm_plan.micro_batch} x {llm_plan.grad_accumulation} accumulation steps: "
+                f"{llm_fields['pred_tokens_per_s']:.0f} tokens/s"
+            )
+        typer.echo(f"memory: {memory['memory_message']}")
         if p.low_confidence[0]:
             typer.echo("note: low confidence (model or GPU not in the catalogue)")
 

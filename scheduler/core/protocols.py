@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from scheduler.core.decisions import Decision
-from scheduler.core.types import ClusterSnapshot, Job, PlacementShape
+from scheduler.core.types import ClusterSnapshot, Job, MemoryFit, PlacementShape
 
 
 @runtime_checkable
@@ -23,6 +23,18 @@ class ThroughputOracle(Protocol):
     """
 
     def throughput(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[float]: ...
+
+
+@runtime_checkable
+class MemoryOracle(Protocol):
+    """Optional companion of ``ThroughputOracle``: does a job fit in the GPU memory of a placement?
+
+    ``memory_fit`` returns, for each ``(job, shape)`` pair in order, a ``MemoryFit``, or None where it
+    cannot tell (then nothing is assumed). An oracle that implements it lets ``allowed_types`` drop GPU
+    types a job does not fit and ``run_round`` refuse to start a job where it would not fit.
+    """
+
+    def memory_fit(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[MemoryFit | None]: ...
 
 
 @runtime_checkable

@@ -6,6 +6,11 @@ must keep (no node over-committed, gangs all-or-nothing within min/max replicas,
 ``max_replicas``, only allowed GPU types, whole replicas of the job's size on nodes of the decided type)
 and raises ``PolicyInvariantError`` naming the policy and the job when one is broken.
 
+Memory fit (when the oracle is also a ``MemoryOracle``): a decision that would start, move or resize a
+job onto a placement whose GPU memory it does not fit is turned into a wait whose reason says why
+(``hold_back_non_fits``), whatever the policy; and a waiting job that fits in the memory of none of its
+allowed GPU types waits with an unresolvable reason naming the GPU and the memory (``_WaitExplainer``).
+
 ``IncrementalRound`` is the optional fast path of a policy for callers that see every change (the
 simulator): a stateful object, made by ``policy.incremental(...)``, that gives the same allocations as
 ``run_round`` while only looking at what changed since the last round (see the protocol's docstring).
@@ -21,9 +26,10 @@ from typing import Protocol, runtime_checkable
 
 from scheduler.core.decisions import Action, ActionKind, Decision, RoundResult, Unschedulable
 from scheduler.core.errors import ConfigError, PermanentError
+from scheduler.core.placement import spread_of
 from scheduler.core.planner import plan_detailed
-from scheduler.core.protocols import Policy, ThroughputOracle
-from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node
+from scheduler.core.protocols import MemoryOracle, Policy, ThroughputOracle
+from scheduler.core.types import Allocation, ClusterSnapshot, Job, MemoryFit, Node, PlacementShape
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +158,66 @@ def validate_decisions(
             )
 
 
+def hold_back_non_fits(
+    snapshot: ClusterSnapshot, jobs: Sequence[Job], decisions: Mapping[str, Decision], oracle: MemoryOracle
+) -> dict[str, Decision]:
+    """The decisions with every start, move or resize onto a placement the job does not fit in GPU memory
+    replaced by a wait that says so (the GPUs stay free this round)."""
+    out = dict(decisions)
+    by_name = {j.name: j for j in jobs}
+    node_map = snapshot.node_map()
+    asks: list[tuple[str, tuple[Job, PlacementShape]]] = []
+    for name, dec in decisions.items():
+        alloc = dec.allocation
+        if alloc is None or alloc == snapshot.allocations.get(name):
+            continue
+        asks.append((name, (by_name[name], spread_of(alloc, node_map))))
+    if not asks:
+        return out
+    for (name, (_, shape)), fit in zip(asks, oracle.memory_fit([q for _, q in asks]), strict=True):
+        if fit is not None and not fit.fits:
+            log.info("decision held back: does not fit GPU memory", extra={"job": name, "why": fit.message})
+            out[name] = Decision(
+                name, None, f"not started on {shape.num_gpus} x {shape.gpu_type}: {fit.message}"
+            )
+    return out
+
+
+def _memory_verdict(
+    job: Job, nodes: Sequence[Node], oracle: MemoryOracle
+) -> Unschedulable | frozenset[str] | None:
+    """An unresolvable reason when ``job`` fits in the memory of none of its allowed GPU types at its
+    smallest GPU count (packed on as few of that type's nodes as possible); else the types it fits (or
+    the oracle cannot judge); None when there is no allowed type with GPUs."""
+    largest: dict[str, Node] = {}
+    for n in nodes:
+        if n.capacity_for_jobs > 0 and job.allows(n.gpu_type):
+            best = largest.get(n.gpu_type)
+            if best is None or n.capacity_for_jobs > best.capacity_for_jobs:
+                largest[n.gpu_type] = n
+    if not largest:
+        return None
+    count = job.min_gpus
+    queries = []
+    for t, n in sorted(largest.items()):
+        per_node = max(1, n.capacity_for_jobs)
+        nodes_needed = -(-count // per_node)
+        queries.append(
+            (
+                job,
+                PlacementShape(t, count, nodes_needed, min(count, per_node), n.interconnect, n.network_gbps),
+            )
+        )
+    fits = oracle.memory_fit(queries)
+    if any(f is None or f.fits for f in fits):
+        return frozenset(q[1].gpu_type for q, f in zip(queries, fits, strict=True) if f is None or f.fits)
+    # quote the type that comes closest (most memory left over, i.e. the smallest shortfall)
+    closest: MemoryFit = min(
+        (f for f in fits if f is not None), key=lambda f: (f.need_gib - f.have_gib, f.message)
+    )
+    return Unschedulable(f"does not fit in GPU memory on any allowed GPU type: {closest.message}", False)
+
+
 def _final_allocations(snapshot: ClusterSnapshot, actions: Sequence[Action]) -> dict[str, Allocation]:
     final = dict(snapshot.allocations)
     for a in actions:
@@ -170,6 +236,8 @@ class _WaitExplainer:
     cap_by_type: Mapping[str, int]
     largest_by_type: Mapping[str, int]
     memo: dict[tuple[frozenset[str], int, int], Unschedulable | str] = field(default_factory=dict)
+    nodes: Sequence[Node] = ()
+    memory: MemoryOracle | None = None
 
     def _by_shape(self, job: Job) -> Unschedulable | str:
         """An unresolvable reason, or the GPU type to quote in the wait reason."""
@@ -206,6 +274,13 @@ class _WaitExplainer:
         verdict = self._by_shape(job)
         if isinstance(verdict, Unschedulable):
             return verdict
+        if self.memory is not None:
+            mem = _memory_verdict(job, self.nodes, self.memory)
+            if isinstance(mem, Unschedulable):
+                return mem
+            if mem and verdict not in mem:
+                # quote a type whose memory the job fits, the one with the most free GPUs now
+                verdict = max(sorted(mem), key=lambda t: self.free_by_type.get(t, 0))
         if dec is not None and dec.unresolvable:
             return Unschedulable(dec.reason or "the policy will never run it as specified", resolvable=False)
         gpus = f"{job.min_gpus} GPU{'' if job.min_gpus == 1 else 's'}"
@@ -233,6 +308,9 @@ def run_round(
     costs = costs or RoundCosts()
     decisions = dict(policy.allocate(snapshot, jobs, oracle))
     validate_decisions(policy.name, snapshot, jobs, decisions)
+    memory = oracle if isinstance(oracle, MemoryOracle) else None
+    if memory is not None:
+        decisions = hold_back_non_fits(snapshot, jobs, decisions, memory)
     detail = plan_detailed(
         snapshot,
         jobs,
@@ -273,7 +351,7 @@ def run_round(
         free_by_type[n.gpu_type] = free_by_type.get(n.gpu_type, 0) + max(
             0, n.capacity_for_jobs - used.get(n.name, 0)
         )
-    explainer = _WaitExplainer(free_by_type, cap_by_type, largest)
+    explainer = _WaitExplainer(free_by_type, cap_by_type, largest, nodes=snapshot.nodes, memory=memory)
     waiting: dict[str, Unschedulable] = {}
     for job in jobs:
         if job.name in final or job.remaining_work <= 0:

@@ -71,6 +71,9 @@ class Job:
     ``name`` is unique in a snapshot (``namespace/name`` for TrainingJobs). A job is elastic when
     ``min_replicas < max_replicas`` and ``elastic`` is true; rigid jobs always run with ``max_replicas``.
     ``model`` is a zoo name (``perfmodel.zoo``); ``params`` / ``flops_per_sample`` may replace it.
+    LLM jobs add ``sequence_length`` (tokens per sample; None = the zoo model's), ``sharding`` (``ddp``,
+    ``fsdp``, ``tp<N>xpp<M>``; empty = fsdp), ``micro_batch_size`` (None = the per-replica batch) and
+    ``activation_checkpointing``; they decide the job's memory per GPU (``MemoryFit``).
     ``deadline`` is absolute time on the snapshot clock. An empty ``allowed_gpu_types`` allows any type.
     ``total_work`` and ``progress`` are in ``work_unit``; ``attained_service`` is GPU-seconds received so far.
     ``checkpoint_progress`` is the progress saved at the last checkpoint: what survives a restart.
@@ -101,6 +104,10 @@ class Job:
     restarts: int = 0
     last_change_time: float | None = None
     user: str = ""
+    sequence_length: int | None = None
+    sharding: str = ""
+    micro_batch_size: int | None = None
+    activation_checkpointing: bool = False
 
     @property
     def remaining_work(self) -> float:
@@ -181,6 +188,18 @@ class PlacementShape:
     def __post_init__(self) -> None:
         if self.gpus_per_node == 0:
             object.__setattr__(self, "gpus_per_node", -(-self.num_gpus // max(1, self.num_nodes)))
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryFit:
+    """Whether a job fits in GPU memory on a placement: ``need_gib`` predicted peak per GPU, ``have_gib``
+    what one of its GPUs has, and ``message`` the verdict in words a person can act on ("needs ~52 GiB
+    per GPU at micro-batch 8, ...; T4 has 16: does not fit")."""
+
+    fits: bool
+    need_gib: float
+    have_gib: float
+    message: str
 
 
 @dataclass(frozen=True, slots=True)

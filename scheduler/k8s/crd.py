@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.alias_generators import to_camel
 
 from perfmodel.gpus import CANONICAL_TYPES
+from perfmodel.llm import SHARDING_PATTERN
 from scheduler.core.decisions import Unschedulable
 from scheduler.core.types import Job, WorkUnit
 
@@ -58,7 +59,8 @@ class _Wire(BaseModel):
 
 class ModelParams(_Wire):
     parameters: float = Field(gt=0)
-    flops_per_sample: float = Field(gt=0)
+    #: may be left out for an LLM that sets ``spec.sequenceLength`` (checked by ``TrainingJobSpec``)
+    flops_per_sample: float | None = Field(default=None, gt=0)
 
 
 class Work(_Wire):
@@ -113,6 +115,10 @@ class TrainingJobSpec(_Wire):
     dataset: str = ""
     batch_size: int = Field(ge=1)
     precision: Literal["fp32", "amp", "bf16", "fp16"] = "fp32"
+    sequence_length: int | None = Field(default=None, ge=1, le=1_048_576)
+    sharding: str = Field(default="", max_length=32, pattern=SHARDING_PATTERN)
+    micro_batch_size: int | None = Field(default=None, ge=1)
+    activation_checkpointing: bool = False
     work: Work
     replicas: Replicas
     elastic: bool = False
@@ -131,6 +137,11 @@ class TrainingJobSpec(_Wire):
             raise ValueError("exactly one of model and modelParams must be set")
         if self.priority is not None and self.priority_class_name is not None:
             raise ValueError("set at most one of priority and priorityClassName")
+        params = self.model_params
+        if params is not None and params.flops_per_sample is None and self.sequence_length is None:
+            raise ValueError("spec.modelParams.flopsPerSample is required unless spec.sequenceLength is set")
+        if self.micro_batch_size is not None and self.micro_batch_size > self.batch_size:
+            raise ValueError("spec.microBatchSize must be <= spec.batchSize")
         return self
 
 
@@ -338,6 +349,10 @@ def trainingjob_to_job(
         precision=spec.precision,
         params=spec.model_params.parameters if spec.model_params else None,
         flops_per_sample=spec.model_params.flops_per_sample if spec.model_params else None,
+        sequence_length=spec.sequence_length,
+        sharding=spec.sharding,
+        micro_batch_size=spec.micro_batch_size,
+        activation_checkpointing=spec.activation_checkpointing,
         work_unit=spec.work.unit,
         progress=progress,
         checkpoint_progress=checkpoint,

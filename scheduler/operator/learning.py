@@ -7,7 +7,9 @@ the corrector with ``observe``. Observations are keyed by the (job features, pla
 own correction applies exactly where it was measured, and the shared levels move every other prediction
 on that GPU type and model. Work units are converted to samples per second for the corrector
 (iterations x global batch) and back. A row the predictor cannot answer is 0 ("cannot run there"), as in
-``scheduler.oracles.PredictorOracle``, whose feature mapping this class reuses.
+``scheduler.oracles.PredictorOracle``, whose feature mapping this class reuses; so is an LLM job on a
+placement whose GPU memory it does not fit, and ``memory_fit`` answers the core's ``MemoryOracle`` seam
+(``scheduler.oracles.memory``).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from scheduler.core.protocols import ThroughputOracle
-from scheduler.core.types import Job, PlacementShape, WorkUnit
+from scheduler.core.protocols import MemoryOracle, ThroughputOracle
+from scheduler.core.types import Job, MemoryFit, PlacementShape, WorkUnit
+from scheduler.oracles.memory import MemoryFitter
 from scheduler.oracles.predictor import hardware_features, job_features
 
 if TYPE_CHECKING:
@@ -35,12 +38,17 @@ class ThroughputLearner(Protocol):
     def observe(self, job: Job, shape: PlacementShape, throughput: float) -> None: ...
 
 
-class CorrectedOracle(ThroughputOracle):
-    """``ThroughputOracle`` over an ``OnlineCorrector`` (see the module docstring)."""
+class CorrectedOracle(ThroughputOracle, MemoryOracle):
+    """``ThroughputOracle`` over an ``OnlineCorrector`` (see the module docstring), and ``MemoryOracle``."""
 
     def __init__(self, corrector: OnlineCorrector) -> None:
         self.corrector = corrector
         self._warned: set[str] = set()
+        self._memory = MemoryFitter()
+
+    def memory_fit(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[MemoryFit | None]:
+        """Peak memory per GPU against the GPU's memory, per question (None where it cannot tell)."""
+        return self._memory.memory_fit(queries)
 
     @classmethod
     def load(cls) -> CorrectedOracle:
@@ -73,9 +81,14 @@ class CorrectedOracle(ThroughputOracle):
                 except InvalidInputError as exc:
                     self._warn(job, exc)
                     iters.append(0.0)
+        from perfmodel.llm import LLMJobFeatures
+
         out = []
-        for (job, _), ips in zip(queries, iters, strict=True):
+        for (job, shape), ips, (feats, _) in zip(queries, iters, rows, strict=True):
             value = ips * job.batch_size if job.work_unit is WorkUnit.SAMPLES else ips
+            if value > 0 and isinstance(feats, LLMJobFeatures):
+                fit = self._memory.one(job, shape)
+                value = 0.0 if fit is not None and not fit.fits else value
             out.append(value if value > 0 and math.isfinite(value) else 0.0)
         return out
 

@@ -2,9 +2,12 @@
 
 Maps a core ``Job`` and ``PlacementShape`` to ``perfmodel.features`` (``JobFeatures``: model, dataset,
 global batch, precision, params/FLOPs; ``HardwareFeatures``: GPU type, GPUs, GPUs per node, nodes,
-interconnect, network) and asks the predictor for the whole batch at once. Answers are in the job's
-work units per second: iterations/s for iteration-counted jobs, samples/s for sample-counted ones. A
-row the predictor cannot answer (no batch size, unknown model without params, bad shape) gets 0
+interconnect, network) and asks the predictor for the whole batch at once; LLM jobs go as
+``perfmodel.llm.LLMJobFeatures`` (sequence length, sharding, ...), and ``memory_fit`` answers the core's
+``MemoryOracle`` seam from ``perfmodel.memory``. Answers are in the job's
+work units per second: iterations/s for iteration-counted jobs, samples/s for sample-counted ones (0 for
+an LLM job on a placement whose GPU memory it does not fit: "cannot run there"). A row the predictor
+cannot answer (no batch size, unknown model without params, bad shape) gets 0
 ("cannot run there"), and is logged once per job. The operator, the extender and the simulator import
 this class. No I/O after ``load``; the predictor keeps its own cache.
 """
@@ -15,8 +18,9 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from scheduler.core.protocols import ThroughputOracle
-from scheduler.core.types import Job, PlacementShape, WorkUnit
+from scheduler.core.protocols import MemoryOracle, ThroughputOracle
+from scheduler.core.types import Job, MemoryFit, PlacementShape, WorkUnit
+from scheduler.oracles import memory
 
 if TYPE_CHECKING:
     from perfmodel.features import HardwareFeatures, JobFeatures
@@ -26,17 +30,8 @@ log = logging.getLogger(__name__)
 
 
 def job_features(job: Job) -> JobFeatures:
-    """The predictor's view of a job (what it trains, not how long)."""
-    from perfmodel.features import JobFeatures
-
-    return JobFeatures(
-        model=job.model,
-        dataset=job.dataset,
-        batch_size=job.batch_size,
-        precision=job.precision,
-        params=job.params,
-        flops_per_sample=job.flops_per_sample,
-    )
+    """The predictor's view of a job (what it trains, not how long; LLM fields for LLM jobs)."""
+    return memory.job_features(job)
 
 
 def hardware_features(shape: PlacementShape) -> HardwareFeatures:
@@ -53,11 +48,13 @@ def hardware_features(shape: PlacementShape) -> HardwareFeatures:
     )
 
 
-class PredictorOracle(ThroughputOracle):
-    """Throughput from the learned ``perfmodel`` predictor, in each job's work units per second."""
+class PredictorOracle(ThroughputOracle, MemoryOracle):
+    """Throughput from the ``perfmodel`` predictor, in each job's work units per second, and memory fit
+    from ``perfmodel.memory`` (``scheduler.oracles.memory``)."""
 
     def __init__(self, predictor: Predictor) -> None:
         self.predictor = predictor
+        self._memory = memory.MemoryFitter()
         self._warned: set[str] = set()
         self._features: dict[str, JobFeatures] = {}
 
@@ -70,13 +67,26 @@ class PredictorOracle(ThroughputOracle):
 
     def _job_features(self, job: Job) -> JobFeatures:
         feats = self._features.get(job.name)
-        if feats is None or feats.batch_size != job.batch_size or feats.model != job.model:
+        if (
+            feats is None
+            or feats.batch_size != job.batch_size
+            or feats.model != job.model
+            or getattr(feats, "sharding", "") != job.sharding
+            or getattr(feats, "sequence_length", None) != job.sequence_length
+            or getattr(feats, "micro_batch", None) != job.micro_batch_size
+            or getattr(feats, "activation_checkpointing", False) != job.activation_checkpointing
+        ):
             feats = job_features(job)
             self._features[job.name] = feats
         return feats
 
+    def memory_fit(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[MemoryFit | None]:
+        """Peak memory per GPU against the GPU's memory, per question (None where it cannot tell)."""
+        return self._memory.memory_fit(queries)
+
     def throughput(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[float]:
         from perfmodel.errors import InvalidInputError
+        from perfmodel.llm import LLMJobFeatures
 
         rows = [(self._job_features(job), hardware_features(shape)) for job, shape in queries]
         out = [0.0] * len(queries)
@@ -96,8 +106,13 @@ class PredictorOracle(ThroughputOracle):
                     continue
                 good.append(i)
                 iters.append(res.iters_per_s[0])
+        # an LLM cannot run where it does not fit in GPU memory: 0 there (the seam's "cannot run")
+        fitter = self._memory
         for i, ips in zip(good, iters, strict=True):
-            job = queries[i][0]
+            job, shape = queries[i]
             value = ips * job.batch_size if job.work_unit is WorkUnit.SAMPLES else ips
+            if value > 0 and isinstance(rows[i][0], LLMJobFeatures):
+                fit = fitter.one(job, shape)
+                value = 0.0 if fit is not None and not fit.fits else value
             out[i] = value if value > 0 else 0.0
         return out

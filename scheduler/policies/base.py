@@ -19,7 +19,7 @@ from typing import Any, Literal, NamedTuple, TypeVar, get_args, get_origin
 from scheduler.core.decisions import Decision, Unschedulable
 from scheduler.core.errors import ConfigError
 from scheduler.core.placement import FreeIndex
-from scheduler.core.protocols import ThroughputOracle
+from scheduler.core.protocols import MemoryOracle, ThroughputOracle
 from scheduler.core.types import Allocation, ClusterSnapshot, Interconnect, Job, PlacementShape
 
 C = TypeVar("C")
@@ -154,14 +154,36 @@ def replica_options(job: Job) -> tuple[int, ...]:
     return tuple(range(job.max_replicas, job.min_replicas - 1, -1))
 
 
-def allowed_types(job: Job, infos: Mapping[str, TypeInfo]) -> tuple[str, ...]:
-    return tuple(t for t in infos if job.allows(t))
+def allowed_types(
+    job: Job, infos: Mapping[str, TypeInfo], oracle: ThroughputOracle | None = None
+) -> tuple[str, ...]:
+    """The GPU types a job may get: those it allows and, when ``oracle`` answers memory questions
+    (``MemoryOracle``), whose memory it fits at its count (``fitting_types``)."""
+    types = tuple(t for t in infos if job.allows(t))
+    if oracle is None or not types or not isinstance(oracle, MemoryOracle):
+        return types
+    return fitting_types(job, types, infos, oracle)
+
+
+def fitting_types(
+    job: Job, types: Sequence[str], infos: Mapping[str, TypeInfo], oracle: MemoryOracle
+) -> tuple[str, ...]:
+    """The ``types`` on which ``job`` fits in GPU memory at its smallest GPU count (``min_gpus``), in the
+    compact shape a policy asks about: the count a policy may give it that needs the most memory per GPU
+    (sharding spreads the model over fewer GPUs, and each GPU's share of the batch is largest). A type the
+    oracle cannot judge (None) stays."""
+    answers = oracle.memory_fit([(job, infos[t].shape(job.min_gpus)) for t in types])
+    return tuple(t for t, fit in zip(types, answers, strict=True) if fit is None or fit.fits)
 
 
 class FreeByType:
-    """Free GPUs per type in a snapshot, computed once; orders each job's allowed types by it."""
+    """Free GPUs per type in a snapshot, computed once; orders each job's allowed types by it.
 
-    def __init__(self, snapshot: ClusterSnapshot) -> None:
+    With an ``oracle`` that answers memory questions, types the job does not fit are dropped
+    (``fitting_types``)."""
+
+    def __init__(self, snapshot: ClusterSnapshot, oracle: ThroughputOracle | None = None) -> None:
+        self.memory = oracle if isinstance(oracle, MemoryOracle) else None
         node_free = snapshot.free_by_node()
         self.free: dict[str, int] = {}
         self._memo: dict[frozenset[str], tuple[str, ...]] = {}
@@ -175,6 +197,8 @@ class FreeByType:
         if got is None:
             got = tuple(sorted(allowed_types(job, infos), key=lambda t: (-self.free.get(t, 0), t)))
             self._memo[key] = got
+        if self.memory is not None and got:
+            return fitting_types(job, got, infos, self.memory)
         return got
 
 

@@ -55,9 +55,9 @@ class FifoPolicy:
     def allocate(
         self, snapshot: ClusterSnapshot, jobs: Sequence[Job], oracle: ThroughputOracle
     ) -> Mapping[str, Decision]:
-        del oracle  # FIFO needs no performance model
+        # FIFO needs no performance model; the oracle only drops GPU types whose memory a job does not fit
         infos = type_infos(snapshot)
-        free = FreeByType(snapshot)
+        free = FreeByType(snapshot, oracle)
         prio = self.config.use_priority
         ordered = sorted(jobs, key=lambda j: (-j.priority if prio else 0, j.submit_time, j.name))
         requests = [

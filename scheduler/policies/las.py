@@ -86,9 +86,9 @@ class LasPolicy:
     def allocate(
         self, snapshot: ClusterSnapshot, jobs: Sequence[Job], oracle: ThroughputOracle
     ) -> Mapping[str, Decision]:
-        del oracle  # LAS ranks by attained service only
+        # LAS ranks by attained service only; the oracle only drops GPU types whose memory a job does not fit
         infos = type_infos(snapshot)
-        free = FreeByType(snapshot)
+        free = FreeByType(snapshot, oracle)
         running = snapshot.allocations
         keyed = sorted(
             ((self.queue_of(j, None if j.name in running else snapshot.now), j.submit_time, j.name), j)

@@ -1,0 +1,537 @@
+"""Large language models as first-class jobs: sharding specs, the LLM plan, and the LLM scaling model.
+
+An LLM job is a ``JobFeatures`` whose model is a zoo LLM (``perfmodel.zoo.LLMS``), or an ``LLMJobFeatures``
+(a ``JobFeatures`` with the sequence length, the sharding, the micro-batch and activation checkpointing).
+Its batch is the global batch in sequences; a sample is one sequence, so tokens/s = samples/s x sequence
+length. ``Predictor.predict`` hands such rows to ``predict`` here (see ``is_llm_job``).
+
+Sharding spec (``parse_sharding``): ``ddp`` (every GPU holds the whole model), ``fsdp`` (PyTorch FSDP
+FULL_SHARD; ``zero3``/``zero-3`` are aliases: DeepSpeed ZeRO stage 3 shards the same three things), or
+Megatron-style model parallelism ``tp<N>xpp<M>`` (``tp<N>`` and ``pp<M>`` alone too), with an optional
+context-parallel degree ``xcp<K>``; the data-parallel degree is what is left: GPUs / (tp x pp x cp).
+
+Scaling model (one optimizer step of the global batch ``B`` sequences of ``S`` tokens on ``n`` GPUs)::
+
+    compute = (B S / (dp cp) tokens x per-token time / (tp pp) + L / pp x micro-steps x T_LAYER)
+              x (4/3 with activation checkpointing)
+    per-token time = F_dense / (peak x E_GEMM x h' / (h' + H0)) + F_attention / (peak x E_ATT)
+                     + BYTES x layers x h' / memory bandwidth          h' = hidden / tp
+    step    = max(compute x (1 + bubble), data-parallel traffic / link) + tensor-parallel traffic / link
+    bubble  = (pp - 1) / micro-batches per pipeline (1F1B schedule, Narayanan et al. 2021)
+
+F_dense = 6 N_matmul and F_attention = 12 L h S are the two terms of the zoo's FLOPs per token: the
+matmuls run at a fraction of peak that grows with their width, attention at its own (FlashAttention
+reaches less of peak than a GEMM), and the memory-bound element-wise work between them (norms,
+activations, residual adds) costs bytes over bandwidth: what makes one GPU's MFU differ from another's.
+
+Data-parallel traffic per GPU (bf16, ring collectives, 2 bytes a value, overlapped with compute): DDP
+all-reduces the gradients (2 (d-1)/d x 2 N bytes); FSDP all-gathers the parameters for forward and for
+backward and reduce-scatters the gradients (3 (n-1)/n x 2 N); tp/pp all-reduce the gradients of their
+1/(tp pp) of the model across the data-parallel group with Megatron's distributed optimizer (reduce-scatter
++ all-gather, 2 (d-1)/d x 2 N / (tp pp)). Tensor parallelism adds 4 all-reduces of the activations
+(micro-batch x S x hidden x 2 bytes) per layer and micro-batch, which are not overlapped. Links: NVLink
+(half the GPU's total, per direction) or PCIe inside a node; across nodes each GPU gets its share of the
+node's network (``network_gbps`` / 8 / GPUs per node: multi-rail clusters give one NIC per GPU).
+
+``E_GEMM``, ``H0``, ``E_ATT``, ``BYTES``, ``T_LAYER`` (a fixed cost per layer and micro-batch step:
+collective and kernel-launch latencies) and the link efficiency are fitted (``bench/llm_fit.py``) on the
+public LLM rows in ``../shared/throughput/public``: MosaicML llm-foundry's benchmark table (Apache-2.0;
+``scripts/train/benchmarking/README.md``; MPT 125M-70B on A100 40/80 GB and H100, 8-512 GPUs, BF16,
+FSDP) -- see ``FIT`` for the figures and docs/llm.md for what they measure. Tensor/pipeline parallelism
+and DDP are physics only (the table has FSDP rows alone). Pure module (memoised pure functions).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from perfmodel.errors import InvalidInputError
+from perfmodel.features import HardwareFeatures, HardwarePart, JobFeatures, resolve_hw
+from perfmodel.gpus import GPUSpec
+from perfmodel.zoo import LLMArch, lookup_model
+
+if TYPE_CHECKING:
+    from perfmodel.predictor import Predictions
+
+SHARDING_KINDS = ("ddp", "fsdp", "tp")
+#: The sharding spec grammar (the CRD's ``spec.sharding`` pattern is the same, case-insensitive here).
+SHARDING_PATTERN = r"^(ddp|fsdp|zero-?3|(tp[1-9][0-9]*(xpp[1-9][0-9]*)?|pp[1-9][0-9]*)(xcp[1-9][0-9]*)?)$"
+_MP = re.compile(
+    r"^(?:tp(?P<tp>[1-9]\d*)(?:xpp(?P<pp>[1-9]\d*))?|pp(?P<pp1>[1-9]\d*))(?:xcp(?P<cp>[1-9]\d*))?$"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Sharding:
+    """How a model is split over GPUs: ``kind`` ddp | fsdp | tp (model parallel: ``tp`` x ``pp`` x ``cp``)."""
+
+    kind: str
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+
+    @property
+    def model_parallel(self) -> int:
+        """GPUs one model replica spans (1 for ddp and fsdp)."""
+        return self.tp * self.pp * self.cp
+
+    def data_parallel(self, num_gpus: int) -> int:
+        """Data-parallel degree on ``num_gpus`` GPUs (``InvalidInputError`` when they do not divide)."""
+        mp = self.model_parallel
+        if num_gpus % mp:
+            raise InvalidInputError(
+                f"sharding: {self} splits the model over {mp} GPUs; "
+                f"{num_gpus} GPUs are not a multiple of {mp}"
+            )
+        return num_gpus // mp
+
+    def __str__(self) -> str:
+        if self.kind != "tp":
+            return self.kind
+        return f"tp{self.tp}xpp{self.pp}" + (f"xcp{self.cp}" if self.cp > 1 else "")
+
+
+def parse_sharding(text: str | None) -> Sharding:
+    """Parse a sharding spec (module docstring); empty means fsdp.
+
+    ``InvalidInputError`` names the ``sharding`` field."""
+    s = (text or "").strip().lower()
+    if not s or s in ("fsdp", "zero3", "zero-3", "full_shard"):
+        return Sharding("fsdp")
+    if s == "ddp":
+        return Sharding("ddp")
+    m = _MP.fullmatch(s)
+    if m is None:
+        raise InvalidInputError(
+            f"sharding: cannot parse {text!r}; use ddp, fsdp (or zero3), or tp<N>xpp<M> (e.g. tp4xpp2, "
+            "optionally xcp<K>)"
+        )
+    pp = m.group("pp") or m.group("pp1") or 1
+    return Sharding("tp", int(m.group("tp") or 1), int(pp), int(m.group("cp") or 1))
+
+
+@dataclass(frozen=True, slots=True)
+class LLMJobFeatures(JobFeatures):
+    """A ``JobFeatures`` for an LLM: ``sequence_length`` (tokens per sample; None = the zoo default),
+    ``sharding`` (spec text, empty = fsdp), ``micro_batch`` (sequences per GPU per forward; None = the
+    per-data-parallel-rank batch, or 1 under pipeline parallelism), ``activation_checkpointing``, and
+    for a model outside the zoo ``layers``/``hidden`` (estimated from ``params`` when not given) or its
+    whole ``arch``.
+    ``flops_per_sample`` is filled from the architecture when not given."""
+
+    sequence_length: int | None = None
+    sharding: str = ""
+    micro_batch: int | None = None
+    activation_checkpointing: bool = False
+    layers: int | None = None
+    hidden: int | None = None
+    arch: LLMArch | None = None
+
+    def __post_init__(self) -> None:
+        if self.flops_per_sample is None and self.sequence_length and self.sequence_length > 0:
+            arch = arch_of(self)
+            if arch is not None:
+                object.__setattr__(self, "flops_per_sample", arch.flops_per_sequence(self.sequence_length))
+        key = (
+            self.model,
+            self.dataset,
+            self.batch_size,
+            self.precision,
+            self.params,
+            self.flops_per_sample,
+            self.sequence_length,
+            self.sharding,
+            self.micro_batch,
+            self.activation_checkpointing,
+            self.layers,
+            self.hidden,
+            self.arch,
+        )
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "_hash", hash(key))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
+@lru_cache(maxsize=4096)
+def _zoo_llm(model: str) -> LLMArch | None:
+    info = lookup_model(model) if model else None
+    return info.llm if info is not None else None
+
+
+_IS_LLM_NAME: dict[str, bool] = {}
+
+
+def is_llm_job(job: JobFeatures) -> bool:
+    """Whether the LLM scaling model answers this job: an ``LLMJobFeatures``, or a zoo LLM by name.
+
+    On every ``Predictor.predict`` row: one dictionary look-up per model spelling seen."""
+    if isinstance(job, LLMJobFeatures):
+        return True
+    got = _IS_LLM_NAME.get(job.model)
+    if got is None:
+        got = _zoo_llm(job.model) is not None
+        if len(_IS_LLM_NAME) < 65536:
+            _IS_LLM_NAME[job.model] = got
+    return got
+
+
+def treat_as_llm(model: str, sequence_length: int | None, other_llm_fields: bool) -> bool:
+    """Whether a job described by these fields is an LLM job (what the CLI and the scheduler ask): a zoo
+    LLM, or any job that gives a sequence length; a zoo model that is not an LLM (``resnet50``) stays a
+    data-parallel job even with a sharding or micro-batch (the learned model answers it); a model outside
+    the zoo is an LLM when it gives any LLM field (sharding, micro-batch, activation checkpointing)."""
+    if _zoo_llm(model) is not None or sequence_length is not None:
+        return True
+    if model and lookup_model(model) is not None:
+        return False
+    return other_llm_fields
+
+
+def estimate_arch(params: float, layers: int | None = None, hidden: int | None = None) -> LLMArch:
+    """A Llama-like shape for ``params`` parameters when only the count is known (low confidence).
+
+    Dense decoders keep hidden / layers near 128 (Llama 3 8B 4096/32, 13B-class 5120/40) and have
+    N ~ 12 L h^2, so h ~ (128 N / 12)^(1/3), rounded to a multiple of 128; the feed-forward width is
+    8/3 h (SwiGLU), the vocabulary 32000.
+    """
+    if hidden is None:
+        if layers is not None:
+            h = math.sqrt(params / (12.0 * layers))
+        else:
+            h = (128.0 * params / 12.0) ** (1.0 / 3.0)
+        hidden = max(128, round(h / 128.0) * 128)
+    if layers is None:
+        layers = max(1, round(params / (12.0 * hidden * hidden)))
+    heads = max(1, hidden // 128)
+    return LLMArch(layers, hidden, heads, heads, int(8 * hidden / 3), 32000, 2048, params)
+
+
+def arch_of(job: JobFeatures) -> LLMArch | None:
+    """The job's architecture: the zoo's, else estimated from ``params`` (None when neither is known)."""
+    arch = _zoo_llm(job.model)
+    if arch is not None:
+        return arch
+    if isinstance(job, LLMJobFeatures) and job.arch is not None:
+        return job.arch
+    if job.params is None or not job.params > 0 or not math.isfinite(job.params):
+        return None
+    layers = job.layers if isinstance(job, LLMJobFeatures) else None
+    hidden = job.hidden if isinstance(job, LLMJobFeatures) else None
+    return estimate_arch(float(job.params), layers, hidden)
+
+
+@dataclass(frozen=True, slots=True)
+class LLMPlan:
+    """A checked LLM job on a placement: everything the scaling and memory models read."""
+
+    model: str
+    arch: LLMArch
+    params_total: float
+    params_active: float
+    sequence_length: int
+    global_batch: int
+    micro_batch: int
+    grad_accumulation: int
+    activation_checkpointing: bool
+    precision: str
+    sharding: Sharding
+    data_parallel: int
+    hw: HardwarePart
+    low_confidence: bool
+    flops_per_token: float = field(default=0.0)
+
+    @property
+    def spec(self) -> GPUSpec:
+        return self.hw.spec
+
+    @property
+    def num_gpus(self) -> int:
+        return self.hw.num_gpus
+
+    @property
+    def tokens_per_step(self) -> float:
+        return float(self.global_batch) * self.sequence_length
+
+
+@lru_cache(maxsize=4096)
+def _placement(hw: HardwareFeatures) -> HardwarePart:
+    return resolve_hw(hw)
+
+
+@lru_cache(maxsize=1024)
+def _counts(arch: LLMArch, seq: int) -> tuple[float, float, float]:
+    """(total parameters, active parameters, FLOPs per token at ``seq``) of an architecture, memoised."""
+    return arch.params_total, arch.params_active, arch.flops_per_token(seq)
+
+
+def plan(job: JobFeatures, hw: HardwareFeatures | HardwarePart) -> LLMPlan:
+    """Check an LLM job on a placement; ``InvalidInputError`` names the bad field."""
+    part = hw if isinstance(hw, HardwarePart) else _placement(hw)
+    arch = arch_of(job)
+    if arch is None:
+        what = f"model {job.model!r} is not a zoo LLM" if job.model else "no model"
+        raise InvalidInputError(
+            f"params: an LLM needs a parameter count ({what}; give params, or a zoo LLM such as llama3-8b)"
+        )
+    llm_job = job if isinstance(job, LLMJobFeatures) else None
+    seq = llm_job.sequence_length if llm_job is not None else None
+    if seq is None:
+        seq = arch.default_sequence
+    if seq <= 0:
+        raise InvalidInputError(f"sequence_length: must be > 0, got {seq}")
+    if job.batch_size is None or job.batch_size <= 0:
+        raise InvalidInputError(f"batch_size: must be > 0, got {job.batch_size}")
+    sharding = parse_sharding(llm_job.sharding if llm_job is not None else "")
+    if sharding.tp > arch.heads or arch.heads % sharding.tp:
+        raise InvalidInputError(
+            f"sharding: tensor-parallel degree {sharding.tp} must divide the {arch.heads} attention heads"
+        )
+    if sharding.pp > arch.layers:
+        raise InvalidInputError(f"sharding: {sharding.pp} pipeline stages for {arch.layers} layers")
+    dp = sharding.data_parallel(part.num_gpus)
+    per_rank = max(1, -(-int(job.batch_size) // dp))
+    micro = llm_job.micro_batch if llm_job is not None else None
+    if micro is not None and micro <= 0:
+        raise InvalidInputError(f"micro_batch: must be > 0, got {micro}")
+    if micro is None:
+        micro = 1 if sharding.pp > 1 else per_rank
+    micro = min(micro, per_rank)
+    zoo = _zoo_llm(job.model) is not None
+    arch_total, arch_active, arch_flops = _counts(arch, int(seq))
+    params_total = arch_total if zoo or job.params is None else float(job.params)
+    scale = params_total / arch_total
+    attention = 12.0 * arch.layers * arch.hidden * seq
+    if llm_job is not None and llm_job.flops_per_sample is not None and llm_job.sequence_length is None:
+        flops_per_token = llm_job.flops_per_sample / seq  # given per sample at the default length
+    elif zoo:
+        flops_per_token = arch_flops
+    else:
+        # only the count is known: every parameter multiplies (no embedding lookup discounted)
+        flops_per_token = 6.0 * params_total + attention
+    model_name = lookup_model(job.model).name if zoo else (job.model.strip().lower() or "custom-llm")  # type: ignore[union-attr]
+    return LLMPlan(
+        model=model_name,
+        arch=arch,
+        params_total=params_total,
+        params_active=arch_active * scale,
+        sequence_length=int(seq),
+        global_batch=int(job.batch_size),
+        micro_batch=int(micro),
+        grad_accumulation=-(-per_rank // micro),
+        activation_checkpointing=bool(llm_job.activation_checkpointing) if llm_job is not None else False,
+        precision=job.precision,
+        sharding=sharding,
+        data_parallel=dp,
+        hw=part,
+        low_confidence=not zoo or part.spec.low_confidence,
+        flops_per_token=flops_per_token,
+    )
+
+
+# ----------------------------------------------------------------------------------- the fitted prior
+@dataclass(frozen=True, slots=True)
+class LLMFit:
+    """The scaling model's fitted constants and where they come from (``bench/llm_fit.py`` prints them).
+
+    ``gemm_efficiency`` x h'/(h' + ``hidden_half``): the fraction of peak the dense matmuls reach;
+    ``attention_efficiency``: the fraction the attention-score FLOPs reach; ``elementwise_bytes``: bytes
+    moved per token, layer and hidden unit by the memory-bound work between matmuls (norms, activations,
+    residuals, rotary; forward + backward); ``link_efficiency``: achieved fraction of link bandwidth.
+    ``layer_overhead_s``: fixed seconds per layer and micro-batch step (collective and kernel-launch
+    latencies that do not shrink with the work). ``log_q_low``/``log_q_high``: 10th/90th percentiles of
+    log(predicted / measured) in the fit.
+    """
+
+    gemm_efficiency: float
+    hidden_half: float
+    attention_efficiency: float
+    elementwise_bytes: float
+    layer_overhead_s: float
+    link_efficiency: float
+    log_q_low: float
+    log_q_high: float
+    rows: int
+    source: str
+
+
+# Fitted by ``bench/llm_fit.py`` on the 209 BF16 rows of llm-foundry's benchmark table (MosaicML
+# llm-foundry, scripts/train/benchmarking/README.md, Apache-2.0; extract in
+# ../shared/throughput/public/mosaic_llmfoundry_benchmarks.tsv.gz). In-sample relative error: mean 10.9%,
+# median 8.6% (a constant 40% MFU: 17.6%, 18.2%); leave-one-GPU-generation-out it is worse than that
+# rule of thumb (docs/llm.md). hidden_half and link_efficiency sit on their bounds: the data (MPT
+# 125M-70B, FSDP, 8-512 GPUs, fast networks) does not pin the width dependence or the network down.
+FIT = LLMFit(
+    gemm_efficiency=0.7513,
+    hidden_half=1.0,
+    attention_efficiency=0.5025,
+    elementwise_bytes=203.1,
+    layer_overhead_s=0.006730,
+    link_efficiency=1.0,
+    log_q_low=-0.1425,
+    log_q_high=0.1608,
+    rows=209,
+    source="llm-foundry benchmark table (Apache-2.0), BF16 rows, fitted by bench/llm_fit.py",
+)
+
+
+def _bus_gbs(p: LLMPlan, group: int, spans_nodes: bool) -> float:
+    """Per-GPU bandwidth (GB/s, one direction) of a collective over ``group`` GPUs."""
+    spec = p.hw.spec
+    nvlink = p.hw.interconnect == "nvlink" and spec.nvlink_gbs > 0
+    inside = spec.nvlink_gbs / 2.0 if nvlink else spec.pcie_gbs
+    if not spans_nodes or group <= 1:
+        return inside
+    return min(inside, p.hw.network_gbps / 8.0 / max(1, p.hw.gpus_per_node))
+
+
+def compute_seconds_per_token(p: LLMPlan, fit: LLMFit = FIT) -> float:
+    """Seconds one GPU spends per token of its share (no communication, no bubble, no recomputation):
+    dense matmuls at the GEMM efficiency of their width, attention scores at the attention efficiency,
+    and the element-wise traffic over memory bandwidth (module docstring)."""
+    a, sh = p.arch, p.sharding
+    peak = p.spec.tflops(p.precision) * 1e12
+    width = a.hidden / sh.tp
+    attention = 12.0 * a.layers * a.hidden * p.sequence_length
+    dense = max(p.flops_per_token - attention, 0.0)
+    gemm = fit.gemm_efficiency * width / (width + fit.hidden_half)
+    flops_time = (dense / gemm + attention / fit.attention_efficiency) / peak
+    traffic = fit.elementwise_bytes * a.layers * width / (p.spec.memory_bandwidth_gbs * 1e9)
+    return flops_time / (sh.tp * sh.pp) + traffic / sh.pp
+
+
+def mfu(p: LLMPlan, fit: LLMFit = FIT) -> float:
+    """Model-FLOPs utilisation of the compute part (no communication, no bubble, no recomputation)."""
+    peak = p.spec.tflops(p.precision) * 1e12
+    return p.flops_per_token / (p.sharding.tp * p.sharding.pp) / peak / compute_seconds_per_token(p, fit)
+
+
+@dataclass(frozen=True, slots=True)
+class StepTime:
+    """One optimizer step: its parts in seconds (``total`` is what the throughput divides by)."""
+
+    compute: float
+    bubble: float
+    data_parallel: float
+    tensor_parallel: float
+    total: float
+
+
+def step_time(p: LLMPlan, fit: LLMFit = FIT) -> StepTime:
+    """The scaling model of the module docstring for one step of the global batch."""
+    n = p.num_gpus
+    # every data-parallel rank (and context-parallel share) processes B S / (dp cp) tokens per step
+    compute = p.tokens_per_step / (p.data_parallel * p.sharding.cp) * compute_seconds_per_token(p, fit)
+    compute += p.arch.layers / p.sharding.pp * p.grad_accumulation * fit.layer_overhead_s
+    if p.activation_checkpointing:
+        compute *= 4.0 / 3.0
+    sh = p.sharding
+    micro_per_pipe = max(1, -(-p.global_batch // (p.data_parallel * p.micro_batch)))
+    bubble = compute * (sh.pp - 1) / micro_per_pipe if sh.pp > 1 else 0.0
+    nodes = p.hw.num_nodes
+    gpn = p.hw.gpus_per_node
+    bytes_ = 2.0
+    if sh.kind == "ddp":
+        d = p.data_parallel
+        traffic = 2.0 * (d - 1) / d * bytes_ * p.params_total
+        dp_spans = nodes > 1
+    elif sh.kind == "fsdp":
+        traffic = 3.0 * (n - 1) / n * bytes_ * p.params_total
+        dp_spans = nodes > 1
+    else:
+        d = p.data_parallel
+        traffic = 2.0 * (d - 1) / d * bytes_ * p.params_total / (sh.tp * sh.pp)
+        # model-parallel groups are packed inside nodes first; the data-parallel group spans nodes as
+        # soon as the job does (each node holds whole tp x cp groups at most)
+        dp_spans = nodes > 1 and d > 1
+    eff = fit.link_efficiency
+    dp_time = traffic / (_bus_gbs(p, p.data_parallel if sh.kind != "fsdp" else n, dp_spans) * 1e9 * eff)
+    tp_time = 0.0
+    if sh.tp > 1:
+        per = 2.0 * (sh.tp - 1) / sh.tp * bytes_ * p.micro_batch * p.sequence_length / sh.cp * p.arch.hidden
+        calls = 4 + (2 if p.activation_checkpointing else 0)
+        micro_steps = p.grad_accumulation
+        layers_here = p.arch.layers / sh.pp
+        tp_time = micro_steps * layers_here * calls * per / (_bus_gbs(p, sh.tp, sh.tp > gpn) * 1e9 * eff)
+    total = max(compute + bubble, dp_time) + tp_time
+    return StepTime(compute, bubble, dp_time, tp_time, total)
+
+
+def predict(rows: Sequence[tuple[JobFeatures, HardwareFeatures]], fit: LLMFit = FIT) -> Predictions:
+    """Predictions for LLM rows (``InvalidInputError`` naming the row and field on bad input)."""
+    from perfmodel.predictor import Predictions
+
+    s: list[float] = []
+    lo: list[float] = []
+    hi: list[float] = []
+    its: list[float] = []
+    ilo: list[float] = []
+    ihi: list[float] = []
+    low: list[bool] = []
+    for i, (job, hw) in enumerate(rows):
+        try:
+            it, batch, low_confidence = _iterations(job, hw, fit)
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"row {i}: {exc}") from exc
+        widen = 2.0 if low_confidence else 1.0
+        qlo, qhi = math.exp(widen * fit.log_q_low), math.exp(widen * fit.log_q_high)
+        its.append(it)
+        ilo.append(it * qlo)
+        ihi.append(it * qhi)
+        s.append(it * batch)
+        lo.append(s[-1] * qlo)
+        hi.append(s[-1] * qhi)
+        low.append(low_confidence)
+    return Predictions(s, its, lo, hi, ilo, ihi, low)
+
+
+@lru_cache(maxsize=65536)
+def _iterations(job: JobFeatures, hw: HardwareFeatures, fit: LLMFit) -> tuple[float, int, bool]:
+    """(optimizer steps/s, global batch, low confidence) of one row; memoised (a pure function of
+    hashable rows: scheduling rounds ask the same questions again)."""
+    p = plan(job, hw)
+    return 1.0 / step_time(p, fit).total, p.global_batch, p.low_confidence
+
+
+def predict_mixed(
+    rows: Sequence[tuple[JobFeatures, HardwareFeatures]],
+    learned: Callable[[Sequence[tuple[JobFeatures, HardwareFeatures]]], Predictions],
+) -> Predictions:
+    """Predictions for a batch in which some rows are LLM jobs: those here, the others by ``learned``
+    (the predictor's own path), merged back in row order."""
+    from perfmodel.predictor import Predictions
+
+    llm_at = [i for i, (job, _) in enumerate(rows) if is_llm_job(job)]
+    other_at = [i for i, (job, _) in enumerate(rows) if not is_llm_job(job)]
+    parts: list[tuple[list[int], Predictions]] = []
+    if llm_at:
+        try:
+            parts.append((llm_at, predict([rows[i] for i in llm_at])))
+        except InvalidInputError as exc:
+            # renumber "row k" of the LLM sub-batch to the caller's row
+            msg = str(exc)
+            m = re.match(r"row (\d+): (.*)", msg, re.S)
+            if m:
+                raise InvalidInputError(f"row {llm_at[int(m.group(1))]}: {m.group(2)}") from exc
+            raise
+    if other_at:
+        parts.append((other_at, learned([rows[i] for i in other_at])))
+    n = len(rows)
+    cols: list[list[float]] = [[0.0] * n for _ in range(6)]
+    lowc = [False] * n
+    for at, pr in parts:
+        for k, i in enumerate(at):
+            cols[0][i] = pr.samples_per_s[k]
+            cols[1][i] = pr.iters_per_s[k]
+            cols[2][i] = pr.low[k]
+            cols[3][i] = pr.high[k]
+            cols[4][i] = pr.iters_low[k]
+            cols[5][i] = pr.iters_high[k]
+            lowc[i] = pr.low_confidence[k]
+    return Predictions(cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], lowc)
