@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.k8s.cache import ClusterCache, Kind, WatchGone
+from scheduler.k8s.errors import ApiUnavailable
 from tests.extender.kube import fed_cache, kube_node, kube_pod, kube_tj
 
 
@@ -113,7 +114,7 @@ def test_list_watch_resumes_after_a_dropped_watch_and_relists_after_410() -> Non
         {Kind.NODES: [(nodes1, "200"), (nodes2, "300")]},
         [
             [ev_added, bookmark],  # then the server ends the watch normally
-            ConnectionResetError("dropped"),  # a dropped connection: resume from 210
+            ApiUnavailable("dropped"),  # a dropped connection: resume from 210
             [{"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old"}}],
             WatchGone("expired"),  # 410 as an HTTP status also relists
         ],
