@@ -61,8 +61,9 @@ class KubeWorkload:
     """The emulator's and worker helper's view of the API (one client, node products cached).
 
     Every failure of the client is raised as a ``scheduler.k8s.errors`` error (``ApiUnavailable`` while
-    the API server is unreachable, see ``scheduler.k8s.errors``); each call gives up after
-    ``request_timeout_s`` so a hung server never blocks the caller for long.
+    the API server is unreachable, see ``scheduler.k8s.errors``). Each connection attempt gives up after
+    3 s and each reply after ``request_timeout_s``, so a hung or unreachable server never blocks the
+    caller (a training loop, for ``scheduler.worker``) for long.
     """
 
     def __init__(self, api: k8s.ApiClient, request_timeout_s: float = 10.0) -> None:
@@ -70,7 +71,8 @@ class KubeWorkload:
         self._core = k8s.CoreV1Api(api)
         self._custom = k8s.CustomObjectsApi(api)
         self._labels: dict[str, dict[str, str]] = {}
-        self._timeout = request_timeout_s
+        # (connect, read): urllib3 retries a failed connect a few times, so keep each attempt short
+        self._timeout = (min(3.0, request_timeout_s), request_timeout_s)
 
     def list_job_pods(self, namespace: str = "") -> list[WorkerPod]:
         """Every pod carrying ``perfsched.dev/job-name`` (all namespaces when ``namespace`` is empty)."""
@@ -152,7 +154,9 @@ class KubeWorkload:
                     _preload_content=False,
                     _request_timeout=self._timeout,
                 )
-                resp.read()
-                resp.release_conn()
+                try:
+                    resp.read()
+                finally:
+                    resp.release_conn()
         except NotFound:
             log.debug("pod %s/%s is gone; report dropped", namespace, name)
