@@ -217,3 +217,16 @@ def test_finish_gets_through_when_the_server_comes_back_in_time(port: int, serve
     last = server.last()
     assert last is not None and (last.progress, last.checkpoint) == (1000.0, 1000.0)
     assert clock.t - start < 60.0
+
+
+def test_start_progress_falls_back_to_the_operators_environment_variable(
+    port: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the operator sets PERFSCHED_START_PROGRESS on every pod it creates, with the annotation's number
+    monkeypatch.setenv("PERFSCHED_START_PROGRESS", "1200")
+    clock = Clock()
+    rep = ProgressReporter(
+        "job-g1-0", "team", api=workload(port), clock=clock, sleep=clock.sleep, start_timeout_s=20.0
+    )
+    assert rep.start_progress() == 1200.0
+    assert 20.0 <= clock.t - 1000.0 <= 21.0  # it tried the API for start_timeout_s first
