@@ -162,9 +162,11 @@ def translate(exc: BaseException, what: str) -> PerfschedError | None:
         return exc
     from kubernetes.client.exceptions import ApiException
 
+    # a request may carry user input (a pod name of any length): what ends up in logs is capped
+    what = _cap(what, 300)
     if isinstance(exc, ApiException):
         status = int(exc.status or 0)
-        err = from_status(status, _status_reason(exc), api_error_message(exc))
+        err = from_status(status, _status_reason(exc), _cap(api_error_message(exc), 1000))
         err.args = (f"{what}: {err.args[0]}",)
         return err
     if isinstance(exc, _transport_errors()):
@@ -175,8 +177,11 @@ def translate(exc: BaseException, what: str) -> PerfschedError | None:
 
 
 def _short(exc: BaseException, limit: int = 300) -> str:
-    text = str(exc)
-    return text if len(text) <= limit else text[:limit] + "..."
+    return _cap(str(exc), limit)
+
+
+def _cap(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 @contextlib.contextmanager

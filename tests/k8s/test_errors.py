@@ -99,9 +99,14 @@ def test_programming_errors_pass_through_unchanged() -> None:
         raise ValueError("plain")
 
 
-def test_long_transport_messages_are_cut() -> None:
+def test_long_messages_and_call_names_are_cut() -> None:
     err = translate(ConnectionResetError("x" * 10_000), "op")
     assert err is not None and len(str(err)) < 400
+    # a 10 MB pod name echoed back by the server stays out of the logs
+    huge = _api_exc(422, "Invalid")
+    huge.body = json.dumps({"reason": "Invalid", "message": "name: " + "p" * 10_000_000})
+    err = translate(huge, "binding ns/" + "p" * 10_000_000)
+    assert err is not None and len(str(err)) < 1500 and "(10000011 characters)" in str(err)
 
 
 class Clock:
