@@ -294,7 +294,8 @@ def test_killing_every_component_in_turn_breaks_nothing(
         f"({sampler.failed_samples} taken while the API server was down)"
     )
     assert 503 in readyz_during_outage, readyz_during_outage
-    assert sampler.samples > 50, (sampler.samples, sampler.failed_samples)
+    # one sample lists every pod and TrainingJob: about one a second on a loaded CI machine
+    assert sampler.samples >= 20, (sampler.samples, sampler.failed_samples)
     assert sampler.violations == []
     state = dc.status()
     assert state is not None and state.phase == "running", state and [
