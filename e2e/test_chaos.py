@@ -10,6 +10,8 @@ starts each with its original command line. A sampler thread checks all along th
 - no node has more GPUs bound than it has, no replica of a gang exists twice, no job has two live gangs;
 - no TrainingJob disappears, and none goes back in progress beyond the last checkpoint it had reached;
 - no perfsched process (extender, operator, emulator) exits on its own;
+- a training script using ``scheduler.worker.ProgressReporter`` (in the test process) keeps training and
+  reporting through the API server's outage and finishes with its last progress on its pod;
 
 and at the end every job has Succeeded with all its work done, no perfsched log holds a traceback, and the
 operator reported the API server outage on ``/readyz`` (503) and in
@@ -190,6 +192,39 @@ class Sampler:
         self._thread.join(timeout=10)
 
 
+class TrainingScript(threading.Thread):
+    """A training loop using ``scheduler.worker.ProgressReporter`` on its own pod, as a user writes it:
+    a step every 20 ms, a report every step, a checkpoint every 50 steps, ``finish`` at the end. Records
+    each step's time and whether the reporter had unsent progress; any exception ends it (and fails the
+    test): an API server restart must not kill a training run."""
+
+    def __init__(self, kubeconfig: str, pod: str) -> None:
+        super().__init__(daemon=True)
+        from scheduler.worker import ProgressReporter
+
+        self.reporter = ProgressReporter(
+            pod, "default", min_interval_s=0.5, kubeconfig=kubeconfig, retry_s=0.5, max_retry_s=2.0
+        )
+        self.steps: list[tuple[float, int, bool]] = []
+        self.error: BaseException | None = None
+        self.finished: bool | None = None
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        try:
+            step = int(self.reporter.start_progress())
+            while not self.stop.is_set():
+                step += 1  # one training step
+                self.reporter.report(step)
+                if step % 50 == 0:
+                    self.reporter.checkpoint(step)
+                self.steps.append((time.monotonic(), step, self.reporter.pending))
+                time.sleep(0.02)
+            self.finished = self.reporter.finish(step)
+        except BaseException as exc:  # what the test asserts never happens
+            self.error = exc
+
+
 @pytest.fixture
 def chaos_cluster(tmp_path: Path) -> Iterator[tuple[DevCluster, dict[str, Any], dict[str, str]]]:
     if os.environ.get("PERFSCHED_E2E_KUBECONFIG"):
@@ -253,11 +288,23 @@ def test_killing_every_component_in_turn_breaks_nothing(
         )  # fmt: skip
 
     readyz_during_outage: set[int] = set()
+    # a real training script's pod (on a fake node, no GPUs): it reports through the API server outage
+    core = k8s.CoreV1Api(api)
+    node = core.list_node().items[0].metadata.name
+    core.create_namespaced_pod(
+        "default",
+        {"metadata": {"name": "trainer-0"},
+         "spec": {"nodeName": node, "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]}},
+    )  # fmt: skip
+    script = TrainingScript(info["kubeconfig"], "trainer-0")
+    script.start()
+    outage_window = (0.0, 0.0)
     restarted: dict[str, int] = {}
     with Sampler(api, dc, names) as sampler:
         wait_until(lambda: sum(p == "Running" for p in phases().values()) >= 5, 90, "5 running jobs")
         for component, down_for in CHAOS:
             sampler.restarting = component
+            began = time.monotonic()
             proc = restart(component, down_for)
             while proc.poll() is None:
                 if component == "kube-apiserver":
@@ -270,6 +317,7 @@ def test_killing_every_component_in_turn_breaks_nothing(
             restarted[component] = json.loads(out)["pid"]
             sampler.restarting = ""
             if component == "kube-apiserver":
+                outage_window = (began, time.monotonic())
                 wait_until(
                     lambda: httpx.get(f"{operator_url}/readyz", timeout=2).status_code == 200,
                     30,
@@ -293,6 +341,17 @@ def test_killing_every_component_in_turn_breaks_nothing(
         f"chaos: {JOBS} jobs, {len(CHAOS)} kills, {sampler.samples} samples "
         f"({sampler.failed_samples} taken while the API server was down)"
     )
+    script.stop.set()
+    script.join(timeout=120)
+    assert script.error is None, f"the training script died: {script.error!r}"
+    assert script.finished is True
+    # it kept training while the API server was down, and its reports did fail meanwhile
+    during = [(step, pending) for t, step, pending in script.steps if outage_window[0] < t < outage_window[1]]
+    assert len(during) > 20 and any(pending for _, pending in during), (len(during), outage_window)
+    report = json.loads(
+        core.read_namespaced_pod("trainer-0", "default").metadata.annotations["perfsched.dev/progress"]
+    )
+    assert report["progress"] == report["checkpoint"] == script.steps[-1][1]
     assert 503 in readyz_during_outage, readyz_during_outage
     # one sample lists every pod and TrainingJob: about one a second on a loaded CI machine
     assert sampler.samples >= 20, (sampler.samples, sampler.failed_samples)
