@@ -228,3 +228,15 @@ def record_cluster_gauges(
         CLUSTER_GPUS.labels(gpu_type).set(capacity_by_type.get(gpu_type, 0))
         CLUSTER_GPUS_ALLOCATED.labels(gpu_type).set(allocated_by_type.get(gpu_type, 0))
     OLDEST_WAITING_SECONDS.set(max(0.0, oldest_wait_s))
+
+
+# --- API server outages (every long-running component; scheduler.k8s.errors.ApiHealth) -------------
+
+#: Seconds the component could not reach the Kubernetes API server, by component (operator, emulator,
+#: extender). Grows during an outage, by at most the component's retry interval behind the wall clock.
+API_UNAVAILABLE_SECONDS = Counter(
+    "perfsched_api_unavailable_seconds",
+    "Seconds the component found the Kubernetes API server unreachable (transport errors, timeouts, 5xx).",
+    ["component"],
+    registry=REGISTRY,
+)

@@ -162,3 +162,6 @@ def configure_logging(settings: Settings) -> None:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # urllib3 warns on every connection retry; an API server outage is logged once by perfsched itself
+    # (scheduler.k8s.errors.ApiHealth), so these would only repeat it several times a second
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)

@@ -1,8 +1,9 @@
-"""``perfsched dev-cluster up|down|status|nodes``: the local Kubernetes control plane for development and e2e.
+"""``perfsched dev-cluster up|down|status|restart|nodes``: the local Kubernetes control plane (dev, e2e).
 
 CLI command module (I/O). ``up`` builds the fake GPU nodes from a cluster spec (the simulator's YAML,
 ``scheduler.sim.cluster``) and hands them to ``scheduler.devcluster.DevCluster``; ``--with-perfsched``
-also starts ``perfsched extender``, ``perfsched operator`` and ``perfsched emulate`` as local processes.
+also starts ``perfsched extender``, ``perfsched operator`` and ``perfsched emulate`` as local processes;
+``restart COMPONENT`` kills one of them (or of the control plane) and starts it again as ``up`` did.
 Exit codes: 0 ok; 1 the cluster could not be started (message says why and how to fix it) or one is
 already running; 2 bad arguments; ``status`` exits 3 when no cluster runs. See ``docs/dev-cluster.md``.
 """
@@ -204,6 +205,41 @@ def register(app: typer.Typer) -> None:
         _print_state(state, as_json, f"dev cluster is {state.phase}")
         if state.phase != "running":
             raise typer.Exit(3)
+
+    @dev.command("restart")
+    def restart(
+        component: str = typer.Argument(
+            ...,
+            help="A process of `status` (kube-apiserver, etcd, kube-scheduler-perfsched, perfsched-operator, "
+            "...) or an alias: apiserver, kube-scheduler, extender, operator, emulator.",
+        ),
+        graceful: bool = typer.Option(
+            False, "--graceful", help="SIGTERM and wait (default: SIGKILL, as a crash would)."
+        ),
+        down_for: float = typer.Option(
+            0.0, "--down-for", help="Seconds to leave the component down before starting it again."
+        ),
+        timeout: float = typer.Option(90.0, "--timeout", help="Seconds it may take to become healthy again."),
+        state_dir: Path = state_dir_opt,
+        as_json: bool = typer.Option(False, "--json", help="Print the new process as JSON."),
+    ) -> None:
+        """Kill one component and start it again with its original command line; wait until healthy."""
+        from scheduler.core.errors import ConfigError
+        from scheduler.devcluster.cluster import DevCluster
+        from scheduler.devcluster.tools import DevClusterError
+
+        if down_for < 0 or timeout <= 0:
+            raise ConfigError("--down-for must be >= 0 and --timeout > 0")
+        dc = DevCluster(state_dir)
+        try:
+            record = dc.restart(component, graceful=graceful, down_for_s=down_for, timeout_s=timeout)
+        except DevClusterError as exc:
+            typer.echo(f"perfsched dev-cluster restart: {exc}", err=True)
+            raise typer.Exit(1) from None
+        if as_json:
+            typer.echo(json.dumps(record.to_json()))
+        else:
+            typer.echo(f"restarted {record.name} (pid {record.pid}); log {record.log_path}")
 
     @dev.command("nodes")
     def nodes(

@@ -138,7 +138,7 @@ def register(app: typer.Typer) -> None:
         server = None
         if settings.operator_metrics_port:
             server, _ = serve_http(
-                settings.operator_metrics_host, settings.operator_metrics_port, loop.healthy
+                settings.operator_metrics_host, settings.operator_metrics_port, loop.healthy, loop.not_ready
             )
         log.info(
             "operator started",

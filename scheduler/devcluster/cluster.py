@@ -6,7 +6,10 @@ nodes, and records ports, pids and log paths in ``state.json`` as it goes, so th
 later process) stops exactly those pids and removes the temporary state. A failure during ``up`` stops
 whatever had started and raises ``DevClusterError`` with the failing component's log tail. Two
 kube-schedulers run: ``perfsched`` (profile ``perfsched``, calls the extender) and ``default-scheduler``
-(no extender), because extenders apply to every profile of a process. Impure: processes, files, HTTP.
+(no extender), because extenders apply to every profile of a process. ``restart(component)`` kills one
+component (SIGKILL, as a crash; or SIGTERM) and starts it again with the command line, environment and
+working directory recorded for it, then waits until it is healthy: what the chaos e2e test uses.
+Impure: processes, files, HTTP.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from scheduler.devcluster.process import (
     ProcessRecord,
     free_ports,
     is_running,
+    kill,
     spawn,
     stop,
     tail,
@@ -102,6 +106,8 @@ class ClusterState:
     nodes: int = 0
     extender_url: str = ""
     ready_seconds: float | None = None
+    #: the URL each component answers 200 on when healthy (what ``up`` and ``restart`` wait for)
+    health: dict[str, str] = field(default_factory=dict)
 
     @property
     def pids(self) -> dict[str, int]:
@@ -126,6 +132,7 @@ class ClusterState:
             "logs": self.logs,
             "processes": [p.to_json() for p in self.processes],
             "temp_dirs": self.temp_dirs,
+            "health": self.health,
         }
 
     @staticmethod
@@ -142,6 +149,7 @@ class ClusterState:
             nodes=int(data.get("nodes", 0)),
             processes=[ProcessRecord.from_json(p) for p in data.get("processes", [])],
             temp_dirs=[str(d) for d in data.get("temp_dirs", [])],
+            health={str(k): str(v) for k, v in (data.get("health") or {}).items()},
         )
 
     def running(self) -> list[ProcessRecord]:
@@ -280,9 +288,16 @@ class DevCluster:
     def _spawn(
         self, state: ClusterState, name: str, argv: Sequence[str], env: Mapping[str, str] | None = None
     ) -> None:
+        # recorded with the process (for ``restart``): what ``env`` adds, plus the PERFSCHED_* settings
+        # it inherits from whoever ran ``up``, which a later ``restart`` from another shell would lack
+        inherited = {k: v for k, v in os.environ.items() if k.startswith("PERFSCHED_")}
         try:
             proc, record = spawn(
-                name, argv, self.log_dir / f"{name}.log", env=env, cwd=self.state_dir / "run"
+                name,
+                argv,
+                self.log_dir / f"{name}.log",
+                env={**inherited, **(env or {})},
+                cwd=self.state_dir / "run",
             )
         except OSError as exc:
             raise DevClusterError(f"cannot start {name} ({argv[0]}): {exc}") from exc
@@ -324,7 +339,7 @@ class DevCluster:
             ],
             env={"ETCD_UNSUPPORTED_ARCH": ""},
         )
-        self._wait_http(state, "etcd", f"{etcd_url}/health", deadline, check=lambda r: '"true"' in r.text)
+        self._wait_http(state, "etcd", f"{etcd_url}/health", deadline, check=_etcd_healthy)
 
         api = state.endpoints["apiserver"]
         self._spawn(
@@ -514,6 +529,9 @@ class DevCluster:
     ) -> None:
         """Poll ``url`` every 0.25 s until it answers 200; fail at once if the process has exited."""
         record = next(p for p in reversed(state.processes) if p.name == name)
+        if state.health.get(name) != url:
+            state.health[name] = url
+            self._save()
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         deadline = time.monotonic() + timeout_s
         last = "no answer"
@@ -549,6 +567,86 @@ class DevCluster:
         self._state = state
         self._save()
 
+    # --- restart one component ----------------------------------------------------------------------
+    def restart(
+        self,
+        component: str,
+        *,
+        graceful: bool = False,
+        down_for_s: float = 0.0,
+        timeout_s: float = 90.0,
+    ) -> ProcessRecord:
+        """Stop one component and start it again exactly as ``up`` did; wait until it is healthy.
+
+        ``component`` is a process name of ``status`` (``kube-apiserver``, ``perfsched-operator``, ...) or
+        a short alias (``apiserver``, ``kube-scheduler``, ``extender``, ``operator``, ``emulator``). The old
+        process gets SIGKILL (a crash), or SIGTERM with ``graceful``; the new one starts ``down_for_s``
+        seconds later with the recorded command line, environment and working directory, writes to the
+        same log, and replaces the old one in the state. Returns the new process's record.
+        """
+        state = self.load()
+        if state is None or not state.processes:
+            raise DevClusterError(f"no dev cluster in {self.state_dir}")
+        name = self._resolve(state, component)
+        index = max(i for i, p in enumerate(state.processes) if p.name == name)
+        old = state.processes[index]
+        if graceful:
+            stop(old)
+        else:
+            kill(old)
+        child = self._children.pop(old.pid, None)
+        if child is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=5)
+        if down_for_s > 0:
+            time.sleep(down_for_s)
+        try:
+            proc, record = spawn(
+                old.name, old.argv, Path(old.log_path), env=old.env, cwd=Path(old.cwd) if old.cwd else None
+            )
+        except OSError as exc:
+            raise DevClusterError(f"cannot start {name} again ({old.argv[0]}): {exc}") from exc
+        self._children[proc.pid] = proc
+        state.processes[index] = record
+        self._state = state
+        self._save()
+        log.info("restarted %s", name, extra={"component": name, "pid": record.pid, "old_pid": old.pid})
+        url = state.health.get(name)
+        if url:
+            token, ca, check = None, None, None
+            if name == "kube-apiserver":
+                token, ca = self._admin_token(), self.state_dir / "run" / "ca.crt"
+            elif name == "etcd":
+                check = _etcd_healthy
+            self._wait_http(state, name, url, timeout_s, token=token, ca=ca, check=check)
+        return record
+
+    def _resolve(self, state: ClusterState, component: str) -> str:
+        names = [p.name for p in state.processes]
+        if component in names:
+            return component
+        aliases = {
+            "apiserver": "kube-apiserver",
+            "kube-scheduler": "kube-scheduler-perfsched",
+            "scheduler": "kube-scheduler-perfsched",
+            "kcm": "kube-controller-manager",
+            "extender": "perfsched-extender",
+            "operator": "perfsched-operator",
+            "emulator": "perfsched-emulator",
+            "emulate": "perfsched-emulator",
+        }
+        name = aliases.get(component, "")
+        if name in names:
+            return name
+        raise DevClusterError(
+            f"no component {component!r} in the dev cluster of {self.state_dir}; "
+            f"known: {', '.join(dict.fromkeys(names))}"
+        )
+
+    def _admin_token(self) -> str:
+        text = (self.state_dir / "run" / "tokens.csv").read_text()
+        return text.split(",", 1)[0].strip()
+
     # --- down --------------------------------------------------------------------------------------
     def down(self) -> list[str]:
         """Stop every recorded process (newest first) and remove the temporary state. Idempotent.
@@ -582,6 +680,10 @@ class DevCluster:
         shutil.rmtree(self.state_dir / "run", ignore_errors=True)
         for path in (self.kubeconfig_path, self.state_path):
             path.unlink(missing_ok=True)
+
+
+def _etcd_healthy(resp: httpx.Response) -> bool:
+    return '"true"' in resp.text
 
 
 def _make_pki(openssl: Path, run: Path) -> bytes:

@@ -17,7 +17,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +33,15 @@ class ProcessRecord:
     start_ticks: int
     argv: tuple[str, ...]
     log_path: str
+    #: what was added to the inherited environment, and the working directory: with ``argv``, what
+    #: ``perfsched dev-cluster restart`` needs to start the same process again
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str = ""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["argv"] = list(self.argv)
+        data["env"] = dict(self.env)
         return data
 
     @staticmethod
@@ -47,6 +52,8 @@ class ProcessRecord:
             start_ticks=int(data["start_ticks"]),
             argv=tuple(str(a) for a in data["argv"]),
             log_path=str(data["log_path"]),
+            env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
+            cwd=str(data.get("cwd") or ""),
         )
 
 
@@ -100,7 +107,15 @@ def spawn(
             start_new_session=True,
         )
     ticks = start_ticks_of(proc.pid)
-    record = ProcessRecord(name, proc.pid, ticks if ticks is not None else -1, tuple(argv), str(log_path))
+    record = ProcessRecord(
+        name,
+        proc.pid,
+        ticks if ticks is not None else -1,
+        tuple(argv),
+        str(log_path),
+        env=dict(env or {}),
+        cwd=str(cwd) if cwd else "",
+    )
     log.debug("started %s", name, extra={"pid": proc.pid, "argv": list(argv)})
     return proc, record
 
@@ -130,6 +145,25 @@ def stop(record: ProcessRecord, timeout_s: float = 10.0) -> bool:
         if not is_running(record):
             break
         time.sleep(0.05)
+    return True
+
+
+def kill(record: ProcessRecord, timeout_s: float = 10.0) -> bool:
+    """SIGKILL the recorded process (a crash, no clean shutdown) and wait until it is gone.
+
+    Signals nothing when the pid now belongs to another process; returns True when one was killed.
+    """
+    if not is_running(record):
+        _reap(record.pid)
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(record.pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        _reap(record.pid)
+        if not is_running(record):
+            break
+        time.sleep(0.02)
     return True
 
 

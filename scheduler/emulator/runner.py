@@ -37,6 +37,7 @@ from scheduler.k8s.codec import (
     LABEL_PRODUCT,
     gpu_type_of_product,
 )
+from scheduler.k8s.errors import ApiHealth
 from scheduler.k8s.progress import (
     ANNOTATION_KWOK_RUN_DURATION,
     ANNOTATION_PROGRESS,
@@ -211,6 +212,7 @@ class Emulator:
         throughput: ThroughputFn,
         config: EmulatorConfig = EmulatorConfig(),
         clock: Callable[[], float] = time.time,
+        health: ApiHealth | None = None,
     ) -> None:
         self.api = api
         self.throughput = throughput
@@ -218,14 +220,25 @@ class Emulator:
         self.clock = clock
         self._jobs: dict[str, _Tracked] = {}
         self._warned: set[str] = set()
+        #: whether the API server answers, as this emulator sees it (outage log and metric)
+        self.health = health or ApiHealth("emulator")
 
     def run(self, stop: threading.Event) -> None:
-        """Step every ``tick_s`` until ``stop`` is set; API errors are logged and retried next tick."""
+        """Step every ``tick_s`` until ``stop`` is set; API errors are logged and retried next tick.
+
+        An API server outage of any length is survived: the gangs' progress is kept in memory, the
+        outage is logged once (``self.health``) and counted in ``perfsched_api_unavailable_seconds_total``,
+        and when the server is back the next step lists the pods afresh and reports the progress the
+        gangs made meanwhile (the emulated workers kept training, as real ones would).
+        """
         while not stop.is_set():
             try:
                 self.step()
             except PerfschedError as exc:
-                log.warning("emulator step failed, retrying: %s", exc)
+                if not self.health.failed(exc):
+                    log.warning("emulator step failed, retrying: %s", exc)
+            else:
+                self.health.ok()
             stop.wait(self.config.tick_s)
 
     def step(self) -> StepResult:

@@ -28,7 +28,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from scheduler.core.errors import PermanentError
+from scheduler.core.errors import PerfschedError, PermanentError
 from scheduler.core.types import Allocation
 from scheduler.k8s import crd
 from scheduler.k8s.kubeapi import AlreadyExists, KubeApi, Obj
@@ -317,5 +317,5 @@ class Actuator:
         body = event_body(tj, type_=type_, reason=reason, message=message, now=now, instance=self._instance)
         try:
             self.api.create_event(tj["metadata"].get("namespace", "default"), body)
-        except Exception as exc:  # events are best effort, as in client-go's recorder
+        except PerfschedError as exc:  # events are best effort, as in client-go's recorder
             log.warning("could not record event", extra={"reason": reason, "error": str(exc)})

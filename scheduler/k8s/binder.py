@@ -6,7 +6,9 @@ bind and then raise ``ValueError: Invalid value for `target``` while parsing the
 (kubernetes-client/python#825). The Binding carries the pod's UID, so a pod deleted and recreated under
 the same name is never bound by a stale request. Binding is idempotent: when the API answers 409
 Conflict because the pod is already bound, the pod is read back and the call succeeds if it is on the
-requested node.
+requested node. Client failures go through ``scheduler.k8s.errors.api_call``: the API server being
+unreachable, timing out or answering 429/5xx is a ``TemporaryBindError`` (kube-scheduler retries the pod),
+anything else a ``BindError``.
 
 The gang's placement is recorded as a JSON merge patch of ``status.placement`` (``{pod name: node}``)
 through the TrainingJob's status subresource. A merge patch only touches the keys it names, so it does
@@ -24,7 +26,7 @@ import orjson
 
 from scheduler.core.errors import PermanentError, TemporaryError
 from scheduler.k8s import crd
-from scheduler.k8s.kubeapi import api_error_message
+from scheduler.k8s.errors import AlreadyExists, ApiUnavailable, Conflict, KubeApiError, NotFound, api_call
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +49,6 @@ class KubeBinder:
         self._custom = client.CustomObjectsApi(api_client)
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        from kubernetes.client.exceptions import ApiException
-
         body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Binding",
@@ -57,70 +57,61 @@ class KubeBinder:
         }
         if uid:
             body["metadata"]["uid"] = uid
+        what = f"binding {namespace}/{name} to {node}"
         try:
-            _drain(self._core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False))
+            with api_call(what):
+                _drain(
+                    self._core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
+                )
             return
-        except ApiException as exc:
-            if exc.status == 409:
-                current = self._node_of(namespace, name)
-                if current == node:
-                    return  # already bound where we wanted it: idempotent success
-                if current:
-                    raise BindError(
-                        f"pod {namespace}/{name} is already bound to {current}, not {node}"
-                    ) from None
-                raise BindError(
-                    f"binding {namespace}/{name} to {node} conflicted: {api_error_message(exc)}"
-                ) from None
-            if exc.status == 404:
-                raise BindError(f"pod {namespace}/{name} no longer exists") from None
-            if exc.status in (429, 500, 502, 503, 504):
-                raise TemporaryBindError(
-                    f"API server answered {exc.status} binding {namespace}/{name}: {api_error_message(exc)}"
-                ) from None
-            raise BindError(
-                f"binding {namespace}/{name} to {node} failed ({exc.status}): {api_error_message(exc)}"
-            ) from None
+        except (Conflict, AlreadyExists) as exc:
+            current = self._node_of(namespace, name)
+            if current == node:
+                return  # already bound where we wanted it: idempotent success
+            if current:
+                raise BindError(f"pod {namespace}/{name} is already bound to {current}, not {node}") from None
+            raise BindError(f"{what} conflicted: {exc.detail}") from None
+        except NotFound:
+            raise BindError(f"pod {namespace}/{name} no longer exists") from None
+        except KubeApiError as exc:
+            if isinstance(exc, TemporaryError):  # unreachable, timed out, 429, 5xx: kube-scheduler retries
+                answered = f"API server answered {exc.status}" if exc.status else "API server unreachable"
+                raise TemporaryBindError(f"{answered} {what}: {exc.detail}") from None
+            raise BindError(f"{what} failed ({exc.status}): {exc.detail}") from None
 
     def _node_of(self, namespace: str, name: str) -> str:
-        from kubernetes.client.exceptions import ApiException
-
         try:
-            resp = self._core.read_namespaced_pod(name, namespace, _preload_content=False)
-        except ApiException:
+            with api_call(f"reading pod {namespace}/{name}"):
+                resp = self._core.read_namespaced_pod(name, namespace, _preload_content=False)
+                pod = orjson.loads(resp.data)
+        except KubeApiError:
             return ""
-        pod = orjson.loads(resp.data)
         return str((pod.get("spec") or {}).get("nodeName") or "")
 
     def record_placement(self, namespace: str, job_name: str, placement: dict[str, str]) -> None:
         """Merge ``placement`` into the TrainingJob's ``status.placement`` (retries a dropped link)."""
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
+        what = f"recording placement on TrainingJob {namespace}/{job_name}"
         for attempt in range(3):
             try:
-                _drain(
-                    self._custom.patch_namespaced_custom_object_status(
-                        crd.GROUP,
-                        crd.VERSION,
-                        namespace,
-                        crd.PLURAL,
-                        job_name,
-                        {"status": {"placement": placement}},
-                        _preload_content=False,
+                with api_call(what):
+                    _drain(
+                        self._custom.patch_namespaced_custom_object_status(
+                            crd.GROUP,
+                            crd.VERSION,
+                            namespace,
+                            crd.PLURAL,
+                            job_name,
+                            {"status": {"placement": placement}},
+                            _preload_content=False,
+                        )
                     )
-                )
                 return
-            except ApiException as exc:
-                raise TemporaryBindError(
-                    f"recording placement on TrainingJob {namespace}/{job_name} failed "
-                    f"({exc.status}): {api_error_message(exc)}"
-                ) from None
-            except (OSError, HTTPError) as exc:  # a dropped connection: try again
-                if attempt == 2:
-                    raise TemporaryBindError(
-                        f"recording placement on TrainingJob {namespace}/{job_name} failed: {exc}"
-                    ) from None
+            except ApiUnavailable as exc:
+                if exc.status == 0 and attempt < 2:  # a dropped connection: try again
+                    continue
+                raise TemporaryBindError(f"{what} failed: {exc.detail}") from None
+            except KubeApiError as exc:
+                raise TemporaryBindError(f"{what} failed ({exc.status}): {exc.detail}") from None
 
 
 def _drain(resp: Any) -> None:

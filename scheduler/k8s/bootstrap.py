@@ -18,10 +18,10 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from kubernetes.client.rest import ApiException
 
-from scheduler.core.errors import PermanentError, TemporaryError
+from scheduler.core.errors import TemporaryError
 from scheduler.core.types import Interconnect, Node
+from scheduler.k8s.errors import AlreadyExists, ApiUnavailable, Conflict, NotFound, Throttled, api_call
 
 log = logging.getLogger(__name__)
 
@@ -91,10 +91,10 @@ def create_nodes(
 
     def create(node: Node) -> None:
         try:
-            core.create_node(node_manifest(node, extra.get(node.name)))
-        except ApiException as exc:
-            if exc.status != 409:
-                raise PermanentError(f"creating node {node.name}: {exc.status} {exc.reason}") from exc
+            with api_call(f"creating node {node.name}"):
+                core.create_node(node_manifest(node, extra.get(node.name)))
+        except (AlreadyExists, Conflict):
+            pass
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         list(pool.map(create, nodes))
@@ -104,11 +104,11 @@ def _wait(what: str, check: Callable[[], bool], timeout_s: float, poll_s: float 
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            if check():
-                return
-        except ApiException as exc:
-            if exc.status not in (404, 409, 429, 500, 503):
-                raise
+            with api_call(what):
+                if check():
+                    return
+        except (NotFound, Conflict, Throttled, ApiUnavailable):
+            pass  # not there yet, or the API server is still starting
         if time.monotonic() > deadline:
             raise TemporaryError(f"timed out after {timeout_s:g}s waiting for {what}")
         time.sleep(poll_s)
@@ -148,14 +148,14 @@ def apply_crds(api: k8s.ApiClient, crds: Sequence[Mapping[str, Any]], timeout_s:
         name = str(crd["metadata"]["name"])
         names.append(name)
         try:
-            ext.create_custom_resource_definition(crd)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise PermanentError(f"creating CRD {name}: {exc.status} {exc.body}") from exc
-            current = ext.read_custom_resource_definition(name)
-            body = dict(crd)
-            body["metadata"] = {**crd["metadata"], "resourceVersion": current.metadata.resource_version}
-            ext.replace_custom_resource_definition(name, body)
+            with api_call(f"creating CRD {name}"):
+                ext.create_custom_resource_definition(crd)
+        except (AlreadyExists, Conflict):
+            with api_call(f"replacing CRD {name}"):
+                current = ext.read_custom_resource_definition(name)
+                body = dict(crd)
+                body["metadata"] = {**crd["metadata"], "resourceVersion": current.metadata.resource_version}
+                ext.replace_custom_resource_definition(name, body)
 
     def established() -> bool:
         for name in names:
@@ -184,14 +184,15 @@ def wait_service_account(
 def create_namespace(api: k8s.ApiClient, name: str, labels: Mapping[str, str] | None = None) -> None:
     """Create a namespace and wait for its ``default`` ServiceAccount, so pods can be created at once."""
     core = k8s.CoreV1Api(api)
-    core.create_namespace({"metadata": {"name": name, "labels": dict(labels or {})}})
+    with api_call(f"creating namespace {name}"):
+        core.create_namespace({"metadata": {"name": name, "labels": dict(labels or {})}})
     wait_service_account(api, name)
 
 
 def delete_namespace(api: k8s.ApiClient, name: str) -> None:
     """Ask for a namespace to be deleted (the namespace controller empties it); does not wait."""
     try:
-        k8s.CoreV1Api(api).delete_namespace(name)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
+        with api_call(f"deleting namespace {name}"):
+            k8s.CoreV1Api(api).delete_namespace(name)
+    except NotFound:
+        pass

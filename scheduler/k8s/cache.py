@@ -12,8 +12,12 @@ incrementally on every event. Free GPUs are allocatable GPUs minus
 
 Each kind is fed by list + watch from the list's ``resourceVersion``. A watch that ends or drops is
 resumed from the last ``resourceVersion`` seen (bookmarks included); ``410 Gone`` (an expired version)
-makes the cache relist that kind and replace its contents. ``watch_restarts`` and ``age`` are exposed
-for metrics. Tests drive the cache with a fake ``ListWatchSource`` or by calling ``replace``/``apply``.
+makes the cache relist that kind and replace its contents. While the API server is unreachable the cache
+keeps what it holds and retries every kind with capped backoff (``max_backoff_s``); ``health`` (an
+``scheduler.k8s.errors.ApiHealth``) logs the outage once, counts it in
+``perfsched_api_unavailable_seconds_total{component="extender"}`` and answers ``api_available()``.
+``watch_restarts`` and ``age`` are exposed for metrics. Tests drive the cache with a fake
+``ListWatchSource`` or by calling ``replace``/``apply``.
 """
 
 from __future__ import annotations
@@ -28,10 +32,11 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from scheduler.core.decisions import Unschedulable
-from scheduler.core.errors import TemporaryError
+from scheduler.core.errors import PerfschedError, TemporaryError
 from scheduler.core.types import Job, Node
 from scheduler.k8s import crd
 from scheduler.k8s.codec import GPU_RESOURCE, CodecError, PodInfo, decode_node, decode_pod
+from scheduler.k8s.errors import ApiHealth, Gone
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +49,7 @@ class Kind(StrEnum):
     TRAININGJOBS = "trainingjobs"
 
 
-class WatchGone(TemporaryError):
+class WatchGone(Gone):
     """The watch's resourceVersion is too old (HTTP 410 Gone): the kind must be relisted."""
 
 
@@ -53,8 +58,9 @@ class ListWatchSource(Protocol):
 
     ``list`` returns the items (API JSON dicts) and the list's resourceVersion. ``watch`` yields watch
     events ``{"type": ADDED|MODIFIED|DELETED|BOOKMARK|ERROR, "object": {...}}`` from ``resource_version``
-    on, and returns when the server ends the watch; it raises ``WatchGone`` on 410 and any other
-    exception on a dropped connection.
+    on, and returns when the server ends the watch. Both raise ``scheduler.core.errors`` errors only:
+    ``WatchGone`` on 410, ``scheduler.k8s.errors.ApiUnavailable`` when the server cannot be reached or
+    the connection drops.
     """
 
     def list(self, kind: Kind) -> tuple[list[dict[str, Any]], str]: ...
@@ -94,13 +100,18 @@ class ClusterCache:
         assume_ttl_s: float = 60.0,
         watch_timeout_s: int = 300,
         retry_backoff_s: float = 1.0,
+        max_backoff_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
+        health: ApiHealth | None = None,
     ) -> None:
         self.lock = threading.RLock()
         self._source = source
         self._assume_ttl = assume_ttl_s
         self._watch_timeout = watch_timeout_s
         self._backoff = retry_backoff_s
+        self._max_backoff = max_backoff_s
+        #: whether the API server answers, as the watches see it (outage log, metric, ``api_available``)
+        self.health = health or ApiHealth("extender")
         self._clock = clock
         self.version = 0
         self.nodes: dict[str, Node] = {}
@@ -142,6 +153,14 @@ class ClusterCache:
     def unsynced(self) -> list[str]:
         """Kinds not listed yet (what ``/readyz`` waits for)."""
         return [k.value for k, done in self._synced.items() if not done]
+
+    def api_available(self) -> bool:
+        """False while the watches cannot reach the API server (the cache then serves what it holds)."""
+        return self.health.available()
+
+    def api_outage_seconds(self) -> float:
+        """How long the current API server outage has lasted (0 when the API is available)."""
+        return self.health.outage_seconds()
 
     def pod_by_uid(self, uid: str) -> PodInfo | None:
         with self.lock:
@@ -433,28 +452,33 @@ class ClusterCache:
             raise RuntimeError("ClusterCache has no ListWatchSource")
         stop = stop or self._stop
         need_list = True
-        failures = 0  # consecutive failures: the retry delay doubles up to 30 s, and resets on success
+        failures = 0  # consecutive failures: the retry delay doubles up to max_backoff_s, resets on success
         while not stop.is_set():
             try:
                 if need_list:
                     self.sync_once(kind)
+                    self.health.ok()
                     need_list = False
                 for event in self._source.watch(kind, self._rv.get(kind, ""), self._watch_timeout):
                     if stop.is_set():
                         return
+                    self.health.ok()
                     self._handle_event(kind, event)
                     self.expire_assumed()
                     failures = 0
                 self.watch_restarts[(kind.value, "ended")] += 1
             except WatchGone:
+                self.health.ok()
                 self.watch_restarts[(kind.value, "gone")] += 1
                 log.info("watch expired (410 Gone); relisting", extra={"kind": kind.value})
                 need_list = True
-            except Exception as exc:
+            except PerfschedError as exc:
                 self.watch_restarts[(kind.value, "error")] += 1
-                delay = min(30.0, self._backoff * (2**failures))
+                delay = min(self._max_backoff, self._backoff * (2**failures))
                 failures += 1
-                log.warning("watch of %s failed (%s); retrying in %.1f s", kind.value, exc, delay)
+                # an unreachable API server is logged once per outage by ``health``, not per retry
+                if not self.health.failed(exc):
+                    log.warning("watch of %s failed (%s); retrying in %.1f s", kind.value, exc, delay)
                 stop.wait(delay)
 
     def _handle_event(self, kind: Kind, event: Mapping[str, Any]) -> None:

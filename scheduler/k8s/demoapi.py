@@ -6,15 +6,14 @@ Errors become ``scheduler.core.errors`` exceptions so the runner never imports `
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
-from scheduler.core.errors import PermanentError, TemporaryError
 from scheduler.k8s.bootstrap import api_client, create_namespace
+from scheduler.k8s.errors import api_call
 
 log = logging.getLogger(__name__)
 
@@ -33,19 +32,8 @@ class DemoApi:
         self._core = k8s.CoreV1Api(self._api)
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        from kubernetes.client.rest import ApiException
-
-        try:
+        with api_call(what):
             return fn(*args, **kwargs)
-        except ApiException as exc:
-            message = exc.reason
-            if exc.body:
-                with contextlib.suppress(orjson.JSONDecodeError):
-                    message = orjson.loads(exc.body).get("message", message)
-            error = TemporaryError if exc.status in (429, 500, 502, 503, 504) else PermanentError
-            raise error(f"{what}: {exc.status} {message}") from None
-        except OSError as exc:
-            raise TemporaryError(f"{what}: {exc}") from None
 
     def ensure_namespace(self) -> None:
         create_namespace(self._api, self.namespace, {"app.kubernetes.io/part-of": "perfsched-demo"})
@@ -82,7 +70,8 @@ class DemoApi:
             field_selector="involvedObject.kind=TrainingJob",
             _preload_content=False,
         )
-        items = orjson.loads(out.data).get("items", [])
+        with api_call("list Events"):
+            items = orjson.loads(out.data).get("items", [])
 
         def when(e: Mapping[str, Any]) -> str:
             return str(

@@ -6,7 +6,8 @@ server: resourceVersions and uids, ``creationTimestamp``, ``AlreadyExists`` on d
 (``k``, ``!k``, ``k=v``, ``k!=v``), and graceful pod deletion: deleting a bound, unfinished pod with a
 grace period only sets ``deletionTimestamp`` (its GPUs stay held) until the test calls
 ``finish_deletions``, as a kubelet would after the worker exits. Tests play kubelet and scheduler with
-``bind``, ``set_pod_phase`` and ``report_progress``, and inject faults with ``fail_next``.
+``bind``, ``set_pod_phase`` and ``report_progress``, and inject faults with ``fail_next``, or an API server
+outage with ``unreachable``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import copy
 import queue
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -21,7 +23,7 @@ from typing import Any
 import orjson
 
 from scheduler.k8s import crd
-from scheduler.k8s.kubeapi import AlreadyExists, Conflict, NotFound, Obj
+from scheduler.k8s.kubeapi import AlreadyExists, ApiUnavailable, Conflict, NotFound, Obj
 
 Key = tuple[str, str]
 
@@ -78,6 +80,8 @@ class FakeKubeApi:
         #: every mutating call, as (verb, namespace, name), for assertions
         self.calls: list[tuple[str, str, str]] = []
         self._faults: dict[str, list[Exception]] = {}
+        #: while True every call fails as if the API server were down (open watches end with that error)
+        self.unreachable = False
         self._watchers: dict[str, list[queue.Queue[tuple[str, Obj]]]] = {}
 
     # --- helpers for tests -----------------------------------------------------------------------------
@@ -101,6 +105,8 @@ class FakeKubeApi:
             q.put((event, copy.deepcopy(obj)))
 
     def _fault(self, verb: str) -> None:
+        if self.unreachable:
+            raise ApiUnavailable(f"{verb}: API server unreachable (NewConnectionError: connection refused)")
         pending = self._faults.get(verb)
         if pending:
             raise pending.pop(0)
@@ -276,18 +282,24 @@ class FakeKubeApi:
             return [copy.deepcopy(n) for n in self.nodes.values()]
 
     def list_priority_classes(self) -> list[Obj]:
+        self._fault("list_priority_classes")
         return [copy.deepcopy(p) for p in self.priority_classes.values()]
 
     def watch(self, kind: str, namespace: str = "", timeout_seconds: int = 60) -> Iterator[tuple[str, Obj]]:
+        self._fault("watch")
         q: queue.Queue[tuple[str, Obj]] = queue.Queue()
         with self._lock:
             self._watchers.setdefault(kind, []).append(q)
+        deadline = time.monotonic() + timeout_seconds
         try:
             while True:
                 try:
-                    event, obj = q.get(timeout=timeout_seconds)
+                    event, obj = q.get(timeout=0.05)
                 except queue.Empty:
-                    return
+                    self._fault("watch")  # the server went away: the connection drops
+                    if time.monotonic() > deadline:
+                        return
+                    continue
                 if not namespace or obj["metadata"].get("namespace", namespace) == namespace:
                     yield event, obj
         finally:
@@ -343,6 +355,7 @@ class FakeKubeApi:
             return copy.deepcopy(svc)
 
     def delete_service(self, namespace: str, name: str) -> None:
+        self._fault("delete_service")
         with self._lock:
             self.calls.append(("delete_service", namespace, name))
             self.services.pop((namespace, name), None)

@@ -12,10 +12,12 @@ jitter. The retry loop is a dozen lines here rather than a dependency (``tenacit
 policy needed is "retry what the API calls temporary, give up after N attempts"; everything it retries is
 idempotent or made so by the caller (deterministic pod names, 404 on delete is success).
 
-Errors raised (all ``scheduler.core.errors`` subclasses, so callers need not import ``kubernetes``):
-``NotFound`` and ``AlreadyExists`` and ``Invalid`` (permanent: 404, 409 AlreadyExists, 422/400),
-``Forbidden`` (permanent: 401/403), ``Conflict`` (temporary: 409 on a stale resourceVersion) and
-``ApiUnavailable`` (temporary: retries exhausted). ``scheduler.k8s.fakeapi.FakeKubeApi`` is the in-memory
+Errors raised are those of ``scheduler.k8s.errors`` (all ``scheduler.core.errors`` subclasses, so callers
+need not import ``kubernetes``; re-exported here): ``NotFound``, ``AlreadyExists``, ``Invalid``,
+``Forbidden`` (permanent), ``Conflict`` (temporary: 409 on a stale resourceVersion) and ``ApiUnavailable``
+(temporary: the server was unreachable or answered 429/5xx until the retries ran out). Every call's
+outcome is reported to ``RealKubeApi.health`` (an ``ApiHealth``): the operator's outage log and metric.
+``scheduler.k8s.fakeapi.FakeKubeApi`` is the in-memory
 implementation the unit tests use.
 """
 
@@ -30,38 +32,43 @@ from typing import Any, Protocol, TypeVar
 
 import orjson
 
-from scheduler.core.errors import PermanentError, TemporaryError
 from scheduler.k8s import crd
+from scheduler.k8s.errors import (
+    AlreadyExists,
+    ApiHealth,
+    ApiUnavailable,
+    Conflict,
+    Forbidden,
+    Invalid,
+    KubeApiError,
+    NotFound,
+    Throttled,
+    api_call,
+    api_error_message,
+    from_status,
+)
 
 log = logging.getLogger(__name__)
+
+__all__ = [
+    "KINDS",
+    "AlreadyExists",
+    "ApiUnavailable",
+    "Conflict",
+    "Forbidden",
+    "Invalid",
+    "KubeApi",
+    "NotFound",
+    "Obj",
+    "RealKubeApi",
+    "api_error_message",
+    "classify",
+    "retry",
+]
 
 T = TypeVar("T")
 
 Obj = dict[str, Any]
-
-
-class NotFound(PermanentError):
-    """The object does not exist (404)."""
-
-
-class AlreadyExists(PermanentError):
-    """An object with that name already exists (409 AlreadyExists)."""
-
-
-class Invalid(PermanentError):
-    """The API server refused the object as invalid (400/422); the message names the field."""
-
-
-class Forbidden(PermanentError):
-    """Not allowed (401/403): RBAC or authentication."""
-
-
-class Conflict(TemporaryError):
-    """The object changed since it was read (409 on resourceVersion): read it again and retry."""
-
-
-class ApiUnavailable(TemporaryError):
-    """The API server did not answer usefully after the configured retries."""
 
 
 #: The kinds ``list``/``watch`` know, by their API plural.
@@ -110,44 +117,10 @@ class KubeApi(Protocol):
         ...
 
 
-def api_error_message(exc: Any) -> str:
-    """The API server's own message of a client ``ApiException`` (its Status body), else its reason."""
-    body = getattr(exc, "body", None)
-    if body:
-        try:
-            parsed = orjson.loads(body)
-            if isinstance(parsed, dict) and parsed.get("message"):
-                return str(parsed["message"])
-        except orjson.JSONDecodeError:
-            pass
-    return str(getattr(exc, "reason", "") or exc)
-
-
-def _reason(exc: Any) -> str:
-    body = getattr(exc, "body", None)
-    if body:
-        try:
-            parsed = orjson.loads(body)
-            if isinstance(parsed, dict):
-                return str(parsed.get("reason") or "")
-        except orjson.JSONDecodeError:
-            pass
-    return ""
-
-
 def classify(status: int, reason: str, message: str) -> Exception | None:
     """The perfsched error for an HTTP status from the API, or None when the call should be retried."""
-    if status == 404:
-        return NotFound(message)
-    if status == 409:
-        return AlreadyExists(message) if reason == "AlreadyExists" else Conflict(message)
-    if status in (400, 422):
-        return Invalid(message)
-    if status in (401, 403):
-        return Forbidden(message)
-    if status == 429 or status >= 500 or status == 0:
-        return None
-    return PermanentError(f"HTTP {status}: {message}")
+    err = from_status(status, reason, message)
+    return None if isinstance(err, Throttled | ApiUnavailable) else err
 
 
 def retry(
@@ -158,34 +131,51 @@ def retry(
     base_s: float = 0.2,
     cap_s: float = 5.0,
     sleep: Callable[[float], None] = time.sleep,
+    health: ApiHealth | None = None,
 ) -> T:
-    """Run ``call``; retry temporary API failures with capped exponential backoff and full jitter."""
-    from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
-
+    """Run ``call``; retry temporary API failures (429, 5xx, transport errors) with capped exponential
+    backoff and full jitter. Every failure of the client is translated (``scheduler.k8s.errors``); each
+    attempt's outcome goes to ``health``, which logs an outage once. Raises ``ApiUnavailable`` when the
+    attempts are used up, and permanent errors and ``Conflict`` at once."""
     last = ""
     for attempt in range(attempts):
         try:
-            return call()
-        except ApiException as exc:
-            err = classify(int(exc.status or 0), _reason(exc), api_error_message(exc))
-            if err is not None:
-                raise err from None
-            last = f"HTTP {exc.status}: {api_error_message(exc)}"
-        except (HTTPError, OSError) as exc:
-            last = f"{type(exc).__name__}: {exc}"
-        delay = random.uniform(0, min(cap_s, base_s * 2**attempt))
-        log.warning("api call failed, retrying", extra={"call": what, "error": last, "delay_s": delay})
-        sleep(delay)
+            with api_call(what):
+                result = call()
+        except (Throttled, ApiUnavailable) as exc:
+            last = str(exc)
+            if health is not None:
+                health.failed(exc)
+        except KubeApiError:
+            if health is not None:
+                health.ok()
+            raise
+        else:
+            if health is not None:
+                health.ok()
+            return result
+        if attempt + 1 < attempts:
+            delay = random.uniform(0, min(cap_s, base_s * 2**attempt))
+            log.debug("api call failed, retrying", extra={"call": what, "error": last, "delay_s": delay})
+            sleep(delay)
     raise ApiUnavailable(f"{what}: gave up after {attempts} attempts ({last})")
 
 
 class RealKubeApi:
     """``KubeApi`` over the official client. Build it from an ``ApiClient`` (``load_api_client``)."""
 
-    def __init__(self, api_client: Any, *, attempts: int = 5, request_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        attempts: int = 5,
+        request_timeout_s: float = 30.0,
+        health: ApiHealth | None = None,
+    ) -> None:
         from kubernetes import client
 
+        #: every call's outcome is reported here: the operator's outage log, metric and /readyz
+        self.health = health or ApiHealth("operator")
         self._client = api_client
         self._core = client.CoreV1Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)
@@ -207,7 +197,7 @@ class RealKubeApi:
             parsed = orjson.loads(data) if data else {}
             return parsed if isinstance(parsed, dict) else {}
 
-        return retry(what, run, attempts=attempts or self._attempts)
+        return retry(what, run, attempts=attempts or self._attempts, health=self.health)
 
     def _items(self, what: str, call: Callable[[], Any]) -> list[Obj]:
         items = self._json(what, call).get("items") or []
@@ -259,35 +249,37 @@ class RealKubeApi:
             "_preload_content": False,
             "_request_timeout": timeout_seconds + 10,
         }
+        what = f"watch {kind}"
         if kind == "nodes":
-            resp = retry("watch nodes", lambda: self._core.list_node(**kw), attempts=self._attempts)
+            start: Callable[[], Any] = lambda: self._core.list_node(**kw)  # noqa: E731
         elif kind == "pods":
             kw["label_selector"] = crd.LABEL_JOB_NAME
             if namespace:
-                resp = retry("watch pods", lambda: self._core.list_namespaced_pod(namespace, **kw))
+                start = lambda: self._core.list_namespaced_pod(namespace, **kw)  # noqa: E731
             else:
-                resp = retry("watch pods", lambda: self._core.list_pod_for_all_namespaces(**kw))
+                start = lambda: self._core.list_pod_for_all_namespaces(**kw)  # noqa: E731
         elif namespace:
-            resp = retry(
-                "watch trainingjobs",
-                lambda: self._custom.list_namespaced_custom_object(
-                    crd.GROUP, crd.VERSION, namespace, crd.PLURAL, **kw
-                ),
+            start = lambda: self._custom.list_namespaced_custom_object(  # noqa: E731
+                crd.GROUP, crd.VERSION, namespace, crd.PLURAL, **kw
             )
         else:
-            resp = retry(
-                "watch trainingjobs",
-                lambda: self._custom.list_cluster_custom_object(crd.GROUP, crd.VERSION, crd.PLURAL, **kw),
+            start = lambda: self._custom.list_cluster_custom_object(  # noqa: E731
+                crd.GROUP, crd.VERSION, crd.PLURAL, **kw
             )
+        resp = retry(what, start, attempts=self._attempts, health=self.health)
         try:
-            buf = b""
-            for chunk in resp.stream(amt=65536, decode_content=False):
-                buf += chunk
-                while (nl := buf.find(b"\n")) >= 0:
-                    line, buf = buf[:nl], buf[nl + 1 :]
-                    if line.strip():
-                        event = orjson.loads(line)
-                        yield str(event.get("type", "")), event.get("object") or {}
+            with api_call(what):
+                buf = b""
+                for chunk in resp.stream(amt=65536, decode_content=False):
+                    buf += chunk
+                    while (nl := buf.find(b"\n")) >= 0:
+                        line, buf = buf[:nl], buf[nl + 1 :]
+                        if line.strip():
+                            event = orjson.loads(line)
+                            yield str(event.get("type", "")), event.get("object") or {}
+        except ApiUnavailable as exc:
+            self.health.failed(exc)
+            raise
         finally:
             resp.release_conn()
 

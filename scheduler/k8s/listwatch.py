@@ -3,7 +3,9 @@
 Adapter module (I/O through the official ``kubernetes`` client). Lists and watches Nodes, Pods and
 TrainingJobs with ``_preload_content=False`` and parses the raw JSON with orjson: no model
 deserialisation, so thousands of pod events cost little. Watches ask for bookmarks so the resourceVersion
-keeps moving on quiet kinds; 410 Gone is raised as ``WatchGone`` for the cache to relist. Kept apart from
+keeps moving on quiet kinds; 410 Gone is raised as ``WatchGone`` for the cache to relist, and every other
+failure of the client as a ``scheduler.k8s.errors`` error (``ApiUnavailable`` while the server is down).
+Kept apart from
 ``scheduler.k8s.cache`` so the extender (which may not import ``kubernetes``) can use the cache.
 """
 
@@ -16,6 +18,7 @@ import orjson
 
 from scheduler.k8s import crd
 from scheduler.k8s.cache import Kind, WatchGone
+from scheduler.k8s.errors import Gone, NotFound, api_call
 
 
 class KubeListWatch:
@@ -25,12 +28,13 @@ class KubeListWatch:
     hold no GPUs and are ignored by the cache, but their deletion still has to be seen.
     """
 
-    def __init__(self, api_client: Any, namespace: str = "") -> None:
+    def __init__(self, api_client: Any, namespace: str = "", request_timeout_s: float = 30.0) -> None:
         from kubernetes import client
 
         self._core = client.CoreV1Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)
         self._ns = namespace
+        self._timeout = request_timeout_s
 
     def _call(self, kind: Kind, **kwargs: Any) -> Any:
         if kind is Kind.NODES:
@@ -48,48 +52,48 @@ class KubeListWatch:
         )
 
     def list(self, kind: Kind) -> tuple[list[dict[str, Any]], str]:
-        from kubernetes.client.exceptions import ApiException
-
         try:
-            resp = self._call(kind)
-        except ApiException as exc:
-            if exc.status == 404 and kind is Kind.TRAININGJOBS:
+            with api_call(f"list {kind.value}"):
+                resp = self._call(kind, _request_timeout=self._timeout)
+                body = orjson.loads(resp.data)
+        except NotFound:
+            if kind is Kind.TRAININGJOBS:
                 # CRD not installed yet: no TrainingJobs; the watch retries until it is
                 return [], ""
             raise
-        body = orjson.loads(resp.data)
         items = body.get("items") or []
         rv = str((body.get("metadata") or {}).get("resourceVersion", ""))
         return items, rv
 
     def watch(self, kind: Kind, resource_version: str, timeout_seconds: int) -> Iterator[dict[str, Any]]:
-        from kubernetes.client.exceptions import ApiException
-
         kwargs: dict[str, Any] = {
             "watch": True,
             "allow_watch_bookmarks": True,
             "timeout_seconds": timeout_seconds,
+            # the server ends the watch after timeout_seconds; a silent connection is dead after a bit more
+            "_request_timeout": (self._timeout, timeout_seconds + 30),
         }
         if resource_version:
             kwargs["resource_version"] = resource_version
+        what = f"watch {kind.value}"
         try:
-            resp = self._call(kind, **kwargs)
-        except ApiException as exc:
-            if exc.status == 410:
-                raise WatchGone(str(exc.reason)) from exc
-            raise
+            with api_call(what):
+                resp = self._call(kind, **kwargs)
+        except Gone as exc:
+            raise WatchGone(exc.detail) from exc
         try:
-            buf = b""
-            for chunk in resp.stream(amt=65536, decode_content=False):
-                buf += chunk
-                while True:
-                    nl = buf.find(b"\n")
-                    if nl < 0:
-                        break
-                    line, buf = buf[:nl], buf[nl + 1 :]
-                    if line.strip():
-                        yield orjson.loads(line)
-            if buf.strip():
-                yield orjson.loads(buf)
+            with api_call(what):
+                buf = b""
+                for chunk in resp.stream(amt=65536, decode_content=False):
+                    buf += chunk
+                    while True:
+                        nl = buf.find(b"\n")
+                        if nl < 0:
+                            break
+                        line, buf = buf[:nl], buf[nl + 1 :]
+                        if line.strip():
+                            yield orjson.loads(line)
+                if buf.strip():
+                    yield orjson.loads(buf)
         finally:
             resp.release_conn()

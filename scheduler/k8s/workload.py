@@ -2,7 +2,9 @@
 
 ``KubeWorkload`` lists the pods of TrainingJobs (label ``perfsched.dev/job-name``) with their progress
 annotations, reads TrainingJob objects and node labels, and patches pod annotations. It converts
-the API's JSON once, with ``scheduler.k8s.codec``; callers get plain values. Impure (HTTP to the API).
+the API's JSON once, with ``scheduler.k8s.codec``; callers get plain values. Every failure of the client
+arrives as a ``scheduler.k8s.errors`` error (``ApiUnavailable`` while the server cannot be reached).
+Impure (HTTP to the API).
 """
 
 from __future__ import annotations
@@ -16,11 +18,10 @@ from typing import Any
 import orjson
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from kubernetes.client.rest import ApiException
 
-from scheduler.core.errors import PermanentError, TemporaryError
 from scheduler.k8s import crd
 from scheduler.k8s.codec import POD_LABEL_JOB, PodInfo, decode_pod
+from scheduler.k8s.errors import NotFound, api_call
 from scheduler.k8s.progress import (
     ANNOTATION_PROGRESS,
     ANNOTATION_START_PROGRESS,
@@ -56,35 +57,36 @@ def load_client(kubeconfig: str | None = None) -> k8s.ApiClient:
         return k8s_config.new_client_from_config()
 
 
-def _raise(what: str, exc: ApiException) -> None:
-    if exc.status in (409, 429) or (exc.status or 0) >= 500:
-        raise TemporaryError(f"{what}: {exc.status} {exc.reason}") from exc
-    raise PermanentError(f"{what}: {exc.status} {exc.reason}") from exc
-
-
 class KubeWorkload:
-    """The emulator's and worker helper's view of the API (one client, node products cached)."""
+    """The emulator's and worker helper's view of the API (one client, node products cached).
 
-    def __init__(self, api: k8s.ApiClient) -> None:
+    Every failure of the client is raised as a ``scheduler.k8s.errors`` error (``ApiUnavailable`` while
+    the API server is unreachable, see ``scheduler.k8s.errors``). Each connection attempt gives up after
+    3 s and each reply after ``request_timeout_s``, so a hung or unreachable server never blocks the
+    caller (a training loop, for ``scheduler.worker``) for long.
+    """
+
+    def __init__(self, api: k8s.ApiClient, request_timeout_s: float = 10.0) -> None:
         self._api = api
         self._core = k8s.CoreV1Api(api)
         self._custom = k8s.CustomObjectsApi(api)
         self._labels: dict[str, dict[str, str]] = {}
+        # (connect, read): urllib3 retries a failed connect a few times, so keep each attempt short
+        self._timeout = (min(3.0, request_timeout_s), request_timeout_s)
 
     def list_job_pods(self, namespace: str = "") -> list[WorkerPod]:
         """Every pod carrying ``perfsched.dev/job-name`` (all namespaces when ``namespace`` is empty)."""
-        try:
+        kw: dict[str, Any] = {
+            "label_selector": POD_LABEL_JOB,
+            "_preload_content": False,
+            "_request_timeout": self._timeout,
+        }
+        with api_call("listing TrainingJob pods"):
             if namespace:
-                resp = self._core.list_namespaced_pod(
-                    namespace, label_selector=POD_LABEL_JOB, _preload_content=False
-                )
+                resp = self._core.list_namespaced_pod(namespace, **kw)
             else:
-                resp = self._core.list_pod_for_all_namespaces(
-                    label_selector=POD_LABEL_JOB, _preload_content=False
-                )
-        except ApiException as exc:
-            _raise("listing TrainingJob pods", exc)
-        items = orjson.loads(resp.data).get("items") or []
+                resp = self._core.list_pod_for_all_namespaces(**kw)
+            items = orjson.loads(resp.data).get("items") or []
         out: list[WorkerPod] = []
         for obj in items:
             meta = obj.get("metadata") or {}
@@ -103,41 +105,58 @@ class KubeWorkload:
     def training_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The TrainingJob object as JSON, or None when it does not exist."""
         try:
-            obj = self._custom.get_namespaced_custom_object(
-                crd.GROUP, crd.VERSION, namespace, crd.PLURAL, name
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            _raise(f"reading TrainingJob {namespace}/{name}", exc)
-        return dict(obj)
+            with api_call(f"reading TrainingJob {namespace}/{name}"):
+                resp = self._custom.get_namespaced_custom_object(
+                    crd.GROUP,
+                    crd.VERSION,
+                    namespace,
+                    crd.PLURAL,
+                    name,
+                    _preload_content=False,
+                    _request_timeout=self._timeout,
+                )
+                obj = orjson.loads(resp.data)
+        except NotFound:
+            return None
+        return dict(obj) if isinstance(obj, dict) else None
 
     def node_labels(self, name: str) -> dict[str, str]:
         """The node's labels ({} when it does not exist); cached, as GPU nodes do not change hardware."""
         if name not in self._labels:
             try:
-                node = self._core.read_node(name)
-            except ApiException as exc:
-                if exc.status == 404:
-                    return {}
-                _raise(f"reading node {name}", exc)
-            self._labels[name] = {str(k): str(v) for k, v in (node.metadata.labels or {}).items()}
+                with api_call(f"reading node {name}"):
+                    resp = self._core.read_node(name, _preload_content=False, _request_timeout=self._timeout)
+                    node = orjson.loads(resp.data)
+            except NotFound:
+                return {}
+            labels = (node.get("metadata") or {}).get("labels") or {}
+            self._labels[name] = {str(k): str(v) for k, v in labels.items()}
         return self._labels[name]
 
     def pod_annotations(self, namespace: str, name: str) -> dict[str, str]:
         """The annotations of one pod."""
-        try:
-            pod = self._core.read_namespaced_pod(name, namespace)
-        except ApiException as exc:
-            _raise(f"reading pod {namespace}/{name}", exc)
-        return dict(pod.metadata.annotations or {})
+        with api_call(f"reading pod {namespace}/{name}"):
+            resp = self._core.read_namespaced_pod(
+                name, namespace, _preload_content=False, _request_timeout=self._timeout
+            )
+            pod = orjson.loads(resp.data)
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        return {str(k): str(v) for k, v in annotations.items()}
 
     def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
-        """Merge-patch the pod's annotations (a None value removes the key)."""
+        """Merge-patch the pod's annotations (a None value removes the key); a pod already gone is skipped."""
         try:
-            self._core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": dict(annotations)}})
-        except ApiException as exc:
-            if exc.status == 404:
-                log.debug("pod %s/%s is gone; report dropped", namespace, name)
-                return
-            _raise(f"annotating pod {namespace}/{name}", exc)
+            with api_call(f"annotating pod {namespace}/{name}"):
+                resp = self._core.patch_namespaced_pod(
+                    name,
+                    namespace,
+                    {"metadata": {"annotations": dict(annotations)}},
+                    _preload_content=False,
+                    _request_timeout=self._timeout,
+                )
+                try:
+                    resp.read()
+                finally:
+                    resp.release_conn()
+        except NotFound:
+            log.debug("pod %s/%s is gone; report dropped", namespace, name)

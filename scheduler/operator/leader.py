@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from scheduler.core.errors import PerfschedError
+from scheduler.k8s.errors import is_outage
 from scheduler.k8s.kubeapi import AlreadyExists, KubeApi
 
 log = logging.getLogger(__name__)
@@ -144,7 +145,8 @@ class LeaseElector:
         except AlreadyExists:
             return self._lost()
         except PerfschedError as exc:
-            log.info("lease attempt failed", extra={"identity": self.identity, "error": str(exc)})
+            if not is_outage(exc):  # an unreachable API server is logged once per outage by its ApiHealth
+                log.info("lease attempt failed", extra={"identity": self.identity, "error": str(exc)})
             return self.is_leader()  # keep leading until the renew deadline passes
 
     def _won(self, now: float) -> bool:

@@ -1,4 +1,4 @@
-"""The operator process: leader election, watches that trigger rounds, the round loop, /metrics and /healthz.
+"""The operator process: leader election, watches that trigger rounds, the round loop, and its HTTP endpoints.
 
 Shell module (threads and I/O). ``OperatorLoop.run`` runs until its stop event is set:
 
@@ -9,8 +9,16 @@ Shell module (threads and I/O). ``OperatorLoop.run`` runs until its stop event i
   (they only trigger rounds: every round lists the cluster afresh, so a missed event costs latency,
   never correctness);
 - the loop runs a round every ``period`` seconds, or sooner when triggered, at most every ``min_interval``;
-- ``serve_http`` exposes ``/metrics`` (``scheduler.metrics.REGISTRY``) and ``/healthz`` (200 while the
-  loop has run or skipped a round within three periods, so a wedged loop gets the pod restarted).
+- ``serve_http`` exposes ``/metrics`` (``scheduler.metrics.REGISTRY``), ``/healthz`` (200 while the
+  loop has run or skipped a round within three periods, so a wedged loop gets the pod restarted) and
+  ``/readyz`` (also 503 while the API server is unreachable, saying for how long).
+
+An API server outage of any length is survived without a traceback: every API failure arrives as a
+``scheduler.core.errors`` error; ``health`` (``scheduler.k8s.errors.ApiHealth``, the one ``RealKubeApi``
+reports every call to) logs the outage once when it starts and once when it ends, and counts it in
+``perfsched_api_unavailable_seconds_total{component="operator"}``. The operator keeps no state that an
+outage could lose: when the server is back, the next round lists the cluster afresh and the watches
+reconnect. While the leader cannot renew its Lease it stops acting (see ``leader``).
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from scheduler import metrics
+from scheduler.core.errors import PerfschedError
+from scheduler.k8s.errors import ApiHealth
 from scheduler.k8s.kubeapi import KINDS, KubeApi
 from scheduler.operator.leader import LeaseElector
 from scheduler.operator.reconcile import Operator
@@ -44,6 +54,8 @@ class OperatorLoop:
         min_interval_s: float = 0.5,
         namespace: str = "",
         watch_timeout_s: int = 120,
+        health: ApiHealth | None = None,
+        max_watch_backoff_s: float = 10.0,
     ) -> None:
         self.operator = operator
         self.api = api
@@ -52,6 +64,9 @@ class OperatorLoop:
         self.min_interval_s = min_interval_s
         self.namespace = namespace
         self.watch_timeout_s = watch_timeout_s
+        found = getattr(api, "health", None)
+        self.health: ApiHealth = health or (found if isinstance(found, ApiHealth) else ApiHealth("operator"))
+        self.max_watch_backoff_s = max_watch_backoff_s
         self._wake = threading.Event()
         self._last_tick = time.monotonic()
         self.rounds = 0
@@ -66,6 +81,15 @@ class OperatorLoop:
     def healthy(self) -> bool:
         return time.monotonic() - self._last_tick < max(30.0, 3 * self.period_s)
 
+    def not_ready(self) -> str:
+        """Why the operator is not ready ("" when it is): a stalled loop, or no API server to talk to."""
+        if not self.healthy():
+            return "round loop stalled"
+        self.health.tick()
+        if not self.health.available():
+            return f"API server unreachable for {self.health.outage_seconds():.0f} s"
+        return ""
+
     # --- watches ---------------------------------------------------------------------------------------
 
     def _watch(self, kind: str, stop: threading.Event) -> None:
@@ -75,14 +99,18 @@ class OperatorLoop:
                 for _event, _obj in self.api.watch(
                     kind, self.namespace if kind != "nodes" else "", self.watch_timeout_s
                 ):
+                    self.health.ok()
                     self.trigger()
                     if stop.is_set():
                         return
                 failures = 0
-            except Exception as exc:  # a watch only triggers rounds: log, back off, reconnect
+            except PerfschedError as exc:  # a watch only triggers rounds: log, back off, reconnect
                 failures += 1
-                delay = min(30.0, 0.5 * 2**failures) * random.uniform(0.5, 1.0)
-                log.info("watch ended with an error; reconnecting", extra={"kind": kind, "error": str(exc)})
+                delay = min(self.max_watch_backoff_s, 0.5 * 2**failures) * random.uniform(0.5, 1.0)
+                if not self.health.failed(exc):  # an outage is logged once, by health
+                    log.info(
+                        "watch ended with an error; reconnecting", extra={"kind": kind, "error": str(exc)}
+                    )
                 stop.wait(delay)
 
     # --- the loop --------------------------------------------------------------------------------------
@@ -122,6 +150,8 @@ class OperatorLoop:
                 try:
                     rep = self.operator.run_round()
                     self.rounds += 1
+                    if not rep.skipped:
+                        self.health.ok()  # the round listed the cluster: the API server answers
                     if rep.actions or rep.errors:
                         done = ", ".join(f"{k} {' '.join(v)}" for k, v in sorted(rep.actions.items()))
                         log.info(
@@ -134,8 +164,12 @@ class OperatorLoop:
                             rep.policy_seconds,
                             rep.apply_seconds,
                         )
-                except Exception:
-                    log.exception("round failed; retrying next period")
+                except PerfschedError as exc:
+                    # an API outage is logged once per outage by health; anything else once per round
+                    if not self.health.failed(exc):
+                        log.warning("round failed; retrying next period: %s", exc, extra={"error": str(exc)})
+                except Exception:  # a bug in a policy or in the operator: keep the others' jobs going
+                    log.exception("round failed with an unexpected error; retrying next period")
         finally:
             stop.set()
             # the Lease thread releases the Lease on its way out; watch threads may sit in a long poll and
@@ -154,14 +188,22 @@ class _QuietHandler(WSGIRequestHandler):
         log.debug("http " + format, *args)
 
 
-def serve_http(host: str, port: int, healthy: Callable[[], bool]) -> tuple[WSGIServer, threading.Thread]:
-    """Serve ``/metrics`` and ``/healthz`` in a daemon thread; returns the server (call ``shutdown``)."""
+def serve_http(
+    host: str, port: int, healthy: Callable[[], bool], not_ready: Callable[[], str] | None = None
+) -> tuple[WSGIServer, threading.Thread]:
+    """Serve ``/metrics``, ``/healthz`` and ``/readyz`` in a daemon thread; returns the server (call
+    ``shutdown``). ``/readyz`` answers 503 with ``not_ready()``'s reason when it gives one (without
+    ``not_ready`` it is ``/healthz``)."""
     from prometheus_client import make_wsgi_app
 
     metrics_app = make_wsgi_app(metrics.REGISTRY)
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
+        if path == "/readyz" and not_ready is not None:
+            why = not_ready()
+            start_response("503 Service Unavailable" if why else "200 OK", [("Content-Type", "text/plain")])
+            return [f"{why or 'ok'}\n".encode()]
         if path in ("/healthz", "/readyz"):
             ok = healthy()
             start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])

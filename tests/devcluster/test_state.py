@@ -82,3 +82,58 @@ def test_unreadable_state_is_reported_with_its_path(tmp_path: Path) -> None:
 
     with pytest.raises(DevClusterError, match=r"state\.json"):
         DevCluster(tmp_path / "dc").status()
+
+
+def test_restart_kills_and_starts_the_same_command_line_environment_and_directory(tmp_path: Path) -> None:
+    from scheduler.devcluster.process import spawn as spawn_process
+
+    state_dir = tmp_path / "dc"
+    dc, state = _fake_cluster(state_dir, ["etcd"])
+    # a component that writes what it was started with, then sleeps (like an operator would run)
+    probe = [
+        sys.executable,
+        "-c",
+        "import os, sys, time; print('started', os.getcwd(), os.environ.get('PERFSCHED_X'), sys.argv[1:], "
+        "flush=True); time.sleep(120)",
+        "--flag=1",
+    ]
+    _, record = spawn_process(
+        "perfsched-operator",
+        probe,
+        state_dir / "logs" / "op.log",
+        env={"PERFSCHED_X": "42"},
+        cwd=state_dir / "run",
+    )
+    dc.add_process(record)
+    log_file = state_dir / "logs" / "op.log"
+
+    def starts(n: int) -> list[str]:
+        deadline = time.monotonic() + 10
+        while True:
+            lines = [line for line in log_file.read_text().splitlines() if line.startswith("started")]
+            if len(lines) >= n or time.monotonic() > deadline:
+                return lines
+            time.sleep(0.05)
+
+    try:
+        assert len(starts(1)) == 1
+        new = dc.restart("operator")  # the alias of perfsched-operator
+        assert new.pid != record.pid and not is_running(record) and is_running(new)
+        assert (new.argv, dict(new.env), new.cwd) == (
+            record.argv,
+            {"PERFSCHED_X": "42"},
+            str(state_dir / "run"),
+        )
+        loaded = dc.load()
+        assert loaded is not None
+        assert loaded.pids == {"etcd": state.processes[0].pid, "perfsched-operator": new.pid}
+        # the same log, appended: both starts saw the same directory, environment and arguments
+        lines = starts(2)
+        assert len(lines) == 2 and lines[0] == lines[1]
+        assert lines[0] == f"started {state_dir / 'run'} 42 ['--flag=1']"
+        from scheduler.devcluster.tools import DevClusterError
+
+        with pytest.raises(DevClusterError, match=r"no component 'nope'.*known: etcd, perfsched-operator"):
+            dc.restart("nope")
+    finally:
+        dc.down()

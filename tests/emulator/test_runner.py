@@ -3,6 +3,9 @@ workers, report like real workers, finish through KWOK, and restart from checkpo
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,6 +14,7 @@ import pytest
 from scheduler.core.types import WorkUnit
 from scheduler.emulator.runner import Emulator, EmulatorConfig, ThroughputQuery, ground_truth_throughput
 from scheduler.k8s.codec import decode_pod
+from scheduler.k8s.errors import ApiHealth, ApiUnavailable
 from scheduler.k8s.progress import ProgressReport, parse_progress, parse_start_progress
 from scheduler.k8s.workload import WorkerPod
 
@@ -323,3 +327,73 @@ def test_jobs_without_measurements_run_at_the_analytic_pace() -> None:
         _query(model="", dataset="", params=1e8, flops_per_sample=6e9, interconnect="pcie", network_gbps=10)
     )
     assert slow_link is not None and slow_link < small
+
+
+class FlakyApi(FakeApi):
+    """``FakeApi`` whose every call fails like an unreachable API server while ``down`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+        self.failed_calls = 0
+
+    def _check(self) -> None:
+        if self.down:
+            self.failed_calls += 1
+            raise ApiUnavailable("listing TrainingJob pods: API server unreachable (MaxRetryError: refused)")
+
+    def list_job_pods(self, namespace: str = "") -> list[WorkerPod]:
+        self._check()
+        return super().list_job_pods(namespace)
+
+    def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
+        self._check()
+        super().annotate_pod(namespace, name, annotations)
+
+
+def test_run_survives_an_api_outage_logging_it_once_and_keeps_the_gangs_progress(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    api, clock = FlakyApi(), Clock()
+    api.add_job("a", iterations=1_000_000)
+    p0 = api.add_pod("a", 0, "1", "v100-0")
+    api.add_pod("a", 1, "1", "v100-1")
+    counted: list[float] = []
+    health = ApiHealth("emulator", clock=clock, count=counted.append)
+    config = EmulatorConfig(time_scale=10.0, checkpoint_interval_s=100.0, report_interval_s=0.5, tick_s=0.01)
+    emu = Emulator(api, fake_truth, config, clock=clock, health=health)
+    stop = threading.Event()
+    runner = threading.Thread(target=emu.run, args=(stop,))
+    caplog.set_level(logging.INFO)
+
+    def steps_until(check: Any) -> None:
+        deadline = time.monotonic() + 10
+        while not check():
+            assert time.monotonic() < deadline, "the emulator loop stopped stepping"
+            clock.t += 0.5
+            time.sleep(0.02)
+
+    runner.start()
+    try:
+        steps_until(lambda: (r := api.report(p0)) is not None and r.progress > 0)
+        api.down = True
+        down_at = clock.t
+        steps_until(lambda: api.failed_calls >= 20)  # many failed steps: 60+ s of emulated outage
+        assert runner.is_alive() and not health.available()
+        api.down = False
+        up_at = clock.t
+        steps_until(lambda: (r := api.report(p0)) is not None and r.time > up_at)
+    finally:
+        stop.set()
+        runner.join(5)
+    assert not runner.is_alive()
+    outage_logs = [r for r in caplog.records if "API server unavailable" in r.message]
+    assert len(outage_logs) == 1  # once per outage, not once per failed step
+    assert any("available again" in r.message for r in caplog.records)
+    assert health.available() and health.outages == 1
+    # the metric got (about) the outage's length: from the first failed step to the first good one
+    assert up_at - down_at - 1.0 <= sum(counted) <= up_at - down_at + 1.0
+    # the workers kept training during the outage: 10 it/s x 10 (time scale) over the whole time
+    report = api.report(p0)
+    assert report is not None
+    assert report.progress >= 100.0 * (up_at - down_at)

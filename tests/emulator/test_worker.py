@@ -78,7 +78,10 @@ def test_api_failures_do_not_raise_and_are_retried() -> None:
     rep = reporter(pods, clock)
     assert rep.report(10.0) is False
     pods.fail = False
+    assert rep.report(15.0) is False  # backing off: the API server was unreachable a moment ago
+    clock.t += rep.retry_s
     assert rep.report(20.0) is True  # not rate limited: nothing was sent before
+    assert pods.last() == ProgressReport(20.0, 0.0, 0.0, 102.0)
 
 
 def test_bad_input_is_refused() -> None:

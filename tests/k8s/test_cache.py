@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.k8s.cache import ClusterCache, Kind, WatchGone
+from scheduler.k8s.errors import ApiUnavailable
 from tests.extender.kube import fed_cache, kube_node, kube_pod, kube_tj
 
 
@@ -113,7 +114,7 @@ def test_list_watch_resumes_after_a_dropped_watch_and_relists_after_410() -> Non
         {Kind.NODES: [(nodes1, "200"), (nodes2, "300")]},
         [
             [ev_added, bookmark],  # then the server ends the watch normally
-            ConnectionResetError("dropped"),  # a dropped connection: resume from 210
+            ApiUnavailable("dropped"),  # a dropped connection: resume from 210
             [{"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old"}}],
             WatchGone("expired"),  # 410 as an HTTP status also relists
         ],
@@ -213,3 +214,36 @@ def test_free_gpus_always_equal_a_recount_from_scratch(events: list[tuple[str, s
     for n, g in reserved.values():
         used[n] += g
     assert cache.free == {"a": max(0, 8 - used["a"]), "b": max(0, 4 - used["b"])}
+
+
+def test_an_api_outage_keeps_the_cache_logs_once_and_resumes_the_watch(caplog: Any) -> None:
+    import logging
+
+    from scheduler.k8s.errors import ApiHealth
+
+    down = ApiUnavailable("watch nodes: API server unreachable (MaxRetryError: connection refused)")
+    ev = {"type": "ADDED", "object": kube_node("b", "V100", 4)}
+    ev["object"]["metadata"]["resourceVersion"] = "120"
+    source = FakeSource({Kind.NODES: [([kube_node("a", "A100", 8)], "100")]}, [down] * 6 + [[ev]])
+    seen_during: list[tuple[bool, list[str]]] = []
+    watch = source.watch
+
+    def watching(kind: Kind, rv: str, timeout: int) -> Iterator[dict[str, Any]]:
+        seen_during.append((cache.api_available(), sorted(cache.nodes)))
+        return watch(kind, rv, timeout)
+
+    source.watch = watching  # type: ignore[method-assign]
+    counted: list[float] = []
+    cache = ClusterCache(source, retry_backoff_s=0.001, health=ApiHealth("extender", count=counted.append))
+    caplog.set_level(logging.DEBUG)
+    cache.run_kind(Kind.NODES, source.stop)
+    # during the outage the cache said so and kept serving what it had
+    assert seen_during[2] == (False, ["a"])
+    # after it: resumed from the last resourceVersion (no relist needed), with the new event applied
+    assert source.list_calls == [Kind.NODES]
+    assert [rv for _, rv in source.watch_calls] == ["100"] * 7 + ["120"]
+    assert sorted(cache.nodes) == ["a", "b"] and cache.api_available()
+    assert cache.health.outages == 1 and sum(counted) > 0
+    messages = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert sum("API server unavailable" in m for m in messages) == 1
+    assert not any("watch of nodes failed" in m for m in messages)  # not once per retry

@@ -86,3 +86,57 @@ def test_http_serves_health_and_metrics() -> None:
         assert httpx.get(f"http://127.0.0.1:{port}/nope").status_code == 404
     finally:
         server.shutdown()
+
+
+def test_the_operator_survives_an_api_outage_and_picks_up_where_it_was(caplog) -> None:  # type: ignore[no-untyped-def]
+    """API server gone for a while: no traceback, one log line per outage, /readyz says so, the leader
+    steps down (it cannot renew) and takes over again after; jobs started before keep their one gang,
+    and a job created after the outage starts."""
+    import logging
+
+    from scheduler.k8s.errors import ApiHealth
+
+    api = FakeKubeApi(time.time)
+    api.add_node(gpu_node("n1", 8))
+    api.add_node(gpu_node("n2", 8))
+    api.add_trainingjob(trainingjob("bert"))
+    elector = LeaseElector(
+        api, namespace="ops", name="lease", identity="me",
+        lease_duration_s=0.6, renew_deadline_s=0.4, retry_period_s=0.05,
+    )  # fmt: skip
+    counted: list[float] = []
+    health = ApiHealth("operator", count=counted.append)
+    op = Operator(api, make_policy("fifo"), RecordingOracle(), may_act=elector.is_leader)
+    loop = OperatorLoop(
+        op, api, elector=elector, period_s=0.05, min_interval_s=0.0, watch_timeout_s=1, health=health,
+        max_watch_backoff_s=0.1,
+    )  # fmt: skip
+    caplog.set_level(logging.DEBUG)
+    stop = threading.Event()
+    t = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+    t.start()
+    try:
+        assert _wait(lambda: len(api.job_pods("ml", "bert")) == 2)
+        assert loop.not_ready() == ""
+        api.unreachable = True
+        assert _wait(lambda: not elector.is_leader())  # renew deadline passed: stops acting
+        time.sleep(0.5)  # many rounds, lease attempts and watch reconnects fail meanwhile
+        assert t.is_alive() and loop.healthy()  # /healthz stays 200: a restart would not help
+        assert loop.not_ready().startswith("API server unreachable for")
+        rounds_in_outage = loop.rounds
+        api.unreachable = False
+        api.add_trainingjob(trainingjob("gpt"))
+        assert _wait(lambda: len(api.job_pods("ml", "gpt")) == 2)
+        assert _wait(lambda: loop.not_ready() == "")  # ready again once that round is done
+    finally:
+        stop.set()
+        loop.trigger()
+        t.join(timeout=10)
+    assert not t.is_alive()
+    assert len(api.job_pods("ml", "bert")) == 2  # the gang started before the outage was left alone
+    assert loop.rounds > rounds_in_outage
+    down = [r for r in caplog.records if "API server unavailable" in r.getMessage()]
+    assert len(down) == 1, [r.getMessage() for r in down]
+    assert sum(1 for r in caplog.records if "available again" in r.getMessage()) == 1
+    assert not [r for r in caplog.records if r.exc_info], "no tracebacks"
+    assert health.outages == 1 and 0.5 <= sum(counted) <= 5.0
