@@ -632,7 +632,7 @@ class ExecEmulator:
             status["reason"], status["message"] = reason, message
         return status
 
-    def shutdown(self, wait_s: float = 10.0) -> None:
+    def shutdown(self, wait_s: float = 5.0) -> None:
         """SIGTERM every process still running, SIGKILL what is left after ``wait_s``."""
         live = [p for p in self._procs.values() if p.popen.poll() is None]
         for p in live:
