@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 _EXEC_DIR = typer.Option(
     None,
     "--exec-dir",
-    help="With --exec: working directories, volumes and logs of the pods [default: ~/.cache/perfsched/exec].",
+    help="With --exec: working directories, volumes and logs of the pods (default ~/.cache/perfsched/exec).",
 )
 
 
