@@ -407,9 +407,13 @@ def _last_line(path: Path) -> str:
 
 
 def _base_env(kubeconfig: str) -> dict[str, str]:
-    # the emulator's own settings and Python path must not leak into the workers
+    # the emulator's own settings, Python path and virtualenv must not leak into the workers: a pod's
+    # `python3` is the machine's, not the one running perfsched
     drop = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERFSCHED_") and k not in drop}
+    if sys.prefix != sys.base_prefix:
+        venv_bin = str(Path(sys.prefix) / "bin")
+        env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p and p != venv_bin)
     if kubeconfig:
         env["KUBECONFIG"] = kubeconfig
     return env

@@ -261,3 +261,43 @@ def test_a_running_pod_whose_process_is_gone_is_failed_not_restarted(tmp_path: P
     api = FakeApi([p])
     out = ExecEmulator(api, ExecConfig(root=tmp_path), clock=Clock()).step()
     assert out.started == [] and p["status"]["phase"] == "Failed" and p["status"]["reason"] == "ExecLost"
+
+
+def test_worker_site_links_the_reporters_packages_but_never_numpy(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from scheduler.emulator.exec import find_torch_python, worker_site
+
+    site = worker_site(tmp_path / "pylib")
+    names = {p.name for p in site.iterdir()}
+    assert {"scheduler", "pydantic", "pydantic_settings", "kubernetes", "orjson"} <= names
+    assert "numpy" not in names and "torch" not in names
+    # a worker under another Python of the same minor version imports the reporter through it, and its
+    # own PyTorch and numpy still load
+    python = find_torch_python() or sys.executable
+    probe = "import scheduler.worker, scheduler.k8s.workload, scheduler.settings as s; s.Settings()"
+    if python != sys.executable:
+        probe += "; import torch; torch.zeros(2).numpy()"
+    out = subprocess.run(
+        [python, "-c", probe],
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
+def test_workers_do_not_inherit_the_emulators_virtualenv(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from scheduler.emulator import exec as ex
+
+    monkeypatch.setattr(sys, "prefix", "/opt/venv")
+    monkeypatch.setattr(sys, "base_prefix", "/usr")
+    monkeypatch.setenv("PATH", "/opt/venv/bin:/usr/bin:/bin")
+    monkeypatch.setenv("PERFSCHED_NAMESPACE", "x")
+    monkeypatch.setenv("VIRTUAL_ENV", "/opt/venv")
+    env = ex._base_env("/k/config")
+    assert env["PATH"] == "/usr/bin:/bin" and env["KUBECONFIG"] == "/k/config"
+    assert "PERFSCHED_NAMESPACE" not in env and "VIRTUAL_ENV" not in env
