@@ -528,35 +528,35 @@ class ExecEmulator:
             started=now,
         )
         self._procs[uid] = proc
-        ts = crd.rfc3339(now)
-        self.api.set_pod_status(
-            ns,
-            name,
-            {
-                "phase": "Running",
-                "startTime": ts,
-                "podIP": LOCALHOST,
-                "hostIP": LOCALHOST,
-                "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": ts}],
-                "containerStatuses": [
-                    {
-                        "name": proc.container,
-                        "image": proc.image,
-                        "imageID": "",
-                        "containerID": f"exec://{popen.pid}",
-                        "ready": True,
-                        "restartCount": 0,
-                        "started": True,
-                        "state": {"running": {"startedAt": ts}},
-                    }
-                ],
-            },
-        )
+        self.api.set_pod_status(ns, name, self._running_status(proc))
         log.info(
             "started %s/%s as pid %d: %s", ns, name, popen.pid, " ".join(plan.argv),
             extra={"pod": f"{ns}/{name}", "pid": popen.pid, "log": str(plan.log_path)},
         )  # fmt: skip
         out.started.append(f"{ns}/{name}")
+
+    @staticmethod
+    def _running_status(proc: _Proc) -> dict[str, Any]:
+        ts = crd.rfc3339(proc.started)
+        return {
+            "phase": "Running",
+            "startTime": ts,
+            "podIP": LOCALHOST,
+            "hostIP": LOCALHOST,
+            "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": ts}],
+            "containerStatuses": [
+                {
+                    "name": proc.container,
+                    "image": proc.image,
+                    "imageID": "",
+                    "containerID": f"exec://{proc.popen.pid}",
+                    "ready": True,
+                    "restartCount": 0,
+                    "started": True,
+                    "state": {"running": {"startedAt": ts}},
+                }
+            ],
+        }
 
     def _signal(self, proc: _Proc, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -581,6 +581,8 @@ class ExecEmulator:
             log.warning("grace period over: SIGKILL to %s", key, extra={"pod": key})
             rc = proc.popen.wait(timeout=10)
         if rc is None:
+            if pod is not None and not deleting and (pod.get("status") or {}).get("phase") == "Pending":
+                self.api.set_pod_status(proc.namespace, proc.name, self._running_status(proc))  # retry
             return
         if proc.exited_at is None:
             proc.exited_at = now

@@ -301,3 +301,26 @@ def test_workers_do_not_inherit_the_emulators_virtualenv(monkeypatch: pytest.Mon
     env = ex._base_env("/k/config")
     assert env["PATH"] == "/usr/bin:/bin" and env["KUBECONFIG"] == "/k/config"
     assert "PERFSCHED_NAMESPACE" not in env and "VIRTUAL_ENV" not in env
+
+
+def test_a_lost_running_status_is_written_again(tmp_path: Path) -> None:
+    from scheduler.core.errors import TemporaryError
+
+    class Flaky(FakeApi):
+        failed = False
+
+        def set_pod_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+            if not self.failed:
+                self.failed = True
+                raise TemporaryError("503 the API server is busy")
+            super().set_pod_status(namespace, name, status)
+
+    p = pod(command=["sh", "-c", "sleep 2"])
+    api = Flaky([p])
+    emu = ExecEmulator(api, ExecConfig(root=tmp_path), clock=Clock())
+    with pytest.raises(TemporaryError):
+        emu.step()  # the process started; its status did not reach the API
+    assert p["status"]["phase"] == "Pending" and emu.running == 1
+    out = emu.step()
+    assert out.started == [] and p["status"]["phase"] == "Running"  # the same process, reported now
+    emu.shutdown()
