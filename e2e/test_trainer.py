@@ -248,3 +248,24 @@ def test_worker_ignoring_sigterm_is_killed_after_the_grace_period_and_its_work_c
     # the restart had no checkpoint to resume from (start progress 0), so it trained from step 0
     assert "starting at step 0" in jobs.log("stubborn", 2)
     assert max(p["step"] for p in curve(ckpt)) == 300
+
+
+def test_demo_real_trains_through_a_resize_and_a_preemption(tmp_path: Path) -> None:
+    # `perfsched demo --real` end to end (its own control plane): the report a user reads
+    from scheduler.demo.real import RealDemoOptions, run_real_demo
+
+    said: list[str] = []
+    report, _where = run_real_demo(
+        RealDemoOptions(state_dir=tmp_path / "demo", python=PYTHON or ""), said.append
+    )
+    jobs = {j.name: j for j in report.jobs}
+    assert {j.phase for j in report.jobs} == {"Succeeded"}, said
+    alpha = jobs["alpha"]
+    assert alpha.progress == alpha.total == 400
+    assert alpha.resizes >= 1 and alpha.preemptions >= 1, said
+    assert len(alpha.restart_log) == alpha.restarts >= 2
+    for r in alpha.restart_log:
+        assert r.resumed_from > 0 and r.world_before != 0
+        assert r.loss_after is not None and r.loss_before is not None and r.loss_after < 1.8  # not 2.30 again
+    assert alpha.observed and alpha.predicted
+    assert report.elapsed_s < 300, report.elapsed_s
