@@ -389,7 +389,6 @@ class Plan:
     rank: int
     local_rank: int
     unit_per_step: int  # work units per step: 1 (iterations) or the global batch (samples)
-    start_progress: float
 
 
 def make_plan(args: argparse.Namespace) -> Plan:
@@ -428,7 +427,6 @@ def make_plan(args: argparse.Namespace) -> Plan:
         rank=rank,
         local_rank=_env_int("LOCAL_RANK", 0),
         unit_per_step=per_step,
-        start_progress=0.0,
     )
 
 
