@@ -315,11 +315,13 @@ def worker_site(site_dir: Path, python: str = sys.executable) -> Path:
     for old in site_dir.iterdir():
         if old.is_symlink():
             old.unlink()
+    linked = 0
     for name, target in sorted(modules.items()):
         if name in NEVER_LINKED or name.startswith(("__editable__", "_distutils_hack")):
             continue  # the worker's own builds, and import hooks of this venv's .pth files
         (site_dir / Path(target).name).symlink_to(target)
-    log.info("worker site %s: %d packages linked", site_dir, len(modules), extra={"site": str(site_dir)})
+        linked += 1
+    log.info("worker site %s: %d packages linked", site_dir, linked, extra={"site": str(site_dir)})
     return site_dir
 
 
