@@ -16,7 +16,7 @@ export PATH := $(VENV)/bin:$(PATH)
 # over whichever clone the venv's editable install last pointed at.
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: help venv deps tools test unit lint typecheck importlint fmt demo bench e2e-up e2e-down clean
+.PHONY: help venv deps tools test unit lint typecheck importlint fmt demo bench e2e-up e2e-down clean trainer-image
 
 help:
 	@echo "make demo    - bring up a local control plane and run a TrainingJob workload through perfsched"
@@ -24,6 +24,7 @@ help:
 	@echo "make lint    - ruff + mypy + import-linter only"
 	@echo "make bench   - run the benchmarks under bench/ and print their figures"
 	@echo "make e2e-up / e2e-down - start / stop the local control plane"
+	@echo "make trainer-image - build the example trainer image (TRAINER_IMAGE=$(TRAINER_IMAGE))"
 
 # The venv lives outside the repo, keyed by pyproject.toml's hash, so CI clones reuse it.
 $(VENV)/.installed: pyproject.toml
@@ -71,6 +72,12 @@ e2e-up: venv tools
 
 e2e-down: venv
 	perfsched dev-cluster down
+
+# The example trainer (examples/trainer): the image crds/examples/ run. Push it where your cluster pulls from:
+#   make trainer-image TRAINER_IMAGE=<registry>/perfsched-trainer:0.1 && docker push <registry>/perfsched-trainer:0.1
+TRAINER_IMAGE ?= registry.example.com/perfsched-trainer:0.1
+trainer-image:
+	docker build -f examples/trainer/Dockerfile -t "$(TRAINER_IMAGE)" $(TRAINER_BUILD_ARGS) .
 
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -92,3 +92,20 @@ if ! command -v promtool >/dev/null 2>&1; then
   # Debian starts the service on install; the e2e test runs its own prometheus per run.
   ($sudo_cmd systemctl stop prometheus 2>/dev/null || $sudo_cmd service prometheus stop 2>/dev/null || true) >/dev/null 2>&1
 fi
+
+# --- PyTorch for the real-training tests and `perfsched demo --real` -- owned by issue 16 ----------------
+# Debian's python3-torch (CPU, 1.13) for /usr/bin/python3 (3.11, the same minor version as perfsched's
+# venv, so the workers can import scheduler.worker through `perfsched emulate --exec`'s worker site).
+# Skipped when a Python with PyTorch is already there ($PERFSCHED_TRAINER_PYTHON or /usr/bin/python3)
+# or PERFSCHED_SKIP_TORCH=1. Its torch.distributed.run fails at start-up (a packaging bug); the tests
+# start workers with the environment the operator sets instead.
+torch_python="${PERFSCHED_TRAINER_PYTHON:-/usr/bin/python3}"
+if [ "${PERFSCHED_SKIP_TORCH:-0}" != 1 ] && ! "$torch_python" -c 'import torch, torch.distributed' >/dev/null 2>&1; then
+  command -v apt-get >/dev/null 2>&1 || die "PyTorch is missing and apt-get is not available: install PyTorch for $torch_python (or set PERFSCHED_SKIP_TORCH=1; the real-training tests are then skipped)"
+  echo "install-tools: installing python3-torch (CPU PyTorch for $torch_python) with apt-get"
+  sudo_cmd=""; [ "$(id -u)" = 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq >/dev/null || die "apt-get update failed"
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends python3-torch >/dev/null \
+    || die "apt-get install python3-torch failed"
+  "$torch_python" -c 'import torch, torch.distributed' || die "python3-torch is installed but $torch_python cannot import torch"
+fi

@@ -45,11 +45,26 @@ def register(app: typer.Typer) -> None:
         ),
         keep: bool = typer.Option(False, "--keep", help="Leave the cluster running at the end."),
         state_dir: Path = _STATE_DIR,
+        real: bool = typer.Option(
+            False,
+            "--real",
+            help="Instead: a few jobs that really train (PyTorch on CPU) with a resize and a preemption "
+            "(policy srsf; the other workload options do not apply).",
+        ),
     ) -> None:
         """Run a TrainingJob workload through perfsched on a local control plane and report how it went."""
         import logging
 
         from rich.console import Console
+
+        if real:
+            from scheduler.demo.real_cli import run_real
+
+            logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+            code = run_real(Console(), keep=keep, state_dir=state_dir)
+            if code:
+                raise typer.Exit(code)
+            return
 
         from scheduler.core.errors import ConfigError
         from scheduler.demo.runner import DemoError, DemoOptions, run_demo

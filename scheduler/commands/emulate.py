@@ -2,19 +2,29 @@
 
 CLI command module (I/O): reads ``PERFSCHED_EMULATOR_*`` settings (options override them), connects
 with ``--kubeconfig``/``$KUBECONFIG`` or the in-cluster service account, and steps
-``scheduler.emulator.runner.Emulator`` until interrupted. See ``docs/dev-cluster.md``.
+``scheduler.emulator.runner.Emulator`` until interrupted. With ``--exec`` it runs the pods bound to exec
+nodes as real local processes instead (``scheduler.emulator.exec``; ``docs/real-training.md``).
+See ``docs/dev-cluster.md``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import threading
+from pathlib import Path
 
 import typer
 
 log = logging.getLogger(__name__)
+
+_EXEC_DIR = typer.Option(
+    None,
+    "--exec-dir",
+    help="With --exec: working directories, volumes and logs of the pods (default ~/.cache/perfsched/exec).",
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -36,6 +46,19 @@ def register(app: typer.Typer) -> None:
         ),
         namespace: str = typer.Option(None, "--namespace", help="Only this namespace [default: all]."),
         once: bool = typer.Option(False, "--once", help="Run one step and exit (for scripts)."),
+        exec_: bool = typer.Option(
+            False,
+            "--exec",
+            help="Run the pods bound to exec nodes (label perfsched.dev/exec-node=true) as local processes "
+            "instead of playing them from the throughput table.",
+        ),
+        exec_dir: Path = _EXEC_DIR,
+        exec_nodes: str = typer.Option(
+            None,
+            "--exec-nodes",
+            help="With --exec: first create the nodes of this cluster spec (shipped name or YAML file) as "
+            "exec nodes, named exec-<pool>-<i>.",
+        ),
     ) -> None:
         """Play the training processes of TrainingJob pods: progress at the true throughput, then exit 0."""
 
@@ -62,6 +85,11 @@ def register(app: typer.Typer) -> None:
             )
         except ValueError as exc:
             raise ConfigError(f"perfsched emulate: {exc}") from None
+        if exec_:
+            _run_exec(kubeconfig, exec_dir, exec_nodes, config.namespace, once)
+            return
+        if exec_dir is not None or exec_nodes is not None:
+            raise ConfigError("perfsched emulate: --exec-dir and --exec-nodes need --exec")
         emulator = Emulator(KubeWorkload(load_client(kubeconfig)), ground_truth_throughput(), config)
         if once:
             emulator.step()
@@ -71,3 +99,50 @@ def register(app: typer.Typer) -> None:
         log.info("workload emulator running (time scale %g)", config.time_scale)
         with contextlib.suppress(KeyboardInterrupt):
             emulator.run(stop)
+
+
+def _run_exec(
+    kubeconfig: str | None, exec_dir: Path | None, spec_name: str | None, namespace: str, once: bool
+) -> None:
+    from scheduler.core.errors import ConfigError
+    from scheduler.emulator.exec import ExecConfig, ExecEmulator, worker_site
+    from scheduler.k8s.execapi import KubeExec, exec_node_manifest
+    from scheduler.k8s.workload import load_client
+
+    path = kubeconfig or os.environ.get("KUBECONFIG", "")
+    if not path:
+        raise ConfigError(
+            "perfsched emulate --exec: needs --kubeconfig or $KUBECONFIG "
+            "(the workers report progress with it)"
+        )
+    cache = os.environ.get("PERFSCHED_CACHE") or str(Path.home() / ".cache" / "perfsched")
+    root = (exec_dir or Path(cache).expanduser() / "exec").resolve()
+    api = KubeExec(load_client(path))
+    if spec_name:
+        from scheduler.sim.cluster import load_cluster_spec, node_labels, spec_to_nodes
+
+        spec = load_cluster_spec(spec_name)
+        labels = node_labels(spec)
+        bodies = []
+        for node in spec_to_nodes(spec):
+            body = exec_node_manifest(node, labels.get(node.name))
+            body["metadata"]["name"] = body["metadata"]["labels"]["kubernetes.io/hostname"] = (
+                f"exec-{node.name}"
+            )
+            bodies.append(body)
+        api.create_nodes(bodies)
+    site = worker_site(root / "pylib")
+    emulator = ExecEmulator(
+        api,
+        ExecConfig(
+            root=root, namespace=namespace, kubeconfig=str(Path(path).resolve()), pythonpath=str(site)
+        ),
+    )
+    if once:
+        emulator.step()
+        return
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    log.info("exec emulator running (pods of exec nodes run as processes; files in %s)", root)
+    with contextlib.suppress(KeyboardInterrupt):
+        emulator.run(stop)

@@ -38,6 +38,7 @@ from scheduler.k8s.codec import (
     gpu_type_of_product,
 )
 from scheduler.k8s.errors import ApiHealth
+from scheduler.k8s.execapi import EXEC_NODE_LABEL
 from scheduler.k8s.progress import (
     ANNOTATION_KWOK_RUN_DURATION,
     ANNOTATION_PROGRESS,
@@ -246,7 +247,7 @@ class Emulator:
         result = StepResult()
         gangs: dict[str, list[WorkerPod]] = defaultdict(list)
         for pod in self.api.list_job_pods(self.config.namespace):
-            if pod.info.job and not pod.deleting and not pod.info.terminal:
+            if pod.info.job and not pod.deleting and not pod.info.terminal and not self._on_exec_node(pod):
                 gangs[pod.info.job].append(pod)
         for job, pods in gangs.items():
             newest = max((p.info.generation for p in pods), key=_generation_key)
@@ -262,6 +263,11 @@ class Emulator:
         for job in [j for j, t in self._jobs.items() if now - t.last_seen > 3600]:
             del self._jobs[job]
         return result
+
+    def _on_exec_node(self, pod: WorkerPod) -> bool:
+        # pods of exec nodes are real processes (scheduler.emulator.exec): they report for themselves
+        node = pod.info.node_name
+        return bool(node) and self.api.node_labels(node).get(EXEC_NODE_LABEL) == "true"
 
     def _step_gang(
         self, job: str, generation: str, gang: Sequence[WorkerPod], now: float, out: StepResult
