@@ -16,12 +16,11 @@ from typing import Any
 
 import orjson
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
 
-from scheduler.core.errors import PermanentError, TemporaryError
 from scheduler.core.types import Node
 from scheduler.k8s import bootstrap
 from scheduler.k8s.codec import POD_LABEL_JOB
+from scheduler.k8s.errors import AlreadyExists, Conflict, NotFound, api_call
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +41,6 @@ def exec_node_manifest(node: Node, extra_labels: Mapping[str, str] | None = None
     return body
 
 
-def _raise(what: str, exc: ApiException) -> None:
-    if exc.status in (409, 429) or (exc.status or 0) >= 500:
-        raise TemporaryError(f"{what}: {exc.status} {exc.reason}") from exc
-    raise PermanentError(f"{what}: {exc.status} {exc.reason}") from exc
-
-
 class KubeExec:
     """The exec emulator's view of the API (one client)."""
 
@@ -58,18 +51,16 @@ class KubeExec:
         """Create exec nodes (existing ones of the same name are left alone)."""
         for body in nodes:
             try:
-                self._core.create_node(body)
-            except ApiException as exc:
-                if exc.status != 409:
-                    _raise(f"creating node {body['metadata']['name']}", exc)
+                with api_call(f"create node {body['metadata']['name']}"):
+                    self._core.create_node(body)
+            except AlreadyExists:
+                pass
 
     def exec_nodes(self) -> list[str]:
         """Names of the nodes labelled ``perfsched.dev/exec-node=true``."""
-        try:
+        with api_call("list exec nodes"):
             resp = self._core.list_node(label_selector=f"{EXEC_NODE_LABEL}=true", _preload_content=False)
-        except ApiException as exc:
-            _raise("listing exec nodes", exc)
-        items = orjson.loads(resp.data).get("items") or []
+            items = orjson.loads(resp.data).get("items") or []
         return [str((obj.get("metadata") or {}).get("name", "")) for obj in items]
 
     def mark_node_ready(self, name: str, now_rfc3339: str) -> None:
@@ -82,14 +73,12 @@ class KubeExec:
             "lastHeartbeatTime": now_rfc3339,
             "lastTransitionTime": now_rfc3339,
         }
-        try:
+        with api_call(f"mark node {name} Ready"):
             self._core.patch_node_status(name, {"status": {"conditions": [cond]}})
-        except ApiException as exc:
-            _raise(f"marking node {name} Ready", exc)
 
     def job_pods(self, namespace: str = "") -> list[dict[str, Any]]:
         """Every pod labelled ``perfsched.dev/job-name`` (all namespaces when ``namespace`` is empty)."""
-        try:
+        with api_call("list TrainingJob pods"):
             if namespace:
                 resp = self._core.list_namespaced_pod(
                     namespace, label_selector=POD_LABEL_JOB, _preload_content=False
@@ -98,25 +87,21 @@ class KubeExec:
                 resp = self._core.list_pod_for_all_namespaces(
                     label_selector=POD_LABEL_JOB, _preload_content=False
                 )
-        except ApiException as exc:
-            _raise("listing TrainingJob pods", exc)
-        return list(orjson.loads(resp.data).get("items") or [])
+            return list(orjson.loads(resp.data).get("items") or [])
 
     def set_pod_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         """Merge-patch the pod's status (a pod that is gone is ignored)."""
         try:
-            self._core.patch_namespaced_pod_status(name, namespace, {"status": dict(status)})
-        except ApiException as exc:
-            if exc.status == 404:
-                return
-            _raise(f"writing the status of pod {namespace}/{name}", exc)
+            with api_call(f"write the status of pod {namespace}/{name}"):
+                self._core.patch_namespaced_pod_status(name, namespace, {"status": dict(status)})
+        except NotFound:
+            return
 
     def finish_deletion(self, namespace: str, name: str, uid: str) -> None:
         """Delete the pod with grace 0 (its process is gone), only if it is still the same pod."""
         body = k8s.V1DeleteOptions(grace_period_seconds=0, preconditions=k8s.V1Preconditions(uid=uid))
         try:
-            self._core.delete_namespaced_pod(name, namespace, body=body)
-        except ApiException as exc:
-            if exc.status in (404, 409):
-                return
-            _raise(f"deleting pod {namespace}/{name}", exc)
+            with api_call(f"delete pod {namespace}/{name}"):
+                self._core.delete_namespaced_pod(name, namespace, body=body)
+        except (NotFound, Conflict):
+            return
