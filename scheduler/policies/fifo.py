@@ -23,6 +23,7 @@ from scheduler.core.round import IncrementalRound
 from scheduler.core.types import ClusterSnapshot, Job, Node
 from scheduler.policies.base import (
     FreeByType,
+    Heterogeneity,
     Request,
     greedy_allocate,
     parse_config,
@@ -34,10 +35,12 @@ from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_typ
 
 @dataclass(frozen=True, slots=True)
 class FifoConfig:
-    """``backfill``: let later jobs start when the head cannot; ``use_priority``: order by priority first."""
+    """``backfill``: let later jobs start when the head cannot; ``use_priority``: order by priority first;
+    ``heterogeneity``: ``aware`` picks GPU types from the throughput matrix, ``agnostic`` by free GPUs."""
 
     backfill: bool = False
     use_priority: bool = True
+    heterogeneity: Heterogeneity = "aware"
 
 
 class FifoPolicy:

@@ -23,6 +23,7 @@ from scheduler.core.placement import spread_of
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import ClusterSnapshot, Job, PlacementShape
 from scheduler.policies.base import (
+    Heterogeneity,
     Request,
     greedy_allocate,
     parse_config,
@@ -35,10 +36,12 @@ from scheduler.policies.goodput import ThroughputTable, size_bounds
 
 @dataclass(frozen=True, slots=True)
 class FtfConfig:
-    """``preempt_margin``: how much larger a job's rho must be to evict a running job."""
+    """``preempt_margin``: how much larger a job's rho must be to evict a running job;
+    ``heterogeneity``: ``aware`` picks GPU types from the throughput matrix, ``agnostic`` by free GPUs."""
 
     preemptive: bool = True
     preempt_margin: float = 0.2
+    heterogeneity: Heterogeneity = "aware"
 
     def __post_init__(self) -> None:
         require(self.preempt_margin >= 0, "preempt_margin", "must be >= 0")

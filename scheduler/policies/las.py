@@ -31,6 +31,7 @@ from scheduler.core.round import IncrementalRound
 from scheduler.core.types import ClusterSnapshot, Job, Node
 from scheduler.policies.base import (
     FreeByType,
+    Heterogeneity,
     Request,
     greedy_allocate,
     parse_config,
@@ -43,11 +44,13 @@ from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_typ
 
 @dataclass(frozen=True, slots=True)
 class LasConfig:
-    """``thresholds_gpu_hours``: queue boundaries on attained service, strictly increasing."""
+    """``thresholds_gpu_hours``: queue boundaries on attained service, strictly increasing;
+    ``heterogeneity``: ``aware`` picks GPU types from the throughput matrix, ``agnostic`` by free GPUs."""
 
     thresholds_gpu_hours: tuple[float, ...] = (1.0, 10.0)
     preemptive: bool = True
     promote_knob: float | None = None
+    heterogeneity: Heterogeneity = "aware"
 
     def __post_init__(self) -> None:
         t = self.thresholds_gpu_hours

@@ -23,6 +23,7 @@ from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.round import IncrementalRound
 from scheduler.core.types import ClusterSnapshot, Job, Node
 from scheduler.policies.base import (
+    Heterogeneity,
     Request,
     greedy_allocate,
     parse_config,
@@ -36,10 +37,12 @@ from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_typ
 
 @dataclass(frozen=True, slots=True)
 class SrsfConfig:
-    """``preempt_margin_gpu_s``: how much less remaining service (GPU-seconds) it takes to evict."""
+    """``preempt_margin_gpu_s``: how much less remaining service (GPU-seconds) it takes to evict;
+    ``heterogeneity``: ``aware`` picks GPU types from the throughput matrix, ``agnostic`` by free GPUs."""
 
     preemptive: bool = True
     preempt_margin_gpu_s: float = 0.0
+    heterogeneity: Heterogeneity = "aware"
 
     def __post_init__(self) -> None:
         require(self.preempt_margin_gpu_s >= 0, "preempt_margin_gpu_s", "must be >= 0")
