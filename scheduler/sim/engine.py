@@ -97,6 +97,8 @@ class JobRecord:
     preemptions: int = 0
     restarts: int = 0
     resizes: int = 0
+    #: restarts that moved the running job to other GPUs (another type or other nodes), no wait between
+    migrations: int = 0
     gpu_seconds: float = 0.0
     failed: str = ""
 
@@ -529,6 +531,7 @@ class Engine:
                 st.record.resizes += 1
             else:
                 st.record.restarts += 1
+                st.record.migrations += 1
         elif kind is ActionKind.START and st.record.first_start is not None:
             st.record.restarts += 1
         if st.record.first_start is None:
