@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, fields
 
 from scheduler.core.decisions import Action, ActionKind, RoundResult
 from scheduler.core.placement import spread_of
-from scheduler.core.planner import single_action
+from scheduler.core.planner import is_migration, single_action
 from scheduler.core.protocols import Policy, ThroughputOracle
 from scheduler.core.round import IncrementalRound, RoundCosts
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node
@@ -531,7 +531,7 @@ class Engine:
                 st.record.resizes += 1
             else:
                 st.record.restarts += 1
-                st.record.migrations += 1
+                st.record.migrations += is_migration(action)
         elif kind is ActionKind.START and st.record.first_start is not None:
             st.record.restarts += 1
         if st.record.first_start is None:
