@@ -5,10 +5,11 @@ specs, each policy run ``heterogeneity=aware`` (the default) and ``heterogeneity
 free GPUs only, the same-run baseline), under three oracles: the ground-truth table (``table``), the
 table with injected error (``mre0.25``) and the shipped perfmodel predictor (``predictor``).
 
-- ``gavel``: gavel-heterogeneous (36 K80 + 36 P100 + 36 V100), rigid jobs; plus ``hetero`` (Gavel LP);
-- ``modern``: modern-mix (16 T4 + 32 V100 + 16 A100 + 16 H100), rigid jobs; plus ``hetero``;
-- ``homog``: homogeneous-64xV100 (one type: aware and agnostic must tie);
-- ``elastic``: modern-mix with elastic jobs (1 .. 2x their traced GPUs); plus ``elastic`` (Pollux-like).
+- ``gavel``: gavel-heterogeneous (36 K80 + 36 P100 + 36 V100), rigid jobs; plus ``hetero`` (Gavel LP)
+  and ``elastic`` (Pollux-like marginal gain, here on rigid jobs: a non-preemptive type-aware packer);
+- ``modern``: modern-mix (16 T4 + 32 V100 + 16 A100 + 16 H100), rigid jobs; plus ``hetero``, ``elastic``;
+- ``homog``: homogeneous-64xV100 (one type: aware and agnostic must tie); plus ``elastic``;
+- ``elastic``: modern-mix with elastic jobs (1 .. 2x their traced GPUs); plus ``elastic``.
 
 Each row prints avg / p99 JCT, makespan, preemptions, migrations and restarts per job, finish-time
 fairness (mean rho) and ``aware/agn``: the row's avg JCT over the same policy's agnostic avg JCT in the
@@ -34,9 +35,9 @@ from typing import Any
 from scheduler.sim.runner import SimulationRequest, run_simulations
 
 SCENARIOS: dict[str, dict[str, Any]] = {
-    "gavel": {"cluster": "gavel-heterogeneous", "elastic": False, "extra": ("hetero",)},
-    "modern": {"cluster": "modern-mix", "elastic": False, "extra": ("hetero",)},
-    "homog": {"cluster": "homogeneous-64xV100", "elastic": False, "extra": ()},
+    "gavel": {"cluster": "gavel-heterogeneous", "elastic": False, "extra": ("hetero", "elastic")},
+    "modern": {"cluster": "modern-mix", "elastic": False, "extra": ("hetero", "elastic")},
+    "homog": {"cluster": "homogeneous-64xV100", "elastic": False, "extra": ("elastic",)},
     "elastic": {"cluster": "modern-mix", "elastic": True, "extra": ("elastic",)},
 }
 ORDERING = ("las", "srsf", "fifo", "ftf")
@@ -142,6 +143,7 @@ def main() -> None:
     ap.add_argument("--oracles", default=",".join(ORACLES))
     ap.add_argument("--policies", default="las,srsf,fifo,ftf,hetero,elastic")
     ap.add_argument("--out", default="bench/results/decision_quality.json")
+    ap.add_argument("--merge", default="", help="also count the rows of these JSON files (comma-separated)")
     a = ap.parse_args()
     if a.quick:
         a.scenarios, a.loads, a.jobs, a.policies, a.oracles = "gavel", "1.5", 100, "las,srsf", "table"
@@ -168,7 +170,8 @@ def main() -> None:
                 for r in cell:
                     print_row(r, cell)
                 rows += cell
-    verdict(rows)
+    merged = [r for f in a.merge.split(",") if f for r in json.loads(Path(f).read_text(encoding="utf-8"))]
+    verdict(merged + rows)
     print(f"\n{len(rows)} runs in {time.perf_counter() - t0:.0f} s wall")
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
