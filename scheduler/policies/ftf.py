@@ -28,6 +28,7 @@ from scheduler.policies.base import (
     FreeByType,
     Heterogeneity,
     Request,
+    allowed_types,
     greedy_allocate,
     parse_config,
     replica_options,
@@ -89,7 +90,7 @@ class FtfPolicy:
         extra: dict[str, Decision] = {}
         for j in live:
             speeds = sorted(
-                ((table.peak(j, t)[1], t) for t in infos if j.allows(t)),
+                ((table.peak(j, t)[1], t) for t in allowed_types(j, infos)),
                 key=lambda x: (-x[0], x[1]),
             )
             types = tuple(t for v, t in speeds if v > 0)

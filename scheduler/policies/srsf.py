@@ -28,6 +28,7 @@ from scheduler.policies.base import (
     FreeByType,
     Heterogeneity,
     Request,
+    allowed_types,
     greedy_allocate,
     parse_config,
     replica_options,
@@ -75,7 +76,7 @@ class SrsfPolicy:
         keyed: list[tuple[float, float, str, Job, tuple[str, ...]]] = []
         extra: dict[str, Decision] = {}
         for j in live:
-            peaks = {t: table.peak(j, t) for t in infos if j.allows(t)}
+            peaks = {t: table.peak(j, t) for t in allowed_types(j, infos)}
             speeds = sorted(((v, t) for t, (_, v) in peaks.items()), key=lambda x: (-x[0], x[1]))
             types = tuple(t for v, t in speeds if v > 0)
             if not types:
@@ -146,7 +147,7 @@ class SrsfPolicy:
         def batch_keys(new: Sequence[Job]) -> list[tuple[tuple[float, float, str], float] | None]:
             table = ThroughputTable(oracle, new, infos, size_bounds)
             for j in new:
-                peaks = {t: table.peak(j, t) for t in infos if j.allows(t)}
+                peaks = {t: table.peak(j, t) for t in allowed_types(j, infos)}
                 speeds = sorted(((v, t) for t, (_, v) in peaks.items()), key=lambda x: (-x[0], x[1]))
                 types = tuple(t for v, t in speeds if v > 0)
                 if types:
