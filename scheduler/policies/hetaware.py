@@ -129,7 +129,8 @@ class TypePlanner:
             return None
         best = max(speed.values())
         cur_alloc = self.snapshot.allocations.get(job.name)
-        current = cur_alloc.gpu_type if cur_alloc is not None else None
+        # a job on a type with no schedulable capacity left (cordoned) must move: plan it as waiting
+        current = cur_alloc.gpu_type if cur_alloc is not None and cur_alloc.gpu_type in self.infos else None
         value: dict[str, float] = {}
         if current is not None and current in speed and job.preemptible:
             value[current] = 1.0 + speed[current] / best
@@ -168,7 +169,7 @@ class TypePlanner:
         used = 0
         for row in rows:
             need = min(row.gpus[t] for t in row.value) if row.value else 0
-            if not row.value or need > max(capacity[t] for t in row.value):
+            if not row.value or need > max(capacity.get(t, 0.0) for t in row.value):
                 continue
             if used + need > total:
                 break

@@ -134,3 +134,19 @@ def test_one_gpu_type_aware_equals_agnostic() -> None:
             snapshot(nodes), jobs, make_policy(name, {"heterogeneity": "agnostic"}), FakeOracle()
         )
         assert aware.actions == agnostic.actions, name
+
+
+@pytest.mark.parametrize("name", ORDERING)
+def test_a_job_running_on_a_cordoned_type_moves_like_a_waiting_one(name: str) -> None:
+    # the only P100 node is cordoned (no capacity for jobs): the job running there cannot stay, and
+    # both jobs fit on the V100 and the K80 that are left
+    nodes = [
+        node("p").gpus(1, "P100").cordoned().build(),
+        node("v").gpus(1, "V100").build(),
+        node("k").gpus(1, "K80").build(),
+    ]
+    running = job("running").work(1000).progress(10).build()
+    waiting = job("waiting").work(1000).submitted(5).build()
+    snap = snapshot(nodes, now=10, allocations=[alloc("running", "P100", 1, {"p": 1})])
+    res = run_round(snap, [running, waiting], make_policy(name), FakeOracle())
+    assert sorted(placed(res).values()) == ["K80", "V100"]
