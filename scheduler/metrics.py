@@ -178,6 +178,14 @@ OPERATOR_LOST_WORK = Counter(
     ["unit"],
     registry=REGISTRY,
 )
+#: Running jobs restarted on other GPUs without waiting (``scheduler.core.planner.is_migration``), by
+#: GPU type before and after; preemptions (the job waits) are counted in ``OPERATOR_ACTIONS`` instead.
+OPERATOR_MIGRATIONS = Counter(
+    "perfsched_operator_migrations_total",
+    "Running TrainingJobs moved to other GPUs (another GPU type or other nodes) in one restart.",
+    ["from_type", "to_type"],
+    registry=REGISTRY,
+)
 #: API write failures of the operator, by operation (retried next round).
 OPERATOR_API_ERRORS = Counter(
     "perfsched_operator_api_errors_total",

@@ -167,6 +167,15 @@ def plan_detailed(
     return PlanDetail(tuple(out[name] for name in sorted(out, key=lambda n: order[n])), held_back)
 
 
+def is_migration(action: Action) -> bool:
+    """Whether ``action`` restarts a running job on other GPUs without a wait (another GPU type or other
+    nodes): a RESIZE that is not an in-place elastic resize. Preemptions (the job waits) are not."""
+    before, after = action.before, action.after
+    if action.kind is not ActionKind.RESIZE or before is None or after is None:
+        return False
+    return before.gpu_type != after.gpu_type or action.lost_work > 0 or before.replicas == after.replicas
+
+
 def single_action(
     job: Job,
     cur: Allocation | None,

@@ -19,6 +19,7 @@ simulator): a stateful object, made by ``policy.incremental(...)``, that gives t
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -305,7 +306,10 @@ def run_round(
     leaves ``RoundResult.waiting`` empty instead of wording a reason for every waiting job (callers
     that never show reasons, like the simulator, save that work); decisions and actions are the same.
     """
-    costs = costs or RoundCosts()
+    if costs is not None and snapshot.restart_cost_s != costs.restart_cost_s:
+        # the policy prices moves with the restart cost the planner will charge
+        snapshot = dataclasses.replace(snapshot, restart_cost_s=costs.restart_cost_s)
+    costs = costs or RoundCosts(restart_cost_s=snapshot.restart_cost_s)
     decisions = dict(policy.allocate(snapshot, jobs, oracle))
     validate_decisions(policy.name, snapshot, jobs, decisions)
     memory = oracle if isinstance(oracle, MemoryOracle) else None

@@ -24,6 +24,11 @@ from scheduler.core.types import Allocation, ClusterSnapshot, Interconnect, Job,
 
 C = TypeVar("C")
 
+#: how an ordering policy picks each job's GPU type: ``aware`` from the throughput matrix
+#: (``scheduler.policies.hetaware``), ``agnostic`` by free GPUs only (the same-run baseline)
+Heterogeneity = Literal["aware", "agnostic"]
+HETEROGENEITY_CHOICES: tuple[str, ...] = ("aware", "agnostic")
+
 
 # ------------------------------------------------------------------------------------------ config
 def _coerce(policy: str, name: str, hint: Any, value: Any) -> Any:

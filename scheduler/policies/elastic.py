@@ -24,7 +24,15 @@ from typing import Any
 from scheduler.core.decisions import Decision
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import ClusterSnapshot, Job
-from scheduler.policies.base import Request, TypeInfo, greedy_allocate, parse_config, require, type_infos
+from scheduler.policies.base import (
+    Request,
+    TypeInfo,
+    allowed_types,
+    greedy_allocate,
+    parse_config,
+    require,
+    type_infos,
+)
 from scheduler.policies.goodput import Share, ThroughputTable, grow_by_marginal_gain, shrink_for, used_by_type
 
 
@@ -65,7 +73,7 @@ def rank_types(live: Sequence[Job], infos: Mapping[str, TypeInfo], table: Throug
     unrunnable: dict[str, Decision] = {}
     for j in live:
         lo = min_replicas_of(j)
-        allowed = [t for t in infos if j.allows(t)]
+        allowed = list(allowed_types(j, infos))
         best_t, top = table.best_type(j, lo, allowed)
         if best_t is None:
             unrunnable[j.name] = Decision(

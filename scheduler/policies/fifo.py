@@ -3,8 +3,9 @@
 Pure. Jobs are served in order of priority (higher first, unless ``use_priority`` is false), then submit
 time, then name. Strict FIFO (the default) starts no job behind one that cannot start, so a big job at the
 head is never starved; ``backfill: true`` lets later jobs that fit start in the meantime. Running jobs
-are never preempted. Type-agnostic: each job takes the allowed GPU type with the most free GPUs; elastic
-jobs take as many replicas as fit, down to their minimum.
+are never preempted. ``heterogeneity: aware`` (the default) picks each job's GPU type from the
+throughput matrix (``scheduler.policies.hetaware``); ``agnostic``: the allowed type with the most free
+GPUs. Elastic jobs take as many replicas as fit, down to their minimum.
 
 Follows the FIFO baseline used by Tiresias (NSDI'19) and Gavel (OSDI'20). Differs: the backfill is
 first-fit without a reservation for the head job (not EASY backfilling, which needs runtime estimates),
@@ -23,21 +24,27 @@ from scheduler.core.round import IncrementalRound
 from scheduler.core.types import ClusterSnapshot, Job, Node
 from scheduler.policies.base import (
     FreeByType,
+    Heterogeneity,
     Request,
     greedy_allocate,
     parse_config,
     replica_options,
     type_infos,
 )
+from scheduler.policies.hetaware import DEFAULT_HORIZON_S, aware_orders
 from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_type
 
 
 @dataclass(frozen=True, slots=True)
 class FifoConfig:
-    """``backfill``: let later jobs start when the head cannot; ``use_priority``: order by priority first."""
+    """``backfill``: let later jobs start when the head cannot; ``use_priority``: order by priority first;
+    ``heterogeneity``: ``aware`` picks GPU types from the throughput matrix, ``agnostic`` by free GPUs;
+    ``horizon_s``: how far ahead a move to a faster GPU type must pay its restart (aware only)."""
 
     backfill: bool = False
     use_priority: bool = True
+    heterogeneity: Heterogeneity = "aware"
+    horizon_s: float = DEFAULT_HORIZON_S
 
 
 class FifoPolicy:
@@ -55,13 +62,16 @@ class FifoPolicy:
     def allocate(
         self, snapshot: ClusterSnapshot, jobs: Sequence[Job], oracle: ThroughputOracle
     ) -> Mapping[str, Decision]:
-        # FIFO needs no performance model; the oracle only drops GPU types whose memory a job does not fit
         infos = type_infos(snapshot)
         free = FreeByType(snapshot, oracle)
         prio = self.config.use_priority
         ordered = sorted(jobs, key=lambda j: (-j.priority if prio else 0, j.submit_time, j.name))
+        orders: dict[str, tuple[str, ...]] = {}
+        if self.config.heterogeneity == "aware":  # agnostic FIFO needs no performance model
+            orders = aware_orders(snapshot, infos, oracle, ordered, horizon_s=self.config.horizon_s)
         requests = [
-            Request(j, free.order(j, infos), replica_options(j), rank=float(i)) for i, j in enumerate(ordered)
+            Request(j, orders.get(j.name) or free.order(j, infos), replica_options(j), rank=float(i))
+            for i, j in enumerate(ordered)
         ]
         return greedy_allocate(snapshot, jobs, requests, preemptive=False, strict=not self.config.backfill)
 

@@ -4,7 +4,9 @@ Pure. For each job, rho = T_shared / T_isolated, where T_isolated is the time th
 alone on its asked GPUs of its fastest allowed type, and T_shared is the time since submission plus the
 remaining work at the throughput it gets now (its current allocation; for a waiting job, the best
 it could get if started now). Jobs with the largest rho go first; preemptive with a margin on rho so
-near-equal jobs do not evict each other every round. Type-aware (fastest allowed type first).
+near-equal jobs do not evict each other every round. ``heterogeneity: aware`` (the default) picks each
+job's GPU type from the throughput matrix (``scheduler.policies.hetaware``); ``agnostic``: the allowed
+type with the most free GPUs.
 
 Follows Mahajan et al., "Themis: Fair and Efficient GPU Cluster Scheduling", NSDI 2020. Differs: no
 partial-allocation auction between app agents and no fairness knob f (all jobs bid each round); rho
@@ -23,7 +25,10 @@ from scheduler.core.placement import spread_of
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import ClusterSnapshot, Job, PlacementShape
 from scheduler.policies.base import (
+    FreeByType,
+    Heterogeneity,
     Request,
+    allowed_types,
     greedy_allocate,
     parse_config,
     replica_options,
@@ -31,14 +36,19 @@ from scheduler.policies.base import (
     type_infos,
 )
 from scheduler.policies.goodput import ThroughputTable, size_bounds
+from scheduler.policies.hetaware import DEFAULT_HORIZON_S, aware_orders
 
 
 @dataclass(frozen=True, slots=True)
 class FtfConfig:
-    """``preempt_margin``: how much larger a job's rho must be to evict a running job."""
+    """``preempt_margin``: how much larger a job's rho must be to evict a running job;
+    ``heterogeneity``: ``aware`` picks GPU types from the throughput matrix, ``agnostic`` by free GPUs;
+    ``horizon_s``: how far ahead a move to a faster GPU type must pay its restart (aware only)."""
 
     preemptive: bool = True
     preempt_margin: float = 0.2
+    heterogeneity: Heterogeneity = "aware"
+    horizon_s: float = DEFAULT_HORIZON_S
 
     def __post_init__(self) -> None:
         require(self.preempt_margin >= 0, "preempt_margin", "must be >= 0")
@@ -80,7 +90,7 @@ class FtfPolicy:
         extra: dict[str, Decision] = {}
         for j in live:
             speeds = sorted(
-                ((table.peak(j, t)[1], t) for t in infos if j.allows(t)),
+                ((table.peak(j, t)[1], t) for t in allowed_types(j, infos)),
                 key=lambda x: (-x[0], x[1]),
             )
             types = tuple(t for v, t in speeds if v > 0)
@@ -92,8 +102,23 @@ class FtfPolicy:
             rho = self.rho(snapshot, j, speeds[0][0], current.get(j.name, 0.0))
             keyed.append((-rho, j.submit_time, j.name, j, types))
         keyed.sort(key=lambda x: (x[0], x[1], x[2]))
+        orders: dict[str, tuple[str, ...]] = {}
+        if self.config.heterogeneity == "aware":
+            ranked = [x[3] for x in keyed]
+            orders = aware_orders(
+                snapshot, infos, oracle, ranked, horizon_s=self.config.horizon_s, table=table
+            )
+        else:
+            free = FreeByType(snapshot)
+            orders = {j.name: free.order(j, infos) for _, _, _, j, _ in keyed}
         requests = [
-            Request(j, types, replica_options(j), rank=neg, note=f"finish-time fairness rho {-neg:.2f}")
+            Request(
+                j,
+                orders.get(j.name) or types,
+                replica_options(j),
+                rank=neg,
+                note=f"finish-time fairness rho {-neg:.2f}",
+            )
             for neg, _, _, j, types in keyed
         ]
         return greedy_allocate(

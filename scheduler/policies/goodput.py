@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import ClusterSnapshot, Job, PlacementShape
-from scheduler.policies.base import TypeInfo, batch_throughput
+from scheduler.policies.base import TypeInfo, allowed_types, batch_throughput
 
 
 class ThroughputTable:
@@ -33,14 +33,12 @@ class ThroughputTable:
         keys: list[tuple[str, str, int]] = []
         queries: list[tuple[Job, PlacementShape]] = []
         shapes: dict[tuple[str, int], PlacementShape] = {}  # many jobs share a (type, GPUs) shape
-        all_types = list(infos.items())
         for job in jobs:
             reps = sorted(set(counts(job)))
             gpr = job.gpus_per_replica
             name = job.name
-            for t, info in (
-                all_types if not job.allowed_gpu_types else [x for x in all_types if job.allows(x[0])]
-            ):
+            for t in allowed_types(job, infos):
+                info = infos[t]
                 for r in reps:
                     gpus = r * gpr
                     if r <= 0 or gpus > info.capacity:

@@ -4,7 +4,9 @@ Pure. A job's attained service is GPU-seconds received so far (GPUs x time: the 
 Jobs fall into queues by thresholds on it (default 1 and 10 GPU-hours: queue 0 below 1, queue 1 below
 10, queue 2 above); lower queues go first, FIFO (submit time) inside a queue. Preemptive between
 queues: a job in a lower queue evicts running jobs of higher queues when it does not fit otherwise;
-jobs in the same queue never evict each other. Type-agnostic (most free allowed GPU type). With
+jobs in the same queue never evict each other. ``heterogeneity: aware`` (the default) picks each job's
+GPU type from the throughput matrix (``scheduler.policies.hetaware``); ``agnostic``: the allowed type
+with the most free GPUs, as Tiresias does. With
 ``promote_knob: K`` a waiting job whose time spent waiting exceeds K times its time spent running goes
 back to queue 0 (Tiresias's starvation guard).
 
@@ -31,6 +33,7 @@ from scheduler.core.round import IncrementalRound
 from scheduler.core.types import ClusterSnapshot, Job, Node
 from scheduler.policies.base import (
     FreeByType,
+    Heterogeneity,
     Request,
     greedy_allocate,
     parse_config,
@@ -38,16 +41,21 @@ from scheduler.policies.base import (
     require,
     type_infos,
 )
+from scheduler.policies.hetaware import DEFAULT_HORIZON_S, aware_orders
 from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_type
 
 
 @dataclass(frozen=True, slots=True)
 class LasConfig:
-    """``thresholds_gpu_hours``: queue boundaries on attained service, strictly increasing."""
+    """``thresholds_gpu_hours``: queue boundaries on attained service, strictly increasing;
+    ``heterogeneity``: ``aware`` picks GPU types from the throughput matrix, ``agnostic`` by free GPUs;
+    ``horizon_s``: how far ahead a move to a faster GPU type must pay its restart (aware only)."""
 
     thresholds_gpu_hours: tuple[float, ...] = (1.0, 10.0)
     preemptive: bool = True
     promote_knob: float | None = None
+    heterogeneity: Heterogeneity = "aware"
+    horizon_s: float = DEFAULT_HORIZON_S
 
     def __post_init__(self) -> None:
         t = self.thresholds_gpu_hours
@@ -86,7 +94,6 @@ class LasPolicy:
     def allocate(
         self, snapshot: ClusterSnapshot, jobs: Sequence[Job], oracle: ThroughputOracle
     ) -> Mapping[str, Decision]:
-        # LAS ranks by attained service only; the oracle only drops GPU types whose memory a job does not fit
         infos = type_infos(snapshot)
         free = FreeByType(snapshot, oracle)
         running = snapshot.allocations
@@ -94,9 +101,19 @@ class LasPolicy:
             ((self.queue_of(j, None if j.name in running else snapshot.now), j.submit_time, j.name), j)
             for j in jobs
         )
+        orders: dict[str, tuple[str, ...]] = {}
+        if self.config.heterogeneity == "aware":  # LAS ranks by attained service; the oracle picks types
+            ranked = [j for _, j in keyed]
+            orders = aware_orders(snapshot, infos, oracle, ranked, horizon_s=self.config.horizon_s)
         notes = [f"LAS queue {q}" for q in range(len(self._bounds) + 1)]
         requests = [
-            Request(j, free.order(j, infos), replica_options(j), rank=float(q), note=notes[q])
+            Request(
+                j,
+                orders.get(j.name) or free.order(j, infos),
+                replica_options(j),
+                rank=float(q),
+                note=notes[q],
+            )
             for (q, _, _), j in keyed
         ]
         return greedy_allocate(snapshot, jobs, requests, preemptive=self.config.preemptive)

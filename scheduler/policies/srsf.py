@@ -4,7 +4,9 @@ Pure. Remaining service = GPUs asked x remaining time, and remaining time = rema
 throughput on the job's fastest allowed GPU type (one batched oracle call per round; an elastic job
 too big for a type's capacity is judged there at the largest size that fits). Jobs with the
 least remaining service go first; preemptive: a job evicts running jobs with more remaining service
-(by more than ``preempt_margin_gpu_s``). Type-aware: each job tries its allowed types fastest first.
+(by more than ``preempt_margin_gpu_s``). ``heterogeneity: aware`` (the default) picks each job's GPU
+type from the throughput matrix (``scheduler.policies.hetaware``); ``agnostic``: the allowed type with
+the most free GPUs (remaining service still comes from the fastest type).
 
 Follows the SRSF baseline of Tiresias (NSDI'19) and the survey's "SRSF with execution-time error"
 experiment, where remaining time comes from a predictor. Differs: remaining time is predicted per
@@ -23,7 +25,10 @@ from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.round import IncrementalRound
 from scheduler.core.types import ClusterSnapshot, Job, Node
 from scheduler.policies.base import (
+    FreeByType,
+    Heterogeneity,
     Request,
+    allowed_types,
     greedy_allocate,
     parse_config,
     replica_options,
@@ -31,15 +36,20 @@ from scheduler.policies.base import (
     type_infos,
 )
 from scheduler.policies.goodput import ThroughputTable, size_bounds
+from scheduler.policies.hetaware import DEFAULT_HORIZON_S, aware_orders
 from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_type
 
 
 @dataclass(frozen=True, slots=True)
 class SrsfConfig:
-    """``preempt_margin_gpu_s``: how much less remaining service (GPU-seconds) it takes to evict."""
+    """``preempt_margin_gpu_s``: how much less remaining service (GPU-seconds) it takes to evict;
+    ``heterogeneity``: ``aware`` picks GPU types from the throughput matrix, ``agnostic`` by free GPUs;
+    ``horizon_s``: how far ahead a move to a faster GPU type must pay its restart (aware only)."""
 
     preemptive: bool = True
     preempt_margin_gpu_s: float = 0.0
+    heterogeneity: Heterogeneity = "aware"
+    horizon_s: float = DEFAULT_HORIZON_S
 
     def __post_init__(self) -> None:
         require(self.preempt_margin_gpu_s >= 0, "preempt_margin_gpu_s", "must be >= 0")
@@ -66,7 +76,7 @@ class SrsfPolicy:
         keyed: list[tuple[float, float, str, Job, tuple[str, ...]]] = []
         extra: dict[str, Decision] = {}
         for j in live:
-            peaks = {t: table.peak(j, t) for t in infos if j.allows(t)}
+            peaks = {t: table.peak(j, t) for t in allowed_types(j, infos)}
             speeds = sorted(((v, t) for t, (_, v) in peaks.items()), key=lambda x: (-x[0], x[1]))
             types = tuple(t for v, t in speeds if v > 0)
             if not types:
@@ -78,9 +88,22 @@ class SrsfPolicy:
             remaining_s = j.remaining_work / best
             keyed.append((replicas * j.gpus_per_replica * remaining_s, j.submit_time, j.name, j, types))
         keyed.sort(key=lambda x: (x[0], x[1], x[2]))
+        orders: dict[str, tuple[str, ...]] = {}
+        if self.config.heterogeneity == "aware":
+            ranked = [x[3] for x in keyed]
+            orders = aware_orders(
+                snapshot, infos, oracle, ranked, horizon_s=self.config.horizon_s, table=table
+            )
+        else:
+            free = FreeByType(snapshot)
+            orders = {j.name: free.order(j, infos) for _, _, _, j, _ in keyed}
         requests = [
             Request(
-                j, types, replica_options(j), rank=svc, note=f"remaining service {svc / 3600:.2f} GPU-hours"
+                j,
+                orders.get(j.name) or types,
+                replica_options(j),
+                rank=svc,
+                note=f"remaining service {svc / 3600:.2f} GPU-hours",
             )
             for svc, _, _, j, types in keyed
         ]
@@ -124,7 +147,7 @@ class SrsfPolicy:
         def batch_keys(new: Sequence[Job]) -> list[tuple[tuple[float, float, str], float] | None]:
             table = ThroughputTable(oracle, new, infos, size_bounds)
             for j in new:
-                peaks = {t: table.peak(j, t) for t in infos if j.allows(t)}
+                peaks = {t: table.peak(j, t) for t in allowed_types(j, infos)}
                 speeds = sorted(((v, t) for t, (_, v) in peaks.items()), key=lambda x: (-x[0], x[1]))
                 types = tuple(t for v, t in speeds if v > 0)
                 if types:

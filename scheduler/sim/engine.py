@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, fields
 
 from scheduler.core.decisions import Action, ActionKind, RoundResult
 from scheduler.core.placement import spread_of
-from scheduler.core.planner import single_action
+from scheduler.core.planner import is_migration, single_action
 from scheduler.core.protocols import Policy, ThroughputOracle
 from scheduler.core.round import IncrementalPolicy, IncrementalRound, RoundCosts
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node
@@ -97,6 +97,8 @@ class JobRecord:
     preemptions: int = 0
     restarts: int = 0
     resizes: int = 0
+    #: restarts that moved the running job to other GPUs (another type or other nodes), no wait between
+    migrations: int = 0
     gpu_seconds: float = 0.0
     failed: str = ""
 
@@ -607,6 +609,7 @@ class Engine:
                 st.record.resizes += 1
             else:
                 st.record.restarts += 1
+                st.record.migrations += is_migration(action)
         elif kind is ActionKind.START and st.record.first_start is not None:
             st.record.restarts += 1
         if st.record.first_start is None:

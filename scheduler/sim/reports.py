@@ -1,9 +1,10 @@
 """Simulation reports: summary metrics from an engine run, JSON/CSV files and PNG plots.
 
 ``summarize`` is pure: it turns an ``EngineResult`` into one flat ``dict`` of metrics (avg/p50/p99 JCT,
-queueing delay, makespan, utilisation, preemptions/restarts per job, deadline satisfaction, finish-time
-fairness, engine speed). ``write_reports`` and ``write_plots`` write files (the only I/O here);
-matplotlib is imported inside ``write_plots`` with the non-interactive Agg backend.
+queueing delay, makespan, utilisation, preemptions/restarts/migrations per job (a migration is a
+restart that moves a running job to other GPUs without waiting; a preemption stops it), deadline
+satisfaction, finish-time fairness, engine speed). ``write_reports`` and ``write_plots`` write files
+(the only I/O here); matplotlib is imported inside ``write_plots`` with the non-interactive Agg backend.
 
 Finish-time fairness follows Themis' rho = T_shared / T_fair, where T_fair is the job's run time if
 it had its fair share of the cluster: with N the average number of jobs in the system while the job
@@ -50,6 +51,7 @@ SUMMARY_FIELDS = (
     "preemptions",
     "preemptions_per_job",
     "restarts_per_job",
+    "migrations_per_job",
     "resizes_per_job",
     "deadline_jobs",
     "deadline_met_ratio",
@@ -130,6 +132,7 @@ def summarize(result: EngineResult, **labels: Any) -> dict[str, Any]:
         preemptions=sum(r.preemptions for r in recs),
         preemptions_per_job=sum(r.preemptions for r in recs) / n,
         restarts_per_job=sum(r.restarts for r in recs) / n,
+        migrations_per_job=sum(r.migrations for r in recs) / n,
         resizes_per_job=sum(r.resizes for r in recs) / n,
         deadline_jobs=len(with_deadline),
         deadline_met_ratio=(len(met) / len(with_deadline)) if with_deadline else None,
@@ -189,12 +192,13 @@ def write_reports(
             w2 = csv.writer(fh)
             w2.writerow(
                 ["job", "submit_s", "gpus", "first_start_s", "finish_s", "jct_s", "queueing_s",
-                 "preemptions", "restarts", "resizes", "gpu_seconds", "deadline_s", "failed"]
+                 "preemptions", "restarts", "migrations", "resizes", "gpu_seconds", "deadline_s", "failed"]
             )  # fmt: skip
             for r in result.records:
                 w2.writerow(
                     [r.name, r.submit_time, r.gpus, r.first_start, r.finish, r.jct, r.queueing_delay,
-                     r.preemptions, r.restarts, r.resizes, round(r.gpu_seconds, 3), r.deadline, r.failed]
+                     r.preemptions, r.restarts, r.migrations, r.resizes, round(r.gpu_seconds, 3), r.deadline,
+                     r.failed]
                 )  # fmt: skip
         written.append(p)
     return written

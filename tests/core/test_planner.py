@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.core.decisions import ActionKind, Decision
-from scheduler.core.planner import plan
+from scheduler.core.decisions import Action, ActionKind, Decision
+from scheduler.core.planner import is_migration, plan
 from scheduler.core.types import Allocation, Job
 from tests.builders import alloc, job, node, snapshot
 
@@ -71,3 +71,15 @@ def test_forced_keep_holds_back_a_conflicting_start() -> None:
     decisions = {"p": Decision("p", None), "q": Decision("q", alloc("q", "V100", 8, {"a": 1}))}
     actions = plan(snap, [p, q], decisions, restart_cost_s=0, resize_cost_s=0)
     assert [(a.kind, a.job) for a in actions] == [(ActionKind.KEEP, "p")]
+
+
+def test_is_migration_tells_moves_from_resizes_and_preemptions() -> None:
+    k80 = alloc("j", "K80", 1, {"k1": 2})
+    v100 = alloc("j", "V100", 1, {"v1": 2})
+    other_nodes = alloc("j", "K80", 1, {"k2": 2})
+    grown = alloc("j", "K80", 1, {"k1": 3})
+    assert is_migration(Action(ActionKind.RESIZE, "j", k80, v100))  # another type
+    assert is_migration(Action(ActionKind.RESIZE, "j", k80, other_nodes))  # same size, other nodes
+    assert not is_migration(Action(ActionKind.RESIZE, "j", k80, grown))  # elastic resize in place
+    assert not is_migration(Action(ActionKind.PREEMPT, "j", k80, None))  # the job waits: a preemption
+    assert not is_migration(Action(ActionKind.START, "j", None, k80))

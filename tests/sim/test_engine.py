@@ -195,3 +195,35 @@ def test_invariants_on_random_workloads(
         assert rec.gpu_seconds >= w - 1e-6
     summary = summarize(result, policy=policy)
     assert 0 < summary["utilization"] <= 1 + 1e-9
+
+
+def test_a_move_to_a_faster_type_counts_as_a_migration_not_a_preemption() -> None:
+    from tests.builders import FakeOracle
+
+    # one V100 and one K80 GPU. "short" (t=0; 2/s on V100, 1/s on K80) takes the V100 and ends at
+    # 100 / 2 = 50 s; "long" (t=1, 5x faster on V100) starts on the K80, and when the V100 frees at
+    # t=50 the move pays (gain (5 - 1) x 3600 >> 5 x 30 s restart): one migration, no preemption
+    nodes = [node("v").gpus(1, "V100").build(), node("k").gpus(1, "K80").build()]
+    jobs = [
+        job("short").work(100).submitted(0).build(),
+        job("long").work(100_000).submitted(1).build(),
+    ]
+    oracle = FakeOracle(
+        speed={("short", "V100"): 2.0, ("short", "K80"): 1.0, ("long", "V100"): 5.0, ("long", "K80"): 1.0}
+    )
+    engine = Engine(
+        nodes,
+        jobs,
+        make_policy("las"),
+        oracle,
+        oracle,
+        EngineConfig(round_seconds=0, restart_cost_s=30, wake_thresholds_gpu_s=()),
+        run_round=run_round,
+    )
+    result = engine.run()
+    rec = {r.name: r for r in result.records}
+    assert (rec["long"].migrations, rec["long"].preemptions, rec["long"].restarts) == (1, 0, 1)
+    assert (rec["short"].migrations, rec["short"].preemptions) == (0, 0)
+    row = summarize(result)
+    assert row["migrations_per_job"] == 0.5
+    assert row["preemptions_per_job"] == 0.0

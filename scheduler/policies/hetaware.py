@@ -1,0 +1,285 @@
+"""Heterogeneity awareness for the ordering policies: which GPU type each job should ask for, in order.
+
+Pure. ``TypePlanner.orders`` takes the jobs of one round in the policy's rank order (FIFO, LAS queue,
+SRSF, FTF: the policy decides *who* goes first) and returns, per job, its allowed GPU types in the
+order it should try them (``greedy_allocate`` then walks the jobs in rank order and places each on the
+first type of its list that has room, so the policy's order is honoured: a higher-ranked job always
+gets its pick first, and every job still runs somewhere when its preferred type is full).
+
+How the lists are made, each round, from the throughput matrix X[j, t] (predicted throughput of job j
+on its asked GPUs of type t, one batched oracle call):
+
+1. **Effective throughput.** E[j, t] = X[j, t] / max_t X[j, t]: the share of its best speed job j gets on
+   type t. The sum of g_j E[j, t(j)] over running jobs is the cluster's effective throughput in "GPUs of
+   each job's best type" (each job's demand is fixed in those units, so more of it is more work done).
+2. **Who competes.** The jobs that could run now if GPU types did not matter: the longest prefix of the
+   rank order whose GPUs fit in the cluster (jobs too big for any allowed type are skipped).
+3. **One assignment per round.** A small LP (SciPy's HiGHS) gives the competing jobs fractions
+   a[j, t] that maximise sum g_j (1 + E[j, t] - churn[j, t]) a[j, t] under sum_t a[j, t] <= 1 and
+   sum_j g_j a[j, t] <= GPUs of type t. The constant 1 makes "run as many GPUs of the prefix as fit"
+   come first; E then hands each type to the jobs with the *comparative* advantage on it (a job 9x
+   faster on V100 than K80 gets a V100 before a job 1.2x faster, even when the latter ranks first and
+   still runs, on a K80). Identical jobs form one class (the LP is symmetric in them), so the LP has
+   one row per distinct (speed row, size, current type) rather than per job.
+4. **Churn priced.** A running job stays on its type unless moving pays: over the gain horizon
+   h = min(``horizon_s``, remaining work / X[j, t]) a move to type t must gain more work than it loses,
+   (X[j, t] - X[j, c]) h > X[j, t] R + lost, where R is the restart cost the planner charges
+   (``ClusterSnapshot.restart_cost_s``) and lost the progress since its last checkpoint; and the new
+   type must be predicted at least ``MIN_SPEEDUP`` (1.25x) faster, so that prediction errors of that
+   size do not cause moves. Moves that do not pay get no LP variable; those that pay carry their cost
+   (R X[j, t] + lost) / (max X[j] h) in the objective, so the LP only moves a job where the move is worth
+   more than it costs to the job and to the jobs it would displace.
+5. **Lists.** Each job's types, most wanted first: the type its LP row gives most of, then by value per
+   GPU minus the type's LP price (the dual of its capacity row), so a job that did not compete this
+   round still queues for the type where it is cheapest relative to what others would make of it.
+   A running job that the LP moves asks only for its LP type (``greedy_allocate`` keeps its current
+   GPUs when that type has no room, and a move never preempts anyone; a hop to a second-best type would
+   often be followed by another); any other running job lists its current type first, so it keeps it.
+   Types where a job is predicted to make no progress are left out; a job predicted to make none
+   anywhere keeps the free-GPU order.
+
+Follows Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep Learning Workloads"
+(Gavel, OSDI 2020): the throughput matrix, effective throughput and policies made heterogeneity-aware by
+an optimisation over it. Differs: Gavel solves for time fractions over all jobs and realises them by
+time-slicing every round (many preemptions); here the ordering policy keeps deciding who runs and the
+LP only decides *where*, integrally and per round, for the jobs that can run now, with churn priced by
+restart cost and lost work (so a job moves at most when a better type frees up and the move pays).
+Normalisation is by the job's own best type, which (unlike Gavel's max-min objective) is harmless in a
+sum: for two types any per-job normalisation ranks jobs by the same speed-up ratio.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from scheduler.core.protocols import ThroughputOracle
+from scheduler.core.types import ClusterSnapshot, Job
+from scheduler.policies.base import FreeByType, TypeInfo, allowed_types
+from scheduler.policies.goodput import ThroughputTable, size_bounds
+
+#: default gain horizon (seconds) over which a move to a faster GPU type must pay for itself
+DEFAULT_HORIZON_S = 3600.0
+#: a move must gain this many times its cost (hysteresis against predictions that flip-flop)
+MOVE_MARGIN = 1.0
+#: and be predicted at least this much faster: predictions err by tens of percent (``--mre 0.25``, the
+#: real predictor's ratios between types), and a move on a smaller predicted gain is as likely churn
+MIN_SPEEDUP = 1.25
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """One job's view of the types: speed, GPUs and LP value per type (absent: not an option)."""
+
+    job: Job
+    speed: dict[str, float]
+    gpus: dict[str, int]
+    value: dict[str, float]
+    current: str | None
+
+
+def move_pays(
+    job: Job, current_speed: float, new_speed: float, *, restart_cost_s: float, horizon_s: float
+) -> tuple[bool, float]:
+    """Whether moving a running job from a type where it makes ``current_speed`` to one where it makes
+    ``new_speed`` (work units/s) gains more work over the horizon than the move loses; and that cost in
+    work units (restart seconds at the new speed plus the progress since the last checkpoint).
+
+    The horizon is ``horizon_s`` or, if sooner, when the job would finish on the new type.
+    """
+    if new_speed <= MIN_SPEEDUP * current_speed or new_speed <= 0:
+        return False, math.inf
+    lost = max(0.0, job.progress - job.checkpoint_progress)
+    cost = new_speed * restart_cost_s + lost
+    horizon = min(horizon_s, job.remaining_work / new_speed)
+    gain = (new_speed - current_speed) * horizon
+    return gain > MOVE_MARGIN * cost, cost
+
+
+class TypePlanner:
+    """Per-round GPU type lists for jobs in a policy's rank order (see the module docstring)."""
+
+    def __init__(
+        self,
+        snapshot: ClusterSnapshot,
+        infos: Mapping[str, TypeInfo],
+        table: ThroughputTable,
+        *,
+        horizon_s: float = DEFAULT_HORIZON_S,
+    ) -> None:
+        self.snapshot = snapshot
+        self.infos = infos
+        self.table = table
+        self.horizon_s = horizon_s
+        self.free = FreeByType(snapshot)
+
+    def _row(self, job: Job) -> _Row | None:
+        types = allowed_types(job, self.infos)
+        speed: dict[str, float] = {}
+        gpus: dict[str, int] = {}
+        for t in types:
+            r, v = self.table.peak(job, t)
+            if v > 0:
+                speed[t] = v
+                gpus[t] = r * job.gpus_per_replica
+        if not speed:
+            return None
+        best = max(speed.values())
+        cur_alloc = self.snapshot.allocations.get(job.name)
+        # a job on a type with no schedulable capacity left (cordoned) must move: plan it as waiting
+        current = cur_alloc.gpu_type if cur_alloc is not None and cur_alloc.gpu_type in self.infos else None
+        value: dict[str, float] = {}
+        if current is not None and current in speed and job.preemptible:
+            value[current] = 1.0 + speed[current] / best
+            for t, v in speed.items():
+                if t == current:
+                    continue
+                pays, cost = move_pays(
+                    job,
+                    speed[current],
+                    v,
+                    restart_cost_s=self.snapshot.restart_cost_s,
+                    horizon_s=self.horizon_s,
+                )
+                if pays:
+                    horizon = min(self.horizon_s, job.remaining_work / v)
+                    value[t] = 1.0 + v / best - cost / (best * horizon)
+        elif current is not None and cur_alloc is not None:
+            # cannot move (non-preemptible, or no predicted progress elsewhere): only where it is
+            value[current] = 1.0 + speed.get(current, 0.0) / best
+            gpus[current] = cur_alloc.total_gpus
+        else:
+            value = {t: 1.0 + v / best for t, v in speed.items()}
+        return _Row(job, speed, gpus, value, current)
+
+    def orders(self, ranked: Sequence[Job]) -> dict[str, tuple[str, ...]]:
+        """Each job's allowed types in the order to try them; jobs missing get the free-GPU order."""
+        types = list(self.infos)
+        if len(types) <= 1:
+            return {}
+        rows = [r for r in (self._row(j) for j in ranked if j.remaining_work > 0) if r is not None]
+        if not rows:
+            return {}
+        capacity = {t: float(info.capacity) for t, info in self.infos.items()}
+        total = sum(capacity.values())
+        competing: list[_Row] = []
+        used = 0
+        for row in rows:
+            need = min(row.gpus[t] for t in row.value) if row.value else 0
+            if not row.value or need > max(capacity.get(t, 0.0) for t in row.value):
+                continue
+            if used + need > total:
+                break
+            used += need
+            competing.append(row)
+        in_lp = {r.job.name for r in competing}
+        # running jobs outside the prefix keep their GPUs in this round's LP (they may yet be evicted)
+        for name, alloc in self.snapshot.allocations.items():
+            if name not in in_lp and alloc.gpu_type in capacity:
+                capacity[alloc.gpu_type] = max(0.0, capacity[alloc.gpu_type] - alloc.total_gpus)
+        share, price = _assign(competing, types, capacity)
+        out: dict[str, tuple[str, ...]] = {}
+        for row in rows:
+            name = row.job.name
+            got = share.get(name, {})
+
+            def key(t: str, row: _Row = row, got: Mapping[str, float] = got) -> tuple[float, float, int, str]:
+                v = row.value.get(t, 1.0 + row.speed[t] / max(row.speed.values()))
+                return (-got.get(t, 0.0), -(v - price.get(t, 0.0)), -self.free.free.get(t, 0), t)
+
+            if row.current is not None and row.current in row.value and len(row.value) > 1:
+                # the LP moves it (the move pays): ask only for that type; it keeps its GPUs otherwise
+                best_move = sorted(row.value, key=key)[0]
+                if best_move != row.current:
+                    out[name] = (best_move,)
+                    continue
+            if row.current is not None:
+                out[name] = (row.current, *sorted((t for t in row.speed if t != row.current), key=key))
+                continue
+            out[name] = tuple(sorted(row.speed, key=key))
+        return out
+
+
+def _assign(
+    rows: Sequence[_Row], types: Sequence[str], capacity: Mapping[str, float]
+) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """The LP of step 3 over job classes: each job's share per type and each type's price per GPU."""
+    if not rows:
+        return {}, {}
+    col = {t: k for k, t in enumerate(types)}
+    m = len(types)
+    classes: dict[tuple[tuple[float, ...], tuple[int, ...]], list[_Row]] = {}
+    for row in rows:
+        key = (
+            tuple(round(row.value.get(t, -1.0), 9) for t in types),
+            tuple(row.gpus.get(t, 0) for t in types),
+        )
+        classes.setdefault(key, []).append(row)
+    keys = list(classes)
+    var_c: list[int] = []
+    var_t: list[int] = []
+    obj: list[float] = []
+    cap_coef: list[float] = []
+    for ci, key in enumerate(keys):
+        values, gpus = key
+        for t in types:
+            k = col[t]
+            v = float(values[k])
+            g = float(gpus[k])
+            if v <= 0 or g <= 0:
+                continue
+            var_c.append(ci)
+            var_t.append(k)
+            obj.append(-g * v)
+            cap_coef.append(g)
+    if not obj:
+        return {}, {}
+    from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
+
+    nv = len(obj)
+    n = len(keys)
+    idx = np.arange(nv)
+    a_rows = np.concatenate([np.asarray(var_c), n + np.asarray(var_t)])
+    a_cols = np.concatenate([idx, idx])
+    a_vals = np.concatenate([np.ones(nv), np.asarray(cap_coef)])
+    a_ub = coo_matrix((a_vals, (a_rows, a_cols)), shape=(n + m, nv)).tocsr()
+    counts = np.array([len(classes[k]) for k in keys], dtype=float)
+    b_ub = np.concatenate([counts, np.array([capacity.get(t, 0.0) for t in types])])
+    res = linprog(np.asarray(obj), A_ub=a_ub, b_ub=b_ub, bounds=(0.0, None), method="highs")
+    if res.status != 0 or res.x is None:
+        return {}, {}
+    marg = getattr(getattr(res, "ineqlin", None), "marginals", None)
+    price = {t: float(-marg[n + col[t]]) for t in types} if marg is not None else {}
+    share: dict[str, dict[str, float]] = {}
+    for i in range(nv):
+        x = float(res.x[i])
+        if x <= 1e-9:
+            continue
+        members = classes[keys[var_c[i]]]
+        for row in members:
+            share.setdefault(row.job.name, {})[types[var_t[i]]] = x / len(members)
+    return share, price
+
+
+def aware_orders(
+    snapshot: ClusterSnapshot,
+    infos: Mapping[str, TypeInfo],
+    oracle: ThroughputOracle,
+    ranked: Sequence[Job],
+    *,
+    horizon_s: float = DEFAULT_HORIZON_S,
+    table: ThroughputTable | None = None,
+) -> dict[str, tuple[str, ...]]:
+    """``TypePlanner(...).orders(ranked)``, asking the oracle (one batched call) unless ``table`` is given.
+
+    Empty on a cluster of one GPU type (nothing to choose: callers use the free-GPU order).
+    """
+    if len(infos) <= 1:
+        return {}
+    if table is None:
+        table = ThroughputTable(oracle, [j for j in ranked if j.remaining_work > 0], infos, size_bounds)
+    return TypePlanner(snapshot, infos, table, horizon_s=horizon_s).orders(ranked)
