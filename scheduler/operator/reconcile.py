@@ -456,6 +456,8 @@ class Operator:
         if out.count is not None:
             report.actions.setdefault(out.count, []).append(view.key)
             metrics.OPERATOR_ACTIONS.labels(kind=out.count).inc()
+        if out.migration is not None:
+            metrics.OPERATOR_MIGRATIONS.labels(from_type=out.migration[0], to_type=out.migration[1]).inc()
         if out.lost_work > 0:
             metrics.OPERATOR_LOST_WORK.labels(unit=out.work_unit).inc(out.lost_work)
         if out.queue_wait_s is not None:

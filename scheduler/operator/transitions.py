@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from scheduler.core.decisions import Action, ActionKind, Unschedulable
+from scheduler.core.planner import is_migration
 from scheduler.core.types import Allocation, Job
 from scheduler.k8s import crd
 from scheduler.operator.observe import GangState, JobView, PodView, intended_allocation
@@ -104,6 +105,9 @@ class Outcome:
     events: tuple[Event, ...] = ()
     #: the action counted in ``perfsched_operator_actions_total`` (start, resize, preempt, ...)
     count: str | None = None
+    #: (from GPU type, to GPU type) when the action moves a running job to other GPUs
+    #: (``perfsched_operator_migrations_total``)
+    migration: tuple[str, str] | None = None
     lost_work: float = 0.0
     work_unit: str = ""
     queue_wait_s: float | None = None
@@ -451,6 +455,9 @@ def _stop(spec: crd.TrainingJobSpec, view: JobView, job: Job, action: Action, no
         grace_seconds=grace,
         events=status_events(old, new, created=_created(view)),
         count="resize" if resize else "preempt",
+        migration=(before.gpu_type, after.gpu_type)
+        if is_migration(action) and before is not None and after is not None
+        else None,
     )
 
 

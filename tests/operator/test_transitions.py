@@ -11,7 +11,7 @@ checkpoint grace 20 s, created at T0; ``NOW`` = T0 + 600 s.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -615,3 +615,15 @@ def test_allocation_status_round_trips() -> None:
         "replicas": 3, "gpuType": "V100", "gpusPerReplica": 1, "nodes": ["n1", "n2"],
         "replicasPerNode": {"n1": 2, "n2": 1},
     }  # fmt: skip
+
+
+def test_a_move_to_another_gpu_type_is_counted_as_a_migration_a_resize_in_place_is_not() -> None:
+    resize = next(r for r in ROWS if r.name.startswith("RESIZE 2 -> 1 replicas"))
+    out, _ = _outcome(resize)
+    assert out is not None and out.count == "resize" and out.migration is None
+    # the same 2-replica gang moved from A100 to V100: a RESIZE the planner marks as a migration
+    moved = alloc(KEY, "V100", 2, n1=2)
+    row = replace(resize, action=Action(ActionKind.RESIZE, KEY, A2, moved, "faster type"))
+    out, _ = _outcome(row)
+    assert out is not None and out.count == "resize" and out.migration == ("A100", "V100")
+    assert out.events and "moving from" in out.events[0].message
