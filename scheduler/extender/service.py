@@ -20,8 +20,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import anyio
 import orjson
-from fastapi.concurrency import run_in_threadpool
+from anyio.to_thread import run_sync
 
 from scheduler import metrics
 from scheduler.core.errors import ConfigError, PermanentError
@@ -37,6 +38,8 @@ from scheduler.settings import Settings
 
 log = logging.getLogger(__name__)
 
+#: threads making the API calls of binds at once (the API client pools 32 connections)
+_API_THREADS = 8
 #: a verb's answer: HTTP status and the JSON reply
 Reply = tuple[int, bytes]
 
@@ -104,6 +107,9 @@ class ExtenderService:
         self.cache = cache
         self._binder = binder
         self._record_placement = settings.extender_record_placement
+        # API calls of binds run in a few threads of their own: the API client's connection pool keeps
+        # one connection per thread (no TLS handshake per bind) and few threads fight over the GIL
+        self._api_threads = anyio.CapacityLimiter(_API_THREADS)
         index = NodeIndex(cache)
         self._filter = Filter(index, GangPlans(cache))
         self._score = Scorer(
@@ -257,7 +263,7 @@ class ExtenderService:
             metrics.EXTENDER_BINDS.labels("error").inc()
             return refused
         try:
-            await run_in_threadpool(binder.bind, ns, name, args.PodUID, node)
+            await run_sync(binder.bind, ns, name, args.PodUID, node, limiter=self._api_threads)
         except PermanentError as exc:
             self.cache.forget(ns, name)
             metrics.EXTENDER_BINDS.labels("error").inc()
@@ -271,7 +277,9 @@ class ExtenderService:
         if pod is not None and pod.job and self._record_placement:
             job_ns, _, job_name = pod.job.partition("/")
             try:
-                await run_in_threadpool(binder.record_placement, job_ns, job_name, {name: node})
+                await run_sync(
+                    binder.record_placement, job_ns, job_name, {name: node}, limiter=self._api_threads
+                )
                 metrics.EXTENDER_PLACEMENT_RECORDS.labels("success").inc()
             except Exception as exc:  # best effort (the pod's nodeName is the truth): counted and logged
                 metrics.EXTENDER_PLACEMENT_RECORDS.labels("error").inc()
