@@ -94,7 +94,7 @@ def create_app(
                 title=app.title, version=app.version, description=app.description, routes=app.routes
             )
             spec.setdefault("components", {}).setdefault("schemas", {}).update(schemas)
-            spec.setdefault("paths", {}).update(_VERB_PATHS)
+            spec.setdefault("paths", {}).update(_verb_paths())
             app.openapi_schema = spec
         return app.openapi_schema
 
@@ -147,54 +147,34 @@ def _add_probes(app: FastAPI, cache: ClusterCache, registry: CollectorRegistry) 
         return Response(content=generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
-def _verb_path(verb: str, request: str, reply: dict[str, Any], description: str) -> dict[str, Any]:
-    operation = {"summary": verb.capitalize(), "operationId": verb, **_body(request)}
-    return {"post": {**operation, "responses": _reply(reply, description)}}
-
-
 def _ref(name: str) -> dict[str, Any]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
 def _openapi_schemas() -> dict[str, Any]:
-    models: list[type[BaseModel]] = [
-        wire.ExtenderArgs,
-        wire.ExtenderFilterResult,
-        wire.HostPriority,
-        wire.ExtenderBindingArgs,
-        wire.ExtenderBindingResult,
-        wire.ExtenderPreemptionArgs,
-        wire.ExtenderPreemptionResult,
-    ]
-    _, top = models_json_schema(
-        [(m, "validation") for m in models], ref_template="#/components/schemas/{model}"
-    )
+    models: list[type[BaseModel]] = [wire.ExtenderArgs, wire.ExtenderFilterResult, wire.HostPriority]
+    models += [wire.ExtenderBindingArgs, wire.ExtenderBindingResult]
+    models += [wire.ExtenderPreemptionArgs, wire.ExtenderPreemptionResult]
+    _, top = models_json_schema([(m, "validation") for m in models], ref_template=_ref("{model}")["$ref"])
     defs: dict[str, Any] = top.get("$defs", {})
     return defs
 
 
-def _body(name: str) -> dict[str, Any]:
-    return {"requestBody": {"required": True, "content": {_JSON: {"schema": _ref(name)}}}}
-
-
-def _reply(schema: dict[str, Any], description: str) -> dict[int | str, dict[str, Any]]:
-    return {
-        200: {"description": description, "content": {_JSON: {"schema": schema}}},
-        400: {"description": 'malformed body; {"Error": message naming the field}'},
-        413: {"description": "body over the size limit"},
-    }
-
-
-#: the OpenAPI paths of the four verbs (plain routes, which FastAPI does not describe itself)
-_VERB_PATHS = {
-    "/filter": _verb_path("filter", "ExtenderArgs", _ref("ExtenderFilterResult"), "ExtenderFilterResult"),
-    "/prioritize": _verb_path(
-        "prioritize", "ExtenderArgs", {"type": "array", "items": _ref("HostPriority")}, "HostPriorityList"
-    ),
-    "/bind": _verb_path(
-        "bind", "ExtenderBindingArgs", _ref("ExtenderBindingResult"), "ExtenderBindingResult"
-    ),
-    "/preempt": _verb_path(
-        "preempt", "ExtenderPreemptionArgs", _ref("ExtenderPreemptionResult"), "ExtenderPreemptionResult"
-    ),
-}
+def _verb_paths() -> dict[str, Any]:
+    """The OpenAPI paths of the four verbs (plain routes, which FastAPI does not describe itself)."""
+    paths: dict[str, Any] = {}
+    for verb, request, reply in (
+        ("filter", "ExtenderArgs", "ExtenderFilterResult"),
+        ("prioritize", "ExtenderArgs", "HostPriorityList"),
+        ("bind", "ExtenderBindingArgs", "ExtenderBindingResult"),
+        ("preempt", "ExtenderPreemptionArgs", "ExtenderPreemptionResult"),
+    ):
+        schema = {"type": "array", "items": _ref("HostPriority")} if verb == "prioritize" else _ref(reply)
+        responses = {
+            200: {"description": reply, "content": {_JSON: {"schema": schema}}},
+            400: {"description": 'malformed body; {"Error": message naming the field}'},
+            413: {"description": "body over the size limit"},
+        }
+        body = {"required": True, "content": {_JSON: {"schema": _ref(request)}}}
+        paths[f"/{verb}"] = {"post": {"operationId": verb, "requestBody": body, "responses": responses}}
+    return paths

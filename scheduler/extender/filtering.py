@@ -101,6 +101,8 @@ class Filter:
     def __call__(
         self, ctx: PodContext, names: Sequence[str], node_objects: Sequence[Any] | None
     ) -> FilterOutcome:
+        if ctx.gpus <= 0:  # not ours: it passes untouched
+            return FilterOutcome(list(names), {}, {}, managed=False)
         if ctx.job_problem:
             # the TrainingJob itself cannot be scheduled as written: no node will do
             reason = f"perfsched: TrainingJob {ctx.pod.job} cannot be scheduled: {ctx.job_problem}"

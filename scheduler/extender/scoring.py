@@ -38,7 +38,7 @@ from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import Allocation, Interconnect, Node, PlacementShape
 from scheduler.extender.context import PodContext, job_key, score_signature
 from scheduler.extender.filtering import request_node
-from scheduler.extender.nodes import FREE_BITS, FREE_MASK, NodeIndex, class_of
+from scheduler.extender.nodes import FREE_MASK, NodeIndex, class_of
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,8 @@ class Scorer:
         self, ctx: PodContext, names: Sequence[str], node_objects: Sequence[Any] | None
     ) -> tuple[list[Any], dict[Any, int]]:
         """A score class per name and a score per class: ``names[i]`` scores ``scores[keys[i]]``."""
+        if ctx.gpus <= 0:  # not ours: neutral
+            return [None] * len(names), {None: 0}
         nodes = self._index.nodes
         w = self._weights
         anchors = ctx.anchors(nodes)
@@ -127,7 +129,7 @@ class Scorer:
         for key in dict.fromkeys(keys):  # each class's first name, in order
             i = keys.index(key, i + 1)
             if key is not None and key not in reps:
-                reps[key] = (nodes[names[i]], _free_of(key))
+                reps[key] = (nodes[names[i]], key & FREE_MASK)
         scores, complete = self._score_classes(ctx, terms, reps)
         scores[None] = 0
         if known and complete:
@@ -336,15 +338,8 @@ class Scorer:
         return out
 
 
-def _free_of(key: Any) -> int:
-    return int(key) & FREE_MASK
-
-
 def _level_of(key: Any) -> LocalityLevel:
     """The locality level folded into a score class key (cluster when none was)."""
     if type(key) is tuple:
         return LocalityLevel(key[-2]) if len(key) == 6 else LocalityLevel.CLUSTER
     return LocalityLevel(LocalityLevel.CLUSTER - ((key >> _LEVEL_SHIFT) & 0xF))
-
-
-__all__ = ["FREE_BITS", "Scorer", "Weights"]

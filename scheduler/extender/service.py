@@ -169,22 +169,15 @@ class ExtenderService:
     def filter(self, body: bytes, start: float) -> Reply:
         try:
             args = wire.parse_extender_args(_json(body))
-            outcome = self._decide(args.pod, lambda ctx: self._filter_outcome(ctx, args))
+            outcome = self._decide(args.pod, lambda ctx: self._filter(ctx, args.names, args.node_objects))
         except (BadRequest, wire.WireError, ConfigError) as exc:
             return self.bad("filter", start, exc)
         except Exception as exc:
             self.failed("filter", exc, body)
             self.done("filter", start, 200)
             error = f"perfsched: internal error in filter: {wire.quote(str(exc))}"
-            return 200, orjson.dumps(
-                {
-                    "Nodes": None,
-                    "NodeNames": None,
-                    "FailedNodes": None,
-                    "FailedAndUnresolvableNodes": None,
-                    "Error": error,
-                }
-            )
+            empty = dict.fromkeys(("Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes"))
+            return 200, orjson.dumps({**empty, "Error": error})
         self._nodes_in.observe(len(args.names))
         self._nodes_passed.observe(len(outcome.passed))
         for reason, n in outcome.categories.items():
@@ -192,18 +185,13 @@ class ExtenderService:
         self.done("filter", start, 200)
         return 200, _filter_reply(outcome, args)
 
-    def _filter_outcome(self, ctx: PodContext, args: wire.ParsedArgs) -> FilterOutcome:
-        if ctx.gpus <= 0:
-            return FilterOutcome(list(args.names), {}, {}, managed=False)
-        return self._filter(ctx, args.names, args.node_objects)
-
     def prioritize(self, body: bytes, start: float) -> Reply:
         try:
             args = wire.parse_extender_args(_json(body))
         except (BadRequest, wire.WireError) as exc:
             return self.bad("prioritize", start, exc)
         try:
-            keys, scores = self._decide(args.pod, lambda ctx: self._scores(ctx, args))
+            keys, scores = self._decide(args.pod, lambda ctx: self._score(ctx, args.names, args.node_objects))
         except ConfigError as exc:
             return self.bad("prioritize", start, exc)
         except Exception as exc:
@@ -212,11 +200,6 @@ class ExtenderService:
         reply = orjson.dumps([{"Host": h, "Score": scores[k]} for h, k in zip(args.names, keys, strict=True)])
         self.done("prioritize", start, 200)
         return 200, reply
-
-    def _scores(self, ctx: PodContext, args: wire.ParsedArgs) -> tuple[list[Any], dict[Any, int]]:
-        if ctx.gpus <= 0:
-            return [None] * len(args.names), {None: 0}
-        return self._score(ctx, args.names, args.node_objects)
 
     def preempt(self, body: bytes, start: float) -> Reply:
         try:
