@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import compress, filterfalse
+from itertools import compress, filterfalse, repeat
+from operator import is_, itemgetter, not_
 from typing import Any
 
 from scheduler.core.decisions import Unschedulable
@@ -107,19 +108,21 @@ class Filter:
             # the TrainingJob itself cannot be scheduled as written: no node will do
             reason = f"perfsched: TrainingJob {ctx.pod.job} cannot be scheduled: {ctx.job_problem}"
             return FilterOutcome([], {}, dict.fromkeys(names, reason), {R_JOB: len(names)} if names else {})
-        verdicts = self._verdicts(ctx, names, node_objects)
+        per_name, counts = self._verdicts(ctx, names, node_objects)
         cats: dict[str, int] = {}
-        for v, n in verdicts.counts.items():
+        for v, n in counts.items():
             if v is not None:
                 cats[v[2]] = cats.get(v[2], 0) + n
-        ok = [v is None for v in verdicts.per_name]
-        fits = list(compress(names, ok)) if not verdicts.all_pass else list(names)
-        failed: dict[str, str] = {}
-        unres: dict[str, str] = {}
-        if not verdicts.all_pass:
-            for name, v in zip(names, verdicts.per_name, strict=True):
-                if v is not None:
-                    (failed if v[1] else unres)[name] = v[0]
+        fits, failed, unres = list(names), {}, {}
+        if len(counts) > 1 or None not in counts:  # some refused: split with C-speed passes, in order
+            ok = list(map(is_, per_name, repeat(None)))
+            fits = list(compress(names, ok))
+            bad = list(map(not_, ok))
+            verdicts_bad: list[Any] = list(compress(per_name, bad))  # (reason, resolvable, category)
+            refused = list(zip(compress(names, bad), map(itemgetter(0), verdicts_bad), strict=True))
+            resolvable = list(map(itemgetter(1), verdicts_bad))
+            failed = dict(compress(refused, resolvable))
+            unres = dict(compress(refused, map(not_, resolvable)))
         if not ctx.in_gang:
             return FilterOutcome(fits, failed, unres, cats)
         fit_set = set(fits)
@@ -142,8 +145,10 @@ class Filter:
             cats[R_GANG] = cats.get(R_GANG, 0) + len(outside)
         return FilterOutcome(list(filter(in_plan, fits)), failed, unres, cats)
 
-    def _verdicts(self, ctx: PodContext, names: Sequence[str], node_objects: Sequence[Any] | None) -> _Names:
-        """Each name's verdict, deciding each class key once."""
+    def _verdicts(
+        self, ctx: PodContext, names: Sequence[str], node_objects: Sequence[Any] | None
+    ) -> tuple[list[Verdict], Counter[Verdict]]:
+        """Each name's verdict, deciding each class key once; and how many names got each verdict."""
         keys = self._index.keys(names)
         counts = Counter(keys)
         memo = self._memo.get(filter_signature(ctx))
@@ -163,11 +168,11 @@ class Filter:
             by_verdict: Counter[Verdict] = Counter()
             for key, n in counts.items():
                 by_verdict[memo[key]] += n  # type: ignore[index]
-            return _Names(per_name, by_verdict)
+            return per_name, by_verdict
         per_name = [None if k in own else memo[k] for k in keys]  # type: ignore[index]
         for i in [i for i, k in enumerate(keys) if k in own]:
             per_name[i] = self._own_verdict(ctx, names[i], keys[i], node_objects, i)
-        return _Names(per_name, Counter(per_name))
+        return per_name, Counter(per_name)
 
     def _own_verdict(
         self, ctx: PodContext, name: str, key: int | None, node_objects: Sequence[Any] | None, i: int
@@ -179,15 +184,3 @@ class Filter:
             reason = f"perfsched: node {name} is not in the extender's cache yet (watch lag); retry"
             return reason, True, R_UNKNOWN_NODE
         return class_verdict(ctx, node, node.gpus if node.schedulable else 0)
-
-
-@dataclass(slots=True)
-class _Names:
-    """Verdicts of a request's names: one per name, and how many names got each verdict."""
-
-    per_name: list[Verdict]
-    counts: Counter[Verdict]
-
-    @property
-    def all_pass(self) -> bool:
-        return len(self.counts) == 1 and None in self.counts

@@ -16,6 +16,7 @@ prioritize errors), bind's ``Error`` field.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -66,21 +67,16 @@ class BadRequest(Exception):
 
 
 class _Predictions:
-    """Bookkeeping for the predictor metrics (calls, hits, misses, hit ratio)."""
+    """Bookkeeping for the predictor metrics (calls, rows hit and missed, hit ratio since start)."""
 
     def __init__(self) -> None:
-        self.hits = 0
-        self.total = 0
+        self.hits = self.total = 0
 
     def __call__(self, sent: int, hits: int, misses: int) -> None:
-        if sent:
-            metrics.EXTENDER_PREDICTOR_CALLS.inc()
-        if hits:
-            metrics.EXTENDER_PREDICTOR_ROWS.labels("hit").inc(hits)
-        if misses:
-            metrics.EXTENDER_PREDICTOR_ROWS.labels("miss").inc(misses)
-        self.hits += hits
-        self.total += hits + misses
+        metrics.EXTENDER_PREDICTOR_CALLS.inc(1 if sent else 0)
+        metrics.EXTENDER_PREDICTOR_ROWS.labels("hit").inc(hits)
+        metrics.EXTENDER_PREDICTOR_ROWS.labels("miss").inc(misses)
+        self.hits, self.total = self.hits + hits, self.total + hits + misses
         if self.total:
             metrics.EXTENDER_PREDICTOR_HIT_RATIO.set(self.hits / self.total)
 
@@ -197,7 +193,7 @@ class ExtenderService:
         except Exception as exc:
             self.failed("prioritize", exc, body)
             keys, scores = [None] * len(args.names), {None: 0}
-        reply = orjson.dumps([{"Host": h, "Score": scores[k]} for h, k in zip(args.names, keys, strict=True)])
+        reply = _host_priority_list(args.names, keys, scores)
         self.done("prioritize", start, 200)
         return 200, reply
 
@@ -290,3 +286,19 @@ def _filter_reply(outcome: FilterOutcome, args: wire.ParsedArgs) -> bytes:
             "Error": "",
         }
     )
+
+
+#: names that may be copied into a JSON string as they are, one per line
+_PLAIN_LINES = re.compile(r"[\x20\x21\x23-\x5b\x5d-\x7e\n]*")
+
+
+def _host_priority_list(names: list[str], keys: list[Any], scores: dict[Any, int]) -> bytes:
+    """The HostPriorityList ``[{"Host": names[i], "Score": scores[keys[i]]}, ...]`` as JSON: node names
+    (DNS names, nothing to escape) interleaved with each class's prebuilt tail in one join, at C speed."""
+    joined = "\n".join(names)
+    if not names or joined.count("\n") != len(names) - 1 or not _PLAIN_LINES.fullmatch(joined):
+        return orjson.dumps([{"Host": h, "Score": scores[k]} for h, k in zip(names, keys, strict=True)])
+    tails = {k: f'","Score":{s}}},{{"Host":"' for k, s in scores.items()}
+    parts: list[str] = [""] * (2 * len(names) + 1)
+    parts[0], parts[1::2], parts[2::2] = '[{"Host":"', names, map(tails.__getitem__, keys)
+    return ("".join(parts[:-1]) + parts[-1][: -len(',{"Host":"')] + "]").encode()

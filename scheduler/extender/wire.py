@@ -183,13 +183,11 @@ def parse_extender_args(body: object) -> ParsedArgs:
         if not isinstance(names_raw, list):
             raise WireError(f"NodeNames: expected a list of node names, got {_kind(names_raw)}")
         try:
-            longest = max(map(len, names_raw), default=0)  # C speed; refuses anything but sized values
+            "".join(names_raw)  # C speed; refuses anything but strings
         except TypeError:
-            longest = -1
-        if longest < 0 or not all(type(n) is str for n in names_raw):
-            for i, n in enumerate(names_raw):
-                if not isinstance(n, str):
-                    raise WireError(f"NodeNames[{i}]: expected a string, got {_kind(n)}")
+            i = next(i for i, n in enumerate(names_raw) if not isinstance(n, str))
+            raise WireError(f"NodeNames[{i}]: expected a string, got {_kind(names_raw[i])}") from None
+        longest = max(map(len, names_raw), default=0)
         if longest > MAX_NAME:
             i = next(i for i, n in enumerate(names_raw) if len(n) > MAX_NAME)
             raise WireError(f"NodeNames[{i}]: {longest} characters, over Kubernetes' limit of {MAX_NAME}")
