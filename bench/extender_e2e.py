@@ -163,6 +163,7 @@ def run(
     tuning: SchedulerTuning,
     profile: str,
     logs: str = "",
+    tree: str = "",
 ) -> Run:
     """One cluster, one scheduler: create everything, start the scheduler, wait until all are bound."""
     scheduler_name = "perfsched" if with_extender else "default-scheduler"
@@ -184,7 +185,7 @@ def run(
             with ThreadPoolExecutor(max_workers=8) as pool:
                 list(pool.map(lambda body: core.create_namespaced_pod(NAMESPACE, body), bodies))
             if with_extender:
-                spy = _start_extender(dc, state, Path(tmp), profile, nodes)
+                spy = _start_extender(dc, state, Path(tmp), profile, nodes, tree)
             binds = BindWatch(api)
             cpu0 = _cpu_seconds(dc)
             t0 = time.monotonic()
@@ -259,14 +260,18 @@ def _extender_calls(port: int) -> dict[str, list[float]]:
 
 
 def _start_extender(
-    dc: DevCluster, state: Any, tmp: Path, profile: str, nodes: int
+    dc: DevCluster, state: Any, tmp: Path, profile: str, nodes: int, tree: str = ""
 ) -> subprocess.Popen[bytes] | None:
+    """Start ``perfsched extender`` (from source tree ``tree`` if given) and wait until it is ready."""
     import httpx
 
     port = state.ports["extender"]
     argv = [sys.executable, "-m", "scheduler.cli", "extender", "--host", "127.0.0.1", "--port", str(port)]
     argv += ["--kubeconfig", state.kubeconfig]
-    _proc, record = spawn("extender", argv, tmp / "dc" / "logs" / "extender.log")
+    env = {"PYTHONPATH": tree} if tree else None
+    _proc, record = spawn(
+        "extender", argv, tmp / "dc" / "logs" / "extender.log", env, Path(tree) if tree else None
+    )
     dc.add_process(record)
     deadline = time.monotonic() + 120
     while True:
@@ -305,6 +310,7 @@ def main() -> None:
     ap.add_argument("--burst", type=int, default=2000, help="client burst of both kube-schedulers")
     ap.add_argument("--profile", default="", help="directory for py-spy profiles of the extender")
     ap.add_argument("--logs", default="", help="directory to keep the clusters' logs in")
+    ap.add_argument("--before", default="", help="also run the extender of this source tree (before/after)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     tuning = SchedulerTuning(qps=args.qps, burst=args.burst)
@@ -325,6 +331,16 @@ def main() -> None:
         )
         rows[-1]["gang_median_s"] = {"bare": bare.gang_median_s, "extender": ext.gang_median_s}
         _print(bare, ext, tuning)
+        if args.before:
+            old = run(nodes, pods, args.gangs, True, tuning, "", args.logs, args.before)
+            rows[-1]["before"] = asdict(old)
+            print(
+                f"  extender from {args.before}: {old.pods_per_s:.1f} pods/s, "
+                f"ratio {old.pods_per_s / bare.pods_per_s:.2f}"
+            )
+            print(
+                f"    CPU {old.cpu_ms_per_pod.get('extender', 0):.2f} ms per pod; calls {old.extender_calls}"
+            )
     load.append(os.getloadavg()[0])
     record = {"qps": args.qps, "burst": args.burst, "runs": rows, "load_avg_1m": [round(x, 2) for x in load]}
     out = HERE / "results"

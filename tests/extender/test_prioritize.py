@@ -115,3 +115,16 @@ def test_scores_stay_in_0_to_10_and_unknown_nodes_score_0(client_for: Callable[.
     got = scores(client, kube_pod("p", 1, model="bert", batch_size=32), ["a100-1", "ghost", "t4-0"])
     assert got["ghost"] == 0
     assert all(0 <= s <= 10 for s in got.values())
+
+
+def test_the_reply_lists_every_name_in_order_whatever_its_characters(
+    client_for: Callable[..., TestClient],
+) -> None:
+    """The reply is written by one join over the names; names JSON must escape take the slow way."""
+    client = client_for(hetero_cache())
+    pod = kube_pod("p", 1)
+    for names in (["a100-1", "ghost", "t4-0"], ['we"ird', "a100-1", "back\\slash", "new\nline", "ü"], []):
+        reply = client.post("/prioritize", json={"Pod": pod, "NodeNames": names})
+        assert reply.status_code == 200
+        assert [e["Host"] for e in reply.json()] == names
+        assert all(0 <= e["Score"] <= 10 for e in reply.json())
