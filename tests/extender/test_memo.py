@@ -245,3 +245,23 @@ def _rejections(category: str) -> float:
         "perfsched_extender_filter_rejections_total", {"reason": category}
     )
     return value or 0.0
+
+
+def test_node_keys_follow_every_change_the_cache_sees() -> None:
+    """The extender's per-node class keys change exactly when the cache says a node changed."""
+    from scheduler.extender.nodes import FREE_MASK, NodeIndex
+
+    cache = fed_cache([kube_node("a", "A100", 8), kube_node("b", "A100", 8), kube_node("c", "V100", 4)])
+    index = NodeIndex(cache)
+    assert index.key["a"] == index.key["b"] != index.key["c"]  # a and b are alike: one class
+    cache.apply(Kind.PODS, "ADDED", kube_pod("p", 3, node="a"))
+    assert index.key["a"] & FREE_MASK == 5 and index.key["b"] & FREE_MASK == 8
+    cache.assume("team-a", "q", "uid-q", "b", 2)  # a bind's reservation counts at once
+    assert index.key["b"] & FREE_MASK == 6
+    cache.apply(Kind.NODES, "MODIFIED", kube_node("b", "A100", 8, unschedulable=True))
+    assert index.key["b"] >> 16 != index.key["a"] >> 16  # cordoned: another class
+    cache.apply(Kind.NODES, "DELETED", kube_node("c", "V100", 4))
+    assert "c" not in index.key
+    cache.replace(Kind.NODES, [kube_node("d", "A100", 8)], "2")  # a relist replaces every node
+    assert set(index.key) == {"d"}
+    assert index.key["d"] >> 16 == 0  # the class of a and b: class numbers are never reused
