@@ -39,8 +39,8 @@ from scheduler.settings import Settings
 
 log = logging.getLogger(__name__)
 
-#: threads making the API calls of binds at once (the API client pools 32 connections)
-_API_THREADS = 8
+#: threads making the API calls of binds at once: as many as the API client pools connections (32)
+_API_THREADS = 32
 #: a verb's answer: HTTP status and the JSON reply
 Reply = tuple[int, bytes]
 
@@ -103,8 +103,8 @@ class ExtenderService:
         self.cache = cache
         self._binder = binder
         self._record_placement = settings.extender_record_placement
-        # API calls of binds run in a few threads of their own: the API client's connection pool keeps
-        # one connection per thread (no TLS handshake per bind) and few threads fight over the GIL
+        # a Binding waits on the API server and etcd (tens to hundreds of ms under load): binds/s is
+        # threads / that latency; no more threads than pooled connections (no TLS handshake per bind)
         self._api_threads = anyio.CapacityLimiter(_API_THREADS)
         index = NodeIndex(cache)
         self._filter = Filter(index, GangPlans(cache))
