@@ -1,13 +1,19 @@
-"""End-to-end scheduling throughput with the perfsched extender vs the same kube-scheduler without it.
+"""End-to-end scheduling throughput: the real kube-scheduler with the perfsched extender vs without it.
 
-Same run, same machine: the harness's ``run_scheduling_bench`` (``bench/kube_scheduler_baseline.py``) brings
-up a dev cluster with N KWOK nodes (8 GPUs each) and M one-GPU pods created before the scheduler starts,
-then times the real kube-scheduler until every pod is bound: once with the ``default-scheduler`` profile
-(no extender), once with the ``perfsched`` profile calling ``perfsched extender`` for filter, prioritize
-and bind. Target: with the extender >= 70% of the baseline's pods/s.
+Same run, same machine, same client limits: for each node count, a dev cluster (real etcd,
+kube-apiserver, KWOK nodes of 8 GPUs) gets its one-GPU pods and its gangs (TrainingJob-labelled pods,
+8 x 1-GPU replicas each) created *before* the scheduler starts; then one real kube-scheduler schedules
+them all, once with the ``default-scheduler`` profile (no extender) and once with the ``perfsched``
+profile calling ``perfsched extender`` for filter, prioritize and bind. Both schedulers get the same
+raised client QPS/burst (default 1000/2000), so neither is capped by its API client.
 
-Run: ``python bench/extender_e2e.py [--nodes 500] [--pods 2000] [--json]``; writes
-``bench/results/extender_e2e.json``.
+Bind times are taken by a watch in this process (local monotonic clock, not the 1 s resolution of
+``PodScheduled``): pods/s = (pods - 1) / (last bind - first bind); per gang, the seconds from its first
+replica's bind to its last. ``--profile DIR`` samples the extender with py-spy during its run
+(``--py-spy PATH``; a speedscope JSON per node count).
+
+Run: ``python bench/extender_e2e.py [--nodes 500,5000] [--pods 2000] [--gangs 10] [--qps 1000]
+[--burst 2000] [--json]``; prints both runs and their ratio, and writes ``bench/results/extender_e2e.json``.
 """
 
 from __future__ import annotations
@@ -15,61 +21,354 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import signal
+import statistics
+import subprocess
 import sys
+import tempfile
+import threading
 import time
-from dataclasses import asdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from kube_scheduler_baseline import perfsched_extender_argv, run_scheduling_bench  # noqa: E402
+from kubernetes import client as k8s  # noqa: E402
+from kubernetes import watch  # noqa: E402
 
+from scheduler.core.types import Interconnect, Node  # noqa: E402
+from scheduler.devcluster.cluster import DevCluster, UpOptions  # noqa: E402
 from scheduler.devcluster.configs import SchedulerTuning  # noqa: E402
+from scheduler.devcluster.process import spawn  # noqa: E402
+from scheduler.k8s import bootstrap  # noqa: E402
+
+NAMESPACE = "bench"
+GANG_SIZE = 8
+
+
+@dataclass
+class Run:
+    scheduler: str
+    nodes: int
+    pods: int
+    gangs: int
+    pods_per_s: float
+    first_to_last_bind_s: float
+    wall_s: float
+    gang_span_s: list[float] = field(default_factory=list)
+    #: CPU ms per pod of each component while the scheduler ran
+    cpu_ms_per_pod: dict[str, float] = field(default_factory=dict)
+    #: per verb: [calls, mean ms per call as the extender measured it]
+    extender_calls: dict[str, list[float]] = field(default_factory=dict)
+
+    @property
+    def gang_median_s(self) -> float:
+        return round(statistics.median(self.gang_span_s), 3) if self.gang_span_s else 0.0
+
+
+def _nodes(n: int) -> list[Node]:
+    return [
+        Node(
+            name=f"bench-{i}",
+            gpu_type="V100",
+            gpus=8,
+            gpu_product="Tesla-V100-SXM2-16GB",
+            rack=f"rack-{i // 20}",
+            nvlink_domain=f"nvl-{i}",
+            interconnect=Interconnect.NVLINK,
+        )
+        for i in range(n)
+    ]
+
+
+def _pod(name: str, scheduler_name: str, gang: str = "", replica: int = 0) -> dict[str, Any]:
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    if gang:
+        labels = {"perfsched.dev/job-name": gang, "perfsched.dev/generation": "1"}
+        labels["perfsched.dev/replica-index"] = str(replica)
+        annotations = {"perfsched.dev/world-size": str(GANG_SIZE)}
+    return {
+        "metadata": {"name": name, "labels": labels, "annotations": annotations},
+        "spec": {
+            "schedulerName": scheduler_name,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "10m"}},
+                }
+            ],
+        },
+    }
+
+
+def _trainingjob(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "perfsched.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": {
+            "model": "resnet50",
+            "dataset": "imagenet",
+            "batchSize": 256,
+            "precision": "amp",
+            "work": {"iterations": 1000},
+            "replicas": {"max": GANG_SIZE, "gpusPerReplica": 1},
+            "template": {"spec": {"containers": [{"name": "worker", "image": "trainer:1"}]}},
+        },
+    }
+
+
+class BindWatch:
+    """Watches the namespace's pods and notes, on this process's clock, when each is first bound."""
+
+    def __init__(self, api: Any) -> None:
+        self.bound: dict[str, float] = {}
+        self._core = k8s.CoreV1Api(api)
+        self._stop = threading.Event()
+        self._rv = self._core.list_namespaced_pod(NAMESPACE, limit=1).metadata.resource_version
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        w = watch.Watch()
+        while not self._stop.is_set():
+            stream = w.stream(
+                self._core.list_namespaced_pod, NAMESPACE, resource_version=self._rv, timeout_seconds=30
+            )
+            for event in stream:
+                pod = event["object"]
+                self._rv = pod.metadata.resource_version
+                if pod.spec.node_name and pod.metadata.name not in self.bound:
+                    self.bound[pod.metadata.name] = time.monotonic()
+                if self._stop.is_set():
+                    break
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def run(
+    nodes: int,
+    pods: int,
+    gangs: int,
+    with_extender: bool,
+    tuning: SchedulerTuning,
+    profile: str,
+    logs: str = "",
+    tree: str = "",
+) -> Run:
+    """One cluster, one scheduler: create everything, start the scheduler, wait until all are bound."""
+    scheduler_name = "perfsched" if with_extender else "default-scheduler"
+    with tempfile.TemporaryDirectory(prefix="perfsched-e2e-bench-") as tmp:
+        dc = DevCluster(Path(tmp) / "dc")
+        state = dc.up(UpOptions(nodes=_nodes(nodes), schedulers=(), timeout_s=300))
+        spy: subprocess.Popen[bytes] | None = None
+        try:
+            api = bootstrap.api_client(state.kubeconfig)
+            core = k8s.CoreV1Api(api)
+            bootstrap.create_namespace(api, NAMESPACE)
+            custom = k8s.CustomObjectsApi(api)
+            bodies = [_pod(f"p-{i}", scheduler_name) for i in range(pods)]
+            for g in range(gangs):
+                custom.create_namespaced_custom_object(
+                    "perfsched.dev", "v1alpha1", NAMESPACE, "trainingjobs", _trainingjob(f"gang-{g}")
+                )
+                bodies += [_pod(f"gang-{g}-w{r}", scheduler_name, f"gang-{g}", r) for r in range(GANG_SIZE)]
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                list(pool.map(lambda body: core.create_namespaced_pod(NAMESPACE, body), bodies))
+            if with_extender:
+                spy = _start_extender(dc, state, Path(tmp), profile, nodes, tree)
+            binds = BindWatch(api)
+            cpu0 = _cpu_seconds(dc)
+            t0 = time.monotonic()
+            dc.start_scheduler("perfsched" if with_extender else "default", tuning)
+            total = len(bodies)
+            while len(binds.bound) < total:
+                if time.monotonic() - t0 > 900:
+                    raise RuntimeError(f"{total - len(binds.bound)} pods still unbound after 900 s")
+                time.sleep(0.2)
+            wall = time.monotonic() - t0
+            cpu1 = _cpu_seconds(dc)
+            binds.stop()
+            calls = _extender_calls(state.ports["extender"]) if with_extender else {}
+            api.close()
+        finally:
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)  # py-spy writes its profile on an interrupt
+                spy.wait(timeout=120)
+            dc.down()
+            if logs:
+                shutil.copytree(
+                    Path(tmp) / "dc" / "logs", Path(logs) / f"{scheduler_name}-{nodes}", dirs_exist_ok=True
+                )
+    times = sorted(binds.bound.values())
+    span = max(times[-1] - times[0], 1e-3)
+    gang_spans = []
+    for g in range(gangs):
+        at = [binds.bound[f"gang-{g}-w{r}"] for r in range(GANG_SIZE)]
+        gang_spans.append(round(max(at) - min(at), 3))
+    result = Run(
+        scheduler_name, nodes, total, gangs, round((total - 1) / span, 1), round(span, 2), round(wall, 2)
+    )
+    result.gang_span_s = gang_spans
+    result.extender_calls = calls
+    result.cpu_ms_per_pod = {k: round(1000 * (v - cpu0.get(k, 0.0)) / total, 3) for k, v in cpu1.items()}
+    return result
+
+
+def _cpu_seconds(dc: DevCluster) -> dict[str, float]:
+    """CPU seconds (user + system) each of the cluster's processes has used so far, by component."""
+    state = dc.load()
+    out: dict[str, float] = {}
+    for name, pid in (state.pids if state is not None else {}).items():
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[
+            name.removeprefix("kube-scheduler-")
+            .replace("perfsched", "kube-scheduler")
+            .replace("default", "kube-scheduler")
+        ] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def _extender_calls(port: int) -> dict[str, list[float]]:
+    """Per verb: [calls, mean ms per call] from the extender's own metrics."""
+    import httpx
+
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    sums: dict[str, dict[str, float]] = {}
+    for line in text.splitlines():
+        for part in ("_count", "_sum"):
+            head = f"perfsched_extender_request_duration_seconds{part}{{verb="
+            if line.startswith(head):
+                verb = line[len(head) + 1 : line.index('"', len(head) + 1)]
+                sums.setdefault(verb, {})[part] = float(line.rsplit(" ", 1)[1])
+    return {
+        v: [s.get("_count", 0), round(1000 * s.get("_sum", 0) / max(1, s.get("_count", 0)), 3)]
+        for v, s in sums.items()
+    }
+
+
+def _start_extender(
+    dc: DevCluster, state: Any, tmp: Path, profile: str, nodes: int, tree: str = ""
+) -> subprocess.Popen[bytes] | None:
+    """Start ``perfsched extender`` (from source tree ``tree`` if given) and wait until it is ready."""
+    import httpx
+
+    port = state.ports["extender"]
+    argv = [sys.executable, "-m", "scheduler.cli", "extender", "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["--kubeconfig", state.kubeconfig]
+    env = {"PYTHONPATH": tree} if tree else None
+    _proc, record = spawn(
+        "extender", argv, tmp / "dc" / "logs" / "extender.log", env, Path(tree) if tree else None
+    )
+    dc.add_process(record)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"extender not ready; see {record.log_path}")
+        time.sleep(0.25)
+    if not profile:
+        return None
+    out = Path(profile)
+    out.mkdir(parents=True, exist_ok=True)
+    spy_argv = [
+        os.environ.get("PY_SPY", "py-spy"),
+        "record",
+        "--pid",
+        str(record.pid),
+        "--rate",
+        "250",
+        "--gil",
+    ]
+    spy_argv += ["--format", "speedscope", "-o", str(out / f"extender-{nodes}.json")]
+    log = (out / f"py-spy-{nodes}.log").open("wb")
+    return subprocess.Popen(spy_argv, stdout=log, stderr=subprocess.STDOUT)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nodes", type=int, default=500)
-    ap.add_argument("--pods", type=int, default=2000)
-    ap.add_argument("--qps", type=float, default=50.0, help="kube-scheduler client QPS (upstream default 50)")
-    ap.add_argument(
-        "--burst", type=int, default=100, help="kube-scheduler client burst (upstream default 100)"
-    )
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--nodes", default="500,5000", help="comma-separated node counts")
+    ap.add_argument("--pods", default="2000", help="one-GPU pods, one count or one per node count")
+    ap.add_argument("--gangs", type=int, default=10, help="gangs of 8 x 1-GPU replicas")
+    ap.add_argument("--qps", type=float, default=1000.0, help="client QPS of both kube-schedulers")
+    ap.add_argument("--burst", type=int, default=2000, help="client burst of both kube-schedulers")
+    ap.add_argument("--profile", default="", help="directory for py-spy profiles of the extender")
+    ap.add_argument("--logs", default="", help="directory to keep the clusters' logs in")
+    ap.add_argument("--before", default="", help="also run the extender of this source tree (before/after)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     tuning = SchedulerTuning(qps=args.qps, burst=args.burst)
-    t0 = time.monotonic()
-    load_before = os.getloadavg()[0]
-    base = run_scheduling_bench(args.nodes, args.pods, None, tuning)
-    ext = run_scheduling_bench(args.nodes, args.pods, perfsched_extender_argv, tuning)
-    ratio = ext.pods_per_s / base.pods_per_s if base.pods_per_s else 0.0
-    record = {
-        "baseline": asdict(base),
-        "extender": asdict(ext),
-        "ratio": round(ratio, 3),
-        "target_ratio": 0.7,
-        "bench_seconds": round(time.monotonic() - t0, 1),
-        "load_avg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-    }
+    node_counts = [int(n) for n in args.nodes.split(",")]
+    pod_counts = [int(p) for p in args.pods.split(",")]
+    pod_counts += [pod_counts[-1]] * (len(node_counts) - len(pod_counts))
+    load = [os.getloadavg()[0]]
+    rows = []
+    for nodes, pods in zip(node_counts, pod_counts, strict=False):
+        bare = run(nodes, pods, args.gangs, False, tuning, "", args.logs)
+        ext = run(nodes, pods, args.gangs, True, tuning, args.profile, args.logs)
+        rows.append(
+            {
+                "bare": asdict(bare),
+                "extender": asdict(ext),
+                "ratio": round(ext.pods_per_s / bare.pods_per_s, 3),
+            }
+        )
+        rows[-1]["gang_median_s"] = {"bare": bare.gang_median_s, "extender": ext.gang_median_s}
+        _print(bare, ext, tuning)
+        if args.before:
+            old = run(nodes, pods, args.gangs, True, tuning, "", args.logs, args.before)
+            rows[-1]["before"] = asdict(old)
+            print(
+                f"  extender from {args.before}: {old.pods_per_s:.1f} pods/s, "
+                f"ratio {old.pods_per_s / bare.pods_per_s:.2f}"
+            )
+            print(
+                f"    CPU {old.cpu_ms_per_pod.get('extender', 0):.2f} ms per pod; calls {old.extender_calls}"
+            )
+    load.append(os.getloadavg()[0])
+    record = {"qps": args.qps, "burst": args.burst, "runs": rows, "load_avg_1m": [round(x, 2) for x in load]}
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     (out / "extender_e2e.json").write_text(json.dumps(record, indent=2))
+    print(f"1-min load average {load[0]:.1f} -> {load[1]:.1f} ({os.cpu_count()} CPUs)")
     if args.json:
         print(json.dumps(record, indent=2))
-        return
+
+
+def _print(bare: Run, ext: Run, tuning: SchedulerTuning) -> None:
     print(
-        f"{args.pods} one-GPU pods on {args.nodes} KWOK nodes, "
-        f"kube-scheduler client qps {args.qps:g}/burst {args.burst}; "
-        f"1-min load average {record['load_avg_1m'][0]} -> {record['load_avg_1m'][1]}"
+        f"{bare.pods} pods ({bare.pods - bare.gangs * GANG_SIZE} one-GPU + {bare.gangs} gangs of "
+        f"{GANG_SIZE} x 1 GPU) on {bare.nodes} KWOK nodes, client qps {tuning.qps:g}/burst {tuning.burst}:"
     )
-    for label, r in (("without extender (default-scheduler)", base), ("with perfsched extender", ext)):
+    for label, r in (("without extender", bare), ("with perfsched extender", ext)):
         print(
-            f"  {label:<38} {r.pods_per_s:>7.1f} pods/s  (first to last bind {r.first_to_last_bind_s} s, "
-            f"scheduler start to all bound {r.wall_s} s)"
+            f"  {label:<24} {r.pods_per_s:>7.1f} pods/s (first to last bind {r.first_to_last_bind_s} s); "
+            f"gang first to last bind: median {r.gang_median_s} s, max {max(r.gang_span_s, default=0)} s"
         )
-    print(f"  ratio with/without: {ratio:.2f} (target >= 0.70)")
+    for label, r in (("without", bare), ("with", ext)):
+        cpu = ", ".join(f"{k} {v:.2f}" for k, v in sorted(r.cpu_ms_per_pod.items()))
+        print(f"  CPU ms per pod {label} extender: {cpu} (total {sum(r.cpu_ms_per_pod.values()):.2f})")
+    calls = ", ".join(
+        f"{verb} {int(n)} x {ms:.2f} ms" for verb, (n, ms) in sorted(ext.extender_calls.items())
+    )
+    print(f"  extender calls (count x mean time inside the extender): {calls}")
+    print(f"  ratio with/without: {ext.pods_per_s / bare.pods_per_s:.2f} (target >= 0.80)")
 
 
 if __name__ == "__main__":

@@ -93,6 +93,14 @@ EXTENDER_PREDICTOR_HIT_RATIO = Gauge(
     "Fraction of prediction lookups answered from the extender's memo since start.",
     registry=REGISTRY,
 )
+#: Extender failures that are not the caller's fault (a bug, the predictor, the API server), by verb
+#: (filter|prioritize|bind|preempt|predict); each is also logged with the request that met it.
+EXTENDER_ERRORS = Counter(
+    "perfsched_extender_errors_total",
+    "Extender calls that met an internal or upstream error (not a bad request), by verb.",
+    ["verb"],
+    registry=REGISTRY,
+)
 
 # --- operator (scheduler/operator) -----------------------------------------------------------------
 

@@ -12,7 +12,7 @@ Every parser raises ``WireError`` with a message naming the field; the app turns
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,129 +105,45 @@ class ParsedArgs:
     pod: dict[str, Any]
     names: list[str]
     node_objects: list[dict[str, Any]] | None
-    #: every name is ASCII with nothing JSON must escape (``plain_names``)
-    plain: bool = False
-    #: for ``NodeNames`` requests of plain names, a key naming the list exactly (the array's JSON text,
-    #: or the names joined by ``","``); the extender memoises name lists by it. "" otherwise.
-    names_key: bytes | str = ""
 
 
-#: bytes JSON escapes inside a string: control characters, the quote and the backslash
-_ESCAPED = bytes(range(0x20)) + b'"\\'
+#: Kubernetes' limits on what a request names (``k8s.io/apimachinery`` validation): object names are
+#: DNS-1123 subdomains (<= 253 characters), namespaces DNS-1123 labels (<= 63), UIDs at most 128 here
+MAX_NAME = 253
+MAX_NAMESPACE = 63
+MAX_UID = 128
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_UID = re.compile(r"[\x21-\x7e]*")  # printable ASCII, no spaces
+#: the most a log line or a reply quotes from a request
+QUOTE_LIMIT = 256
 
 
-def plain_names(names: Sequence[str]) -> bool:
-    """Whether the names (strings) are ASCII and hold nothing JSON escapes, so that they may be copied
-    into a JSON string verbatim (DNS names always are)."""
-    return _plain("".join(names))
+def quote(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """``repr(value)`` cut to ``limit`` characters, saying how much was left out."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
 
 
-def _plain(joined: str, quotes: int = 0) -> bool:
-    """Whether ``joined`` is ASCII and holds no byte JSON escapes beyond ``quotes`` quotes (those of
-    the separators the caller joined with)."""
-    if not joined.isascii():
-        return False
-    raw = joined.encode()
-    return len(raw) - len(raw.translate(None, _ESCAPED)) == quotes
-
-
-class NameTexts:
-    """The JSON texts of ``NodeNames`` arrays already checked (every name a string needing no escaping),
-    so that the same array sent again is not checked again. Bounded; not thread-safe (one event loop).
-
-    kube-scheduler sends ExtenderArgs as Go's encoder writes it, ``NodeNames`` last, and often the same
-    candidate list for pod after pod. ``find`` recognises a body whose top-level object ends with
-    ``"NodeNames":<a remembered text>`` by comparing in place (no scan, no hash over the text);
-    ``remember`` stores the text of a body's array (``names_text``) once its names were checked.
-
-    Sound for any body that parses as JSON: the key's quote follows ``{``, ``,`` or whitespace, so it
-    opens a key (a quote inside a string is escaped; after a closing quote only ``,:]}`` may follow);
-    the array it names is followed by one ``}`` and the end, so the key is the outermost object's, and
-    the last of its kind (a JSON decoder keeps the last of duplicate keys).
-    """
-
-    def __init__(self, size: int = 16) -> None:
-        self._size = size
-        self._texts: list[bytes] = []  # most recent last; a list: texts are never hashed
-
-    def find(self, raw: bytes) -> bytes | None:
-        """The remembered text that is this body's top-level ``NodeNames`` array, or None."""
-        if not self._texts:
-            return None
-        end = _end(raw)
-        if end < 3 or raw[end - 1] != 0x7D:  # "}"
-            return None
-        texts = self._texts
-        for i in range(len(texts) - 1, -1, -1):
-            text = texts[i]
-            start = end - 1 - len(text)
-            field = start - len(_NAMES_FIELD) + 1
-            if (
-                field > 0
-                and raw[field - 1] in _BEFORE_KEY
-                and raw.startswith(_NAMES_FIELD, field)
-                and raw.startswith(text, start)
-            ):
-                if i != len(texts) - 1:
-                    texts.append(texts.pop(i))
-                return text
-        return None
-
-    def remember(self, text: bytes) -> None:
-        self._texts.append(text)
-        if len(self._texts) > self._size:
-            del self._texts[0]
-
-
-_NAMES_FIELD = b'"NodeNames":['
-_SPACE = b" \t\r\n"
-_BEFORE_KEY = b",{ \t\r\n"
-
-
-def _end(raw: bytes) -> int:
-    """The length of ``raw`` without trailing JSON whitespace."""
-    end = len(raw)
-    while end and raw[end - 1] in _SPACE:
-        end -= 1
-    return end
-
-
-def _names_span(raw: bytes) -> tuple[int, int] | None:
-    """Where the top-level ``NodeNames`` array's text starts and ends in ``raw`` (see ``names_text``)."""
-    end = _end(raw)
-    if end < 3 or raw[end - 2 : end] != b"]}":
-        return None
-    start = raw.rfind(_NAMES_FIELD, 0, end)
-    if start <= 0 or raw[start - 1] not in _BEFORE_KEY:
-        return None
-    return start + len(_NAMES_FIELD) - 1, end - 1
-
-
-def names_text(raw: bytes) -> bytes | None:
-    """The JSON text of the top-level ``NodeNames`` array when it is the object's last member, as in
-    ``...,"NodeNames":[...]}`` (trailing whitespace allowed); None otherwise (see ``NameTexts``)."""
-    span = _names_span(raw)
-    return raw[span[0] : span[1]] if span is not None else None
-
-
-def split_names(raw: bytes) -> tuple[bytes, bytes] | None:
-    """For a body whose top-level object ends with its ``NodeNames`` array (``names_text``): the body
-    with that array replaced by ``null``, and the array's text; None otherwise.
-
-    The body is valid JSON exactly when the first part is and the second is a JSON value (a value may
-    stand in for any other), and decodes to the first part's object with ``NodeNames`` set to the
-    array. So a caller that finds the text to be a JSON array of names it knows, byte for byte, may
-    decode only the first part (the pod: small) instead of thousands of names.
-    """
-    span = _names_span(raw)
-    if span is None:
-        return None
-    start, end = span
-    return raw[:start] + b"null" + raw[end:], raw[start:end]
+def check_name(field: str, value: str, kind: str = "name") -> str:
+    """``value`` when it is a valid Kubernetes object name (``kind`` "name"), namespace or UID; else
+    raise ``WireError`` naming ``field`` and the limit."""
+    limit, pattern, what = {
+        "name": (MAX_NAME, _SUBDOMAIN, "a DNS-1123 subdomain (lower-case letters, digits, '-', '.')"),
+        "namespace": (MAX_NAMESPACE, _LABEL, "a DNS-1123 label (lower-case letters, digits, '-')"),
+        "uid": (MAX_UID, _UID, "printable ASCII without spaces"),
+    }[kind]
+    if len(value) > limit:
+        raise WireError(f"{field}: {len(value)} characters, over Kubernetes' limit of {limit}")
+    if pattern.fullmatch(value) is None:
+        raise WireError(f"{field}: {quote(value, 64)} is not {what}")
+    return value
 
 
 def request_pod(body: object) -> dict[str, Any]:
-    """The ``Pod`` of a decoded filter/prioritize body, checked as ``parse_extender_args`` checks it;
+    """The ``Pod`` of a decoded filter/prioritize/preempt body, its name, namespace and UID checked;
     raises ``WireError`` naming the field."""
     if not isinstance(body, dict):
         raise WireError(f"request body: expected a JSON object (ExtenderArgs), got {_kind(body)}")
@@ -237,6 +153,13 @@ def request_pod(body: object) -> dict[str, Any]:
     meta = pod.get("metadata")
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta.get("name"):
         raise WireError("Pod.metadata.name: missing or not a string")
+    check_name("Pod.metadata.name", meta["name"])
+    for key, kind in (("namespace", "namespace"), ("uid", "uid")):
+        value = meta.get(key)
+        if value is not None and value != "":
+            if not isinstance(value, str):
+                raise WireError(f"Pod.metadata.{key}: expected a string, got {_kind(value)}")
+            check_name(f"Pod.metadata.{key}", value, kind)
     return pod
 
 
@@ -246,11 +169,11 @@ def _get(body: dict[str, Any], key: str) -> Any:
     return body.get(key.lower())
 
 
-def parse_extender_args(body: object, raw: bytes = b"", texts: NameTexts | None = None) -> ParsedArgs:
+def parse_extender_args(body: object) -> ParsedArgs:
     """Check a decoded filter/prioritize body's structure cheaply; raise ``WireError`` naming the field.
 
-    ``raw`` (the body's bytes) and ``texts`` let a ``NodeNames`` array sent before skip the per-name
-    checks (see ``NameTexts``).
+    Node names are checked for type and length only (a name the cache does not know is answered as
+    such, quoted at most ``MAX_NAME`` characters long).
     """
     pod = request_pod(body)
     assert isinstance(body, dict)
@@ -259,25 +182,16 @@ def parse_extender_args(body: object, raw: bytes = b"", texts: NameTexts | None 
     if names_raw is not None:
         if not isinstance(names_raw, list):
             raise WireError(f"NodeNames: expected a list of node names, got {_kind(names_raw)}")
-        seen = texts.find(raw) if raw and texts is not None and names_raw else None
-        if seen is not None:
-            return ParsedArgs(pod, names_raw, None, True, seen)
         try:
-            joined = '","'.join(names_raw)  # C speed; refuses anything but strings
+            "".join(names_raw)  # C speed; refuses anything but strings
         except TypeError:
-            for i, n in enumerate(names_raw):
-                if not isinstance(n, str):
-                    raise WireError(f"NodeNames[{i}]: expected a string, got {_kind(n)}") from None
-            raise
-        # the separators hold two quotes each; any other quote (or escape) is inside a name
-        plain = _plain(joined, 2 * max(0, len(names_raw) - 1))
-        if not plain or not names_raw:
-            return ParsedArgs(pod, names_raw, None, plain, "")
-        text = names_text(raw) if raw and texts is not None else None
-        if text is not None and texts is not None and text == b'["' + joined.encode() + b'"]':
-            texts.remember(text)
-            return ParsedArgs(pod, names_raw, None, True, text)
-        return ParsedArgs(pod, names_raw, None, True, joined)
+            i = next(i for i, n in enumerate(names_raw) if not isinstance(n, str))
+            raise WireError(f"NodeNames[{i}]: expected a string, got {_kind(names_raw[i])}") from None
+        longest = max(map(len, names_raw), default=0)
+        if longest > MAX_NAME:
+            i = next(i for i, n in enumerate(names_raw) if len(n) > MAX_NAME)
+            raise WireError(f"NodeNames[{i}]: {longest} characters, over Kubernetes' limit of {MAX_NAME}")
+        return ParsedArgs(pod, names_raw, None)
     if nodes_raw is None:
         raise WireError("Nodes and NodeNames are both null: one of them must list the candidate nodes")
     if not isinstance(nodes_raw, dict):
@@ -295,24 +209,33 @@ def parse_extender_args(body: object, raw: bytes = b"", texts: NameTexts | None 
         name = m.get("name") if isinstance(m, dict) else None
         if not isinstance(name, str) or not name:
             raise WireError(f"Nodes.items[{i}].metadata.name: missing or not a string")
-        names.append(name)
-    return ParsedArgs(pod, names, items, plain_names(names))
+        names.append(check_name(f"Nodes.items[{i}].metadata.name", name))
+    return ParsedArgs(pod, names, items)
 
 
 def parse_binding_args(body: object) -> ExtenderBindingArgs:
+    """A bind body, its names checked against Kubernetes' limits; raises ``WireError`` naming the field."""
     if isinstance(body, dict):
         body = {k if k in _BIND_KEYS else _BIND_KEYS_LOWER.get(k.lower(), k): v for k, v in body.items()}
     try:
-        return ExtenderBindingArgs.model_validate(body)
+        args = ExtenderBindingArgs.model_validate(body)
     except ValidationError as exc:
         raise WireError(f"ExtenderBindingArgs: {describe(exc)}") from None
+    check_name("PodName", args.PodName)
+    check_name("PodNamespace", args.PodNamespace, "namespace")
+    check_name("PodUID", args.PodUID, "uid")
+    check_name("Node", args.Node)
+    return args
 
 
 def parse_preemption_args(body: object) -> ExtenderPreemptionArgs:
+    """A preempt body (its pod checked as ``request_pod`` does); raises ``WireError`` naming the field."""
     try:
-        return ExtenderPreemptionArgs.model_validate(body)
+        args = ExtenderPreemptionArgs.model_validate(body)
     except ValidationError as exc:
         raise WireError(f"ExtenderPreemptionArgs: {describe(exc)}") from None
+    request_pod({"Pod": args.Pod})
+    return args
 
 
 _BIND_KEYS = frozenset(ExtenderBindingArgs.model_fields)

@@ -117,18 +117,11 @@ class ClusterCache:
         self.nodes: dict[str, Node] = {}
         #: free GPUs per node (allocatable - bound pods - assumed pods), never below 0
         self.free: dict[str, int] = {}
-        #: a small int per node naming its class: nodes alike in GPU type, GPU count, link, network and
-        #: whether they sit in a multi-node NVLink domain share it (the extender scores classes, not nodes)
-        self.node_class: dict[str, int] = {}
-        #: per node, what filter's fast path reads in one lookup: (GPU type, free GPUs, schedulable, class)
-        self.fit: dict[str, tuple[str, int, bool, int]] = {}
-        #: per node, prioritize's class key in one int: ``(class << 16) | free GPUs`` (kept with ``fit``)
-        self.score_key: dict[str, int] = {}
-        #: per node, filter's key in one int: ``(class << 17) | (schedulable << 16) | free GPUs``
-        self.filter_key: dict[str, int] = {}
         #: increases whenever a node is added, changed or removed (not on pod events, unlike ``version``)
         self.nodes_version = 0
-        self._class_ids: dict[tuple[Any, ...], int] = {}
+        #: called (under ``lock``) with a node's name whenever that node or its free GPUs change or it goes
+        #: away; readers keep derived per-node data in step with it (``on_node_change``)
+        self._node_listeners: list[Callable[[str], None]] = []
         self._used: dict[str, int] = {}
         self._assumed_by_node: dict[str, int] = {}
         self._pods: dict[str, PodInfo] = {}  # by namespace/name
@@ -275,38 +268,34 @@ class ClusterCache:
             self._expire_assumed()
 
     # --- writing ----------------------------------------------------------------------------------
+    def on_node_change(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(name)`` (under ``lock``) whenever node ``name``, or its free GPUs, change or it
+        goes away (``name`` then absent from ``nodes``)."""
+        with self.lock:
+            self._node_listeners.append(listener)
+
     def _refresh_free(self, name: str) -> None:
         node = self.nodes.get(name)
         if node is None:
             self.free.pop(name, None)
-            self.fit.pop(name, None)
-            self.score_key.pop(name, None)
-            self.filter_key.pop(name, None)
-            return
-        cap = node.gpus if node.schedulable else 0
-        f = max(0, cap - self._used.get(name, 0) - self._assumed_by_node.get(name, 0))
-        self.free[name] = f
-        cid = self.node_class.get(name, -1)
-        self.fit[name] = (node.gpu_type, f, node.schedulable, cid)
-        self.score_key[name] = (cid << 16) | f
-        self.filter_key[name] = (cid << 17) | (int(node.schedulable) << 16) | f
+        else:
+            cap = node.gpus if node.schedulable else 0
+            self.free[name] = max(0, cap - self._used.get(name, 0) - self._assumed_by_node.get(name, 0))
+        for listener in self._node_listeners:
+            listener(name)
 
     def replace(self, kind: Kind, items: list[dict[str, Any]], resource_version: str = "") -> None:
         """Replace everything of ``kind`` with a fresh list (initial sync and relist after 410)."""
         with self.lock:
             if kind is Kind.NODES:
+                gone = set(self.nodes)
                 self.nodes = {}
-                self.node_class = {}
                 for obj in items:
                     node = self._decode_node(obj)
                     if node is not None:
                         self.nodes[node.name] = node
-                        self._classify(node)
                 self.free = {}
-                self.fit = {}
-                self.score_key = {}
-                self.filter_key = {}
-                for name in self.nodes:
+                for name in gone.union(self.nodes):
                     self._refresh_free(name)
                 self.nodes_version += 1
             elif kind is Kind.PODS:
@@ -355,13 +344,6 @@ class ClusterCache:
                     self.jobs[info.key] = info
             self.version += 1
 
-    def _classify(self, node: Node) -> None:
-        key = (node.gpu_type, node.gpus, node.interconnect, node.network_gbps, bool(node.nvlink_domain))
-        cid = self._class_ids.get(key)
-        if cid is None:
-            cid = self._class_ids[key] = len(self._class_ids)
-        self.node_class[node.name] = cid
-
     def _decode_node(self, obj: Mapping[str, Any]) -> Node | None:
         try:
             return decode_node(obj)
@@ -383,11 +365,7 @@ class ClusterCache:
             meta = obj.get("metadata") or {}
             name = str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
             self.nodes.pop(name, None)
-            self.node_class.pop(name, None)
-            self.free.pop(name, None)
-            self.fit.pop(name, None)
-            self.score_key.pop(name, None)
-            self.filter_key.pop(name, None)
+            self._refresh_free(name)
             self.nodes_version += 1
             return
         node = self._decode_node(obj)
@@ -395,7 +373,6 @@ class ClusterCache:
             if self.nodes.get(node.name) == node:
                 return  # a status heartbeat: nothing the scheduler reads changed
             self.nodes[node.name] = node
-            self._classify(node)
             self._refresh_free(node.name)
             self.nodes_version += 1
 

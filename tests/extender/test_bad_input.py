@@ -218,3 +218,79 @@ def test_health_ready_and_metrics(client_for: Callable[..., TestClient]) -> None
         'perfsched_extender_cache_age_seconds{kind="pods"}',
     ):
         assert series in text
+
+
+LONG = "p" * 300
+
+
+@pytest.mark.parametrize(
+    ("verb", "body", "message"),
+    [
+        # a 300-character pod name: Kubernetes names are DNS-1123 subdomains of at most 253 characters
+        ("/bind", {"PodName": LONG, "PodNamespace": "ns", "Node": "a"}, "PodName: 300 characters"),
+        ("/bind", {"PodName": "p", "PodNamespace": "n" * 64, "Node": "a"}, "PodNamespace: 64 characters"),
+        ("/bind", {"PodName": "p", "PodNamespace": "ns", "PodUID": "u" * 129, "Node": "a"}, "PodUID: 129"),
+        ("/bind", {"PodName": "p", "PodNamespace": "ns", "Node": "a" * 254}, "Node: 254 characters"),
+        ("/bind", {"PodName": "P_Q", "PodNamespace": "ns", "Node": "a"}, "PodName: P_Q is not a DNS-1123"),
+        ("/bind", {"PodName": "p", "PodNamespace": "a.b", "Node": "a"}, "PodNamespace: a.b is not"),
+        ("/filter", {"Pod": {"metadata": {"name": LONG}}, "NodeNames": ["a"]}, "Pod.metadata.name: 300"),
+        ("/prioritize", {"Pod": {"metadata": {"name": "p"}}, "NodeNames": ["a", "n" * 254]}, "NodeNames[1]"),
+        ("/preempt", {"Pod": {"metadata": {"name": "p", "namespace": "N S"}}}, "Pod.metadata.namespace"),
+    ],
+)
+def test_names_over_kubernetes_limits_get_a_400_naming_the_field(
+    verb: str, body: dict[str, Any], message: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    r = CLIENT.post(verb, json=body)
+    assert r.status_code == 400
+    assert message in r.json()["Error"]
+    # what the reply and the log quote of the request is capped
+    assert len(r.json()["Error"]) < 400
+    assert all(len(rec.getMessage()) < 1200 for rec in caplog.records)
+
+
+def test_a_huge_pod_name_is_refused_without_binding_or_quoting_it_whole(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    binder = FakeBinder()
+    cache = fed_cache([kube_node("a", "A100", 8)])
+    client = TestClient(create_app(Settings(), cache, FakeOracle(), binder=binder))
+    name = "p" * 1_000_000
+    r = client.post("/bind", json={"PodName": name, "PodNamespace": "ns", "PodUID": "u", "Node": "a"})
+    assert r.status_code == 400
+    assert r.json()["Error"] == "PodName: 1000000 characters, over Kubernetes' limit of 253"
+    assert binder.binds == []
+    assert all(len(rec.getMessage()) < 1200 for rec in caplog.records)
+
+
+def test_an_internal_error_is_counted_logged_with_the_request_and_answered(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from scheduler import metrics
+    from scheduler.extender import filtering, scoring
+
+    def boom(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    client = make_client()
+    monkeypatch.setattr(filtering.Filter, "__call__", boom)
+    monkeypatch.setattr(scoring.Scorer, "__call__", boom)
+
+    def errors(verb: str) -> float:
+        return metrics.REGISTRY.get_sample_value("perfsched_extender_errors_total", {"verb": verb}) or 0.0
+
+    before = errors("filter"), errors("prioritize")
+    body = {"Pod": kube_pod("p", 1), "NodeNames": ["a", "b"]}
+    r = client.post("/filter", json=body)
+    # filter: the attempt fails with the wire's Error field (kube-scheduler retries the pod)
+    assert r.status_code == 200
+    assert r.json()["Error"] == "perfsched: internal error in filter: a bug"
+    # prioritize: neutral scores (kube-scheduler ignores prioritize errors anyway)
+    r = client.post("/prioritize", json=body)
+    assert r.json() == [{"Host": "a", "Score": 0}, {"Host": "b", "Score": 0}]
+    assert (errors("filter"), errors("prioritize")) == (before[0] + 1, before[1] + 1)
+    logged = [rec for rec in caplog.records if rec.levelname == "ERROR"]
+    assert len(logged) == 2
+    # the request is logged with the error, cut at 256 characters
+    assert all(rec.request.startswith('{"Pod":') for rec in logged)  # type: ignore[attr-defined]
+    assert all("more characters)" in rec.request for rec in logged)  # type: ignore[attr-defined]

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from scheduler.extender.decide import Decider
 from scheduler.k8s.cache import ClusterCache, Kind
 from tests.extender.kube import fed_cache, kube_node, kube_pod, kube_tj
 
@@ -272,12 +271,14 @@ def test_a_gang_that_does_not_fit_waits_with_the_reason(client_for: Callable[...
     assert body["FailedNodes"]["m2"] == "perfsched: gang team-a/tj: waiting for 8 GPUs of type A100: 4 free"
 
 
-def test_filter_never_passes_a_node_without_room() -> None:
+def test_filter_never_passes_a_node_without_room(client_for: Callable[..., TestClient]) -> None:
     """Invariant over every plain-pod decision in the table cluster: passed => free >= asked."""
     cache = cluster()
-    decider = Decider(cache, None)
+    client = client_for(cache)
     for g in range(0, 10):
-        out = decider.filter(kube_pod("p", g), NAMES, None)
-        for name in out.passed:
+        out = client.post("/filter", json={"Pod": kube_pod("p", g), "NodeNames": NAMES}).json()
+        for name in out["NodeNames"]:
             assert g == 0 or cache.free[name] >= g
-        assert set(out.passed) | set(out.failed) | set(out.unresolvable) == set(NAMES)
+        assert set(out["NodeNames"]) | set(out["FailedNodes"]) | set(
+            out["FailedAndUnresolvableNodes"]
+        ) == set(NAMES)

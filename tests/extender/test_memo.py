@@ -1,8 +1,7 @@
-"""The hot verbs' raw ASGI path, and the memo tables behind filter and prioritize.
+"""Reading request bodies, and the memo tables behind filter and prioritize following the cache.
 
-``create_app`` answers ``POST /filter`` and ``/prioritize`` before FastAPI's routing; these tests check
-that it answers byte for byte what the FastAPI routes answer (good and bad bodies), reads bodies sent in
-chunks, and that what the decider memoises (gang indexes, class scores, locality) follows the cache.
+Requests go through the whole ASGI app; the memo tables (gang indexes, class scores, locality levels,
+per-class verdicts) must answer what a fresh computation over the cache's current state answers.
 """
 
 from __future__ import annotations
@@ -11,15 +10,14 @@ import asyncio
 from typing import Any
 
 import orjson
-import pytest
-from fastapi import FastAPI
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler import metrics
 from scheduler.core.placement import place_gang
 from scheduler.core.types import Allocation
 from scheduler.extender import create_app
-from scheduler.extender.decide import FreeIndexes
+from scheduler.extender.gang import FreeIndexes
 from scheduler.k8s.cache import ClusterCache, Kind
 from scheduler.settings import Settings
 from tests.extender.conftest import FakeOracle
@@ -33,9 +31,6 @@ def call(
     *,
     method: str = "POST",
     length: bool = True,
-    root_path: str = "",
-    disconnect_after: int | None = None,
-    via_fastapi: bool = False,
 ) -> tuple[int | None, dict[bytes, bytes], bytes]:
     """One request through the ASGI app: (status or None when nothing was sent, headers, body)."""
     body = b"".join(chunks)
@@ -48,10 +43,10 @@ def call(
         "http_version": "1.1",
         "method": method,
         "scheme": "http",
-        "path": root_path + path,
-        "raw_path": (root_path + path).encode(),
+        "path": path,
+        "raw_path": (path).encode(),
         "query_string": b"",
-        "root_path": root_path,
+        "root_path": "",
         "headers": headers,
         "client": ("127.0.0.1", 1),
         "server": ("127.0.0.1", 80),
@@ -59,8 +54,6 @@ def call(
     messages = [
         {"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)
     ]
-    if disconnect_after is not None:
-        messages = messages[:disconnect_after]
     status: list[int] = []
     out: list[bytes] = []
     got: dict[bytes, bytes] = {}
@@ -77,8 +70,7 @@ def call(
         elif message["type"] == "http.response.body":
             out.append(message.get("body", b""))
 
-    target = FastAPI.__call__ if via_fastapi else type(app).__call__
-    asyncio.run(target(app, scope, receive, send))
+    asyncio.run(app(scope, receive, send))
     return (status[0] if status else None), got, b"".join(out)
 
 
@@ -97,27 +89,7 @@ def pod_body(pod: dict[str, Any], names: list[str]) -> bytes:
     return orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": names})
 
 
-BODIES = [
-    pod_body(kube_pod("tj-w1", 2, job="tj", replica=1), ["a", "b", "c", "ghost"]),
-    pod_body(kube_pod("p", 1, model="resnet50", batch_size=64), ["a", "b", "c"]),
-    pod_body(kube_pod("q", 0), ["a", "b"]),
-    pod_body(kube_pod("r", 2), ['we"ird', "b"]),  # a name JSON must escape: the orjson path
-    b"{not json",
-    b"",
-    b"[]",
-    b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": [1]}',
-    b'{"Pod": {"metadata": {"name": "p"}}}',
-]
-
-
-@pytest.mark.parametrize("path", ["/filter", "/prioritize"])
-@pytest.mark.parametrize("body", BODIES)
-def test_the_hot_path_answers_byte_for_byte_what_the_fastapi_route_answers(path: str, body: bytes) -> None:
-    app = small_app()
-    hot = call(app, path, [body])
-    routed = call(app, path, [body], via_fastapi=True)
-    assert hot == routed
-    assert hot[0] in (200, 400)
+BODIES = [pod_body(kube_pod("tj-w1", 2, job="tj", replica=1), ["a", "b", "c", "ghost"])]
 
 
 def test_a_body_sent_in_chunks_is_read_whole_and_one_over_the_limit_is_refused() -> None:
@@ -136,21 +108,6 @@ def test_a_body_sent_in_chunks_is_read_whole_and_one_over_the_limit_is_refused()
         413,
         {"Error": "request body of 5000 bytes is over the limit of 4096 bytes"},
     )
-
-
-def test_a_client_that_goes_away_mid_body_gets_no_answer_and_breaks_nothing() -> None:
-    app = small_app()
-    body = BODIES[0]
-    assert call(app, "/filter", [body[:10], body[10:]], disconnect_after=1) == (None, {}, b"")
-    assert call(app, "/filter", [body])[0] == 200
-
-
-def test_root_path_and_other_methods() -> None:
-    app = small_app()
-    # mounted under a root path: still the hot path, same answer
-    assert call(app, "/filter", [BODIES[0]], root_path="/ext") == call(app, "/filter", [BODIES[0]])
-    # GET is FastAPI's: 405
-    assert call(app, "/filter", [b""], method="GET")[0] == 405
 
 
 # --- memo tables ---------------------------------------------------------------------------------
@@ -256,13 +213,16 @@ def test_rejection_counts_per_category_match_the_rejected_nodes() -> None:
     ]
     pods = [kube_pod("busy-2", 7, node="a2"), kube_pod("busy-3", 7, node="a3")]
     cache = fed_cache(nodes, pods)
-    decider = create_app(Settings(), cache, FakeOracle()).state.decider
+    app = create_app(Settings(), cache, FakeOracle())
     names = ["a1", "a2", "a3", "a4", "v1", "v2", "c1", "c2", "cpu", "ghost"]
-    out = decider.filter(kube_pod("p", 2, gpu_type="A100"), names, None)
-    assert out.passed == ["a1"]
+    before = {c: _rejections(c) for c in CATEGORIES}
+    status, _, reply = call(app, "/filter", [pod_body(kube_pod("p", 2, gpu_type="A100"), names)])
+    out = orjson.loads(reply)
+    assert (status, out["NodeNames"]) == (200, ["a1"])
+    categories = {c: _rejections(c) - before[c] for c in CATEGORIES if _rejections(c) > before[c]}
     # a2, a3: 1 free < 2; a4: 1 GPU in total; v1, v2: wrong type; c1, c2: cordoned; cpu: no GPUs;
     # ghost: not in the cache
-    assert out.categories == {
+    assert categories == {
         "insufficient_free_gpus": 2,
         "node_too_small": 1,
         "gpu_type": 2,
@@ -270,45 +230,38 @@ def test_rejection_counts_per_category_match_the_rejected_nodes() -> None:
         "no_gpus": 1,
         "unknown_node": 1,
     }
-    assert sum(out.categories.values()) == len(out.failed) + len(out.unresolvable) == 9
-    assert out.failed["c2"] == "perfsched: node c2 is cordoned (unschedulable)"
-    assert list(out.failed) == ["a2", "a3", "c1", "c2", "ghost"]  # request order
-    assert list(out.unresolvable) == ["a4", "v1", "v2", "cpu"]
+    failed, unresolvable = out["FailedNodes"], out["FailedAndUnresolvableNodes"]
+    assert sum(categories.values()) == len(failed) + len(unresolvable) == 9
+    assert failed["c2"] == "perfsched: node c2 is cordoned (unschedulable)"
+    assert list(failed) == ["a2", "a3", "c1", "c2", "ghost"]  # request order
+    assert list(unresolvable) == ["a4", "v1", "v2", "cpu"]
 
 
-POD_JSON = orjson.dumps(kube_pod("p", 1, model="resnet50", batch_size=64))
-TEXT_ROUTE_BODIES = [
-    b'{"Pod":' + POD_JSON + b',"Nodes":null,"NodeNames":["b","a","c"]}',
-    b'{"Pod":' + POD_JSON + b',"Nodes":null,"NodeNames":["c","a"]}  \n',
-    b'{"Pod":' + POD_JSON + b',"Nodes":null,"NodeNames":["c","a","ghost"]}',
-    b'{"Pod":' + POD_JSON + b',"Nodes":null,"NodeNames":["c","a","c"]}',
-    b'{"Pod":' + POD_JSON + b',"Nodes":null,"NodeNames":["c", "a"]}',
-    b'{"Pod":' + POD_JSON + b',"Nodes":null,"NodeNames":["\\u0063","a"]}',
-    b'{"Pod":' + POD_JSON + b',"Nodes":null,"NodeNames":["a",1]}',
-    b'{"Pod":' + POD_JSON + b',"Nodes":null,"NodeNames":[]}',
-    b'{"Pod":' + POD_JSON + b',"NodeNames":["a"],"NodeNames":["b","a"]}',
-    b'{"Pod":' + POD_JSON + b',"NodeNames":["b","a"],"NodeNames":["a"]}',
-    b'{"Pod":' + POD_JSON + b',"x":[1,,"NodeNames":["b","a"]}',  # broken before the names
-    b'{"Pod":' + POD_JSON + b',"x":"\\"NodeNames":["b","a"]}',  # the "key" is inside a string
-    b'{"Pod":{"metadata":{}},"NodeNames":["b","a"]}',  # no pod name: 400 naming the field
-    b'{"Pod":[],"NodeNames":["b","a"]}',
-    b'["Pod",{"NodeNames":["b","a"]}]',
-    b'{"pod":' + POD_JSON + b',"NodeNames":["b","a"]}',  # the lowercase key spelling
-    b'{"Pod":' + orjson.dumps(kube_pod("tj-w1", 2, job="tj", replica=1)) + b',"NodeNames":["b","c","a"]}',
-    b'{"Pod":' + orjson.dumps(kube_pod("q", 0)) + b',"NodeNames":["b","a"]}',  # no GPUs
-]
+CATEGORIES = ["insufficient_free_gpus", "node_too_small", "gpu_type", "cordoned", "no_gpus", "unknown_node"]
 
 
-@pytest.mark.parametrize("path", ["/filter", "/prioritize"])
-@pytest.mark.parametrize("body", TEXT_ROUTE_BODIES)
-def test_names_found_from_the_body_text_answer_what_the_decoded_body_answers(
-    path: str, body: bytes, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A body ending with its NodeNames array has its names found from the text (the rest decoded);
-    the answer, good or bad, is byte for byte what decoding the whole body gives."""
-    fast = call(small_app(), path, [body])
-    from scheduler.extender import app as app_module
+def _rejections(category: str) -> float:
+    value = metrics.REGISTRY.get_sample_value(
+        "perfsched_extender_filter_rejections_total", {"reason": category}
+    )
+    return value or 0.0
 
-    monkeypatch.setattr(app_module, "_text_route", lambda body: None)
-    whole = call(small_app(), path, [body])
-    assert fast == whole
+
+def test_node_keys_follow_every_change_the_cache_sees() -> None:
+    """The extender's per-node class keys change exactly when the cache says a node changed."""
+    from scheduler.extender.nodes import FREE_MASK, NodeIndex
+
+    cache = fed_cache([kube_node("a", "A100", 8), kube_node("b", "A100", 8), kube_node("c", "V100", 4)])
+    index = NodeIndex(cache)
+    assert index.key["a"] == index.key["b"] != index.key["c"]  # a and b are alike: one class
+    cache.apply(Kind.PODS, "ADDED", kube_pod("p", 3, node="a"))
+    assert index.key["a"] & FREE_MASK == 5 and index.key["b"] & FREE_MASK == 8
+    cache.assume("team-a", "q", "uid-q", "b", 2)  # a bind's reservation counts at once
+    assert index.key["b"] & FREE_MASK == 6
+    cache.apply(Kind.NODES, "MODIFIED", kube_node("b", "A100", 8, unschedulable=True))
+    assert index.key["b"] >> 16 != index.key["a"] >> 16  # cordoned: another class
+    cache.apply(Kind.NODES, "DELETED", kube_node("c", "V100", 4))
+    assert "c" not in index.key
+    cache.replace(Kind.NODES, [kube_node("d", "A100", 8)], "2")  # a relist replaces every node
+    assert set(index.key) == {"d"}
+    assert index.key["d"] >> 16 == 0  # the class of a and b: class numbers are never reused

@@ -1,0 +1,186 @@
+"""Filter: which candidate nodes a pod may go to, each refused node with a reason a person can read.
+
+Shell-side logic without I/O over the ``ClusterCache`` (callers hold its lock). Two stages:
+
+1. per node class (``nodes.NodeIndex``): one replica's verdict, ``class_verdict`` -- the one place that
+   says whether a node of a class with so many free GPUs can take the pod (the core's ``check_node``),
+   and why not; a further per-class check (e.g. GPU memory) goes there and nowhere else. Names the cache
+   does not know are decided from the request's Node objects, else refused as "watch lag".
+2. for a pod of a gang, the gang plan (``gang.GangPlans``): only nodes of the plan pass.
+
+Memo: ``Verdicts`` maps (pod filter signature, class key) -> verdict. A verdict is a function of the
+signature and the class key alone and class numbers are never reused, so entries never go stale; the
+table is cleared when it holds 256 signatures (a bound, not a correctness rule).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import compress, filterfalse, repeat
+from operator import is_, itemgetter, not_
+from typing import Any
+
+from scheduler.core.decisions import Unschedulable
+from scheduler.core.node_fit import check_node
+from scheduler.core.types import Node
+from scheduler.extender.context import PodContext, filter_signature
+from scheduler.extender.gang import GangPlans, describe_plan
+from scheduler.extender.nodes import FREE_BITS, FREE_MASK, NodeIndex, names_itself
+from scheduler.k8s.codec import decode_node
+
+#: Rejection categories (the ``reason`` label of the rejections metric).
+R_UNKNOWN_NODE = "unknown_node"
+R_NO_GPUS = "no_gpus"
+R_GPU_TYPE = "gpu_type"
+R_NOT_ALLOWED = "gpu_type_not_allowed"
+R_CORDONED = "cordoned"
+R_TOO_SMALL = "node_too_small"
+R_FREE = "insufficient_free_gpus"
+R_GANG = "outside_gang_placement"
+R_JOB = "job_unschedulable"
+
+#: why a node is refused: (reason, resolvable by waiting, rejection category); None: it passes
+Verdict = tuple[str, bool, str] | None
+
+
+@dataclass(slots=True)
+class FilterOutcome:
+    """What filter decided: passing node names (request order), failures, and rejection categories."""
+
+    passed: list[str]
+    failed: dict[str, str]
+    unresolvable: dict[str, str]
+    categories: dict[str, int] = field(default_factory=dict)
+    managed: bool = True
+
+
+def class_verdict(ctx: PodContext, node: Node, free: int) -> Verdict:
+    """Whether one replica of the pod fits on ``node`` (or any node of its class) with ``free`` GPUs."""
+    why = check_node(
+        node, free, gpus_per_replica=ctx.gpus, gpu_type=ctx.gpu_type, allowed_gpu_types=ctx.allowed
+    )
+    if why is None:
+        return None
+    return why.reason, why.resolvable, _category(node, free, ctx)
+
+
+def _category(node: Node, free: int, ctx: PodContext) -> str:
+    """The rejection category, checked in the same order as ``check_node``."""
+    if node.capacity_for_jobs <= 0 and node.gpus <= 0:
+        return R_NO_GPUS
+    if ctx.gpu_type is not None and node.gpu_type != ctx.gpu_type:
+        return R_GPU_TYPE
+    if ctx.allowed and node.gpu_type not in ctx.allowed:
+        return R_NOT_ALLOWED
+    if not node.schedulable:
+        return R_CORDONED
+    if node.gpus < ctx.gpus:
+        return R_TOO_SMALL
+    return R_FREE
+
+
+def request_node(node_objects: Sequence[Any] | None, i: int) -> Node | None:
+    """A node the request sent in full (nodeCacheCapable false), decoded; None when absent or bad."""
+    if node_objects is None:
+        return None
+    try:
+        return decode_node(node_objects[i])
+    except (ValueError, IndexError):
+        return None
+
+
+class Filter:
+    """Filter over a ``NodeIndex`` and ``GangPlans`` (see the module docstring)."""
+
+    def __init__(self, index: NodeIndex, plans: GangPlans) -> None:
+        self._index = index
+        self._plans = plans
+        self._memo: dict[tuple[Any, ...], dict[int, Verdict]] = {}
+
+    def __call__(
+        self, ctx: PodContext, names: Sequence[str], node_objects: Sequence[Any] | None
+    ) -> FilterOutcome:
+        if ctx.gpus <= 0:  # not ours: it passes untouched
+            return FilterOutcome(list(names), {}, {}, managed=False)
+        if ctx.job_problem:
+            # the TrainingJob itself cannot be scheduled as written: no node will do
+            reason = f"perfsched: TrainingJob {ctx.pod.job} cannot be scheduled: {ctx.job_problem}"
+            return FilterOutcome([], {}, dict.fromkeys(names, reason), {R_JOB: len(names)} if names else {})
+        per_name, counts = self._verdicts(ctx, names, node_objects)
+        cats: dict[str, int] = {}
+        for v, n in counts.items():
+            if v is not None:
+                cats[v[2]] = cats.get(v[2], 0) + n
+        fits, failed, unres = list(names), {}, {}
+        if len(counts) > 1 or None not in counts:  # some refused: split with C-speed passes, in order
+            ok = list(map(is_, per_name, repeat(None)))
+            fits = list(compress(names, ok))
+            bad = list(map(not_, ok))
+            verdicts_bad: list[Any] = list(compress(per_name, bad))  # (reason, resolvable, category)
+            refused = list(zip(compress(names, bad), map(itemgetter(0), verdicts_bad), strict=True))
+            resolvable = list(map(itemgetter(1), verdicts_bad))
+            failed = dict(compress(refused, resolvable))
+            unres = dict(compress(refused, map(not_, resolvable)))
+        if not ctx.in_gang:
+            return FilterOutcome(fits, failed, unres, cats)
+        fit_set = set(fits)
+        plan = self._plans.plan(ctx, fits, fit_set.__contains__)
+        if isinstance(plan, Unschedulable):
+            reason = f"perfsched: gang {ctx.pod.job}: {plan.reason}"
+            (failed if plan.resolvable else unres).update(dict.fromkeys(fits, reason))
+            if fits:
+                cats[R_GANG] = cats.get(R_GANG, 0) + len(fits)
+            return FilterOutcome([], failed, unres, cats)
+        in_plan = set(plan.nodes).__contains__
+        outside = list(filterfalse(in_plan, fits))
+        if outside:
+            where = describe_plan(plan, self._index.nodes)
+            reason = (
+                f"perfsched: gang {ctx.pod.job} ({ctx.replicas} x {ctx.gpus} GPUs) is placed on {where}; "
+                "this node is outside that placement"
+            )
+            failed.update(dict.fromkeys(outside, reason))
+            cats[R_GANG] = cats.get(R_GANG, 0) + len(outside)
+        return FilterOutcome(list(filter(in_plan, fits)), failed, unres, cats)
+
+    def _verdicts(
+        self, ctx: PodContext, names: Sequence[str], node_objects: Sequence[Any] | None
+    ) -> tuple[list[Verdict], Counter[Verdict]]:
+        """Each name's verdict, deciding each class key once; and how many names got each verdict."""
+        keys = self._index.keys(names)
+        counts = Counter(keys)
+        memo = self._memo.get(filter_signature(ctx))
+        if memo is None:
+            if len(self._memo) >= 256:
+                self._memo.clear()
+            memo = self._memo[filter_signature(ctx)] = {}
+        rep = self._index.rep
+        own: set[int | None] = set()  # keys whose names each get a verdict of their own
+        for key in counts:
+            if key is None or names_itself(rep[key >> FREE_BITS]):
+                own.add(key)
+            elif key not in memo:
+                memo[key] = class_verdict(ctx, rep[key >> FREE_BITS], key & FREE_MASK)
+        if not own:
+            per_name = list(map(memo.__getitem__, keys))  # type: ignore[arg-type]
+            by_verdict: Counter[Verdict] = Counter()
+            for key, n in counts.items():
+                by_verdict[memo[key]] += n  # type: ignore[index]
+            return per_name, by_verdict
+        per_name = [None if k in own else memo[k] for k in keys]  # type: ignore[index]
+        for i in [i for i, k in enumerate(keys) if k in own]:
+            per_name[i] = self._own_verdict(ctx, names[i], keys[i], node_objects, i)
+        return per_name, Counter(per_name)
+
+    def _own_verdict(
+        self, ctx: PodContext, name: str, key: int | None, node_objects: Sequence[Any] | None, i: int
+    ) -> Verdict:
+        if key is not None:
+            return class_verdict(ctx, self._index.nodes[name], key & FREE_MASK)
+        node = request_node(node_objects, i)
+        if node is None:
+            reason = f"perfsched: node {name} is not in the extender's cache yet (watch lag); retry"
+            return reason, True, R_UNKNOWN_NODE
+        return class_verdict(ctx, node, node.gpus if node.schedulable else 0)

@@ -1,0 +1,196 @@
+"""Where a gang's unplaced replicas go: the plan filter keeps a gang's pods to.
+
+Shell-side logic without I/O over the ``ClusterCache`` (callers hold its lock). The plan is, in order:
+the operator's plan (the ``perfsched.dev/planned-node`` annotations of the gang's unplaced pods) while it
+still fits; else a plan this extender made earlier for the gang, minus the replicas placed since, while
+it still fits; else a fresh placement with the core's algorithm (``FreeIndex.place`` / ``place_gang``,
+so the extender places gangs exactly as the policies and the simulator do) over the whole cache
+(replicas already bound count as ``prefer``) and, if none of those nodes is among kube-scheduler's
+candidates, over the candidates only. Memo: ``GangPlans`` keeps the last plan per gang; its one
+invalidation rule is that a plan is used only while it still fits the cache's free GPUs (checked on
+every use), and the oldest plans are dropped past 10,000 gangs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from itertools import compress
+from operator import ne
+
+from scheduler.core.decisions import Unschedulable
+from scheduler.core.placement import FreeIndex, LocalityLevel, locality_level, place_gang
+from scheduler.core.types import Allocation, Node
+from scheduler.extender.context import PodContext
+from scheduler.k8s.cache import ClusterCache
+
+_MAX_PLANS = 10_000
+
+
+class FreeIndexes:
+    """Per GPU type, a core ``FreeIndex`` over the cache's nodes of that type, in step with the cache.
+
+    ``get(t).place(...)`` answers exactly what ``place_gang([nodes of type t], cache.free, ...)`` would,
+    without building the index on every call: an index is built once per node set and type; afterwards
+    only the nodes whose free GPUs changed since the last call are moved, through the index's own
+    ``commit``/``release``. Callers hold the cache's lock.
+    """
+
+    def __init__(self, cache: ClusterCache) -> None:
+        self._cache = cache
+        self._nodes_version = -1
+        self._version = -1
+        self._free: dict[str, int] = {}  # the cache's free GPUs when the indexes were last brought in step
+        self._by_type: dict[str, FreeIndex] = {}
+
+    def get(self, gpu_type: str) -> FreeIndex:
+        cache = self._cache
+        if cache.nodes_version != self._nodes_version:
+            self._by_type = {}
+            self._nodes_version = cache.nodes_version
+            self._version = cache.version
+            self._free = dict(cache.free)
+        elif cache.version != self._version:
+            self._catch_up()
+        index = self._by_type.get(gpu_type)
+        if index is None:
+            index = FreeIndex([n for n in cache.nodes.values() if n.gpu_type == gpu_type], self._free)
+            self._by_type[gpu_type] = index
+        return index
+
+    def _catch_up(self) -> None:
+        cache = self._cache
+        free = cache.free
+        names = list(free)
+        changed = list(compress(names, map(ne, map(free.__getitem__, names), map(self._free.get, names))))
+        for name in changed:
+            node = cache.nodes[name]
+            index = self._by_type.get(node.gpu_type)
+            if index is None:
+                continue
+            now = min(node.capacity_for_jobs, max(0, free[name]))
+            have = index.free_of(name)
+            if now < have:
+                index.commit(Allocation.of("perfsched/free-sync", node.gpu_type, have - now, {name: 1}))
+            elif now > have:
+                index.release(Allocation.of("perfsched/free-sync", node.gpu_type, now - have, {name: 1}))
+        self._free = dict(free)
+        self._version = cache.version
+
+
+class GangPlans:
+    """The gang plan of a pod (see the module docstring), with the plans made so far."""
+
+    def __init__(self, cache: ClusterCache) -> None:
+        self._cache = cache
+        self._indexes = FreeIndexes(cache)
+        # gang -> (plan for its unplaced replicas, where its replicas were placed when it was made)
+        self._plans: dict[tuple[str, str], tuple[Allocation, dict[str, int]]] = {}
+
+    def plan(
+        self, ctx: PodContext, fits: Sequence[str], is_fit: Callable[[str], bool]
+    ) -> Allocation | Unschedulable:
+        """Where the gang's unplaced replicas (this pod included) go; ``fits``: the candidates one replica
+        fits on (``is_fit`` answers membership)."""
+        assert ctx.gang_key is not None
+        kept = self._operator_plan(ctx) or self._earlier_plan(ctx)
+        if kept is not None:
+            return kept
+        reason: Unschedulable | None = None  # the whole-cluster reason: a candidates-only pool is smaller
+        nodes = self._cache.nodes
+        types = _candidate_types(ctx, fits, nodes)
+        for pool in (None, fits):
+            for t in types:
+                if pool is None:
+                    result = self._indexes.get(t).place(
+                        replicas=ctx.unplaced,
+                        gpus_per_replica=ctx.gpus,
+                        gpu_type=t,
+                        job=ctx.pod.job,
+                        prefer=ctx.placed or None,
+                    )
+                else:
+                    result = place_gang(
+                        [nodes[n] for n in pool if n in nodes and nodes[n].gpu_type == t],
+                        self._cache.free,
+                        replicas=ctx.unplaced,
+                        gpus_per_replica=ctx.gpus,
+                        gpu_type=t,
+                        job=ctx.pod.job,
+                        prefer=ctx.placed or None,
+                    )
+                if isinstance(result, Allocation):
+                    if any(map(is_fit, result.nodes)):
+                        self._plans[ctx.gang_key] = (result, dict(ctx.placed))
+                        if len(self._plans) > _MAX_PLANS:
+                            self._plans.pop(next(iter(self._plans)))
+                        return result
+                elif reason is None:
+                    reason = result
+            if reason is None:
+                # the cluster has room, only not among these candidates: kube-scheduler may retry others
+                reason = Unschedulable("its placement is on nodes kube-scheduler did not offer this time")
+        if reason is None:
+            reason = Unschedulable(f"no candidate node of GPU type {ctx.gpu_type or 'any'} fits one replica")
+        return reason
+
+    def _operator_plan(self, ctx: PodContext) -> Allocation | None:
+        """The operator's plan, if it covers every unplaced replica and still fits."""
+        nodes = self._cache.nodes
+        if not ctx.planned or sum(ctx.planned.values()) < ctx.unplaced:
+            return None
+        types = {nodes[n].gpu_type for n in ctx.planned if n in nodes}
+        if len(types) != 1 or not self._fits_now(ctx.planned, ctx.gpus, ctx.gpu_type):
+            return None
+        return Allocation.of(ctx.pod.job, types.pop(), ctx.gpus, ctx.planned)
+
+    def _earlier_plan(self, ctx: PodContext) -> Allocation | None:
+        """Our own earlier plan, minus the replicas placed since, if it still fits."""
+        assert ctx.gang_key is not None
+        memo = self._plans.get(ctx.gang_key)
+        if memo is None or memo[0].gpus_per_replica != ctx.gpus:
+            return None
+        old, placed_then = memo
+        left = dict(old.replicas_per_node)
+        for name, r in ctx.placed.items():
+            if name in left:
+                left[name] = max(0, left[name] - max(0, r - placed_then.get(name, 0)))
+        left = {n: r for n, r in left.items() if r > 0}
+        if sum(left.values()) < ctx.unplaced or not self._fits_now(left, ctx.gpus, ctx.gpu_type):
+            return None
+        return Allocation.of(ctx.pod.job, old.gpu_type, ctx.gpus, left)
+
+    def _fits_now(self, per_node: Mapping[str, int], g: int, gpu_type: str | None) -> bool:
+        nodes = self._cache.nodes
+        free = self._cache.free
+        for name, r in per_node.items():
+            node = nodes.get(name)
+            if node is None or (gpu_type is not None and node.gpu_type != gpu_type):
+                return False
+            if free.get(name, 0) < r * g:
+                return False
+        return True
+
+
+def _candidate_types(ctx: PodContext, fits: Sequence[str], nodes: Mapping[str, Node]) -> list[str]:
+    """GPU types the gang may use: the decision, else the types of the fitting nodes (placed first)."""
+    if ctx.gpu_type:
+        return [ctx.gpu_type]
+    order: dict[str, None] = {}
+    for name in (*ctx.placed, *fits):
+        node = nodes.get(name)
+        if node is not None:
+            order[node.gpu_type] = None
+    return list(order)
+
+
+def describe_plan(plan: Allocation, nodes: Mapping[str, Node]) -> str:
+    """Where a plan puts the gang, as a person reads it (the reason outside nodes are refused)."""
+    names = plan.nodes
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    members = [nodes[n] for n in names if n in nodes]
+    level = locality_level(plan, nodes)
+    if level is LocalityLevel.NVLINK_DOMAIN and len(members) > 1 and members[0].nvlink_domain:
+        return f"NVLink domain {members[0].nvlink_domain} (nodes {shown})"
+    if level is LocalityLevel.RACK and members:
+        return f"rack {members[0].rack} (nodes {shown})"
+    return f"node{'s' if len(names) > 1 else ''} {shown}"

@@ -1,0 +1,304 @@
+"""The extender's verbs as one service: request bytes in, status and reply bytes out.
+
+Shell module (no HTTP framework; bind calls the ``Binder`` in a worker thread). Each verb is one path:
+body -> ``wire`` parse -> typed ``PodContext`` (``context``) -> a verdict per node class (``filtering``)
+or a score per class (``scoring``), the gang plan (``gang``) or the victims (``preempt``) -> reply. The
+decisions read the ``ClusterCache`` under its lock, so one request sees one consistent state.
+
+Errors: a malformed body is the caller's fault and answers 400 (413 when over the size limit) with
+``{"Error": message}`` naming the field. Anything else is ours or upstream's: it is counted in
+``perfsched_extender_errors_total{verb}`` and logged with the request (quoted at most
+``wire.QUOTE_LIMIT`` characters), and answered as kube-scheduler can use it: filter's ``Error`` field
+(the scheduling attempt fails and is retried), neutral scores for prioritize (kube-scheduler ignores
+prioritize errors), bind's ``Error`` field.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import anyio
+import orjson
+from anyio.to_thread import run_sync
+
+from scheduler import metrics
+from scheduler.core.errors import ConfigError, PermanentError
+from scheduler.core.protocols import ThroughputOracle
+from scheduler.extender import preempt, wire
+from scheduler.extender.context import PodContext, pod_context
+from scheduler.extender.filtering import Filter, FilterOutcome
+from scheduler.extender.gang import GangPlans
+from scheduler.extender.nodes import NodeIndex
+from scheduler.extender.scoring import Scorer, Weights
+from scheduler.k8s.cache import ClusterCache
+from scheduler.settings import Settings
+
+log = logging.getLogger(__name__)
+
+#: threads making the API calls of binds at once: as many as the API client pools connections (32)
+_API_THREADS = 32
+#: a verb's answer: HTTP status and the JSON reply
+Reply = tuple[int, bytes]
+
+
+class Binder(Protocol):
+    """Creates Bindings and records placements (``scheduler.k8s.binder.KubeBinder``; fakes in tests).
+
+    ``bind`` raises ``PermanentError`` when binding cannot succeed (the pod is gone or bound elsewhere)
+    and any other exception for failures a retry may fix; binding a pod again to the node it is already
+    on succeeds. ``record_placement`` merges ``{pod name: node}`` into the TrainingJob's placement.
+    """
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+
+    def record_placement(self, namespace: str, job_name: str, placement: dict[str, str]) -> None: ...
+
+
+class BadRequest(Exception):
+    """The request is malformed (4xx); the message names the field."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _Predictions:
+    """Bookkeeping for the predictor metrics (calls, rows hit and missed, hit ratio since start)."""
+
+    def __init__(self) -> None:
+        self.hits = self.total = 0
+
+    def __call__(self, sent: int, hits: int, misses: int) -> None:
+        metrics.EXTENDER_PREDICTOR_CALLS.inc(1 if sent else 0)
+        metrics.EXTENDER_PREDICTOR_ROWS.labels("hit").inc(hits)
+        metrics.EXTENDER_PREDICTOR_ROWS.labels("miss").inc(misses)
+        self.hits, self.total = self.hits + hits, self.total + hits + misses
+        if self.total:
+            metrics.EXTENDER_PREDICTOR_HIT_RATIO.set(self.hits / self.total)
+
+
+def _json(body: bytes) -> Any:
+    if not body:
+        raise BadRequest("request body is empty: expected a JSON object")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+
+
+class ExtenderService:
+    """Filter, prioritize, bind and preempt over a cache, a throughput oracle and a binder."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        cache: ClusterCache,
+        oracle: ThroughputOracle | None,
+        binder: Binder | None = None,
+    ) -> None:
+        self.cache = cache
+        self._binder = binder
+        self._record_placement = settings.extender_record_placement
+        # a Binding waits on the API server and etcd (tens to hundreds of ms under load): binds/s is
+        # threads / that latency; no more threads than pooled connections (no TLS handshake per bind)
+        self._api_threads = anyio.CapacityLimiter(_API_THREADS)
+        index = NodeIndex(cache)
+        self._filter = Filter(index, GangPlans(cache))
+        self._score = Scorer(
+            index,
+            oracle,
+            Weights(
+                throughput=settings.extender_weight_throughput,
+                locality=settings.extender_weight_locality,
+                packing=settings.extender_weight_packing,
+            ),
+            predict_cache_size=settings.extender_predict_cache_size,
+            on_predict=_Predictions(),
+            on_predict_error=lambda exc: metrics.EXTENDER_ERRORS.labels("predict").inc(),
+        )
+        self._latency = {
+            v: metrics.EXTENDER_REQUEST_SECONDS.labels(v) for v in ("filter", "prioritize", "bind", "preempt")
+        }
+        self._ok = {v: metrics.EXTENDER_REQUESTS.labels(v, "200") for v in self._latency}
+        self._nodes_in = metrics.EXTENDER_FILTER_NODES.labels("in")
+        self._nodes_passed = metrics.EXTENDER_FILTER_NODES.labels("passed")
+
+    # --- bookkeeping --------------------------------------------------------------------------------
+    def done(self, verb: str, start: float, status: int) -> None:
+        """Count one answered call and its latency."""
+        self._latency[verb].observe(time.perf_counter() - start)
+        if status == 200:
+            self._ok[verb].inc()
+        else:
+            metrics.EXTENDER_REQUESTS.labels(verb, str(status)).inc()
+
+    def bad(self, verb: str, start: float, exc: Exception) -> Reply:
+        """A 4xx answer for a malformed request."""
+        status = exc.status if isinstance(exc, BadRequest) else 400
+        message = wire.quote(str(exc), 1024)
+        log.info("bad %s request: %s", verb, message, extra={"verb": verb, "status": status})
+        self.done(verb, start, status)
+        return status, orjson.dumps({"Error": message})
+
+    def failed(self, verb: str, exc: Exception, body: bytes, *, bug: bool = True) -> None:
+        """Count and log an error that is not the caller's fault, with the request that met it (and the
+        traceback when it is a ``bug``, not an upstream failure)."""
+        metrics.EXTENDER_ERRORS.labels(verb).inc()
+        (log.error if bug else log.warning)(
+            "%s failed: %s",
+            verb,
+            wire.quote(str(exc)),
+            exc_info=exc if bug else None,
+            extra={"verb": verb, "request": wire.quote(body.decode("utf-8", "replace"))},
+        )
+
+    def _decide(self, pod_obj: Any, decide: Callable[[PodContext], Any]) -> Any:
+        with self.cache.lock:
+            self.cache.expire_assumed()
+            return decide(pod_context(self.cache, pod_obj))
+
+    # --- verbs --------------------------------------------------------------------------------------
+    def filter(self, body: bytes, start: float) -> Reply:
+        try:
+            args = wire.parse_extender_args(_json(body))
+            outcome = self._decide(args.pod, lambda ctx: self._filter(ctx, args.names, args.node_objects))
+        except (BadRequest, wire.WireError, ConfigError) as exc:
+            return self.bad("filter", start, exc)
+        except Exception as exc:
+            self.failed("filter", exc, body)
+            self.done("filter", start, 200)
+            error = f"perfsched: internal error in filter: {wire.quote(str(exc))}"
+            empty = dict.fromkeys(("Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes"))
+            return 200, orjson.dumps({**empty, "Error": error})
+        self._nodes_in.observe(len(args.names))
+        self._nodes_passed.observe(len(outcome.passed))
+        for reason, n in outcome.categories.items():
+            metrics.EXTENDER_REJECTIONS.labels(reason).inc(n)
+        self.done("filter", start, 200)
+        return 200, _filter_reply(outcome, args)
+
+    def prioritize(self, body: bytes, start: float) -> Reply:
+        try:
+            args = wire.parse_extender_args(_json(body))
+        except (BadRequest, wire.WireError) as exc:
+            return self.bad("prioritize", start, exc)
+        try:
+            keys, scores = self._decide(args.pod, lambda ctx: self._score(ctx, args.names, args.node_objects))
+        except ConfigError as exc:
+            return self.bad("prioritize", start, exc)
+        except Exception as exc:
+            self.failed("prioritize", exc, body)
+            keys, scores = [None] * len(args.names), {None: 0}
+        reply = _host_priority_list(args.names, keys, scores)
+        self.done("prioritize", start, 200)
+        return 200, reply
+
+    def preempt(self, body: bytes, start: float) -> Reply:
+        try:
+            args = wire.parse_preemption_args(_json(body))
+            victims = preempt.candidates(args)
+            kept = self._decide(args.Pod, lambda ctx: preempt.keep(self.cache, ctx, victims))
+        except (BadRequest, wire.WireError, ConfigError) as exc:
+            return self.bad("preempt", start, exc)
+        except Exception as exc:
+            self.failed("preempt", exc, body)
+            self.done("preempt", start, 200)
+            return 200, orjson.dumps({"NodeNameToMetaVictims": {}})  # evict nobody on our account
+        self.done("preempt", start, 200)
+        return 200, orjson.dumps(preempt.reply(args, kept))
+
+    async def bind(self, body: bytes, start: float) -> Reply:
+        try:
+            args = wire.parse_binding_args(_json(body))
+        except (BadRequest, wire.WireError) as exc:
+            return self.bad("bind", start, exc)
+        if self._binder is None:
+            metrics.EXTENDER_BINDS.labels("error").inc()
+            error = "perfsched: this extender was started without a binder"
+        else:
+            error = await self._bind(args, self._binder, body)
+        self.done("bind", start, 200)
+        return 200, orjson.dumps({"Error": error})
+
+    async def _bind(self, args: wire.ExtenderBindingArgs, binder: Binder, body: bytes) -> str:
+        """Reserve the pod's GPUs on the node, create the Binding, record the gang's placement; the
+        error to answer ("" when bound)."""
+        ns, name, node = args.PodNamespace, args.PodName, args.Node
+        pod = self.cache.pod(ns, name)
+        if pod is not None and pod.uid and args.PodUID and pod.uid != args.PodUID:
+            pod = None  # the cache holds an older pod of the same name
+        if pod is not None and pod.node_name:
+            if pod.node_name == node:
+                metrics.EXTENDER_BINDS.labels("success").inc()
+                return ""  # idempotent: it is already there
+            metrics.EXTENDER_BINDS.labels("error").inc()
+            return f"perfsched: pod {ns}/{name} is already bound to {pod.node_name}"
+        refused = self.cache.reserve(ns, name, args.PodUID, node, pod.gpus if pod is not None else 0)
+        if refused is not None:
+            metrics.EXTENDER_BINDS.labels("error").inc()
+            return refused
+        try:
+            await run_sync(binder.bind, ns, name, args.PodUID, node, limiter=self._api_threads)
+        except PermanentError as exc:
+            self.cache.forget(ns, name)
+            metrics.EXTENDER_BINDS.labels("error").inc()
+            return f"perfsched: {wire.quote(str(exc))}"
+        except Exception as exc:  # a failure a retry may fix (Binder's contract): counted, logged, answered
+            self.cache.forget(ns, name)
+            metrics.EXTENDER_BINDS.labels("temporary_error").inc()
+            self.failed("bind", exc, body, bug=False)
+            return f"perfsched: binding {ns}/{name} to {node} failed: {wire.quote(str(exc))}"
+        metrics.EXTENDER_BINDS.labels("success").inc()
+        if pod is not None and pod.job and self._record_placement:
+            job_ns, _, job_name = pod.job.partition("/")
+            try:
+                await run_sync(
+                    binder.record_placement, job_ns, job_name, {name: node}, limiter=self._api_threads
+                )
+                metrics.EXTENDER_PLACEMENT_RECORDS.labels("success").inc()
+            except Exception as exc:  # best effort (the pod's nodeName is the truth): counted and logged
+                metrics.EXTENDER_PLACEMENT_RECORDS.labels("error").inc()
+                self.failed("bind", exc, body, bug=False)
+        return ""
+
+
+def _filter_reply(outcome: FilterOutcome, args: wire.ParsedArgs) -> bytes:
+    """ExtenderFilterResult in the request's form: node names, or the passing Node objects."""
+    nodes: dict[str, Any] | None = None
+    names: list[str] | None = outcome.passed
+    if args.node_objects is not None:
+        names = None
+        items = args.node_objects
+        if outcome.managed:
+            keep = set(outcome.passed)
+            items = [obj for obj, n in zip(args.node_objects, args.names, strict=True) if n in keep]
+        nodes = {"metadata": {}, "items": items}
+    return orjson.dumps(
+        {
+            "Nodes": nodes,
+            "NodeNames": names,
+            "FailedNodes": outcome.failed,
+            "FailedAndUnresolvableNodes": outcome.unresolvable,
+            "Error": "",
+        }
+    )
+
+
+#: names that may be copied into a JSON string as they are, one per line
+_PLAIN_LINES = re.compile(r"[\x20\x21\x23-\x5b\x5d-\x7e\n]*")
+
+
+def _host_priority_list(names: list[str], keys: list[Any], scores: dict[Any, int]) -> bytes:
+    """The HostPriorityList ``[{"Host": names[i], "Score": scores[keys[i]]}, ...]`` as JSON: node names
+    (DNS names, nothing to escape) interleaved with each class's prebuilt tail in one join, at C speed."""
+    joined = "\n".join(names)
+    if not names or joined.count("\n") != len(names) - 1 or not _PLAIN_LINES.fullmatch(joined):
+        return orjson.dumps([{"Host": h, "Score": scores[k]} for h, k in zip(names, keys, strict=True)])
+    tails = {k: f'","Score":{s}}},{{"Host":"' for k, s in scores.items()}
+    parts: list[str] = [""] * (2 * len(names) + 1)
+    parts[0], parts[1::2], parts[2::2] = '[{"Host":"', names, map(tails.__getitem__, keys)
+    return ("".join(parts[:-1]) + parts[-1][: -len(',{"Host":"')] + "]").encode()
