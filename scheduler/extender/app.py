@@ -2,9 +2,8 @@
 
 Shell module. Routes (FastAPI's own router; each a thin call into ``service.ExtenderService``):
 ``POST /filter``, ``/prioritize``, ``/bind``, ``/preempt`` (wire format in ``scheduler.extender.wire``),
-``GET /healthz`` (the process answers), ``/readyz`` (503 until the cache has listed every kind once),
-``/metrics`` (Prometheus text). Bodies are read with a size limit (413 over it). Nothing is built at
-import time.
+``GET /healthz``, ``/readyz`` (503 until the cache has listed every kind once; 200 through an API outage,
+as the cache still answers), ``/metrics``. Bodies are size-limited (413). Nothing is built at import time.
 """
 
 from __future__ import annotations
@@ -136,6 +135,7 @@ def _add_probes(app: FastAPI, cache: ClusterCache, registry: CollectorRegistry) 
 
     @app.get("/metrics")
     async def metrics_() -> Response:
+        cache.health.tick()  # an ongoing API outage counts up to this scrape
         for kind in Kind:
             age = cache.age(kind)
             metrics.EXTENDER_CACHE_AGE_SECONDS.labels(kind.value).set(age if age != float("inf") else -1)
