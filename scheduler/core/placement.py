@@ -127,6 +127,23 @@ class _Layout:
     slots: dict[tuple[str, int], int]
 
 
+def compact_shape(
+    gpu_type: str, num_gpus: int, node_gpus: int, interconnect: Interconnect, network_gbps: float
+) -> PlacementShape:
+    """The shape of ``num_gpus`` GPUs of one type on nodes of ``node_gpus`` GPUs, as few nodes as possible
+    (what a policy or the extender asks the oracle about before a placement exists)."""
+    per_node = max(1, node_gpus)
+    num_nodes = max(1, -(-num_gpus // per_node))
+    return PlacementShape(
+        gpu_type=gpu_type,
+        num_gpus=num_gpus,
+        num_nodes=num_nodes,
+        gpus_per_node=min(num_gpus, per_node),
+        interconnect=interconnect if num_nodes == 1 else Interconnect.PCIE,
+        network_gbps=network_gbps,
+    )
+
+
 def _build_layout(nodes: Sequence[Node]) -> _Layout:
     by_name: dict[str, Node] = {}
     types: dict[str, list[str]] = {}

@@ -57,9 +57,14 @@ def job_key(job: Job) -> tuple[Any, ...]:
     return (job.name, job.model, job.dataset, job.batch_size, job.precision, job.params, job.flops_per_sample)
 
 
-def filter_signature(ctx: PodContext) -> tuple[Any, ...]:
-    """Pods alike in this get the same verdict on every node class (``check_node``'s pod inputs)."""
-    return (ctx.gpus, ctx.gpu_type, ctx.allowed)
+def filter_signature(ctx: PodContext, *, memory: bool = False) -> tuple[Any, ...]:
+    """Pods alike in this get the same verdict on every node class (``check_node``'s pod inputs; with
+    ``memory``, also what of the job and the gang's size its GPU memory depends on)."""
+    if not memory or ctx.job is None:
+        return (ctx.gpus, ctx.gpu_type, ctx.allowed)
+    j = ctx.job
+    mem = (j.model, j.batch_size, j.precision, j.params, j.sequence_length, j.sharding, j.micro_batch_size)
+    return (ctx.gpus, ctx.gpu_type, ctx.allowed, ctx.replicas, *mem, j.activation_checkpointing)
 
 
 def score_signature(ctx: PodContext, anchors: list[str]) -> tuple[Any, ...]:

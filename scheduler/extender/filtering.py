@@ -4,11 +4,14 @@ Shell-side logic without I/O over the ``ClusterCache`` (callers hold its lock). 
 
 1. per node class (``nodes.NodeIndex``): one replica's verdict, ``class_verdict`` -- the one place that
    says whether a node of a class with so many free GPUs can take the pod (the core's ``check_node``),
-   and why not; a further per-class check (e.g. GPU memory) goes there and nowhere else. Names the cache
-   does not know are decided from the request's Node objects, else refused as "watch lag".
+   and why not, then whether the pod's job fits in that class's GPU memory (``MemoryOracle``, the same
+   check the core's ``run_round`` makes before a start); a further per-class check goes there and
+   nowhere else. Names the cache does not know are decided from the request's Node objects, else
+   refused as "watch lag".
 2. for a pod of a gang, the gang plan (``gang.GangPlans``): only nodes of the plan pass.
 
-Memo: ``Verdicts`` maps (pod filter signature, class key) -> verdict. A verdict is a function of the
+Memo: ``Verdicts`` maps (pod filter signature, class key) -> verdict; with a memory oracle the signature
+includes what of the job its memory depends on. A verdict is a function of the
 signature and the class key alone and class numbers are never reused, so entries never go stale; the
 table is cleared when it holds 256 signatures (a bound, not a correctness rule).
 """
@@ -24,7 +27,9 @@ from typing import Any
 
 from scheduler.core.decisions import Unschedulable
 from scheduler.core.node_fit import check_node
-from scheduler.core.types import Node
+from scheduler.core.placement import compact_shape
+from scheduler.core.protocols import MemoryOracle
+from scheduler.core.types import Node, PlacementShape
 from scheduler.extender.context import PodContext, filter_signature
 from scheduler.extender.gang import GangPlans, describe_plan
 from scheduler.extender.nodes import FREE_BITS, FREE_MASK, NodeIndex, names_itself
@@ -40,6 +45,7 @@ R_TOO_SMALL = "node_too_small"
 R_FREE = "insufficient_free_gpus"
 R_GANG = "outside_gang_placement"
 R_JOB = "job_unschedulable"
+R_MEMORY = "gpu_memory"
 
 #: why a node is refused: (reason, resolvable by waiting, rejection category); None: it passes
 Verdict = tuple[str, bool, str] | None
@@ -56,14 +62,27 @@ class FilterOutcome:
     managed: bool = True
 
 
-def class_verdict(ctx: PodContext, node: Node, free: int) -> Verdict:
-    """Whether one replica of the pod fits on ``node`` (or any node of its class) with ``free`` GPUs."""
+def class_verdict(ctx: PodContext, node: Node, free: int, memory: MemoryOracle | None = None) -> Verdict:
+    """Whether one replica of the pod fits on ``node`` (or any node of its class) with ``free`` GPUs, and
+    (with ``memory``) whether its job fits in the GPU memory of such nodes at the gang's size."""
     why = check_node(
         node, free, gpus_per_replica=ctx.gpus, gpu_type=ctx.gpu_type, allowed_gpu_types=ctx.allowed
     )
-    if why is None:
+    if why is not None:
+        return why.reason, why.resolvable, _category(node, free, ctx)
+    if memory is None or ctx.job is None or not node.gpu_type:
         return None
-    return why.reason, why.resolvable, _category(node, free, ctx)
+    (fit,) = memory.memory_fit([(ctx.job, gang_shape(ctx, node))])
+    if fit is None or fit.fits:
+        return None
+    # waiting does not help: this node's GPUs are too small for the job as it is configured
+    return f"perfsched: node {node.name}: TrainingJob {ctx.pod.job} {fit.message}", False, R_MEMORY
+
+
+def gang_shape(ctx: PodContext, node: Node) -> PlacementShape:
+    """What the memory check asks about: the whole gang on nodes like ``node`` (compact)."""
+    total = max(1, ctx.replicas) * ctx.gpus
+    return compact_shape(node.gpu_type, total, max(ctx.gpus, node.gpus), node.interconnect, node.network_gbps)
 
 
 def _category(node: Node, free: int, ctx: PodContext) -> str:
@@ -94,9 +113,10 @@ def request_node(node_objects: Sequence[Any] | None, i: int) -> Node | None:
 class Filter:
     """Filter over a ``NodeIndex`` and ``GangPlans`` (see the module docstring)."""
 
-    def __init__(self, index: NodeIndex, plans: GangPlans) -> None:
+    def __init__(self, index: NodeIndex, plans: GangPlans, memory: MemoryOracle | None = None) -> None:
         self._index = index
         self._plans = plans
+        self._memory = memory
         self._memo: dict[tuple[Any, ...], dict[int, Verdict]] = {}
 
     def __call__(
@@ -151,18 +171,19 @@ class Filter:
         """Each name's verdict, deciding each class key once; and how many names got each verdict."""
         keys = self._index.keys(names)
         counts = Counter(keys)
-        memo = self._memo.get(filter_signature(ctx))
+        sig = filter_signature(ctx, memory=self._memory is not None)
+        memo = self._memo.get(sig)
         if memo is None:
             if len(self._memo) >= 256:
                 self._memo.clear()
-            memo = self._memo[filter_signature(ctx)] = {}
+            memo = self._memo[sig] = {}
         rep = self._index.rep
         own: set[int | None] = set()  # keys whose names each get a verdict of their own
         for key in counts:
             if key is None or names_itself(rep[key >> FREE_BITS]):
                 own.add(key)
             elif key not in memo:
-                memo[key] = class_verdict(ctx, rep[key >> FREE_BITS], key & FREE_MASK)
+                memo[key] = class_verdict(ctx, rep[key >> FREE_BITS], key & FREE_MASK, self._memory)
         if not own:
             per_name = list(map(memo.__getitem__, keys))  # type: ignore[arg-type]
             by_verdict: Counter[Verdict] = Counter()
@@ -178,9 +199,9 @@ class Filter:
         self, ctx: PodContext, name: str, key: int | None, node_objects: Sequence[Any] | None, i: int
     ) -> Verdict:
         if key is not None:
-            return class_verdict(ctx, self._index.nodes[name], key & FREE_MASK)
+            return class_verdict(ctx, self._index.nodes[name], key & FREE_MASK, self._memory)
         node = request_node(node_objects, i)
         if node is None:
             reason = f"perfsched: node {name} is not in the extender's cache yet (watch lag); retry"
             return reason, True, R_UNKNOWN_NODE
-        return class_verdict(ctx, node, node.gpus if node.schedulable else 0)
+        return class_verdict(ctx, node, node.gpus if node.schedulable else 0, self._memory)

@@ -27,7 +27,7 @@ from anyio.to_thread import run_sync
 
 from scheduler import metrics
 from scheduler.core.errors import ConfigError, PermanentError
-from scheduler.core.protocols import ThroughputOracle
+from scheduler.core.protocols import MemoryOracle, ThroughputOracle
 from scheduler.extender import preempt, wire
 from scheduler.extender.context import PodContext, pod_context
 from scheduler.extender.filtering import Filter, FilterOutcome
@@ -107,7 +107,8 @@ class ExtenderService:
         # threads / that latency; no more threads than pooled connections (no TLS handshake per bind)
         self._api_threads = anyio.CapacityLimiter(_API_THREADS)
         index = NodeIndex(cache)
-        self._filter = Filter(index, GangPlans(cache))
+        memory = oracle if isinstance(oracle, MemoryOracle) else None
+        self._filter = Filter(index, GangPlans(cache), memory)
         self._score = Scorer(
             index,
             oracle,

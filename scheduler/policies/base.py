@@ -18,7 +18,7 @@ from typing import Any, Literal, NamedTuple, TypeVar, get_args, get_origin
 
 from scheduler.core.decisions import Decision, Unschedulable
 from scheduler.core.errors import ConfigError
-from scheduler.core.placement import FreeIndex
+from scheduler.core.placement import FreeIndex, compact_shape
 from scheduler.core.protocols import MemoryOracle, ThroughputOracle
 from scheduler.core.types import Allocation, ClusterSnapshot, Interconnect, Job, PlacementShape
 
@@ -111,16 +111,7 @@ class TypeInfo:
 
     def shape(self, num_gpus: int) -> PlacementShape:
         """The compact shape of ``num_gpus`` GPUs of this type: as few nodes as possible."""
-        per_node = max(1, self.node_gpus)
-        num_nodes = max(1, -(-num_gpus // per_node))
-        return PlacementShape(
-            gpu_type=self.gpu_type,
-            num_gpus=num_gpus,
-            num_nodes=num_nodes,
-            gpus_per_node=min(num_gpus, per_node),
-            interconnect=self.interconnect if num_nodes == 1 else Interconnect.PCIE,
-            network_gbps=self.network_gbps,
-        )
+        return compact_shape(self.gpu_type, num_gpus, self.node_gpus, self.interconnect, self.network_gbps)
 
 
 def type_infos(snapshot: ClusterSnapshot) -> dict[str, TypeInfo]:

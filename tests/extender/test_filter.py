@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from scheduler.core.types import Job, MemoryFit, PlacementShape
+from scheduler.extender import create_app
 from scheduler.k8s.cache import ClusterCache, Kind
+from scheduler.oracles.memory import MemoryFitter
+from scheduler.settings import Settings
+from tests.extender.conftest import FakeBinder, FakeOracle
 from tests.extender.kube import fed_cache, kube_node, kube_pod, kube_tj
 
 
@@ -282,3 +287,34 @@ def test_filter_never_passes_a_node_without_room(client_for: Callable[..., TestC
         assert set(out["NodeNames"]) | set(out["FailedNodes"]) | set(
             out["FailedAndUnresolvableNodes"]
         ) == set(NAMES)
+
+
+class MemoryAwareOracle(FakeOracle):
+    """The fake throughput with the real memory model (``scheduler.oracles.memory``, from perfmodel)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fitter = MemoryFitter()
+
+    def memory_fit(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[MemoryFit | None]:
+        return self.fitter.memory_fit(queries)
+
+
+def test_nodes_whose_gpu_memory_the_job_does_not_fit_are_refused_with_the_memory_named(
+    binder: FakeBinder,
+) -> None:
+    # Llama 3 8B, FSDP over 8 GPUs: 16 B/param x 8.0e9 / 8 = ~15 GiB of weights, gradients and Adam state
+    # per GPU plus ~45 GiB of activations for 2 x 4096 tokens without checkpointing (~60 GiB): fits an 80 GB
+    # H100, not a 16 GB T4, and waiting cannot fix that
+    tj = kube_tj("llama", replicas=1, gpus=8, model="llama3-8b", batch_size=64)
+    tj["spec"].update({"precision": "bf16", "sequenceLength": 4096, "sharding": "fsdp", "microBatchSize": 2})
+    tj["spec"].pop("dataset")
+    cache = fed_cache([kube_node("h100-0", "H100", 8), kube_node("t4-0", "T4", 8)], [], [tj])
+    client = TestClient(create_app(Settings(), cache, MemoryAwareOracle(), binder=binder))
+    pod = kube_pod("llama-w0", 8, job="llama")
+    body = client.post("/filter", json={"Pod": pod, "NodeNames": ["h100-0", "t4-0"]}).json()
+    assert body["NodeNames"] == ["h100-0"]
+    assert body["FailedNodes"] == {}
+    why = body["FailedAndUnresolvableNodes"]["t4-0"]
+    assert why.startswith("perfsched: node t4-0: TrainingJob team-a/llama needs ~") and "GiB per GPU" in why
+    assert "does not fit" in why and "16" in why
