@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from scheduler.core.queues import QueueSpec
+
 
 class WorkUnit(StrEnum):
     """What a job's declared work counts."""
@@ -207,11 +209,14 @@ class ClusterSnapshot:
     """Everything a policy may look at: the time, the nodes and what runs where right now.
 
     ``allocations`` maps job name to its current allocation (jobs not in it are not running).
+    ``queues`` are the tenant queues with their GPU quotas (``scheduler.core.queues``); empty means no
+    quotas at all (every job is scheduled as if the cluster had one tenant).
     """
 
     now: float
     nodes: tuple[Node, ...]
     allocations: Mapping[str, Allocation] = field(default_factory=dict)
+    queues: tuple[QueueSpec, ...] = ()
 
     def node_map(self) -> dict[str, Node]:
         return {n.name: n for n in self.nodes}
