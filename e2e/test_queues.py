@@ -1,12 +1,15 @@
 """TrainingQueue against the real API server: valid queues (the shipped examples) are accepted and read
-back as the core's ``QueueSpec``; invalid ones are refused with the field named (schema and CEL rules).
+back as the core's ``QueueSpec``; invalid ones are refused with the field named (schema and CEL rules);
+and with the real operator, extender and emulator: team A borrows team B's idle A100s, B submits, A's
+borrower is preempted through its checkpoint grace and later finishes from its checkpoint, and a job
+naming a missing queue waits with a condition saying so.
 
-The scheduling side (borrowing, reclaim through the grace period) needs the operator wiring of issue 14
-and is not tested here yet.
+TrainingQueues are cluster-scoped and every operator reads them all: each test deletes its queues.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -16,7 +19,8 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from e2e.harness import REPO, KubeCluster
+from e2e.harness import REPO, KubeCluster, wait_until
+from e2e.test_operator import Cluster, Watcher, cluster, stack, tj  # noqa: F401  (fixtures)
 from scheduler.core.queues import QueueSpec
 from scheduler.k8s.crd import GROUP, QUEUE_PLURAL, VERSION, trainingqueue_to_spec
 
@@ -80,3 +84,51 @@ def test_invalid_queue_is_refused_naming_the_field(
         api.create_cluster_custom_object(GROUP, VERSION, QUEUE_PLURAL, body(f"{prefix}-bad", spec))
     assert info.value.status == 422, info.value.body
     assert field in info.value.body, info.value.body
+
+
+def test_owner_reclaims_borrowed_gpus_through_the_grace_period(
+    queues: tuple[k8s.CustomObjectsApi, str],
+    cluster: Cluster,  # noqa: F811
+    stack: Any,  # noqa: F811
+) -> None:
+    api, prefix = queues
+    a, b = f"{prefix}-a", f"{prefix}-b"
+    for name, quota in (
+        (a, {"gpuType": "A100", "nominal": 8, "borrowingLimit": 8}),
+        (b, {"gpuType": "A100", "nominal": 8}),
+    ):
+        api.create_cluster_custom_object(
+            GROUP,
+            VERSION,
+            QUEUE_PLURAL,
+            body(name, {"cohort": prefix, "quotas": [quota, {"gpuType": "*", "nominal": 8}]}),
+        )
+    stack("fifo", checkpoint_interval=50.0)
+    with Watcher(cluster.kube) as w:
+        # team A: one 16-A100 gang, half of it borrowed from team B's idle quota
+        cluster.submit(
+            tj("a-long", model="resnet50", dataset="imagenet", batch=256, iterations=40000, replicas=2,
+               gpus=8, allowedGPUTypes=["A100"], queue=a)
+        )  # fmt: skip
+        cluster.wait_phase("a-long", {"Running"}, 60)
+        time.sleep(3)  # past the minimum change interval, with some checkpoints
+        cluster.submit(tj("b-short", iterations=6000, replicas=1, gpus=8, allowedGPUTypes=["A100"], queue=b))
+        cluster.submit(tj("lost", queue=f"{prefix}-nowhere"))
+        st = cluster.wait_phase("a-long", {"Preempted"}, 60)
+        assert st["preemptions"] == 1
+        cluster.wait_phase("b-short", {"Running", "Succeeded"}, 60)
+
+        def b_status() -> dict[str, Any]:
+            return api.get_cluster_custom_object(GROUP, VERSION, QUEUE_PLURAL, b).get("status") or {}
+
+        # the operator reports the queues' usage: B holds its 8 A100, A is back within its nominal 8
+        wait_until(lambda: b_status().get("usage", {}).get("A100") == 8, 30, "team-b status usage")
+        qa = api.get_cluster_custom_object(GROUP, VERSION, QUEUE_PLURAL, a).get("status") or {}
+        assert qa.get("usage", {}).get("A100", 0) <= 8 and qa.get("pendingJobs") == 1, qa
+        lost = cluster.status("lost")
+        assert lost.get("phase") == "Pending" and f"queue {prefix}-nowhere does not exist" in str(lost), lost
+        cluster.wait_phase("b-short", {"Succeeded"}, 90)
+        st = cluster.wait_phase("a-long", {"Succeeded", "Failed"}, 180)
+    assert st["phase"] == "Succeeded", st
+    assert st["restarts"] >= 1 and st["progress"] == 40000
+    assert w.violations == []

@@ -299,6 +299,9 @@ class Operator:
             current = tenancy.objects[name].get("status") or {}
             if all(current.get(k) == v for k, v in status.items()):
                 continue
+            for key in ("usage", "borrowed"):  # a merge patch keeps keys it does not name: null them
+                stale = set(current.get(key) or {}) - set(status[key])
+                status[key] = {**status[key], **dict.fromkeys(stale)}
             try:
                 self.api.patch_trainingqueue_status(name, status)
             except PerfschedError as exc:

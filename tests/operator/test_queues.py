@@ -97,3 +97,16 @@ def test_no_queues_lists_no_namespaces_and_changes_nothing(h: Harness) -> None:
     h.api.add_trainingjob(rigid("j", "team-x"))
     rep = h.operator().run_round()
     assert rep.did("start", "ml/j")  # without TrainingQueues, spec.queue is not enforced
+
+
+def test_queue_status_forgets_gpu_types_it_no_longer_uses(h: Harness) -> None:
+    two_teams(h)
+    h.api.add_trainingjob(rigid("a0", "team-a"))
+    op = h.operator()
+    op.run_round()
+    assert h.api.trainingqueues["team-a"]["status"]["usage"] == {"A100": 4}
+    h.api.delete_trainingjob("ml", "a0")
+    h.api.finish_deletions()
+    op.run_round()
+    status = h.api.trainingqueues["team-a"]["status"]
+    assert status["usage"] == {} and status["usageText"] == "idle" and status["admittedJobs"] == 0
