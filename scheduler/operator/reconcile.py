@@ -293,9 +293,17 @@ class Operator:
         report: RoundReport,
     ) -> None:
         """Write each TrainingQueue's status where it changed (an API error is reported, never raised)."""
+        statuses = tenancy.statuses(snapshot, jobs, result)
+        types = sorted({n.gpu_type for n in snapshot.nodes})
+        metrics.record_queue_gauges(
+            {q.name: {t: q.nominal(t) for t in types} for q in tenancy.specs},
+            {name: dict(st["usage"]) for name, st in statuses.items()},
+            {name: int(st["pendingJobs"]) for name, st in statuses.items()},
+            {name: float(st["fairShareRatio"] or 0.0) for name, st in statuses.items()},
+        )
         if not self.may_act():
             return
-        for name, status in tenancy.statuses(snapshot, jobs, result).items():
+        for name, status in statuses.items():
             current = tenancy.objects[name].get("status") or {}
             if all(current.get(k) == v for k, v in status.items()):
                 continue

@@ -110,3 +110,26 @@ def test_queue_status_forgets_gpu_types_it_no_longer_uses(h: Harness) -> None:
     op.run_round()
     status = h.api.trainingqueues["team-a"]["status"]
     assert status["usage"] == {} and status["usageText"] == "idle" and status["admittedJobs"] == 0
+
+
+def test_queue_metrics_after_a_round(h: Harness) -> None:
+    from scheduler import metrics
+
+    two_teams(h)
+    for i in range(3):
+        h.api.add_trainingjob(rigid(f"a{i}", "team-a"))
+    h.api.add_trainingjob(
+        trainingjob("b0", queue="team-b", replicas={"min": 1, "max": 1, "gpusPerReplica": 4})
+    )
+    h.operator().run_round()
+
+    def value(name: str, **labels: str) -> float | None:
+        return metrics.REGISTRY.get_sample_value(name, labels)
+
+    # b: 4 of its nominal 8, the other 4 idle and lent; a: 3 x 4 = 12 = its nominal 8 + 4 borrowed
+    assert value("perfsched_queue_gpus", queue="team-a", gpu_type="A100") == 12
+    assert value("perfsched_queue_borrowed_gpus", queue="team-a", gpu_type="A100") == 4
+    assert value("perfsched_queue_nominal_gpus", queue="team-b", gpu_type="A100") == 8
+    assert value("perfsched_queue_pending_jobs", queue="team-b") == 0
+    # GPUs per weight 12 and 4, mean 8
+    assert value("perfsched_queue_fair_share_ratio", queue="team-a") == 1.5
