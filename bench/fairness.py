@@ -140,11 +140,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--round", type=float, default=360.0, help="seconds between rounds")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--cluster", default="gavel-heterogeneous", help="cluster spec (gavel-heterogeneous, modern-mix)"
+    )
     args = ap.parse_args()
-    nodes = spec_to_nodes(load_cluster_spec("gavel-heterogeneous"))
+    nodes = spec_to_nodes(load_cluster_spec(args.cluster))
     jobs, groups = workload(args.jobs_per_tenant, args.seed)
     print(
-        f"gavel-heterogeneous ({sum(n.gpus for n in nodes)} GPUs), tenants {', '.join(groups)} "
+        f"{args.cluster} ({sum(n.gpus for n in nodes)} GPUs), tenants {', '.join(groups)} "
         f"(Philly virtual clusters) with weights {':'.join(f'{w:g}' for w in WEIGHTS)}, "
         f"{args.jobs_per_tenant} jobs each at t=0, las inside queues, "
         f"{args.rounds} rounds of {args.round:g} s"
