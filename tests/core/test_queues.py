@@ -216,6 +216,16 @@ def test_quotas_hold_and_owners_reclaim_in_the_first_round(
             limit = s.borrowing_limit("A100")
             # never more than nominal + borrowing limit
             assert limit is None or use[s.name] <= s.nominal("A100") + limit, (rnd, use)
+        # what is borrowed never exceeds what lenders may lend (idle nominal within lending limits)
+        # plus the GPUs no queue has a nominal quota on
+        borrowed = sum(max(0, use[s.name] - s.nominal("A100")) for s in specs)
+        unowned = max(0, 8 * n_nodes - sum(s.nominal("A100") for s in specs))
+        lendable = unowned
+        for s in specs:
+            idle = max(0, s.nominal("A100") - use[s.name])
+            limit = s.lending_limit("A100")
+            lendable += idle if limit is None else min(limit, idle)
+        assert borrowed <= lendable, (rnd, use)
         borrowing = any(use[s.name] > s.nominal("A100") for s in specs)
         for s in specs:
             # nobody borrows while a queue with a waiting one-GPU job has its own nominal quota idle:
