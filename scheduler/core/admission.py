@@ -9,7 +9,8 @@ snapshot from which the GPUs of jobs not admitted are freed, and the planner pre
 The steps, per GPU type ``t`` (see ``scheduler.core.queues`` for the quota fields):
 
 1. Fixed: running non-preemptible jobs keep their GPUs (they count against their queue), and so do
-   running jobs whose queue no longer exists. A waiting job naming a missing queue waits, unresolvably,
+   running jobs whose queue no longer exists; allocations of anything not in the round (a gang still
+   draining after a preemption) are not free either. A waiting job naming a missing queue waits, unresolvably,
    with a reason naming the queue.
 2. Nominal: every queue admits its jobs, in queue order, while they fit its nominal quota and the free
    GPUs. Queue order is priority (high first), then running before waiting, then most progress lost on a
@@ -195,6 +196,10 @@ def admit(snapshot: ClusterSnapshot, jobs: Sequence[Job], oracle: ThroughputOrac
         if n.capacity_for_jobs > 0:
             cap[n.gpu_type] = cap.get(n.gpu_type, 0) + n.capacity_for_jobs
     state = _State(specs, dict(cap))
+    names = {j.name for j in jobs}
+    for name, held in snapshot.allocations.items():
+        if name not in names:  # GPUs held by something not in this round (a draining gang): not free
+            state.free[held.gpu_type] = state.free.get(held.gpu_type, 0) - held.total_gpus
     waiting: dict[str, Unschedulable] = {}
     passed: dict[str, Job] = {}
     cands: list[_Cand] = []
@@ -330,4 +335,4 @@ def _why(state: _State, c: _Cand) -> str:
         text += f", cohort {spec.cohort} has {max(0, state.pool.get((spec.cohort, t), 0))} idle"
     else:
         text += ", no cohort to borrow from"
-    return f"{text}; the job needs {c.job.min_gpus}"
+    return f"{text}; the job needs {c.job.min_gpus}, {max(0, state.free.get(t, 0))} {t} free"

@@ -107,7 +107,8 @@ def test_wait_reason_names_queue_limit_and_cohort() -> None:
     result = run_round(snap, jobs, make_policy("fifo"), FakeOracle())
     # 32 A100, team-a nominal 16: two 8-GPU jobs run, the third waits although 16 are free
     assert result.waiting["team-a-2"].reason == (
-        "queue team-a: 16/16 A100 in use (nominal 16), cohort research has 16 idle; the job needs 8"
+        "queue team-a: 16/16 A100 in use (nominal 16), cohort research has 16 idle; "
+        "the job needs 8, 16 A100 free"
     )
 
 
@@ -232,3 +233,15 @@ def test_quotas_hold_and_owners_reclaim_in_the_first_round(
             # reclaim happens in the round the owner's jobs arrive
             if borrowing and s.name in waiting:
                 assert use[s.name] >= min(s.nominal("A100"), 8 * n_nodes), (rnd, s.name, use)
+
+
+def test_gpus_held_by_a_draining_gang_are_not_admitted_twice() -> None:
+    # 16 A100; 8 are still held by a preempted gang that drains (not a job of this round). Queue a may
+    # use all 16 (nominal 16), but only 8 are free: two 4-GPU jobs are admitted, the third waits on its
+    # queue with the reason, not on the policy
+    draining = alloc("old#draining", "A100", 8, {"a100-000": 1})
+    snap = ClusterSnapshot(0.0, A100_16, {draining.job: draining}, (q("a", 16),))
+    result = run_round(snap, jobs_of("a", 3, gpus=4), make_policy("fifo"), FakeOracle())
+    assert sum(1 for d in result.decisions.values() if d.allocation) == 2
+    assert result.waiting["a-2"].reason.startswith("queue a: 8/16 A100 in use (nominal 16)")
+    assert result.waiting["a-2"].reason.endswith("the job needs 4, 0 A100 free")
