@@ -266,6 +266,8 @@ def test_valid_examples_are_accepted_and_scale_sets_the_ceiling(cluster: Cluster
     from e2e.harness import REPO
 
     for path in sorted((REPO / "crds" / "examples").glob("*.yaml")):
+        if path.name == "queues.yaml":  # TrainingQueues: e2e/test_queues.py
+            continue
         body = yaml.safe_load(path.read_text())
         if path.name.startswith("invalid-"):
             with pytest.raises(ApiException):

@@ -246,6 +246,71 @@ def record_cluster_gauges(
     OLDEST_WAITING_SECONDS.set(max(0.0, oldest_wait_s))
 
 
+# --- tenant queues (operator; scheduler.operator.queues) ----------------------------------------------
+
+#: A TrainingQueue's nominal quota, by queue and GPU type (types of the cluster; "*" resolved per type).
+QUEUE_NOMINAL_GPUS = Gauge(
+    "perfsched_queue_nominal_gpus",
+    "GPUs of the type a TrainingQueue may always use (its nominal quota), as of the operator's last round.",
+    ["queue", "gpu_type"],
+    registry=REGISTRY,
+)
+#: GPUs a TrainingQueue's jobs hold, by queue and GPU type.
+QUEUE_GPUS = Gauge(
+    "perfsched_queue_gpus",
+    "GPUs of the type held by a TrainingQueue's jobs, as of the operator's last round.",
+    ["queue", "gpu_type"],
+    registry=REGISTRY,
+)
+#: GPUs held beyond the nominal quota (borrowed from the cohort), by queue and GPU type.
+QUEUE_BORROWED_GPUS = Gauge(
+    "perfsched_queue_borrowed_gpus",
+    "GPUs of the type a TrainingQueue holds beyond its nominal quota (borrowed from its cohort).",
+    ["queue", "gpu_type"],
+    registry=REGISTRY,
+)
+#: TrainingJobs of a queue that wait.
+QUEUE_PENDING_JOBS = Gauge(
+    "perfsched_queue_pending_jobs",
+    "TrainingJobs of a TrainingQueue that wait to run, as of the operator's last round.",
+    ["queue"],
+    registry=REGISTRY,
+)
+#: A queue's GPUs per unit of weight over the mean of all queues (1 = its fair share; 0 = nothing).
+QUEUE_FAIR_SHARE_RATIO = Gauge(
+    "perfsched_queue_fair_share_ratio",
+    "A TrainingQueue's GPUs per unit of weight over the mean of all queues (1 = fair share).",
+    ["queue"],
+    registry=REGISTRY,
+)
+
+
+def record_queue_gauges(
+    nominal: dict[str, dict[str, int]],
+    usage: dict[str, dict[str, int]],
+    pending: dict[str, int],
+    ratio: dict[str, float],
+) -> None:
+    """Set the queue gauges from one round (series of queues or types that went away are dropped)."""
+    for g in (
+        QUEUE_NOMINAL_GPUS,
+        QUEUE_GPUS,
+        QUEUE_BORROWED_GPUS,
+        QUEUE_PENDING_JOBS,
+        QUEUE_FAIR_SHARE_RATIO,
+    ):
+        g.clear()
+    for queue, per_type in nominal.items():
+        used = usage.get(queue, {})
+        for gpu_type in sorted(set(per_type) | set(used)):
+            n, u = per_type.get(gpu_type, 0), used.get(gpu_type, 0)
+            QUEUE_NOMINAL_GPUS.labels(queue, gpu_type).set(n)
+            QUEUE_GPUS.labels(queue, gpu_type).set(u)
+            QUEUE_BORROWED_GPUS.labels(queue, gpu_type).set(max(0, u - n))
+        QUEUE_PENDING_JOBS.labels(queue).set(pending.get(queue, 0))
+        QUEUE_FAIR_SHARE_RATIO.labels(queue).set(ratio.get(queue, 0.0))
+
+
 # --- API server outages (every long-running component; scheduler.k8s.errors.ApiHealth) -------------
 
 #: Seconds the component could not reach the Kubernetes API server, by component (operator, emulator,

@@ -186,6 +186,47 @@ ROWS: list[tuple[str, list[Panel]]] = [
             ),
         ],
     ),
+    (
+        "Queues",
+        [
+            (
+                "GPUs held and nominal quota per queue",
+                "timeseries",
+                "short",
+                [
+                    ("sum by (queue) (perfsched_queue_gpus)", "{{queue}}"),
+                    ("sum by (queue) (perfsched_queue_nominal_gpus)", "{{queue}} nominal"),
+                ],
+                12,
+                "GPUs each TrainingQueue's jobs hold, and its nominal quota (all GPU types together).",
+            ),
+            (
+                "Borrowed GPUs per queue",
+                "timeseries",
+                "short",
+                [("sum by (queue, gpu_type) (perfsched_queue_borrowed_gpus)", "{{queue}} {{gpu_type}}")],
+                12,
+                "GPUs each queue holds beyond its nominal quota, lent by its cohort.",
+            ),
+            (
+                "Pending jobs per queue",
+                "timeseries",
+                "short",
+                [("sum by (queue) (perfsched_queue_pending_jobs)", "{{queue}}")],
+                12,
+                "TrainingJobs of each queue that wait.",
+            ),
+            (
+                "Fair-share ratio per queue",
+                "timeseries",
+                "short",
+                [("max by (queue) (perfsched_queue_fair_share_ratio)", "{{queue}}")],
+                12,
+                "GPUs per unit of weight over the mean of all queues: 1 is fair, below 0.5 with jobs "
+                "pending for 30 minutes fires PerfschedQueueStarved.",
+            ),
+        ],
+    ),
 ]
 
 

@@ -11,6 +11,10 @@ job onto a placement whose GPU memory it does not fit is turned into a wait whos
 (``hold_back_non_fits``), whatever the policy; and a waiting job that fits in the memory of none of its
 allowed GPU types waits with an unresolvable reason naming the GPU and the memory (``_WaitExplainer``).
 
+Queues (when ``snapshot.queues`` is not empty): ``scheduler.core.admission.admit`` first decides which
+jobs their queues' quotas admit this round; the policy decides those, the rest wait (or are reclaimed)
+with a reason naming the queue and the limit. Without queues this step is skipped.
+
 ``IncrementalRound`` is the optional fast path of a policy for callers that see every change (the
 simulator): a stateful object, made by ``policy.incremental(...)``, that gives the same allocations as
 ``run_round`` while only looking at what changed since the last round (see the protocol's docstring).
@@ -25,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from scheduler.core.admission import Admission, admit
 from scheduler.core.decisions import Action, ActionKind, Decision, RoundResult, Unschedulable
 from scheduler.core.errors import ConfigError, PermanentError
 from scheduler.core.placement import spread_of
@@ -290,6 +295,25 @@ class _WaitExplainer:
         return Unschedulable(f"{text}; {extra}" if extra else text)
 
 
+def _decide(
+    policy: Policy,
+    snapshot: ClusterSnapshot,
+    jobs: Sequence[Job],
+    oracle: ThroughputOracle,
+    admission: Admission | None,
+) -> dict[str, Decision]:
+    """The policy's validated decisions; with queues, the policy decides only the jobs their queues admit
+    (on the snapshot ``admit`` prepared) and the others wait (``scheduler.core.admission``)."""
+    if admission is None:
+        decisions = dict(policy.allocate(snapshot, jobs, oracle))
+        validate_decisions(policy.name, snapshot, jobs, decisions)
+        return decisions
+    decisions = dict(policy.allocate(admission.snapshot, admission.jobs, oracle))
+    validate_decisions(policy.name, admission.snapshot, admission.jobs, decisions)
+    decisions.update(admission.held_decisions())
+    return decisions
+
+
 def run_round(
     snapshot: ClusterSnapshot,
     jobs: Sequence[Job],
@@ -310,8 +334,8 @@ def run_round(
         # the policy prices moves with the restart cost the planner will charge
         snapshot = dataclasses.replace(snapshot, restart_cost_s=costs.restart_cost_s)
     costs = costs or RoundCosts(restart_cost_s=snapshot.restart_cost_s)
-    decisions = dict(policy.allocate(snapshot, jobs, oracle))
-    validate_decisions(policy.name, snapshot, jobs, decisions)
+    admission = admit(snapshot, jobs, oracle) if snapshot.queues else None
+    decisions = _decide(policy, snapshot, jobs, oracle, admission)
     memory = oracle if isinstance(oracle, MemoryOracle) else None
     if memory is not None:
         decisions = hold_back_non_fits(snapshot, jobs, decisions, memory)
@@ -360,7 +384,10 @@ def run_round(
     for job in jobs:
         if job.name in final or job.remaining_work <= 0:
             continue
-        waiting[job.name] = explainer.reason(job, effective.get(job.name), detail.held_back)
+        why = explainer.reason(job, effective.get(job.name), detail.held_back)
+        if admission is not None and why.resolvable and job.name in admission.waiting:
+            why = admission.waiting[job.name]  # its queue holds it back: say which limit
+        waiting[job.name] = why
     log.debug(
         "round done",
         extra={

@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from scheduler.core.queues import QueueSpec
+
 
 class WorkUnit(StrEnum):
     """What a job's declared work counts."""
@@ -209,12 +211,15 @@ class ClusterSnapshot:
     ``allocations`` maps job name to its current allocation (jobs not in it are not running).
     ``restart_cost_s`` is what restarting a running job elsewhere costs in seconds (the planner's
     ``RoundCosts.restart_cost_s``; ``run_round`` fills it in), so policies can price a move against it.
+    ``queues`` are the tenant queues with their GPU quotas (``scheduler.core.queues``); empty means no
+    quotas at all (every job is scheduled as if the cluster had one tenant).
     """
 
     now: float
     nodes: tuple[Node, ...]
     allocations: Mapping[str, Allocation] = field(default_factory=dict)
     restart_cost_s: float = 0.0
+    queues: tuple[QueueSpec, ...] = ()
 
     def node_map(self) -> dict[str, Node]:
         return {n.name: n for n in self.nodes}

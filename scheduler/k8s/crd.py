@@ -8,6 +8,10 @@ admitted by the API server but cannot be scheduled as written: a model the predi
 ``modelParams``, a template without containers, GPU types no node has, an unknown PriorityClass, or a
 spec that does not parse (a CRD installed without its schema). Such a job stays Pending with that reason;
 it is never an exception that could stop the operator.
+
+``TrainingQueueSpec`` / ``TrainingQueueStatus`` mirror ``crds/trainingqueue.yaml``;
+``trainingqueue_to_spec`` turns a TrainingQueue into the core's ``QueueSpec`` (or a message naming the
+field when its spec does not parse) and ``queue_spec_to_wire`` goes back.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from pydantic.alias_generators import to_camel
 from perfmodel.gpus import CANONICAL_TYPES
 from perfmodel.llm import SHARDING_PATTERN
 from scheduler.core.decisions import Unschedulable
+from scheduler.core.errors import ConfigError
+from scheduler.core.queues import FairShare, QueueSpec, Quota
 from scheduler.core.types import Job, WorkUnit
 
 GROUP = "perfsched.dev"
@@ -373,3 +379,125 @@ def progress_percent(progress: float, total: float) -> float:
     if total <= 0 or not math.isfinite(progress):
         return 0.0
     return math.floor(1000.0 * min(1.0, max(0.0, progress / total))) / 10.0
+
+
+# --- TrainingQueue (crds/trainingqueue.yaml) -------------------------------------------------------------
+
+QUEUE_KIND = "TrainingQueue"
+QUEUE_PLURAL = "trainingqueues"
+
+
+class QueueQuota(_Wire):
+    """One entry of ``spec.quotas``: GPUs of ``gpuType`` (or ``*``) the queue owns, borrows and lends."""
+
+    gpu_type: str = Field(min_length=1, max_length=63, pattern=r"^(\*|[A-Za-z0-9][A-Za-z0-9._-]*)$")
+    nominal: int = Field(ge=0)
+    borrowing_limit: int | None = Field(default=None, ge=0)
+    lending_limit: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _lends_own(self) -> QueueQuota:
+        if self.lending_limit is not None and self.lending_limit > self.nominal:
+            raise ValueError("lendingLimit must be <= nominal")
+        return self
+
+
+class LabelSelectorRequirement(_Wire):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: tuple[str, ...] = ()
+
+
+class LabelSelector(_Wire):
+    """A Kubernetes label selector (``matchLabels`` and ``matchExpressions``, ANDed)."""
+
+    match_labels: dict[str, str] = Field(default_factory=dict)
+    match_expressions: tuple[LabelSelectorRequirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """Whether ``labels`` satisfy the selector (an empty selector matches everything)."""
+        if any(labels.get(k) != v for k, v in self.match_labels.items()):
+            return False
+        for r in self.match_expressions:
+            has = r.key in labels
+            if r.operator == "Exists" and not has:
+                return False
+            if r.operator == "DoesNotExist" and has:
+                return False
+            if r.operator == "In" and (not has or labels[r.key] not in r.values):
+                return False
+            if r.operator == "NotIn" and has and labels[r.key] in r.values:
+                return False
+        return True
+
+
+class TrainingQueueSpec(_Wire):
+    """``spec`` of a TrainingQueue (see ``crds/trainingqueue.yaml``)."""
+
+    quotas: tuple[QueueQuota, ...] = ()
+    cohort: str = Field(default="", max_length=63)
+    weight: float = Field(default=1.0, gt=0)
+    fair_share: Literal["throughput", "gpus"] = "throughput"
+    namespaces: LabelSelector | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainingQueueSpec:
+        types = [q.gpu_type for q in self.quotas]
+        dup = sorted({t for t in types if types.count(t) > 1})
+        if dup:
+            raise ValueError(f"quotas list GPU type {dup[0]} twice")
+        if not self.cohort and any(q.borrowing_limit for q in self.quotas):
+            raise ValueError("quotas[].borrowingLimit needs spec.cohort")
+        return self
+
+
+class TrainingQueueStatus(_Wire):
+    """``status`` of a TrainingQueue, written by the operator each round."""
+
+    usage: dict[str, int] = Field(default_factory=dict)
+    borrowed: dict[str, int] = Field(default_factory=dict)
+    usage_text: str = ""
+    pending_jobs: int = 0
+    admitted_jobs: int = 0
+    fair_share_ratio: float | None = None
+    observed_generation: int | None = None
+    conditions: tuple[Condition, ...] = ()
+
+
+def trainingqueue_to_spec(obj: Mapping[str, Any]) -> QueueSpec | str:
+    """A TrainingQueue object as the API returns it, as the core's ``QueueSpec``; or, when its spec does not
+    parse (a CRD installed without its schema), a message naming the field, for a condition."""
+    name = str((obj.get("metadata") or {}).get("name") or "")
+    try:
+        spec = TrainingQueueSpec.model_validate(obj.get("spec") or {})
+        return QueueSpec(
+            name=name,
+            quotas=tuple(
+                Quota(q.gpu_type, q.nominal, q.borrowing_limit, q.lending_limit) for q in spec.quotas
+            ),
+            cohort=spec.cohort,
+            weight=spec.weight,
+            fair_share=FairShare(spec.fair_share),
+        )
+    except ValidationError as exc:
+        return f"invalid spec: {_describe(exc)}"
+    except ConfigError as exc:
+        return f"invalid spec: {exc}"
+
+
+def queue_spec_to_wire(spec: QueueSpec) -> dict[str, Any]:
+    """The core ``QueueSpec`` as a TrainingQueue ``spec`` (camelCase, unset limits left out)."""
+    return TrainingQueueSpec(
+        quotas=tuple(
+            QueueQuota(
+                gpu_type=q.gpu_type,
+                nominal=q.nominal,
+                borrowing_limit=q.borrowing_limit,
+                lending_limit=q.lending_limit,
+            )
+            for q in spec.quotas
+        ),
+        cohort=spec.cohort,
+        weight=spec.weight,
+        fair_share=spec.fair_share.value,
+    ).model_dump(by_alias=True, exclude_none=True)

@@ -76,6 +76,8 @@ class FakeKubeApi:
         self.services: dict[Key, Obj] = {}
         self.leases: dict[Key, Obj] = {}
         self.priority_classes: dict[str, Obj] = {}
+        self.trainingqueues: dict[str, Obj] = {}
+        self.namespaces: dict[str, Obj] = {}
         self.events: list[Obj] = []
         #: every mutating call, as (verb, namespace, name), for assertions
         self.calls: list[tuple[str, str, str]] = []
@@ -124,6 +126,20 @@ class FakeKubeApi:
             self.trainingjobs[key] = o
             self._notify("trainingjobs", "ADDED", o)
             return copy.deepcopy(o)
+
+    def add_trainingqueue(self, obj: Mapping[str, Any]) -> Obj:
+        with self._lock:
+            o = self._stamp(copy.deepcopy(dict(obj)), None)
+            o.setdefault("apiVersion", crd.API_VERSION)
+            o.setdefault("kind", crd.QUEUE_KIND)
+            self.trainingqueues[o["metadata"]["name"]] = o
+            return copy.deepcopy(o)
+
+    def add_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
+        with self._lock:
+            self.namespaces[name] = self._stamp(
+                {"metadata": {"name": name, "labels": dict(labels or {})}}, None
+            )
 
     def delete_trainingjob(self, namespace: str, name: str) -> None:
         """Delete a TrainingJob and (as the garbage collector would) the pods and services it owns."""
@@ -284,6 +300,27 @@ class FakeKubeApi:
     def list_priority_classes(self) -> list[Obj]:
         self._fault("list_priority_classes")
         return [copy.deepcopy(p) for p in self.priority_classes.values()]
+
+    def list_trainingqueues(self) -> list[Obj]:
+        self._fault("list_trainingqueues")
+        with self._lock:
+            return [copy.deepcopy(q) for q in self.trainingqueues.values()]
+
+    def list_namespaces(self) -> list[Obj]:
+        self._fault("list_namespaces")
+        with self._lock:
+            return [copy.deepcopy(n) for n in self.namespaces.values()]
+
+    def patch_trainingqueue_status(self, name: str, status: Mapping[str, Any]) -> Obj:
+        self._fault("patch_trainingqueue_status")
+        with self._lock:
+            self.calls.append(("patch_queue_status", "", name))
+            obj = self.trainingqueues.get(name)
+            if obj is None:
+                raise NotFound(f'trainingqueues.perfsched.dev "{name}" not found')
+            obj["status"] = merge_patch(obj.get("status") or {}, dict(status))
+            obj["metadata"]["resourceVersion"] = self._next_rv()
+            return copy.deepcopy(obj)
 
     def watch(self, kind: str, namespace: str = "", timeout_seconds: int = 60) -> Iterator[tuple[str, Obj]]:
         self._fault("watch")

@@ -86,6 +86,16 @@ class KubeApi(Protocol):
 
     def list_priority_classes(self) -> list[Obj]: ...
 
+    def list_trainingqueues(self) -> list[Obj]:
+        """Every TrainingQueue (cluster-scoped); empty when the TrainingQueue CRD is not installed."""
+        ...
+
+    def list_namespaces(self) -> list[Obj]: ...
+
+    def patch_trainingqueue_status(self, name: str, status: Mapping[str, Any]) -> Obj:
+        """JSON merge patch of a TrainingQueue's ``status``."""
+        ...
+
     def watch(self, kind: str, namespace: str = "", timeout_seconds: int = 60) -> Iterator[tuple[str, Obj]]:
         """Yield ``(event type, object)`` for changes of ``kind`` from now on, until the server ends it."""
         ...
@@ -236,6 +246,42 @@ class RealKubeApi:
         return self._items(
             "list priorityclasses",
             lambda: self._sched.list_priority_class(_preload_content=False, _request_timeout=self._timeout),
+        )
+
+    def list_trainingqueues(self) -> list[Obj]:
+        try:
+            return self._items(
+                "list trainingqueues",
+                lambda: self._custom.list_cluster_custom_object(
+                    crd.GROUP,
+                    crd.VERSION,
+                    crd.QUEUE_PLURAL,
+                    _preload_content=False,
+                    _request_timeout=self._timeout,
+                ),
+            )
+        except NotFound:  # the TrainingQueue CRD is not installed: no queues
+            return []
+
+    def list_namespaces(self) -> list[Obj]:
+        return self._items(
+            "list namespaces",
+            lambda: self._core.list_namespace(_preload_content=False, _request_timeout=self._timeout),
+        )
+
+    def patch_trainingqueue_status(self, name: str, status: Mapping[str, Any]) -> Obj:
+        body = {"status": dict(status)}
+        return self._json(
+            "patch trainingqueue status",
+            lambda: self._custom.patch_cluster_custom_object_status(
+                crd.GROUP,
+                crd.VERSION,
+                crd.QUEUE_PLURAL,
+                name,
+                body,
+                _preload_content=False,
+                _request_timeout=self._timeout,
+            ),
         )
 
     # --- watch -----------------------------------------------------------------------------------------

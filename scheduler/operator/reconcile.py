@@ -57,6 +57,7 @@ from scheduler.operator.observe import (
     observe_job,
     pod_view,
 )
+from scheduler.operator.queues import Tenancy
 from scheduler.operator.status import status_patch, status_wire
 from scheduler.operator.transitions import Observed, Outcome, Planned, transition
 
@@ -245,7 +246,10 @@ class Operator:
         node_types = {n.name: n.gpu_type for n in nodes}
         allocations.update(held_allocations(views_all, accounted, node_types))
         allocations.update(_planned_reservations(placing, nodes, allocations))
-        snapshot = ClusterSnapshot(now=now, nodes=tuple(nodes), allocations=allocations)
+        tenancy = self._tenancy(nodes)
+        if tenancy.objects:
+            round_jobs = [(view, tenancy.assign(job, job.name.split("/", 1)[0])) for view, job in round_jobs]
+        snapshot = ClusterSnapshot(now=now, nodes=tuple(nodes), allocations=allocations, queues=tenancy.specs)
 
         # --- phase 4: decide -------------------------------------------------------------------------------
         jobs = [job for _, job in round_jobs]
@@ -265,9 +269,51 @@ class Operator:
         t_apply = time.perf_counter()
         actions = self._apply_all(round_jobs, placing, result, snapshot, now, report)
         report.apply_seconds = time.perf_counter() - t_apply
+        if tenancy.objects:
+            self._queue_statuses(tenancy, snapshot, jobs, result, report)
         for args in self._learned:
             self._observe(*args)
         self._cluster_gauges(nodes, actions, allocations, tjs, now, report)
+
+    def _tenancy(self, nodes: Sequence[Node]) -> Tenancy:
+        """The TrainingQueues (and, when a queue selects namespaces, the namespaces' labels)."""
+        queues = self.api.list_trainingqueues()
+        if not queues:
+            return Tenancy()
+        selects = any(isinstance((q.get("spec") or {}).get("namespaces"), dict) for q in queues)
+        namespaces = self.api.list_namespaces() if selects else []
+        return Tenancy.of(queues, namespaces, sorted({n.gpu_type for n in nodes}))
+
+    def _queue_statuses(
+        self,
+        tenancy: Tenancy,
+        snapshot: ClusterSnapshot,
+        jobs: Sequence[Job],
+        result: RoundResult,
+        report: RoundReport,
+    ) -> None:
+        """Write each TrainingQueue's status where it changed (an API error is reported, never raised)."""
+        statuses = tenancy.statuses(snapshot, jobs, result)
+        types = sorted({n.gpu_type for n in snapshot.nodes})
+        metrics.record_queue_gauges(
+            {q.name: {t: q.nominal(t) for t in types} for q in tenancy.specs},
+            {name: dict(st["usage"]) for name, st in statuses.items()},
+            {name: int(st["pendingJobs"]) for name, st in statuses.items()},
+            {name: float(st["fairShareRatio"] or 0.0) for name, st in statuses.items()},
+        )
+        if not self.may_act():
+            return
+        for name, status in statuses.items():
+            current = tenancy.objects[name].get("status") or {}
+            if all(current.get(k) == v for k, v in status.items()):
+                continue
+            for key in ("usage", "borrowed"):  # a merge patch keeps keys it does not name: null them
+                stale = set(current.get(key) or {}) - set(status[key])
+                status[key] = {**status[key], **dict.fromkeys(stale)}
+            try:
+                self.api.patch_trainingqueue_status(name, status)
+            except PerfschedError as exc:
+                self._api_error(report, f"queue/{name}", "write queue status", exc)
 
     def _settle_all(
         self,

@@ -11,7 +11,8 @@ puts on the KWOK nodes it creates from the same spec. The format is documented i
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import yaml
 
 from scheduler.core.errors import ConfigError
+from scheduler.core.queues import ANY_GPU_TYPE, DEFAULT_QUEUE, FairShare, QueueSpec, Quota
 from scheduler.core.types import Interconnect, Node
 
 log = logging.getLogger(__name__)
@@ -36,7 +38,9 @@ _POOL_FIELDS = {
     "interconnect",
     "gpu_memory_mib",
 }
-_SPEC_FIELDS = {"name", "description", "pools"}
+_SPEC_FIELDS = {"name", "description", "pools", "queues"}
+_QUEUE_FIELDS = {"name", "cohort", "weight", "fair_share", "quotas", "tenants"}
+_QUOTA_FIELDS = {"gpu_type", "nominal", "borrowing_limit", "lending_limit"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +72,17 @@ class ClusterSpec:
     pools: tuple[PoolSpec, ...]
     description: str = ""
     source: str = ""
+    #: tenant queues (empty: no quotas); ``tenants`` maps a trace's group or user to its queue
+    queues: tuple[QueueSpec, ...] = ()
+    tenants: Mapping[str, str] = field(default_factory=dict)
+
+    def queue_for(self, group: str, user: str) -> str:
+        """The queue of a trace job: its group's (Philly's virtual cluster), else its user's, else the
+        queue named like its group, else ``default``."""
+        names = {q.name for q in self.queues}
+        return (
+            self.tenants.get(group) or self.tenants.get(user) or (group if group in names else DEFAULT_QUEUE)
+        )
 
     @property
     def total_gpus(self) -> int:
@@ -193,7 +208,85 @@ def parse_cluster_spec(data: Any, source: str = "<spec>") -> ClusterSpec:
         if pool.name in seen:
             raise ConfigError(f"{source}: pools[{i}].name: duplicate pool name {pool.name!r}")
         seen.add(pool.name)
-    return ClusterSpec(name=name, pools=pools, description=description, source=source)
+    queues, tenants = _parse_queues(source, data.get("queues", []), {p.gpu_type for p in pools})
+    return ClusterSpec(
+        name=name, pools=pools, description=description, source=source, queues=queues, tenants=tenants
+    )
+
+
+def _opt_int(src: str, where: str, raw: dict[str, Any], key: str) -> int | None:
+    return None if raw.get(key) is None else _int_field(src, where, raw, key, None, 0)
+
+
+def _parse_queues(src: str, raw: Any, gpu_types: set[str]) -> tuple[tuple[QueueSpec, ...], dict[str, str]]:
+    """The ``queues`` list of a spec (docs/cluster-spec.md): QueueSpecs and the tenant -> queue map."""
+    if not isinstance(raw, list):
+        raise ConfigError(f"{src}: queues: must be a list of queues")
+    queues: list[QueueSpec] = []
+    tenants: dict[str, str] = {}
+    for i, q in enumerate(raw):
+        where = f"queues[{i}]"
+        if not isinstance(q, dict):
+            raise ConfigError(f"{src}: {where}: must be a mapping of queue fields, got {q!r}")
+        unknown = sorted(set(q) - _QUEUE_FIELDS)
+        if unknown:
+            raise ConfigError(
+                f"{src}: {where}.{unknown[0]}: unknown field (allowed: {', '.join(sorted(_QUEUE_FIELDS))})"
+            )
+        name = _str_field(src, where, q, "name", None)
+        if name in {x.name for x in queues}:
+            raise ConfigError(f"{src}: {where}.name: duplicate queue name {name!r}")
+        weight = q.get("weight", 1.0)
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or weight <= 0:
+            raise ConfigError(f"{src}: {where}.weight: must be a positive number, got {weight!r}")
+        fair_raw = _str_field(src, where, q, "fair_share", FairShare.THROUGHPUT.value)
+        try:
+            fair = FairShare(fair_raw)
+        except ValueError:
+            raise ConfigError(
+                f"{src}: {where}.fair_share: must be throughput or gpus, got {fair_raw!r}"
+            ) from None
+        raw_quotas = q.get("quotas", [])
+        if not isinstance(raw_quotas, list):
+            raise ConfigError(f"{src}: {where}.quotas: must be a list")
+        quotas: list[Quota] = []
+        for k, rq in enumerate(raw_quotas):
+            qw = f"{where}.quotas[{k}]"
+            if not isinstance(rq, dict):
+                raise ConfigError(f"{src}: {qw}: must be a mapping, got {rq!r}")
+            bad = sorted(set(rq) - _QUOTA_FIELDS)
+            if bad:
+                raise ConfigError(
+                    f"{src}: {qw}.{bad[0]}: unknown field (allowed: {', '.join(sorted(_QUOTA_FIELDS))})"
+                )
+            gpu_type = _str_field(src, qw, rq, "gpu_type", None)
+            if gpu_type != ANY_GPU_TYPE and gpu_type not in gpu_types:
+                raise ConfigError(
+                    f"{src}: {qw}.gpu_type: no pool has GPU type {gpu_type!r} "
+                    f"(types: {', '.join(sorted(gpu_types))}, or '*')"
+                )
+            quotas.append(
+                Quota(
+                    gpu_type,
+                    _int_field(src, qw, rq, "nominal", 0, 0),
+                    _opt_int(src, qw, rq, "borrowing_limit"),
+                    _opt_int(src, qw, rq, "lending_limit"),
+                )
+            )
+        try:
+            queues.append(
+                QueueSpec(name, tuple(quotas), _str_field(src, where, q, "cohort", ""), float(weight), fair)
+            )
+        except ConfigError as exc:
+            raise ConfigError(f"{src}: {where}: {exc}") from None
+        members = q.get("tenants", [])
+        if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+            raise ConfigError(f"{src}: {where}.tenants: must be a list of trace group or user names")
+        for m in members:
+            if m in tenants:
+                raise ConfigError(f"{src}: {where}.tenants: {m!r} is already in queue {tenants[m]!r}")
+            tenants[m] = name
+    return tuple(queues), tenants
 
 
 def load_cluster_spec(path_or_name: str | Path) -> ClusterSpec:

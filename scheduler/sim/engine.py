@@ -34,6 +34,7 @@ from scheduler.core.decisions import Action, ActionKind, RoundResult
 from scheduler.core.placement import spread_of
 from scheduler.core.planner import is_migration, single_action
 from scheduler.core.protocols import Policy, ThroughputOracle
+from scheduler.core.queues import QueueSpec
 from scheduler.core.round import IncrementalPolicy, IncrementalRound, RoundCosts
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node
 
@@ -201,8 +202,10 @@ class Engine:
         run_round: RoundFn,
         ideal_durations: Mapping[str, float] | None = None,
         on_progress: Callable[[int, int], None] | None = None,
+        queues: Sequence[QueueSpec] = (),
     ) -> None:
         self.nodes = tuple(nodes)
+        self.queues = tuple(queues)
         self.node_map = {n.name: n for n in self.nodes}
         self.policy = policy
         self.policy_oracle = policy_oracle
@@ -316,7 +319,9 @@ class Engine:
         )
         if self.on_progress:
             self.on_progress(0, r.total)
-        if cfg.incremental and isinstance(self.policy, IncrementalPolicy):
+        # queues decide who may run before the policy does: the policy's incremental rounds know nothing
+        # of them, so with queues every round goes through run_round
+        if cfg.incremental and not self.queues and isinstance(self.policy, IncrementalPolicy):
             r.session = self.policy.incremental(
                 self.nodes, self.policy_oracle, [s.job for s in self.states.values()]
             )
@@ -425,7 +430,7 @@ class Engine:
             result.incremental_rounds += 1
             return actions
         jobs = [self._view(st, now) for st in r.active.values()]
-        snapshot = ClusterSnapshot(now=now, nodes=self.nodes, allocations=dict(r.allocs))
+        snapshot = ClusterSnapshot(now=now, nodes=self.nodes, allocations=dict(r.allocs), queues=self.queues)
         t0 = time.perf_counter()
         rr = self.run_round(snapshot, jobs, self.policy, self.policy_oracle, costs=r.costs, explain=False)
         result.round_wall_s += time.perf_counter() - t0

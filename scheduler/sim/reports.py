@@ -260,3 +260,27 @@ def write_plots(out_dir: Path, runs: Sequence[tuple[str, EngineResult]], title: 
         fig.savefig(paths[-1], dpi=110)
         plt.close(fig)
     return paths
+
+
+def per_queue(
+    result: EngineResult, queue_of: Mapping[str, str], weights: Mapping[str, float]
+) -> dict[str, dict[str, Any]]:
+    """Per tenant queue: jobs, jobs finished, average JCT (s), GPU-seconds used, share of all GPU-seconds
+    and that share over the queue's weight share (1.0 = its fair share of GPU time)."""
+    total_gpu_s = sum(r.gpu_seconds for r in result.records) or 1.0
+    total_w = sum(weights.values()) or 1.0
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted(weights):
+        recs = [r for r in result.records if queue_of.get(r.name) == name]
+        jcts = [r.jct for r in recs if r.jct is not None]
+        gpu_s = sum(r.gpu_seconds for r in recs)
+        share = gpu_s / total_gpu_s
+        out[name] = {
+            "jobs": len(recs),
+            "finished": len(jcts),
+            "avg_jct_s": sum(jcts) / len(jcts) if jcts else math.nan,
+            "gpu_seconds": gpu_s,
+            "gpu_share": share,
+            "gpu_share_over_weight_share": share / (weights[name] / total_w),
+        }
+    return out

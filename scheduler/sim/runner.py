@@ -12,14 +12,14 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scheduler.core.errors import ConfigError
 from scheduler.core.protocols import Policy, ThroughputOracle
 from scheduler.sim.cluster import ClusterSpec, homogeneous_spec, load_cluster_spec, spec_to_nodes
 from scheduler.sim.engine import Engine, EngineConfig, EngineResult
-from scheduler.sim.reports import summarize
+from scheduler.sim.reports import per_queue, summarize
 from scheduler.sim.traces import load_trace, rescale_load
 from scheduler.sim.workload import TraceDurationTruth, WorkloadOptions, build_workload
 
@@ -176,6 +176,11 @@ def run_simulations(
             deadline_slack=req.deadline_slack,
         ),
     )
+    if spec.queues:  # tenants from the trace (group = Philly's virtual cluster, else user) join queues
+        workload = replace(
+            workload, jobs=tuple(replace(j, queue=spec.queue_for(j.queue, j.user)) for j in workload.jobs)
+        )
+    queue_of = {j.name: j.queue for j in workload.jobs}
     dropped = len(rows) - len(fitting)
     report: dict[str, Any] = {
         "trace": trace.name,
@@ -244,6 +249,7 @@ def run_simulations(
             run_round=run_round,
             ideal_durations=workload.ideal_durations,
             on_progress=progress,
+            queues=spec.queues,
         )
         result = engine.run()
         row = summarize(
@@ -254,6 +260,8 @@ def run_simulations(
             trace=trace.name,
             load=req.load if req.load is not None else "raw",
         )
+        if spec.queues:
+            row["queues"] = per_queue(result, queue_of, {q.name: q.weight for q in spec.queues})
         report["results"].append(row)
         runs.append((label, result))
         log.info("simulation run done", extra={"run": label, "wall_s": result.wall_s})

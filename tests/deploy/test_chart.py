@@ -65,6 +65,7 @@ def test_default_render_has_every_component(render: Render) -> None:
             "RoleBinding",
             "Service",
             "ServiceAccount",
+            "TrainingQueue",
         ]
     )
     assert set(by_kind(docs, "Deployment")) == {
@@ -77,11 +78,19 @@ def test_default_render_has_every_component(render: Render) -> None:
         "ps-perfsched-operator",
         "ps-perfsched-scheduler",
     }
-    assert set(by_kind(docs, "CustomResourceDefinition")) == {"trainingjobs.perfsched.dev"}
+    assert set(by_kind(docs, "CustomResourceDefinition")) == {
+        "trainingjobs.perfsched.dev",
+        "trainingqueues.perfsched.dev",
+    }
     # the optional Prometheus Operator objects are off by default (their CRDs may be absent)
     assert not [d for d in docs if d["apiVersion"].startswith("monitoring.coreos.com")]
     for d in docs:
-        if d["kind"] not in {"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}:
+        if d["kind"] not in {
+            "CustomResourceDefinition",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "TrainingQueue",
+        }:
             assert d["metadata"]["namespace"] in {NS, "kube-system"}, d["metadata"]
 
 
@@ -183,6 +192,24 @@ def test_rbac_is_least_privilege(render: Render) -> None:
     assert pod_verbs == {"get", "list", "watch"}
     op = by_kind(docs, "ClusterRole")["ps-perfsched-operator"]
     assert {"create", "delete"} <= {v for r in op["rules"] if "pods" in r["resources"] for v in r["verbs"]}
+
+
+def test_default_queue_borrows_the_whole_cluster_and_extra_queues_render(render: Render) -> None:
+    from scheduler.core.queues import QueueSpec
+    from scheduler.k8s.crd import trainingqueue_to_spec
+
+    (default,) = by_kind(render(), "TrainingQueue").values()
+    spec = trainingqueue_to_spec(default)
+    # nominal 0 of every type, unlimited borrowing in cohort "shared": a lone default queue gets every GPU
+    assert isinstance(spec, QueueSpec) and spec.name == "default" and spec.cohort == "shared"
+    assert spec.nominal("A100") == 0 and spec.borrowing_limit("A100") is None
+    team_a = ("name=team-a", "spec.cohort=shared", "spec.quotas[0].gpuType=A100", "spec.quotas[0].nominal=16")
+    queues = by_kind(render(*(f"queues.extra[0].{s}" for s in team_a)), "TrainingQueue")
+    assert set(queues) == {"default", "team-a"}
+    assert not by_kind(render("queues.createDefault=false"), "TrainingQueue")
+    op = by_kind(render(), "ClusterRole")["ps-perfsched-operator"]
+    queue_verbs = {v for r in op["rules"] if "trainingqueues" in r["resources"] for v in r["verbs"]}
+    assert queue_verbs == {"get", "list", "watch"}
 
 
 # --- non-default values -----------------------------------------------------------------------------

@@ -256,6 +256,8 @@ def test_examples_convert_to_jobs() -> None:
     examples = sorted((ROOT / "crds" / "examples").glob("*.yaml"))
     assert len(examples) >= 4
     for path in examples:
+        if path.name == "queues.yaml":  # TrainingQueues: tests/k8s/test_queue_crd.py
+            continue
         obj = yaml.safe_load(path.read_text())
         obj["metadata"].setdefault("namespace", "default")
         out = trainingjob_to_job(obj, now=NOW, known_model=lambda m: zoo.lookup_model(m) is not None)

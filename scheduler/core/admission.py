@@ -1,0 +1,338 @@
+"""Queue admission: which jobs may hold GPUs this round under their queues' quotas, and why others wait.
+
+Pure. ``admit(snapshot, jobs, oracle)`` runs inside ``run_round`` before the policy whenever the snapshot
+has queues (``ClusterSnapshot.queues``); with no queues it is never called and nothing changes. It
+decides, per job, whether the job may hold GPUs this round, of which GPU type and how many at most; the
+policy then orders and places the admitted jobs (their GPU type pinned, their replicas capped) on a
+snapshot from which the GPUs of jobs not admitted are freed, and the planner preempts those jobs.
+
+The steps, per GPU type ``t`` (see ``scheduler.core.queues`` for the quota fields):
+
+1. Fixed: running non-preemptible jobs keep their GPUs (they count against their queue), and so do
+   running jobs whose queue no longer exists; allocations of anything not in the round (a gang still
+   draining after a preemption) are not free either. A waiting job naming a missing queue waits, unresolvably,
+   with a reason naming the queue.
+2. Nominal: every queue admits its jobs, in queue order, while they fit its nominal quota and the free
+   GPUs. Queue order is priority (high first), then running before waiting, then most progress lost on a
+   preemption first, then submit time: the jobs reclaimed first are the lowest-priority ones that lose
+   the least.
+3. Borrowing: what is left of each cohort's nominal quota, from members with no job waiting for that
+   type and within each member's lending limit, plus the GPUs no queue has a nominal quota on, is lent
+   to the cohort's queues within their borrowing limits. Contention is settled by weighted fair share:
+   the queue with the smallest admitted share per unit of weight admits its next job first. The share
+   is the sum over its admitted jobs of GPUs x the job's speed per GPU on that type relative to its
+   fastest type (``fairShare: throughput``), or plain GPUs (``fairShare: gpus``).
+4. Growth: elastic jobs were admitted at their minimum; they grow, one replica at a time and in the same
+   fair order, into what is left within their queue's limits.
+
+Because every running borrower must be admitted again each round, a queue whose owner's job arrives
+gets its nominal quota back in that very round: borrowers that no longer fit are preempted.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from scheduler.core.decisions import Decision, Unschedulable
+from scheduler.core.protocols import ThroughputOracle
+from scheduler.core.queues import DEFAULT_QUEUE, FairShare, QueueSpec, queue_index
+from scheduler.core.types import Allocation, ClusterSnapshot, Job, PlacementShape
+
+_UNLIMITED = 1 << 60
+
+
+@dataclass(frozen=True, slots=True)
+class QueueUsage:
+    """One queue after admission: GPUs admitted and borrowed per type, jobs left waiting, its share."""
+
+    queue: str
+    usage: Mapping[str, int]
+    borrowed: Mapping[str, int]
+    pending: int
+    share: float
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What ``admit`` decided: the jobs the policy sees (pinned and capped) on the snapshot it sees, the
+    jobs held back by their queue with the reason, and each queue's usage."""
+
+    jobs: tuple[Job, ...]
+    snapshot: ClusterSnapshot
+    waiting: Mapping[str, Unschedulable]
+    queues: Mapping[str, QueueUsage]
+
+    def held_decisions(self) -> dict[str, Decision]:
+        """A wait decision for every job the queues held back."""
+        return {
+            name: Decision(name, None, why.reason, unresolvable=not why.resolvable)
+            for name, why in self.waiting.items()
+        }
+
+
+def queue_of(job: Job) -> str:
+    """The queue a job belongs to: the one it names, else ``default``."""
+    return job.queue or DEFAULT_QUEUE
+
+
+@dataclass
+class _Cand:
+    job: Job
+    queue: str
+    #: (GPU type, share per GPU) the job may run on, fastest first
+    options: list[tuple[str, float]]
+    running: Allocation | None
+    gpu_type: str = ""
+    gpus: int = 0
+
+
+@dataclass
+class _State:
+    specs: Mapping[str, QueueSpec]
+    free: dict[str, int]
+    use: dict[tuple[str, str], int] = field(default_factory=dict)
+    pool: dict[tuple[str, str], int] = field(default_factory=dict)
+    share: dict[str, float] = field(default_factory=dict)
+
+    def borrowed(self, q: str, t: str) -> int:
+        return max(0, self.use.get((q, t), 0) - self.specs[q].nominal(t))
+
+    def room(self, q: str, t: str, borrowing: bool) -> int:
+        spec = self.specs[q]
+        used = self.use.get((q, t), 0)
+        room = max(0, spec.nominal(t) - used)
+        if borrowing and spec.cohort:
+            limit = spec.borrowing_limit(t)
+            left = (_UNLIMITED if limit is None else limit) - self.borrowed(q, t)
+            room += max(0, min(left, self.pool.get((spec.cohort, t), 0)))
+        return min(room, self.free.get(t, 0))
+
+    def take(self, c: _Cand, t: str, gpus: int) -> None:
+        q, spec = c.queue, self.specs[c.queue]
+        before = self.borrowed(q, t)
+        self.use[(q, t)] = self.use.get((q, t), 0) + gpus
+        if spec.cohort:
+            key = (spec.cohort, t)
+            self.pool[key] = self.pool.get(key, 0) - (self.borrowed(q, t) - before)
+        self.free[t] = self.free.get(t, 0) - gpus
+        per_gpu = dict(c.options).get(t, 1.0) if spec.fair_share is FairShare.THROUGHPUT else 1.0
+        self.share[q] = self.share.get(q, 0.0) + gpus * per_gpu / spec.weight
+
+
+def _order_key(j: Job, running: bool) -> tuple[int, bool, float, float, str]:
+    return (-j.priority, not running, -max(0.0, j.progress - j.checkpoint_progress), j.submit_time, j.name)
+
+
+def _options(
+    jobs: Sequence[Job], snapshot: ClusterSnapshot, oracle: ThroughputOracle, cap: Mapping[str, int]
+) -> dict[str, list[tuple[str, float]]]:
+    """For each waiting job, the GPU types it could ever fit on, with its speed per GPU relative to its
+    fastest type, fastest first (one batched oracle call)."""
+    largest: dict[str, int] = {}
+    for n in snapshot.nodes:
+        largest[n.gpu_type] = max(largest.get(n.gpu_type, 0), n.capacity_for_jobs)
+    asks: list[tuple[Job, PlacementShape]] = []
+    for j in jobs:
+        for t in sorted(cap):
+            if j.allows(t) and cap[t] >= j.min_gpus and largest[t] >= j.gpus_per_replica:
+                per_node = largest[t] - largest[t] % j.gpus_per_replica
+                asks.append((j, PlacementShape(t, j.min_gpus, -(-j.min_gpus // max(1, per_node)))))
+    rates = oracle.throughput(asks) if asks else []
+    by_job: dict[str, list[tuple[str, float]]] = {j.name: [] for j in jobs}
+    for (j, shape), tput in zip(asks, rates, strict=True):
+        if tput > 0:
+            by_job[j.name].append((shape.gpu_type, tput / shape.num_gpus))
+    rel: dict[str, list[tuple[str, float]]] = {}
+    worth: dict[str, list[float]] = {}
+    for name, opts in by_job.items():
+        best = max((r for _, r in opts), default=0.0)
+        rel[name] = [(t, r / best) for t, r in opts]
+        for t, x in rel[name]:
+            worth.setdefault(t, []).append(x)
+    # among types on which a job runs about as fast (within 5%), prefer the one the other jobs gain
+    # least from (a job as fast on K80 as on A100 leaves the A100s to jobs that need them)
+    mean = {t: sum(xs) / len(xs) for t, xs in worth.items()}
+    return {
+        name: sorted(opts, key=lambda o: (-round(o[1] * 20), mean[o[0]], o[0])) for name, opts in rel.items()
+    }
+
+
+def _admit_loop(state: _State, pending: dict[str, list[_Cand]], borrowing: bool) -> list[_Cand]:
+    """Admit jobs at their minimum, the queue with the smallest share first; returns those admitted and
+    leaves in ``pending`` those that did not fit (room only shrinks in a step, so each is tried once)."""
+    admitted: list[_Cand] = []
+    untried = {q: list(reversed(cands)) for q, cands in pending.items() if cands}
+    failed: dict[str, list[_Cand]] = {q: [] for q in pending}
+    heap = [(state.share.get(q, 0.0), q) for q in untried]
+    heapq.heapify(heap)
+    while heap:
+        _, q = heapq.heappop(heap)
+        stack = untried[q]
+        while stack:
+            c = stack.pop()
+            need = c.job.min_gpus
+            t = next((t for t, _ in c.options if state.room(q, t, borrowing) >= need), None)
+            if t is None:
+                failed[q].append(c)
+                continue
+            c.gpu_type, c.gpus = t, need
+            state.take(c, t, need)
+            admitted.append(c)
+            if stack:
+                heapq.heappush(heap, (state.share.get(q, 0.0), q))
+            break
+    for q in pending:
+        pending[q] = failed[q] + list(reversed(untried.get(q, [])))
+    return admitted
+
+
+def admit(snapshot: ClusterSnapshot, jobs: Sequence[Job], oracle: ThroughputOracle) -> Admission:
+    """Apply the snapshot's queues to ``jobs``; see the module docstring."""
+    specs = queue_index(snapshot.queues)
+    cap: dict[str, int] = {}
+    for n in snapshot.nodes:
+        if n.capacity_for_jobs > 0:
+            cap[n.gpu_type] = cap.get(n.gpu_type, 0) + n.capacity_for_jobs
+    state = _State(specs, dict(cap))
+    names = {j.name for j in jobs}
+    for name, held in snapshot.allocations.items():
+        if name not in names:  # GPUs held by something not in this round (a draining gang): not free
+            state.free[held.gpu_type] = state.free.get(held.gpu_type, 0) - held.total_gpus
+    waiting: dict[str, Unschedulable] = {}
+    passed: dict[str, Job] = {}
+    cands: list[_Cand] = []
+    need_options: list[Job] = []
+    for j in jobs:
+        cur = snapshot.allocations.get(j.name)
+        q = queue_of(j)
+        if j.remaining_work <= 0:
+            passed[j.name] = j
+        elif q not in specs:
+            if cur is None:
+                waiting[j.name] = Unschedulable(
+                    f"queue {q} does not exist: create a TrainingQueue named {q} or set spec.queue", False
+                )
+            else:
+                passed[j.name] = j
+                state.free[cur.gpu_type] = state.free.get(cur.gpu_type, 0) - cur.total_gpus
+        elif cur is not None and not j.preemptible:
+            passed[j.name] = j
+            c = _Cand(j, q, [(cur.gpu_type, 1.0)], cur)
+            state.take(c, cur.gpu_type, cur.total_gpus)
+        else:
+            cands.append(_Cand(j, q, [], cur))
+            if cur is None:
+                need_options.append(j)
+    opts = _options(need_options, snapshot, oracle, cap)
+    for c in cands:
+        if c.running is None:
+            c.options = opts[c.job.name]
+    _running_shares(cands, snapshot, oracle, cap)
+    no_fit = [c for c in cands if not c.options]
+    for c in no_fit:  # fits no GPU type at all: the policy and the wait explainer say why
+        passed[c.job.name] = c.job
+    by_queue: dict[str, list[_Cand]] = {}
+    for c in sorted((c for c in cands if c.options), key=lambda c: _order_key(c.job, c.running is not None)):
+        by_queue.setdefault(c.queue, []).append(c)
+
+    admitted = _admit_loop(state, by_queue, borrowing=False)
+    # what each cohort may lend: idle nominal of members with no job waiting for that type, within their
+    # lending limits, plus the GPUs no queue has a nominal quota on
+    waiting_types = {(c.queue, t) for cs in by_queue.values() for c in cs for t, _ in c.options}
+    for t, total in cap.items():
+        unowned = max(0, total - sum(s.nominal(t) for s in specs.values()))
+        for cohort in {s.cohort for s in specs.values() if s.cohort}:
+            lend = unowned
+            for s in specs.values():
+                if s.cohort != cohort or (s.name, t) in waiting_types:
+                    continue
+                idle = max(0, s.nominal(t) - state.use.get((s.name, t), 0))
+                limit = s.lending_limit(t)
+                lend += idle if limit is None else min(limit, idle)
+            state.pool[(cohort, t)] = lend
+    admitted += _admit_loop(state, by_queue, borrowing=True)
+    _grow(state, admitted)
+
+    out_jobs: list[Job] = []
+    admitted_names = {c.job.name for c in admitted}
+    for j in jobs:
+        if j.name in passed:
+            out_jobs.append(j)
+    for c in admitted:
+        j = c.job
+        replicas = c.gpus // j.gpus_per_replica
+        pinned = replace(j, allowed_gpu_types=frozenset({c.gpu_type}), max_replicas=replicas)
+        if not pinned.is_elastic:
+            pinned = replace(pinned, min_replicas=min(j.min_replicas, replicas))
+        out_jobs.append(pinned)
+    for cs in by_queue.values():
+        for c in cs:
+            if c.job.name not in admitted_names:
+                waiting[c.job.name] = Unschedulable(_why(state, c))
+    keep = {name: a for name, a in snapshot.allocations.items() if name not in waiting}
+    pending_count: dict[str, int] = {}
+    for cs in by_queue.values():
+        for c in cs:
+            if c.job.name not in admitted_names:
+                pending_count[c.queue] = pending_count.get(c.queue, 0) + 1
+    usage = {
+        q: QueueUsage(
+            q,
+            {t: state.use.get((q, t), 0) for t in sorted(cap)},
+            {t: state.borrowed(q, t) for t in sorted(cap)},
+            pending_count.get(q, 0),
+            state.share.get(q, 0.0),
+        )
+        for q in sorted(specs)
+    }
+    order = {j.name: i for i, j in enumerate(jobs)}
+    out_jobs.sort(key=lambda j: order[j.name])
+    return Admission(tuple(out_jobs), replace(snapshot, allocations=keep), waiting, usage)
+
+
+def _running_shares(
+    cands: list[_Cand], snapshot: ClusterSnapshot, oracle: ThroughputOracle, cap: Mapping[str, int]
+) -> None:
+    """Pin each running candidate to its GPU type, with its speed per GPU there relative to its fastest."""
+    running = [c for c in cands if c.running is not None]
+    rel = _options([c.job for c in running], snapshot, oracle, cap) if running else {}
+    for c in running:
+        assert c.running is not None
+        c.options = [(c.running.gpu_type, dict(rel[c.job.name]).get(c.running.gpu_type, 1.0))]
+
+
+def _grow(state: _State, admitted: list[_Cand]) -> None:
+    """Grow admitted elastic jobs one replica at a time, the queue with the smallest share first."""
+    growing = [c for c in admitted if c.job.is_elastic and c.gpus < c.job.max_gpus]
+    while growing:
+        growing.sort(key=lambda c: (state.share.get(c.queue, 0.0), _order_key(c.job, c.running is not None)))
+        c = growing[0]
+        step = c.job.gpus_per_replica
+        if state.room(c.queue, c.gpu_type, True) >= step:
+            state.take(c, c.gpu_type, step)
+            c.gpus += step
+            if c.gpus < c.job.max_gpus:
+                continue
+        growing.pop(0)
+
+
+def _why(state: _State, c: _Cand) -> str:
+    """Why a job its queue held back waits, quoting the type it would run fastest on."""
+    q, spec = c.queue, state.specs[c.queue]
+    t = c.options[0][0]
+    used = state.use.get((q, t), 0)
+    nominal = spec.nominal(t)
+    limit = spec.borrowing_limit(t)
+    if limit is None:
+        text = f"queue {q}: {used} {t} in use (nominal {nominal}, no borrowing limit)"
+    elif limit:
+        text = f"queue {q}: {used}/{nominal + limit} {t} in use (nominal {nominal}, borrowing limit {limit})"
+    else:
+        text = f"queue {q}: {used}/{nominal} {t} in use (nominal {nominal})"
+    if spec.cohort:
+        text += f", cohort {spec.cohort} has {max(0, state.pool.get((spec.cohort, t), 0))} idle"
+    else:
+        text += ", no cohort to borrow from"
+    return f"{text}; the job needs {c.job.min_gpus}, {max(0, state.free.get(t, 0))} {t} free"

@@ -1,0 +1,136 @@
+"""The operator's side of tenant queues: TrainingQueues into the round's snapshot, jobs into queues, and
+each queue's status after the round.
+
+Pure (no I/O): ``Tenancy.of(queue_objects, namespace_objects, gpu_types)`` reads what the operator listed;
+``assign`` gives a job the queue it belongs to (its ``spec.queue``, else the queue whose
+``spec.namespaces`` selects its namespace, first by name, else ``default``); ``statuses`` words each
+queue's ``status`` from the round's result. A TrainingQueue whose spec does not parse is left out of the
+round (its jobs then wait naming a missing queue) and its status says why; a quota for a GPU type no node
+has is kept (it may be added later) and reported in a condition, never a crash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from scheduler.core.admission import queue_of
+from scheduler.core.decisions import RoundResult
+from scheduler.core.queues import ANY_GPU_TYPE, QueueSpec
+from scheduler.core.types import Allocation, ClusterSnapshot, Job
+from scheduler.k8s import crd
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Tenancy:
+    """The round's queues: valid specs, namespace selectors, and problems per queue (for conditions)."""
+
+    specs: tuple[QueueSpec, ...] = ()
+    selectors: tuple[tuple[str, crd.LabelSelector], ...] = ()
+    namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    problems: Mapping[str, str] = field(default_factory=dict)
+    objects: Mapping[str, Obj] = field(default_factory=dict)
+
+    @staticmethod
+    def of(queues: Sequence[Obj], namespaces: Sequence[Obj], gpu_types: Sequence[str]) -> Tenancy:
+        specs: list[QueueSpec] = []
+        selectors: list[tuple[str, crd.LabelSelector]] = []
+        problems: dict[str, str] = {}
+        objects: dict[str, Obj] = {}
+        for obj in sorted(queues, key=lambda o: str((o.get("metadata") or {}).get("name") or "")):
+            name = str((obj.get("metadata") or {}).get("name") or "")
+            if not name:
+                continue
+            objects[name] = obj
+            spec = crd.trainingqueue_to_spec(obj)
+            if isinstance(spec, str):
+                problems[name] = spec
+                continue
+            specs.append(spec)
+            unknown = sorted(q.gpu_type for q in spec.quotas if q.gpu_type not in (ANY_GPU_TYPE, *gpu_types))
+            if unknown:
+                problems[name] = f"quota for GPU type {', '.join(unknown)} that no node has"
+            raw_sel = (obj.get("spec") or {}).get("namespaces")
+            if isinstance(raw_sel, dict):
+                try:
+                    selectors.append((name, crd.LabelSelector.model_validate(raw_sel)))
+                except ValueError as exc:
+                    problems[name] = f"invalid spec.namespaces: {exc}"
+        labels = {
+            str((n.get("metadata") or {}).get("name")): dict((n.get("metadata") or {}).get("labels") or {})
+            for n in namespaces
+        }
+        return Tenancy(tuple(specs), tuple(selectors), labels, problems, objects)
+
+    def assign(self, job: Job, namespace: str) -> Job:
+        """``job`` with its queue: the one it names, else the first queue selecting its namespace."""
+        if job.queue or not self.selectors:
+            return job
+        labels = self.namespace_labels.get(namespace, {})
+        for name, sel in self.selectors:
+            if sel.matches(labels):
+                return replace(job, queue=name)
+        return job
+
+    def statuses(
+        self, snapshot: ClusterSnapshot, jobs: Sequence[Job], result: RoundResult
+    ) -> dict[str, dict[str, Any]]:
+        """Each TrainingQueue's ``status`` after the round (usage from the allocations it ends with)."""
+        final: dict[str, Allocation] = dict(snapshot.allocations)
+        for a in result.actions:
+            if a.after is None:
+                final.pop(a.job, None)
+            else:
+                final[a.job] = a.after
+        by_name = {j.name: j for j in jobs}
+        usage: dict[str, dict[str, int]] = {}
+        admitted: dict[str, int] = {}
+        pending: dict[str, int] = {}
+        for name, alloc in final.items():
+            job = by_name.get(name)
+            if job is None:
+                continue
+            q = queue_of(job)
+            per_type = usage.setdefault(q, {})
+            per_type[alloc.gpu_type] = per_type.get(alloc.gpu_type, 0) + alloc.total_gpus
+            admitted[q] = admitted.get(q, 0) + 1
+        for name in result.waiting:
+            job = by_name.get(name)
+            if job is not None:
+                pending[queue_of(job)] = pending.get(queue_of(job), 0) + 1
+        specs = {s.name: s for s in self.specs}
+        per_weight = {q: sum(usage.get(q, {}).values()) / s.weight for q, s in specs.items()}
+        mean = sum(per_weight.values()) / len(per_weight) if per_weight else 0.0
+        out: dict[str, dict[str, Any]] = {}
+        for name in self.objects:
+            spec = specs.get(name)
+            used = usage.get(name, {})
+            borrowed = (
+                {t: g - spec.nominal(t) for t, g in used.items() if g > spec.nominal(t)} if spec else {}
+            )
+            text = ", ".join(
+                f"{t} {g}/{spec.nominal(t)}" if spec else f"{t} {g}" for t, g in sorted(used.items())
+            )
+            problem = self.problems.get(name)
+            out[name] = {
+                "usage": dict(sorted(used.items())),
+                "borrowed": dict(sorted(borrowed.items())),
+                "usageText": text or "idle",
+                "pendingJobs": pending.get(name, 0),
+                "admittedJobs": admitted.get(name, 0),
+                "fairShareRatio": round(per_weight.get(name, 0.0) / mean, 3) if mean > 0 and spec else None,
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "False" if problem and spec is None else "True",
+                        "reason": ("InvalidSpec" if spec is None else "QuotaWarning")
+                        if problem
+                        else "Active",
+                        "message": problem or "quotas are enforced",
+                    }
+                ],
+            }
+        return out
