@@ -209,17 +209,17 @@ class ClusterSnapshot:
     """Everything a policy may look at: the time, the nodes and what runs where right now.
 
     ``allocations`` maps job name to its current allocation (jobs not in it are not running).
-    ``restart_cost_s`` is what restarting a running job elsewhere costs in seconds (the planner's
-    ``RoundCosts.restart_cost_s``; ``run_round`` fills it in), so policies can price a move against it.
     ``queues`` are the tenant queues with their GPU quotas (``scheduler.core.queues``); empty means no
     quotas at all (every job is scheduled as if the cluster had one tenant).
+    ``restart_cost_s`` is what restarting a running job elsewhere costs in seconds (the planner's
+    ``RoundCosts.restart_cost_s``; ``run_round`` fills it in), so policies can price a move against it.
     """
 
     now: float
     nodes: tuple[Node, ...]
     allocations: Mapping[str, Allocation] = field(default_factory=dict)
-    restart_cost_s: float = 0.0
     queues: tuple[QueueSpec, ...] = ()
+    restart_cost_s: float = 0.0
 
     def node_map(self) -> dict[str, Node]:
         return {n.name: n for n in self.nodes}
