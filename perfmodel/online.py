@@ -86,11 +86,19 @@ def _point(r: Resolved, t: float, t1: float, s: float) -> _Point:
     )
 
 
+def _model_key(r: Resolved) -> str:
+    """The model level's key: the model at its precision and software stack (the same model run in
+    tuned vendor code, or in bf16 instead of fp32, departs from the offline model differently)."""
+    return f"{r.model}|{r.precision}|{int(r.nums[5])}"
+
+
 def _one_gpu_twin(job: JobFeatures, hw: HardwareFeatures) -> tuple[JobFeatures, HardwareFeatures]:
     """The same job on one GPU of the same type and interconnect at the row's per-GPU batch."""
     local = max(1, round(job.batch_size / hw.num_gpus))
     return (
-        JobFeatures(job.model, job.dataset, local, job.precision, job.params, job.flops_per_sample),
+        JobFeatures(
+            job.model, job.dataset, local, job.precision, job.params, job.flops_per_sample, job.stack
+        ),
         HardwareFeatures(
             hw.gpu_type, 1, 1, 1, hw.interconnect, hw.network_gbps, hw.memory_mib, hw.compute_capability
         ),
@@ -166,9 +174,9 @@ class OnlineCorrector:
         residual = math.log(observed_samples_per_s / base)
         key = self._key_of(job, hw, job_id)
         st = self._jobs.get(key)
-        if st is None or st.model != r.model or st.gpu_type != r.spec.gpu_type:
+        if st is None or st.model != _model_key(r) or st.gpu_type != r.spec.gpu_type:
             # A job moved to another GPU type starts a new record (its residual there is a new question).
-            st = _JobStats(r.model, r.spec.gpu_type)
+            st = _JobStats(_model_key(r), r.spec.gpu_type)
             self._jobs[key] = st
         st.weight = st.weight * self.decay + 1.0
         st.sum_r = st.sum_r * self.decay + residual
@@ -290,7 +298,7 @@ class OnlineCorrector:
         """(log correction, job evidence weight, spread of the job's own residuals)."""
         gpu_type = r.spec.gpu_type
         g = self._gpu_level(gpu_type)
-        mg = self._model_gpu_level(r.model, gpu_type, point)
+        mg = self._model_gpu_level(_model_key(r), gpu_type, point)
         total = g + self._trend(gpu_type, point) + mg
         if st is None or st.gpu_type != gpu_type or st.weight <= 0:
             return total, 0.0, 0.0

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfmodel.errors import InvalidInputError, ModelFileError
-from perfmodel.features import HardwareFeatures, JobFeatures, design_of, feature_matrix, resolve
+from perfmodel.features import HardwareFeatures, JobFeatures, feature_matrix, resolve
 from perfmodel.gpus import CANONICAL_TYPES
 from perfmodel.predictor import MODEL_FILE, Forest, Predictor
 from perfmodel.zoo import model_names
@@ -137,7 +137,7 @@ def _linear_bound(predictor: Predictor, job: JobFeatures, hw: HardwareFeatures, 
     fewer = [(job, HardwareFeatures(hw.gpu_type, m, m, 1, hw.interconnect)) for m in range(1, n + 1)]
     resolved = [resolve(j, h) for j, h in fewer]
     assert predictor.anchors is not None
-    _, t1 = predictor.model.times(design_of(resolved), predictor.anchors.iteration_times(resolved))
+    _, t1 = predictor.model.times_of(resolved, predictor.anchors.iteration_times(resolved))
     return float(job.batch_size / t1.min())
 
 
@@ -227,7 +227,7 @@ def _per_row_reference(predictor: Predictor, rows: list[tuple[JobFeatures, Hardw
     design_of -> Anchors.iteration_times -> LearnedModel.times."""
     resolved = [resolve(j, h) for j, h in rows]
     assert predictor.anchors is not None
-    t, _ = predictor.model.times(design_of(resolved), predictor.anchors.iteration_times(resolved))
+    t, _ = predictor.model.times_of(resolved, predictor.anchors.iteration_times(resolved))
     return np.asarray([r.batch_size for r in resolved]) / t
 
 
