@@ -46,13 +46,7 @@ from perfmodel.predictor import MeasuredInNode
 from perfmodel.train import DEFAULT_ROUNDS, fit, fit_forest, fit_physics, rows_of, training_table
 
 ROOT = Path(__file__).resolve().parents[1]
-import os  # noqa: E402
 
-import perfmodel.train as _train  # noqa: E402
-from perfmodel.features import FEATURE_NAMES  # noqa: E402
-
-if os.environ.get("DROP"):
-    _train.FOREST_FEATURES = tuple(f for f in FEATURE_NAMES if f not in os.environ["DROP"].split(","))
 Idx = np.ndarray
 Method = Callable[["Data", Idx], Callable[[Idx], np.ndarray]]
 
