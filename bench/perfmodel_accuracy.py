@@ -16,11 +16,12 @@ on its training part only:
 - every split's errors are also broken down per source.
 
 Methods: ``ours`` = the shipped method as served by ``Predictor.predict`` (fitted physics x XGBoost
-correction + guards + in-node envelope); ``physics`` = the fitted scaling model alone; ``xgb-plain`` =
-one XGBoost on the same features predicting log time directly; ``spec-ratio`` = the nearest measured
-configuration of the same model (any GPU, same precision where there is one) scaled linearly in GPU count
-and by the GPUs' peak FLOP/s (at the job's precision) and memory-bandwidth ratios (Habitat-style; it
-cannot predict a model it never saw). Errors are relative errors of throughput: MRE = mean, p50 median.
+corrections + measured anchors + guards + in-node envelope, as ``Predictor.load`` builds it);
+``physics`` = the fitted scaling model alone; ``xgb-plain`` = one XGBoost on the same features
+predicting log time directly; ``spec-ratio`` = the nearest measured configuration of the same model (any
+GPU, same precision where there is one) scaled linearly in GPU count and by the GPUs' peak FLOP/s (at
+the job's precision) and memory-bandwidth ratios (Habitat-style; it cannot predict a model it never
+saw). Errors are relative errors of throughput: MRE = mean, p50 median.
 
 Run: ``nice python bench/perfmodel_accuracy.py [--shared ../shared/throughput] [--quick]
 [--splits random,logo-gen,lomo]``.
@@ -38,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from perfmodel.anchor import Anchors
 from perfmodel.features import design_of, resolve
 from perfmodel.gpus import spec_ratio
 from perfmodel.measurements import Measurement
@@ -72,6 +74,8 @@ def rel_err(pred_t: np.ndarray, true_t: np.ndarray) -> np.ndarray:
 def fit_ours(d: Data, train: Idx) -> Callable[[Idx], np.ndarray]:
     ms = [d.ms[i] for i in train]
     p = fit(ms)
+    # As ``Predictor.load`` builds it from the shipped table: measured anchors and in-node curves.
+    p.anchors = Anchors(ms)
     p.measured = MeasuredInNode(ms)
     p.clear_cache()
 
