@@ -16,7 +16,8 @@ on its training part only:
 - every split's errors are also broken down per source.
 
 Methods: ``ours`` = the shipped method as served by ``Predictor.predict`` (fitted physics x XGBoost
-corrections + measured anchors + guards + in-node envelope, as ``Predictor.load`` builds it);
+corrections + guards + in-node envelope, as ``Predictor.load`` builds it; ``--anchors`` adds the
+measured anchors);
 ``physics`` = the fitted scaling model alone; ``xgb-plain`` = one XGBoost on the same features
 predicting log time directly; ``spec-ratio`` = the nearest measured configuration of the same model (any
 GPU, same precision where there is one) scaled linearly in GPU count and by the GPUs' peak FLOP/s (at
@@ -48,6 +49,8 @@ from perfmodel.predictor import MeasuredInNode
 from perfmodel.train import DEFAULT_ROUNDS, fit, fit_forest, fit_physics, rows_of, training_table
 
 ROOT = Path(__file__).resolve().parents[1]
+# ``--anchors``: serve 'ours' with the measured anchors (``Predictor.load(anchors=True)``).
+ANCHORS = False
 
 Idx = np.ndarray
 Method = Callable[["Data", Idx], Callable[[Idx], np.ndarray]]
@@ -74,8 +77,8 @@ def rel_err(pred_t: np.ndarray, true_t: np.ndarray) -> np.ndarray:
 def fit_ours(d: Data, train: Idx) -> Callable[[Idx], np.ndarray]:
     ms = [d.ms[i] for i in train]
     p = fit(ms)
-    # As ``Predictor.load`` builds it from the shipped table: measured anchors and in-node curves.
-    p.anchors = Anchors(ms)
+    # As ``Predictor.load`` builds it from the shipped table: in-node curves (anchors only when asked).
+    p.anchors = Anchors(ms) if ANCHORS else None
     p.measured = MeasuredInNode(ms)
     p.clear_cache()
 
@@ -229,7 +232,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer models in leave-one-model-out")
     ap.add_argument("--splits", default="random,logo-gen,lomo")
     ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--anchors", action="store_true", help="'ours' with the measured anchors")
     args = ap.parse_args(argv)
+    global ANCHORS
+    ANCHORS = args.anchors
     if not args.shared.is_dir():
         shared = Path("/work/shared/throughput")
         args.shared = shared if shared.is_dir() else args.shared

@@ -249,7 +249,6 @@ def main() -> int:
     # without the in-node envelope, and the per-row path without it (a Resolved object per row from the
     # cached sides, anchors over Resolved rows, the same trees), which the tests hold equal to it.
     anchors = p.anchors
-    assert anchors is not None
     flat = Predictor(p.model, p.meta, anchors=anchors, measured=p.measured, envelope="never")
     strict = Predictor(p.model, p.meta, anchors=anchors, measured=p.measured, envelope="always")
     # The default predictor with its trees walked by numpy (where the compiled walk is not built).
@@ -276,7 +275,7 @@ def main() -> int:
         no_env.append(cold_call(flat, b))
         t = CLOCK()
         resolved = [p.resolve(j, h) for j, h in b]
-        times, _ = p.model.times_of(resolved, anchors.iteration_times(resolved))
+        times, _ = p.model.times_of(resolved, anchors.iteration_times(resolved) if anchors else None)
         [(r.batch_size / x, 1.0 / x, r.low_confidence) for r, x in zip(resolved, times.tolist(), strict=True)]
         per_row.append(CLOCK() - t)
     print(

@@ -12,8 +12,9 @@ multiplicative correction of the predictor's throughput in nested levels, each f
    models): log GPU count, "spans nodes", the sync share ``S / (T1 + S)`` and the offline model's own
    multi-GPU departure ``log(T / (T1 + S))``. Here ``T`` is the offline iteration time of the row, ``T1``
    the offline time of the same job on one GPU at the same per-GPU batch, ``S`` the scaling model's
-   all-reduce time (``perfmodel.features.sync_time``). The last two put the scaling model's split of time
-   into compute and communication into the correction: on a new GPU type the learned part of ``T`` beyond
+   all-reduce time (``perfmodel.features.model_terms`` under the model's physics). The last two put the
+   scaling model's split of time into compute and communication into the correction: on a new GPU type
+   the learned part of ``T`` beyond
    ``T1 + S`` is the least trustworthy (a slope of 1 on the departure replaces ``T`` by ``T1 + S``), and
    how wrong the communication estimate is shows as a slope on the sync share, so a communication-bound
    model's error grows with the GPU count while a compute-bound one's does not. The trend is clamped to
@@ -50,7 +51,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from perfmodel.errors import InvalidInputError
-from perfmodel.features import HardwareFeatures, JobFeatures, Resolved, model_terms, sync_time
+from perfmodel.features import HardwareFeatures, JobFeatures, Resolved, model_terms
 from perfmodel.predictor import Predictions, Predictor
 
 PRIOR_GPU = 3.0
@@ -182,7 +183,12 @@ class OnlineCorrector:
         st.sum_r = st.sum_r * self.decay + residual
         st.sum_r2 = st.sum_r2 * self.decay + residual * residual
         st.count += 1
-        st.point = _point(r, job.batch_size / base, twin[0].batch_size / base1, sync_time(r))
+        st.point = _point(
+            r,
+            job.batch_size / base,
+            twin[0].batch_size / base1,
+            model_terms([r], self.predictor.model.physics)[1][0],
+        )
         self._dirty = True
         return residual
 
@@ -291,7 +297,12 @@ class OnlineCorrector:
         r = self.predictor.resolve(job, hw)
         twin = _one_gpu_twin(job, hw)
         base, base1 = self.predictor.predict([(job, hw), twin]).samples_per_s
-        point = _point(r, job.batch_size / base, twin[0].batch_size / base1, sync_time(r))
+        point = _point(
+            r,
+            job.batch_size / base,
+            twin[0].batch_size / base1,
+            model_terms([r], self.predictor.model.physics)[1][0],
+        )
         return self._correction(r, point, self._jobs.get(self._key_of(job, hw, job_id)))[0]
 
     def _correction(self, r: Resolved, point: _Point, st: _JobStats | None) -> tuple[float, float, float]:
@@ -362,7 +373,7 @@ class OnlineCorrector:
         if self._dirty:
             self._rebuild()
         resolved = [self.predictor.resolve(job, hw) for job, hw in rows]
-        syncs = model_terms(resolved)[1].tolist()
+        syncs = model_terms(resolved, self.predictor.model.physics)[1].tolist()
         out: dict[str, list[float]] = {k: [] for k in ("s", "i", "lo", "hi", "ilo", "ihi")}
         for k, ((job, hw), jid) in enumerate(zip(rows, ids, strict=True)):
             r = resolved[k]

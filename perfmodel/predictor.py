@@ -14,8 +14,9 @@ same job on one GPU at the same per-GPU batch: data parallelism never scales bet
 (``time >= t1``), and a job inside one NVLink node is never slower in total than on one of its GPUs
 (``time <= n x t1``). Serving evaluates exactly the functions training does: each batch of rows becomes a
 matrix of ``Resolved.nums``, then ``features.design_of_nums`` and ``LearnedModel.times`` (scaling model,
-features, forest, optional measured-anchor blend from ``perfmodel.anchor``, guards); there is no second
-copy of any of them here.
+features, forests, the measured-anchor blend of ``perfmodel.anchor`` where a predictor has anchors --
+``Predictor.load(anchors=True)``; off by default -- and the guards); there is no second copy of any of
+them here.
 
 In-node envelope: a row on ``n`` > 1 GPUs of one node to which the rule applies is computed together
 with the same job (same global batch) on 1 .. n-1 GPUs of the same GPU, interconnect and node, and gets the
@@ -628,26 +629,32 @@ class Predictor:
         self._classes: dict[_Key, int] = {}
 
     @classmethod
-    def load(cls, path: Path | None = None, cache_size: int = 65536) -> Predictor:
-        """Load the shipped model (or ``path``); ``ModelFileError`` if missing, corrupt or other schema."""
+    def load(cls, path: Path | None = None, cache_size: int = 65536, anchors: bool = False) -> Predictor:
+        """Load the shipped model (or ``path``); ``ModelFileError`` if missing, corrupt or other schema.
+
+        ``anchors=True`` also blends the measured anchors (``perfmodel.anchor``) in: off by default, as
+        they pool a model's rows of every software stack and precision normalised by FP32 specs, which
+        sends tuned-code and half-precision speeds to other GPUs (leave-one-generation-out, Ampere:
+        103% MRE with them, 34% without; ``bench/perfmodel_accuracy.py``)."""
+        with_anchors = anchors
         if path is None:
             with resources.as_file(resources.files("perfmodel") / "data" / MODEL_FILE) as p:
                 model, meta = _read_model(Path(p))
         else:
             model, meta = _read_model(path)
-        # The measured table (beside a given model file, else the shipped one) anchors GPU types a model
-        # was never measured on and tells the in-node envelope's rule which in-node curves were measured;
-        # without it the predictor still works, unanchored, with the envelope on every one-node row.
-        anchors = None
+        # The measured table (beside a given model file, else the shipped one) tells the in-node envelope's
+        # rule which in-node curves were measured (and anchors GPU types a model was never measured on,
+        # when asked); without it the predictor still works, with the envelope on every one-node row.
+        anchor_table = None
         with resources.as_file(resources.files("perfmodel") / "data" / TABLE_NAME) as shipped:
             beside = Path(path).parent / TABLE_NAME if path is not None else None
             source = beside if beside is not None and beside.is_file() else Path(shipped)
             measured = None
             if source.is_file():
                 table = read_table(source)
-                anchors = Anchors(table)
+                anchor_table = Anchors(table) if with_anchors else None
                 measured = MeasuredInNode(table)
-        return cls(model, meta, cache_size, anchors, measured=measured)
+        return cls(model, meta, cache_size, anchor_table, measured=measured)
 
     def clear_cache(self) -> None:
         """Forget cached results (the resolved job and placement sides stay cached)."""
