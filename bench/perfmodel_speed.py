@@ -7,7 +7,7 @@ Figures (median of repeated runs after warm-up, one thread):
 - 100 rows: ``predict`` of the shipped predictor as the scheduler builds it (``Predictor.load()``: the
   in-node envelope where it extrapolates, see ``perfmodel.predictor.MeasuredInNode``) on 100 (job,
   placement) rows not in the result cache (their job and placement sides were seen before, as in a
-  scheduling round), target <= 1 ms; baselines, interleaved with ours on the same batches (the shared
+  scheduling round), target <= 2 ms; baselines, interleaved with ours on the same batches (the shared
   machine's load moves all alike): the same predictor with the envelope on every one-node row (the
   default before; each such row on n GPUs is computed with the same job on 1 .. n-1 GPUs) and without
   any envelope, and the per-row path without it, and the default predictor with its trees walked by
@@ -36,7 +36,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
 
-from perfmodel.features import HardwareFeatures, JobFeatures, design_of
+from perfmodel.features import FEATURE_NAMES, HardwareFeatures, JobFeatures
 from perfmodel.predictor import Forest, Predictor
 
 # The machine this runs on is shared: CPU time of this process (CLOCK_PROCESS_CPUTIME_ID) is what one
@@ -166,7 +166,7 @@ def leaf_booster(forest: Forest) -> Any:
                 "sum_hessian": [1.0] * n,
                 "tree_param": {
                     "num_deleted": "0",
-                    "num_feature": "18",
+                    "num_feature": str(len(FEATURE_NAMES)),
                     "num_nodes": str(n),
                     "size_leaf_vector": "1",
                 },
@@ -190,7 +190,7 @@ def leaf_booster(forest: Forest) -> Any:
             "base_score": "[" + ",".join(["0E0"] * n_trees) + "]",
             "boost_from_average": "0",
             "num_class": str(n_trees),
-            "num_feature": "18",
+            "num_feature": str(len(FEATURE_NAMES)),
             "num_target": "1",
         },
         "objective": {"name": "multi:softmax", "softmax_multiclass_param": {"num_class": str(n_trees)}},
@@ -243,20 +243,25 @@ def main() -> int:
         "predict 100 rows, result cache cold: "
         f"median {statistics.median(fresh) * 1e6:.0f} us CPU, "
         f"{statistics.median(fresh_wall) * 1e6:.0f} us wall"
-        " (target <= 1000 us)"
+        " (target <= 2000 us)"
     )
     # Baselines in the same run, interleaved with the batch path on the same batches: the batch path
     # without the in-node envelope, and the per-row path without it (a Resolved object per row from the
     # cached sides, anchors over Resolved rows, the same trees), which the tests hold equal to it.
     anchors = p.anchors
-    assert anchors is not None
     flat = Predictor(p.model, p.meta, anchors=anchors, measured=p.measured, envelope="never")
     strict = Predictor(p.model, p.meta, anchors=anchors, measured=p.measured, envelope="always")
     # The default predictor with its trees walked by numpy (where the compiled walk is not built).
     numpy_forest = copy.copy(p.model.forest)
     numpy_forest.native = False
+    numpy_gpu_forest = copy.copy(p.model.gpu_forest)
+    if numpy_gpu_forest is not None:
+        numpy_gpu_forest.native = False
     slow = Predictor(
-        dataclasses.replace(p.model, forest=numpy_forest), p.meta, anchors=anchors, measured=p.measured
+        dataclasses.replace(p.model, forest=numpy_forest, gpu_forest=numpy_gpu_forest),
+        p.meta,
+        anchors=anchors,
+        measured=p.measured,
     )
     for b in batches[:10]:
         flat.predict(b)
@@ -270,7 +275,7 @@ def main() -> int:
         no_env.append(cold_call(flat, b))
         t = CLOCK()
         resolved = [p.resolve(j, h) for j, h in b]
-        times, _ = p.model.times(design_of(resolved), anchors.iteration_times(resolved))
+        times, _ = p.model.times_of(resolved, anchors.iteration_times(resolved) if anchors else None)
         [(r.batch_size / x, 1.0 / x, r.low_confidence) for r, x in zip(resolved, times.tolist(), strict=True)]
         per_row.append(CLOCK() - t)
     print(

@@ -1,19 +1,29 @@
-"""Job and hardware features of a throughput question, the analytic scaling model, and the feature vector.
+"""Job and hardware features of a throughput question, the physical scaling model, and the feature vector.
 
 ``JobFeatures`` describes the job (zoo model or explicit parameters and FLOPs per sample, dataset, global
-batch, precision); ``HardwareFeatures`` the placement (GPU type or product label, GPUs, GPUs per node,
-nodes, interconnect inside a node, network between nodes). ``resolve`` checks both and turns them into
-numbers; ``scaling_time`` is the data-parallel scaling model the learned predictor corrects:
+batch, precision, software stack); ``HardwareFeatures`` the placement (GPU type or product label, GPUs,
+GPUs per node, nodes, interconnect inside a node, network between nodes). ``resolve`` checks both and
+turns them into numbers; ``model_terms`` is the data-parallel scaling model the learned predictor
+corrects, the same vectorised function for training and serving:
 
     iteration time = compute(per-GPU batch) + sync(parameter bytes, slowest link of the placement)
 
-- compute = per-GPU batch x training FLOPs per sample / (peak FLOP/s x 0.35) + weight traffic
-  (3 x parameter bytes over memory bandwidth) + 2 ms fixed step overhead. For amp/fp16/bf16 the peak is
-  the tensor-core figure capped at 3x the FP32 figure (measured mixed-precision speed-ups rarely exceed
-  that on the workloads in the data).
+- compute = a smooth roofline of the FLOP-bound time (per-GPU batch x FLOPs per sample / (peak FLOP/s x
+  efficiency)) and the memory-bound time (the same FLOPs x bytes factor / (arithmetic intensity of the
+  family x memory bandwidth)), ``(flop^p + memory^p)^(1/p)``, plus weight traffic (12 x parameters over
+  memory bandwidth) and a fixed step overhead, divided by the software stack's speed factor. The peak is
+  the GPU's dense rate at the job's precision (``GPUSpec.tflops``: TF32 for convolutional networks in
+  fp32 on Ampere and newer, as PyTorch does by default; tensor cores for amp/bf16/fp8); the bytes factor
+  is 1 for fp32/tf32 and 1/2 for 16-bit and fp8 activations. A GPU the model never saw gets a time from
+  its datasheet figures.
 - sync = ring all-reduce: 2 (n-1)/n x parameter bytes (fp32 gradients) / slowest link bandwidth, at 70%
-  efficiency, plus 50 us per ring step. The slowest link is the network (``network_gbps``) when the job
-  spans nodes, else NVLink (per-direction half of the GPU's total) or PCIe.
+  efficiency, plus 50 us per ring step, times the share not hidden behind the backward pass. The
+  slowest link is the network (``network_gbps``) when the job spans nodes, else NVLink (per-direction
+  half of the GPU's total) or PCIe.
+
+The efficiencies, per-family intensities, overhead and stack factors are ``Physics``: fitted by
+``perfmodel.train`` on the measured table (a dozen numbers, least squares in log time) and stored in the
+model file; ``Physics()`` holds round priors for use without a model file.
 
 ``FEATURE_SCHEMA_VERSION`` names this feature layout; a trained model file records the version it was
 trained on and ``perfmodel.predictor`` refuses another one. Pure module.
@@ -22,6 +32,7 @@ trained on and ``perfmodel.predictor`` refuses another one. Pure module.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -29,20 +40,94 @@ import numpy as np
 import numpy.typing as npt
 
 from perfmodel.errors import InvalidInputError
-from perfmodel.gpus import GPUSpec, canonical_gpu_type, gpu_spec, spec_for_product, spec_from_labels
+from perfmodel.gpus import (
+    PRECISIONS,
+    GPUSpec,
+    canonical_gpu_type,
+    gpu_spec,
+    spec_for_product,
+    spec_from_labels,
+)
 from perfmodel.zoo import Family, canonical_dataset, lookup_model
 
-FEATURE_SCHEMA_VERSION = "perfmodel-features-v3"
-PRECISIONS = ("fp32", "amp", "fp16", "bf16")
+FEATURE_SCHEMA_VERSION = "perfmodel-features-v4"
+# Software stacks (how far the job's code is tuned; see ``perfmodel.public``): the feature's codes.
+# ``research`` is what a typical user's PyTorch job is and the default.
+STACKS: dict[str, int] = {"research": 0, "vendor": 1, "mlperf": 2, "llm": 3}
+# Peak-rate columns of a placement: one per precision, then fp32 with TF32 convolutions.
+_FP32_CONV = len(PRECISIONS)
+_HALF_BYTES = {"fp32": 1.0, "tf32": 1.0}
 # Classes of the slowest link a placement's gradient sync crosses (``Design.link_class``).
 LINK_PCIE, LINK_NVLINK, LINK_NETWORK = 0, 1, 2
 INTERCONNECTS = ("nvlink", "pcie")
 
-_COMPUTE_EFFICIENCY = 0.35
-_STEP_OVERHEAD_S = 2e-3
 _SYNC_EFFICIENCY = 0.7
 _RING_STEP_LATENCY_S = 50e-6
-_AMP_CAP = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class Physics:
+    """The fitted constants of the scaling model (see the module docstring).
+
+    ``cuda_efficiency`` / ``tensor_efficiency``: fraction of the peak reached on FP32 CUDA cores / on
+    tensor cores; ``intensity``: FLOPs per byte of activation traffic at fp32, per ``Family`` (in
+    ``Family`` order); ``overhead_s``: fixed time per step; ``stack``: log speed factor per ``STACKS``
+    code (0 for ``research``).
+    """
+
+    cuda_efficiency: float = 0.6
+    tensor_efficiency: float = 0.35
+    intensity: tuple[float, ...] = (30.0,) * len(Family)
+    overhead_s: float = 2e-3
+    stack: tuple[float, ...] = (0.0,) * len(STACKS)
+    # FLOP-bound and memory-bound time overlap: compute = (flop^p + memory^p)^(1/p) (p = 1: they add,
+    # p -> infinity: the roofline's max).
+    overlap_p: float = 2.0
+    # Share of the all-reduce not hidden behind the backward pass.
+    sync_exposed: float = 1.0
+    # Tensor-core efficiency of TF32 and of FP8 relative to 16-bit inputs (priors: TF32 jobs keep fp32
+    # activations and element-wise work; FP8 speeds up only the GEMMs).
+    tf32_factor: float = 0.5
+    fp8_factor: float = 0.6
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "cuda_efficiency": self.cuda_efficiency,
+            "tensor_efficiency": self.tensor_efficiency,
+            "intensity": list(self.intensity),
+            "overhead_s": self.overhead_s,
+            "stack": list(self.stack),
+            "overlap_p": self.overlap_p,
+            "sync_exposed": self.sync_exposed,
+            "tf32_factor": self.tf32_factor,
+            "fp8_factor": self.fp8_factor,
+        }
+
+    @staticmethod
+    def from_json(raw: Mapping[str, object]) -> Physics:
+        """From ``to_json``'s object; ``ValueError`` on a bad one."""
+        intensity = tuple(float(v) for v in raw["intensity"])  # type: ignore[attr-defined]
+        stack = tuple(float(v) for v in raw["stack"])  # type: ignore[attr-defined]
+        if len(intensity) != len(Family) or len(stack) != len(STACKS):
+            raise ValueError("physics: intensity or stack of the wrong length")
+        p = Physics(
+            float(raw["cuda_efficiency"]),  # type: ignore[arg-type]
+            float(raw["tensor_efficiency"]),  # type: ignore[arg-type]
+            intensity,
+            float(raw["overhead_s"]),  # type: ignore[arg-type]
+            stack,
+            float(raw["overlap_p"]),  # type: ignore[arg-type]
+            float(raw["sync_exposed"]),  # type: ignore[arg-type]
+            float(raw["tf32_factor"]),  # type: ignore[arg-type]
+            float(raw["fp8_factor"]),  # type: ignore[arg-type]
+        )
+        positive = (p.cuda_efficiency, p.tensor_efficiency, p.sync_exposed, *intensity)
+        if not all(v > 0 and math.isfinite(v) for v in positive) or not p.overlap_p >= 1.0:
+            raise ValueError("physics: efficiencies and intensities must be positive, overlap_p >= 1")
+        return p
+
+
+DEFAULT_PHYSICS = Physics()
 
 FEATURE_NAMES: tuple[str, ...] = (
     "log_local_batch",
@@ -63,6 +148,10 @@ FEATURE_NAMES: tuple[str, ...] = (
     "log_sync_time",
     "log_sync_share",
     "log_scaling_time",
+    "stack",
+    "log_sm_count",
+    "log_l2_mib",
+    "flop_share",
 )
 _FAMILY_CODE = {f: i for i, f in enumerate(Family)}
 
@@ -79,13 +168,22 @@ class JobFeatures:
     precision: str = "fp32"
     params: float | None = None
     flops_per_sample: float | None = None
+    stack: str = "research"
     # Hash computed once: rows are dictionary keys in the predictor's caches on every call. ``key`` is
     # the fields as a plain tuple (the predictor's caches key on it: tuples hash and compare in C).
     _hash: int = field(init=False, repr=False, compare=False, default=0)
     key: tuple[object, ...] = field(init=False, repr=False, compare=False, default=())
 
     def __post_init__(self) -> None:
-        key = (self.model, self.dataset, self.batch_size, self.precision, self.params, self.flops_per_sample)
+        key = (
+            self.model,
+            self.dataset,
+            self.batch_size,
+            self.precision,
+            self.params,
+            self.flops_per_sample,
+            self.stack,
+        )
         object.__setattr__(self, "key", key)
         object.__setattr__(self, "_hash", hash(key))
 
@@ -186,6 +284,27 @@ class HardwarePart:
     tflops_by_precision: tuple[float, ...] = ()
 
 
+_FAMILY_HINTS: tuple[tuple[str, Family], ...] = (
+    (
+        r"gpt|llama|mistral|mixtral|qwen|mpt|opt|bert|t5|bart|neox|falcon|gemma|phi|bloom|transformer|vit",
+        Family.TRANSFORMER,
+    ),
+    (r"resnet|resnext|vgg|efficientnet|mobilenet|inception|densenet|convnext|unet|cnn", Family.CNN),
+    (r"yolo|ssd|rcnn|retinanet|detr", Family.DETECTION),
+    (r"lstm|gru|rnn|deepspeech", Family.RNN),
+    (r"ncf|dlrm|recommend|wide.?and.?deep", Family.RECSYS),
+)
+
+
+def family_hint(model: str) -> Family:
+    """Architecture family of a model the zoo does not know, guessed from its name (``OTHER`` if none)."""
+    name = model.strip().lower()
+    for pattern, family in _FAMILY_HINTS:
+        if re.search(pattern, name):
+            return family
+    return Family.OTHER
+
+
 def resolve_job(job: JobFeatures) -> JobPart:
     """Check and complete the job side; ``InvalidInputError`` names the bad field."""
     info = lookup_model(job.model) if job.model else None
@@ -199,6 +318,8 @@ def resolve_job(job: JobFeatures) -> JobPart:
         raise InvalidInputError(f"batch_size: must be > 0, got {job.batch_size}")
     if job.precision not in PRECISIONS:
         raise InvalidInputError(f"precision: must be one of {', '.join(PRECISIONS)}, got {job.precision!r}")
+    if job.stack not in STACKS:
+        raise InvalidInputError(f"stack: must be one of {', '.join(STACKS)}, got {job.stack!r}")
     params = job.params if job.params is not None else (info.params if info else 0.0)
     if not params or params <= 0 or not math.isfinite(params):
         raise InvalidInputError(f"params: must be > 0, got {job.params}")
@@ -208,7 +329,11 @@ def resolve_job(job: JobFeatures) -> JobPart:
     )
     if not flops or flops <= 0 or not math.isfinite(flops):
         raise InvalidInputError(f"flops_per_sample: must be > 0, got {job.flops_per_sample}")
-    family = info.family if info else Family.OTHER
+    family = info.family if info else family_hint(job.model)
+    # fp32 convolutional networks run their convolutions in TF32 on Ampere and newer (PyTorch default).
+    pindex = (
+        _FP32_CONV if job.precision == "fp32" and family is Family.CNN else PRECISIONS.index(job.precision)
+    )
     return JobPart(
         model=info.name if info else (job.model.strip().lower() or "custom"),
         dataset=dataset,
@@ -223,9 +348,11 @@ def resolve_job(job: JobFeatures) -> JobPart:
             float(params),
             float(flops),
             float(_FAMILY_CODE[family]),
-            0.0 if job.precision == "fp32" else 1.0,
+            _HALF_BYTES.get(job.precision, 0.5),
+            float(STACKS[job.stack]),
+            1.0 if job.precision == "fp8" else 0.0,
         ),
-        precision_index=PRECISIONS.index(job.precision),
+        precision_index=pindex,
     )
 
 
@@ -278,8 +405,13 @@ def resolve_hw(hw: HardwareFeatures) -> HardwarePart:
             spec.compute_capability[0] + spec.compute_capability[1] / 10.0,
             link,
             float(link_class),
+            float(spec.sm_count or 1),
+            float(spec.l2_mib or 1.0),
         ),
-        tflops_by_precision=tuple(effective_tflops(spec, p) for p in PRECISIONS),
+        tflops_by_precision=(
+            *(effective_tflops(spec, p) for p in PRECISIONS),
+            spec.tflops("fp32", tf32_convolutions=True),
+        ),
     )
 
 
@@ -310,10 +442,8 @@ def resolve(job: JobFeatures, hw: HardwareFeatures) -> Resolved:
 
 
 def effective_tflops(spec: GPUSpec, precision: str) -> float:
-    """Peak TFLOP/s the scaling model uses: FP32, or tensor cores capped at 3x FP32 for half precision."""
-    if precision == "fp32":
-        return spec.fp32_tflops
-    return min(spec.tflops(precision), _AMP_CAP * spec.fp32_tflops)
+    """Dense peak TFLOP/s of the job's matrix maths at ``precision`` (``GPUSpec.tflops``)."""
+    return spec.tflops(precision)
 
 
 def slowest_link_gbs(r: Resolved) -> float:
@@ -327,13 +457,10 @@ def slowest_link_gbs(r: Resolved) -> float:
 
 FloatArray = npt.NDArray[np.float64]
 
-# Columns of ``Resolved.nums``: job side, then placement side, then the precision's effective TFLOP/s.
-NUM_COLUMNS = _NUM_COLUMNS = (
-    "batch",
-    "params",
-    "flops",
-    "family",
-    "half",
+# Columns of ``Resolved.nums``: job side (``JobPart.nums``), then placement side (``HardwarePart.nums``),
+# then the precision's peak TFLOP/s.
+JOB_COLUMNS = ("batch", "params", "flops", "family", "bytes", "stack", "fp8")
+HW_COLUMNS = (
     "gpus",
     "nodes",
     "gpus_per_node",
@@ -343,11 +470,31 @@ NUM_COLUMNS = _NUM_COLUMNS = (
     "cc",
     "link_gbs",
     "link_class",
-    "tflops",
+    "sm",
+    "l2",
 )
-_B, _P, _F, _FAM, _HALF, _N, _NODES, _GPN, _FP32, _BW, _MEM, _CC, _LINK, _LCLASS, _TF = range(
-    len(_NUM_COLUMNS)
-)
+NUM_COLUMNS = _NUM_COLUMNS = (*JOB_COLUMNS, *HW_COLUMNS, "tflops")
+(
+    _B,
+    _P,
+    _F,
+    _FAM,
+    _BYTES,
+    _STACK,
+    _FP8,
+    _N,
+    _NODES,
+    _GPN,
+    _FP32,
+    _BW,
+    _MEM,
+    _CC,
+    _LINK,
+    _LCLASS,
+    _SM,
+    _L2,
+    _TF,
+) = range(len(_NUM_COLUMNS))
 
 
 def _nums(rows: Sequence[Resolved]) -> FloatArray:
@@ -357,40 +504,58 @@ def _nums(rows: Sequence[Resolved]) -> FloatArray:
     return m
 
 
-def _terms(m: FloatArray) -> tuple[FloatArray, FloatArray]:
+def _terms(m: FloatArray, phys: Physics = DEFAULT_PHYSICS) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(compute time, sync time, FLOP-bound time) in seconds per row of a ``_nums`` matrix."""
     n = m[:, _N]
-    compute = (m[:, _B] / n) * m[:, _F] / (m[:, _TF] * (1e12 * _COMPUTE_EFFICIENCY))
-    compute += 12.0 * m[:, _P] / (m[:, _BW] * 1e9) + _STEP_OVERHEAD_S
+    tensor = m[:, _TF] > m[:, _FP32] * 1.01
+    # Tensor-core efficiency by the width of the inputs: TF32 (fp32 activations), 16-bit, FP8.
+    eff = np.where(
+        tensor,
+        phys.tensor_efficiency
+        * np.where(m[:, _BYTES] >= 1.0, phys.tf32_factor, np.where(m[:, _FP8] > 0, phys.fp8_factor, 1.0)),
+        phys.cuda_efficiency,
+    )
+    work = (m[:, _B] / n) * m[:, _F]
+    flop_t = work / (m[:, _TF] * 1e12 * eff)
+    intensity = np.asarray(phys.intensity)[m[:, _FAM].astype(np.intp)]
+    mem_t = work * m[:, _BYTES] / (intensity * m[:, _BW] * 1e9)
+    speed = np.exp(np.asarray(phys.stack)[m[:, _STACK].astype(np.intp)])
+    q = phys.overlap_p
+    hi = np.maximum(flop_t, mem_t)
+    core = hi * (1.0 + (np.minimum(flop_t, mem_t) / hi) ** q) ** (1.0 / q)
+    compute = (core + 12.0 * m[:, _P] / (m[:, _BW] * 1e9) + phys.overhead_s) / speed
     ring = 2.0 * (n - 1.0) / n
     sync = ring * 4.0 * m[:, _P] / (m[:, _LINK] * (1e9 * _SYNC_EFFICIENCY))
     sync += 2.0 * (n - 1.0) * _RING_STEP_LATENCY_S
-    return compute, sync
+    sync *= phys.sync_exposed
+    return compute, sync, flop_t / speed
 
 
-def model_terms(rows: Sequence[Resolved]) -> tuple[FloatArray, FloatArray]:
+def model_terms(rows: Sequence[Resolved], phys: Physics = DEFAULT_PHYSICS) -> tuple[FloatArray, FloatArray]:
     """(compute time, sync time) of the scaling model for each row, in seconds, vectorised."""
-    return _terms(_nums(rows))
+    c, s, _ = _terms(_nums(rows), phys)
+    return c, s
 
 
-def compute_time(r: Resolved) -> float:
-    """Analytic per-iteration compute time (seconds) at the per-GPU batch: flops + weight traffic + 2 ms."""
-    return float(model_terms([r])[0][0])
+def compute_time(r: Resolved, phys: Physics = DEFAULT_PHYSICS) -> float:
+    """Scaling-model compute time (seconds) of one iteration at the per-GPU batch."""
+    return float(model_terms([r], phys)[0][0])
 
 
-def sync_time(r: Resolved) -> float:
+def sync_time(r: Resolved, phys: Physics = DEFAULT_PHYSICS) -> float:
     """Analytic ring all-reduce time of fp32 gradients (seconds); 0 on one GPU."""
-    return float(model_terms([r])[1][0])
+    return float(model_terms([r], phys)[1][0])
 
 
-def scaling_time(r: Resolved) -> float:
+def scaling_time(r: Resolved, phys: Physics = DEFAULT_PHYSICS) -> float:
     """Iteration time of the scaling model: compute + sync (no overlap assumed; the learned part corrects)."""
-    c, s = model_terms([r])
+    c, s = model_terms([r], phys)
     return float(c[0] + s[0])
 
 
-def _features(m: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+def _features(m: FloatArray, phys: Physics) -> tuple[FloatArray, FloatArray, FloatArray]:
     """(features in ``FEATURE_NAMES`` order, compute time, sync time) from a ``_nums`` matrix."""
-    compute, sync = _terms(m)
+    compute, sync, flop_t = _terms(m, phys)
     total = compute + sync
     x = np.empty((m.shape[0], len(FEATURE_NAMES)), dtype=np.float64)
     n = m[:, _N]
@@ -403,7 +568,7 @@ def _features(m: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
     x[:, 6] = np.log(m[:, _MEM])
     x[:, 7] = m[:, _CC]
     x[:, 8] = m[:, _FAM]
-    x[:, 9] = m[:, _HALF]
+    x[:, 9] = m[:, _BYTES]
     x[:, 10] = np.log(compute)
     x[:, 11] = np.log(12.0 * m[:, _P] / (m[:, _BW] * 1e9))
     x[:, 12] = np.log(n)
@@ -412,22 +577,28 @@ def _features(m: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
     x[:, 15] = np.log(sync + 1e-6)
     x[:, 16] = np.log((sync + 1e-6) / total)
     x[:, 17] = np.log(total)
+    x[:, 18] = m[:, _STACK]
+    x[:, 19] = np.log(m[:, _SM])
+    x[:, 20] = np.log(m[:, _L2])
+    x[:, 21] = flop_t / compute
     return x, compute, sync
 
 
-def feature_matrix(rows: Sequence[Resolved]) -> tuple[FloatArray, FloatArray]:
+def feature_matrix(
+    rows: Sequence[Resolved], phys: Physics = DEFAULT_PHYSICS
+) -> tuple[FloatArray, FloatArray]:
     """(features in ``FEATURE_NAMES`` order, scaling-model iteration time) for each row, vectorised."""
-    x, compute, sync = _features(_nums(rows))
+    x, compute, sync = _features(_nums(rows), phys)
     return x, compute + sync
 
 
 @dataclass(frozen=True, slots=True)
 class Design:
-    """What the predictor's two learned parts read for a batch of rows (see ``perfmodel.predictor``).
+    """What the predictor's learned part reads for a batch of rows (see ``perfmodel.predictor``).
 
-    ``x_single`` are the features of the same job on one GPU at the same per-GPU batch (the compute
-    model's input); ``x`` those of the real placement; ``compute``/``sync`` the analytic times;
-    ``link_class`` the slowest link (``LINK_*``); ``num_gpus`` the GPU counts.
+    ``x_single`` are the features of the same job on one GPU at the same per-GPU batch; ``x`` those of
+    the real placement; ``compute``/``sync`` the scaling model's times; ``link_class`` the slowest link
+    (``LINK_*``); ``num_gpus`` the GPU counts.
     """
 
     x: FloatArray
@@ -449,13 +620,14 @@ class Design:
         )
 
 
-def design_of(rows: Sequence[Resolved]) -> Design:
+def design_of(rows: Sequence[Resolved], phys: Physics = DEFAULT_PHYSICS) -> Design:
     """The ``Design`` of resolved rows, vectorised."""
-    return design_of_nums(_nums(rows))
+    return design_of_nums(_nums(rows), phys)
 
 
-def design_of_nums(m: FloatArray) -> Design:
-    """The ``Design`` of rows given as a matrix of ``Resolved.nums`` (rows x ``NUM_COLUMNS``)."""
+def design_of_nums(m: FloatArray, phys: Physics = DEFAULT_PHYSICS) -> Design:
+    """The ``Design`` of rows given as a matrix of ``Resolved.nums`` (rows x ``NUM_COLUMNS``): the one
+    function training and serving both evaluate."""
     if m.ndim != 2 or m.shape[1] != len(_NUM_COLUMNS):
         raise ValueError(f"expected a rows x {len(_NUM_COLUMNS)} matrix, got shape {m.shape}")
     k = m.shape[0]
@@ -464,14 +636,13 @@ def design_of_nums(m: FloatArray) -> Design:
     single[:, _N] = 1.0
     single[:, _NODES] = 1.0
     single[:, _GPN] = 1.0
-    # One pass over both halves: fewer, larger numpy calls.
-    both, compute, sync = _features(np.concatenate((m, single)))
+    both, compute, sync = _features(np.concatenate((m, single)), phys)
     return Design(both[:k], both[k:], compute[:k], sync[:k], m[:, _LCLASS].copy(), m[:, _N].copy())
 
 
-def feature_vector(r: Resolved) -> list[float]:
+def feature_vector(r: Resolved, phys: Physics = DEFAULT_PHYSICS) -> list[float]:
     """The numbers the learned model sees for one row, in ``FEATURE_NAMES`` order."""
-    return [float(v) for v in feature_matrix([r])[0][0]]
+    return [float(v) for v in feature_matrix([r], phys)[0][0]]
 
 
 ROW_COLUMNS: tuple[str, ...] = (
@@ -486,6 +657,7 @@ ROW_COLUMNS: tuple[str, ...] = (
     "precision",
     "params",
     "flops_per_sample",
+    "stack",
 )
 
 
@@ -553,6 +725,9 @@ def parse_row(row: Mapping[str, str | None]) -> tuple[JobFeatures, HardwareFeatu
     if lookup_model(model) is None and (params is None or flops is None):
         what = f"unknown model {model!r}" if model else "missing"
         raise InvalidInputError(f"model: {what}; give a zoo model name or both params and flops_per_sample")
-    job = JobFeatures(model, (row.get("dataset") or "").strip(), int(batch), precision, params, flops)
+    stack = (row.get("stack") or "research").strip().lower()
+    if stack not in STACKS:
+        raise InvalidInputError(f"stack: must be one of {', '.join(STACKS)}, got {stack!r}")
+    job = JobFeatures(model, (row.get("dataset") or "").strip(), int(batch), precision, params, flops, stack)
     hw = HardwareFeatures(product, int(gpus), int(per_node), nodes, interconnect, float(network))
     return job, hw

@@ -34,7 +34,7 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 
 from perfmodel.errors import ModelFileError
@@ -56,6 +56,14 @@ LICENSES: dict[str, str] = {
     "sia_rtx": "no license file: not shipped",
 }
 SHIPPABLE = frozenset({"gavel", "shockwave", "elasticflow", "zeus", "pollux_aws"})
+# Repository commit of each tidy source (``../shared/throughput/README.md``).
+TIDY_COMMITS = {
+    "gavel": "stanford-futuredata/gavel@c4fa4009",
+    "shockwave": "uw-mad-dash/shockwave@8a44f4a2",
+    "pollux_sia": "siasosp23/artifacts@aaf7a0de",
+    "elasticflow": "pkusys/ElasticFlow@04a0109a",
+    "zeus": "ml-energy/zeus@75a8b939",
+}
 
 # Source tidy names -> (zoo model, dataset).
 _MODEL_MAP: dict[str, tuple[str, str]] = {
@@ -114,6 +122,23 @@ class Measurement:
     interconnect: str
     network_gbps: float
     iters_per_s: float
+    # What else the public sources state (``perfmodel.public``): the job's precision and software stack,
+    # the exact product (a ``gpus`` variant; empty = the type's default), parameters and training FLOPs
+    # per sample where the zoo has no entry or the sample differs (0 = the zoo's), sequence length and
+    # sharding of LLM rows, and the row's provenance.
+    precision: str = "fp32"
+    stack: str = "research"
+    gpu_product: str = ""
+    params: float = 0.0
+    flops_per_sample: float = 0.0
+    seq_len: int = 0
+    sharding: str = "ddp"
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    context_parallel: int = 1
+    source_file: str = ""
+    commit: str = ""
+    licence: str = ""
 
     @property
     def local_batch_size(self) -> float:
@@ -123,7 +148,12 @@ class Measurement:
     def samples_per_s(self) -> float:
         return self.iters_per_s * self.batch_size
 
-    def config_key(self) -> tuple[str, str, int, str, int, int, int]:
+    @property
+    def data_parallel(self) -> bool:
+        """Whether the row is plain or sharded data parallelism (no tensor, pipeline or context split)."""
+        return self.tensor_parallel * self.pipeline_parallel * self.context_parallel == 1
+
+    def config_key(self) -> tuple[object, ...]:
         return (
             self.model,
             self.dataset,
@@ -132,6 +162,14 @@ class Measurement:
             self.num_gpus,
             self.num_nodes,
             self.gpus_per_node,
+            self.precision,
+            self.stack,
+            self.gpu_product,
+            self.flops_per_sample,
+            self.sharding,
+            self.tensor_parallel,
+            self.pipeline_parallel,
+            self.context_parallel,
         )
 
 
@@ -231,7 +269,14 @@ def read_shared_tidy(shared_dir: Path, sources: frozenset[str] | None = None) ->
             continue
         if sources is not None and m.source not in sources:
             continue
-        out.append(m)
+        out.append(
+            replace(
+                m,
+                source_file=r.get("source_file", ""),
+                commit=TIDY_COMMITS.get(r["source"], ""),
+                licence=LICENSES.get(m.source, ""),
+            )
+        )
     return merge(out)
 
 
@@ -241,45 +286,34 @@ def merge(measurements: Sequence[Measurement]) -> list[Measurement]:
     The merged row keeps the first source name (sorted) and the links of the first row; the result is
     sorted by configuration, so the same input always gives the same table.
     """
-    groups: dict[tuple[str, str, int, str, int, int, int], list[Measurement]] = defaultdict(list)
+    groups: dict[tuple[object, ...], list[Measurement]] = defaultdict(list)
     for m in measurements:
         groups[m.config_key()].append(m)
     out = []
-    for key in sorted(groups):
+    for key in sorted(groups, key=repr):
         ms = sorted(groups[key], key=lambda x: (x.source, x.iters_per_s))
         med = statistics.median(x.iters_per_s for x in ms)
         first = ms[0]
         out.append(
-            Measurement(
-                "+".join(sorted({x.source for x in ms})),
-                first.model,
-                first.dataset,
-                first.batch_size,
-                first.gpu_type,
-                first.num_gpus,
-                first.num_nodes,
-                first.gpus_per_node,
-                first.interconnect,
-                first.network_gbps,
-                med,
+            replace(
+                first,
+                source="+".join(sorted({x.source for x in ms})),
+                iters_per_s=med,
+                source_file=" ; ".join(sorted({x.source_file for x in ms if x.source_file})),
             )
         )
     return out
 
 
-_COLUMNS = (
-    "source",
-    "model",
-    "dataset",
-    "batch_size",
-    "gpu_type",
-    "num_gpus",
-    "num_nodes",
-    "gpus_per_node",
-    "interconnect",
-    "network_gbps",
-    "iters_per_s",
-)
+_COLUMNS = tuple(f.name for f in fields(Measurement))
+# Columns a table written before the public sources lacks: their defaults.
+_DEFAULTS = {f.name: f.default for f in fields(Measurement)}
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
 
 
 def write_table(measurements: Sequence[Measurement], path: Path) -> None:
@@ -288,21 +322,7 @@ def write_table(measurements: Sequence[Measurement], path: Path) -> None:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(_COLUMNS)
     for m in measurements:
-        w.writerow(
-            [
-                m.source,
-                m.model,
-                m.dataset,
-                m.batch_size,
-                m.gpu_type,
-                m.num_gpus,
-                m.num_nodes,
-                m.gpus_per_node,
-                m.interconnect,
-                f"{m.network_gbps:g}",
-                f"{m.iters_per_s:.6g}",
-            ]
-        )
+        w.writerow([_cell(getattr(m, c)) for c in _COLUMNS])
     with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as gz:
         gz.write(buf.getvalue().encode())
 
@@ -314,24 +334,21 @@ def read_table(path: Path) -> list[Measurement]:
             rows = list(csv.DictReader(fh))
     except (OSError, EOFError, csv.Error) as exc:
         raise ModelFileError(f"cannot read measured table {path}: {exc}") from exc
+    types = {f.name: f.type for f in fields(Measurement)}
     out = []
     for i, r in enumerate(rows, start=2):
         try:
-            out.append(
-                Measurement(
-                    r["source"],
-                    r["model"],
-                    r["dataset"],
-                    int(r["batch_size"]),
-                    r["gpu_type"],
-                    int(r["num_gpus"]),
-                    int(r["num_nodes"]),
-                    int(r["gpus_per_node"]),
-                    r["interconnect"],
-                    float(r["network_gbps"]),
-                    float(r["iters_per_s"]),
-                )
-            )
+            values: dict[str, object] = {}
+            for name in _COLUMNS:
+                text = r.get(name)
+                if text is None:
+                    if name not in _DEFAULTS or _DEFAULTS[name] is MISSING:
+                        raise KeyError(name)
+                    values[name] = _DEFAULTS[name]
+                    continue
+                kind = types[name]
+                values[name] = int(text) if kind == "int" else float(text) if kind == "float" else text
+            out.append(Measurement(**values))  # type: ignore[arg-type]
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelFileError(f"{path}: line {i}: bad row ({exc})") from exc
     return out

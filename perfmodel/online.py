@@ -12,8 +12,9 @@ multiplicative correction of the predictor's throughput in nested levels, each f
    models): log GPU count, "spans nodes", the sync share ``S / (T1 + S)`` and the offline model's own
    multi-GPU departure ``log(T / (T1 + S))``. Here ``T`` is the offline iteration time of the row, ``T1``
    the offline time of the same job on one GPU at the same per-GPU batch, ``S`` the scaling model's
-   all-reduce time (``perfmodel.features.sync_time``). The last two put the scaling model's split of time
-   into compute and communication into the correction: on a new GPU type the learned part of ``T`` beyond
+   all-reduce time (``perfmodel.features.model_terms`` under the model's physics). The last two put the
+   scaling model's split of time into compute and communication into the correction: on a new GPU type
+   the learned part of ``T`` beyond
    ``T1 + S`` is the least trustworthy (a slope of 1 on the departure replaces ``T`` by ``T1 + S``), and
    how wrong the communication estimate is shows as a slope on the sync share, so a communication-bound
    model's error grows with the GPU count while a compute-bound one's does not. The trend is clamped to
@@ -50,7 +51,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 from perfmodel.errors import InvalidInputError
-from perfmodel.features import HardwareFeatures, JobFeatures, Resolved, model_terms, sync_time
+from perfmodel.features import HardwareFeatures, JobFeatures, Resolved, model_terms
 from perfmodel.predictor import Predictions, Predictor
 
 PRIOR_GPU = 3.0
@@ -86,11 +87,19 @@ def _point(r: Resolved, t: float, t1: float, s: float) -> _Point:
     )
 
 
+def _model_key(r: Resolved) -> str:
+    """The model level's key: the model at its precision and software stack (the same model run in
+    tuned vendor code, or in bf16 instead of fp32, departs from the offline model differently)."""
+    return f"{r.model}|{r.precision}|{int(r.nums[5])}"
+
+
 def _one_gpu_twin(job: JobFeatures, hw: HardwareFeatures) -> tuple[JobFeatures, HardwareFeatures]:
     """The same job on one GPU of the same type and interconnect at the row's per-GPU batch."""
     local = max(1, round(job.batch_size / hw.num_gpus))
     return (
-        JobFeatures(job.model, job.dataset, local, job.precision, job.params, job.flops_per_sample),
+        JobFeatures(
+            job.model, job.dataset, local, job.precision, job.params, job.flops_per_sample, job.stack
+        ),
         HardwareFeatures(
             hw.gpu_type, 1, 1, 1, hw.interconnect, hw.network_gbps, hw.memory_mib, hw.compute_capability
         ),
@@ -166,15 +175,20 @@ class OnlineCorrector:
         residual = math.log(observed_samples_per_s / base)
         key = self._key_of(job, hw, job_id)
         st = self._jobs.get(key)
-        if st is None or st.model != r.model or st.gpu_type != r.spec.gpu_type:
+        if st is None or st.model != _model_key(r) or st.gpu_type != r.spec.gpu_type:
             # A job moved to another GPU type starts a new record (its residual there is a new question).
-            st = _JobStats(r.model, r.spec.gpu_type)
+            st = _JobStats(_model_key(r), r.spec.gpu_type)
             self._jobs[key] = st
         st.weight = st.weight * self.decay + 1.0
         st.sum_r = st.sum_r * self.decay + residual
         st.sum_r2 = st.sum_r2 * self.decay + residual * residual
         st.count += 1
-        st.point = _point(r, job.batch_size / base, twin[0].batch_size / base1, sync_time(r))
+        st.point = _point(
+            r,
+            job.batch_size / base,
+            twin[0].batch_size / base1,
+            model_terms([r], self.predictor.model.physics)[1][0],
+        )
         self._dirty = True
         return residual
 
@@ -283,14 +297,19 @@ class OnlineCorrector:
         r = self.predictor.resolve(job, hw)
         twin = _one_gpu_twin(job, hw)
         base, base1 = self.predictor.predict([(job, hw), twin]).samples_per_s
-        point = _point(r, job.batch_size / base, twin[0].batch_size / base1, sync_time(r))
+        point = _point(
+            r,
+            job.batch_size / base,
+            twin[0].batch_size / base1,
+            model_terms([r], self.predictor.model.physics)[1][0],
+        )
         return self._correction(r, point, self._jobs.get(self._key_of(job, hw, job_id)))[0]
 
     def _correction(self, r: Resolved, point: _Point, st: _JobStats | None) -> tuple[float, float, float]:
         """(log correction, job evidence weight, spread of the job's own residuals)."""
         gpu_type = r.spec.gpu_type
         g = self._gpu_level(gpu_type)
-        mg = self._model_gpu_level(r.model, gpu_type, point)
+        mg = self._model_gpu_level(_model_key(r), gpu_type, point)
         total = g + self._trend(gpu_type, point) + mg
         if st is None or st.gpu_type != gpu_type or st.weight <= 0:
             return total, 0.0, 0.0
@@ -354,7 +373,7 @@ class OnlineCorrector:
         if self._dirty:
             self._rebuild()
         resolved = [self.predictor.resolve(job, hw) for job, hw in rows]
-        syncs = model_terms(resolved)[1].tolist()
+        syncs = model_terms(resolved, self.predictor.model.physics)[1].tolist()
         out: dict[str, list[float]] = {k: [] for k in ("s", "i", "lo", "hi", "ilo", "ihi")}
         for k, ((job, hw), jid) in enumerate(zip(rows, ids, strict=True)):
             r = resolved[k]

@@ -1,54 +1,45 @@
-"""The throughput predictor: scaling model x learned correction, physical guards, batch API, cache, file.
+"""The throughput predictor: fitted scaling model x learned correction, physical guards, batch API, cache.
 
 For a job on ``n`` GPUs at per-GPU batch ``b`` (global batch / n), the predicted iteration time is
 
-    time = (analytic compute time at b + analytic ring all-reduce time) x exp(forest(features))
+    time = (compute time at b + ring all-reduce time) x exp(forest(features))
 
-where the analytic parts are ``perfmodel.features``' scaling model and ``forest`` is a gradient-boosted
-tree ensemble (XGBoost, trained by ``perfmodel.train``) on ``log(measured / modelled time)``. The trees
-learn a correction factor rather than the time itself, so unseen GPU counts and placements follow the
-scaling model's physics instead of a tree's flat extrapolation. Two physical guards then hold for every
-multi-GPU row, with ``t1`` the prediction for the same job on one GPU at the same per-GPU batch: data
-parallelism never scales better than linearly (``time >= t1``), and a job inside one NVLink node is never
-slower in total than on one of its GPUs (``time <= n x t1``). For a GPU type on which the job's model was
-never measured, while it was measured on others, the estimate is blended (weight 0.75 in log space) with a
-measured anchor (``perfmodel.anchor``: the model's spec-normalised 1-GPU throughput curve pooled over its
-measured GPU types, times the measured scaling efficiency of the closest measured GPU; both interpolated,
-so the anchor moves smoothly with the per-GPU batch and the GPU count).
+where the first factor is ``perfmodel.features``' scaling model under the model file's fitted ``Physics``
+(a GPU is seen through its datasheet: peak FLOP/s at the job's precision, memory bandwidth, links) and
+``forest`` is a gradient-boosted tree ensemble (XGBoost, trained by ``perfmodel.train``) on
+``log(measured / modelled time)``. The trees learn a correction factor rather than the time itself, so
+unseen GPUs, GPU counts and placements follow the scaling model's physics instead of a tree's flat
+extrapolation. Two physical guards then hold for every multi-GPU row, with ``t1`` the prediction for the
+same job on one GPU at the same per-GPU batch: data parallelism never scales better than linearly
+(``time >= t1``), and a job inside one NVLink node is never slower in total than on one of its GPUs
+(``time <= n x t1``). Serving evaluates exactly the functions training does: each batch of rows becomes a
+matrix of ``Resolved.nums``, then ``features.design_of_nums`` and ``LearnedModel.times`` (scaling model,
+features, forests, the measured-anchor blend of ``perfmodel.anchor`` where a predictor has anchors --
+``Predictor.load(anchors=True)``; off by default -- and the guards); there is no second copy of any of
+them here.
 
 In-node envelope: a row on ``n`` > 1 GPUs of one node to which the rule applies is computed together
 with the same job (same global batch) on 1 .. n-1 GPUs of the same GPU, interconnect and node, and gets the
 highest of those throughputs, capped by linear scaling from the lowest 1-GPU time among per-GPU batches
-B/n .. B/1; so there more GPUs never predict a lower total throughput (the learned parts alone do not: 55%
-of zoo x catalogue x batch sweeps over 1..8 GPUs fall somewhere, and zig-zag: 1.42, 2.88, 6.07, 4.23 it/s).
-The rule (``Predictor(envelope="auto")``, the default; ``MeasuredInNode``): the envelope is a prior for
-extrapolation. Where the training table measured the job's model on that GPU type and link inside one
-node on ``n`` GPUs or more, and those measurements themselves fall as GPUs are added at a fixed global
-batch (by >= 10% somewhere), the learned model has seen the real curve and answers as it is, drops
-included; every other row on several GPUs of one node (an unmeasured model x GPU type, a
-parameters/FLOPs-only job, an unknown GPU, more GPUs than measured, a measured curve that only rises)
-gets the envelope. ``envelope="always"`` applies it to every such row (monotone everywhere, but it cannot
-follow measured falls: random hold-out MRE 12.2% against 7.7%), ``"never"`` nowhere. Across nodes there is
-no envelope: a slow network may make more GPUs slower, and the scaling model says so.
-Samples/s = iterations/s x global batch.
+B/n .. B/1; so there more GPUs never predict a lower total throughput. The rule (``Predictor(envelope=
+"auto")``, the default; ``MeasuredInNode``): the envelope is a prior for extrapolation. Where the training
+table measured the job's model on that GPU type and link inside one node on ``n`` GPUs or more, and those
+measurements themselves fall as GPUs are added at a fixed global batch (by >= 10% somewhere), the learned
+model has seen the real curve and answers as it is, drops included; every other row on several GPUs of
+one node gets the envelope. ``envelope="always"`` applies it to every such row, ``"never"`` nowhere.
+Across nodes there is no envelope: a slow network may make more GPUs slower, and the scaling model says
+so. Samples/s = iterations/s x global batch.
 
 The interval ``[low, high]`` is the prediction times the 10th / 90th percentile of out-of-fold error
 ratios from training, widened 2x (in log space) for low-confidence rows (model or GPU not in the zoo or
 catalogue) and placements larger than any training row. The model file (``perfmodel/data/predictor.json``)
-holds the feature-schema version, the trees as flat arrays and the quantiles; the trees are walked here
-by a small compiled loop (``perfmodel/_forest.c``, built by setup.py; numpy walks the same arrays where
-it is not built): serving needs neither xgboost's import time nor its per-call overhead. A file of
-another schema, or a corrupt one, is refused with ``ModelFileError``. ``Predictor.predict`` caches results per
-(job features, placement) in a bounded LRU; uncached rows are computed together, in one numpy pass over
-numeric tables of the checked job and placement sides (no per-row objects). What the scaling model and
-the features need of a job or a placement alone (its logs, FLOP/s and bandwidth products) is kept in
-those tables, gathered once per batch row and broadcast to the envelope's extra rows, which differ from
-their row only in the GPU count; a 1-GPU twin is its row's feature vector with the placement features of
-one GPU. The arithmetic is ``features``' own on the same numbers, so the results are the per-row path's
-bits. The envelope's extra rows that coincide (same job, node class and GPU count) with each other or
-with rows of the batch are computed once. The cost of the envelope is tree walking: a row on n GPUs
-needs its n-1 smaller placements and their 1-GPU twins (2n-1 rows of forest instead of 2), and the walk
-(seven array operations per tree level over row x tree lanes) is about half of a 100-row call.
+holds the feature-schema version, the fitted physics, the trees as flat arrays and the quantiles; the
+trees are walked here (``Forest``), so serving needs neither xgboost's import time nor its per-call
+overhead. A file of another schema, or a corrupt one, is refused with ``ModelFileError``.
+``Predictor.predict`` caches results per (job features, placement) in a bounded LRU; uncached rows are
+computed together, in one numpy pass over numeric tables of the checked job and placement sides. The
+envelope's extra rows that coincide (same job, node class and GPU count) with each other or with rows of
+the batch are computed once.
 
 Pure apart from ``Predictor.load`` (reads the model file).
 """
@@ -72,20 +63,23 @@ from perfmodel import llm
 from perfmodel.anchor import ANCHOR_WEIGHT, Anchors
 from perfmodel.errors import InvalidInputError, ModelFileError
 from perfmodel.features import (
-    _COMPUTE_EFFICIENCY,
-    _RING_STEP_LATENCY_S,
-    _STEP_OVERHEAD_S,
-    _SYNC_EFFICIENCY,
+    DEFAULT_PHYSICS,
     FEATURE_NAMES,
     FEATURE_SCHEMA_VERSION,
+    HW_COLUMNS,
+    JOB_COLUMNS,
     LINK_NVLINK,
+    NUM_COLUMNS,
     Design,
     HardwareFeatures,
     HardwarePart,
     JobFeatures,
     JobPart,
+    Physics,
     Resolved,
     combine,
+    design_of,
+    design_of_nums,
     resolve_hw,
     resolve_job,
 )
@@ -378,23 +372,53 @@ class Forest:
 
 @dataclass(frozen=True, slots=True)
 class LearnedModel:
-    """The learned part: one forest correcting the scaling model (see the module docstring)."""
+    """The learned part: the scaling model's fitted ``Physics`` and one forest correcting it (see the
+    module docstring)."""
 
     forest: Forest
+    physics: Physics = DEFAULT_PHYSICS
+    # Second correction, for GPU types the training table measured (``seen_types``): it may read the GPU's
+    # datasheet figures, so it only applies where it has seen the GPU (elsewhere it would extrapolate).
+    gpu_forest: Forest | None = None
+    seen_types: frozenset[str] = frozenset()
+
+    def seen_of(self, rows: Sequence[Resolved]) -> npt.NDArray[np.bool_]:
+        """Per row: was its GPU type measured in training (``gpu_forest`` applies)?"""
+        return np.asarray(
+            [not r.spec.low_confidence and r.spec.gpu_type in self.seen_types for r in rows], dtype=np.bool_
+        )
+
+    def times_of(
+        self, rows: Sequence[Resolved], anchored: tuple[FloatArray, FloatArray] | None = None
+    ) -> tuple[FloatArray, FloatArray]:
+        """``times`` of resolved rows, row by row: their ``Design`` under this model's physics."""
+        return self.times(design_of(rows, self.physics), anchored, self.seen_of(rows))
 
     def times(
-        self, d: Design, anchored: tuple[FloatArray, FloatArray] | None = None
+        self,
+        d: Design,
+        anchored: tuple[FloatArray, FloatArray] | None = None,
+        seen: npt.NDArray[np.bool_] | None = None,
     ) -> tuple[FloatArray, FloatArray]:
         """(predicted iteration time, predicted 1-GPU time at the same per-GPU batch) per row.
 
         ``anchored`` (from ``perfmodel.anchor.Anchors``) gives measured-anchor times for the rows and their
-        1-GPU twins (NaN where none applies); they are blended in log space before the guards.
+        1-GPU twins (NaN where none applies); they are blended in log space before the guards. ``seen``
+        marks the rows whose GPU type was measured (``gpu_forest`` applies); None = every row.
         """
         multi = d.num_gpus > 1
         k = d.x.shape[0]
         # One forest pass over the rows and the 1-GPU twins of the multi-GPU rows.
         any_multi = bool(multi.any())
-        corr = self.forest.predict(np.concatenate((d.x, d.x_single[multi])) if any_multi else d.x)
+        x = np.concatenate((d.x, d.x_single[multi])) if any_multi else d.x
+        corr = self.forest.predict(x)
+        if self.gpu_forest is not None:
+            on = np.ones(k, dtype=np.bool_) if seen is None else seen
+            on = np.concatenate((on, on[multi])) if any_multi else on
+            if on.all():
+                corr += self.gpu_forest.predict(x)
+            elif on.any():
+                corr[on] += self.gpu_forest.predict(x[on])
         t = (d.compute + d.sync) * np.exp(corr[:k])
         t1 = t.copy()
         if any_multi:
@@ -451,7 +475,14 @@ def _read_model(path: Path) -> tuple[LearnedModel, ModelMeta]:
         names = tuple(raw["feature_names"])
         if names != FEATURE_NAMES:
             raise ModelFileError(f"model file {path}: feature names differ from schema {schema}")
-        model = LearnedModel(_forest_of(raw["forest"], path, "forest"))
+        physics = Physics.from_json(raw["physics"]) if "physics" in raw else DEFAULT_PHYSICS
+        gpu_forest = _forest_of(raw["gpu_forest"], path, "gpu_forest") if raw.get("gpu_forest") else None
+        model = LearnedModel(
+            _forest_of(raw["forest"], path, "forest"),
+            physics,
+            gpu_forest,
+            frozenset(str(t) for t in raw.get("seen_types", ())),
+        )
         meta = ModelMeta(
             schema=str(schema),
             feature_names=names,
@@ -491,43 +522,24 @@ class _Table:
         return self._data[start : self.size]
 
 
-# Extra columns of the job table after ``JobPart.nums``: precision index, anchor group, low confidence,
-# row of ``MeasuredInNode.largest``; then what the scaling model and the features read of the job alone
-# (computed once per job, as ``features`` computes them per row): log params, log FLOPs, 12 x params.
-_J_PREC, _J_GROUP, _J_LOW, _J_CURVE, _J_LOGP, _J_P12 = 5, 6, 7, 8, 9, 11
-# Extra columns of the placement table after ``HardwarePart.nums`` (9 columns): effective TFLOP/s per
-# precision (4), low confidence, GPU type's column in ``Anchors.measured``, log memory bandwidth, placement
-# class (``Predictor._classes``), column of ``MeasuredInNode.largest``; then, per placement: log FP32
-# TFLOP/s, log memory bandwidth, log memory, compute capability (features 3, 5, 6, 7), memory bandwidth in
-# B/s, link bandwidth x sync efficiency in B/s, effective FLOP/s x compute efficiency per precision (4),
-# log effective TFLOP/s per precision (4).
-_H_TF, _H_LOW, _H_TYPE, _H_LOGBW, _H_CLASS, _H_CTYPE = 9, 13, 14, 15, 16, 17
-_H_LOGFP32, _H_FEAT5, _H_BW9, _H_LINK7, _H_TF35, _H_LOGTF = 18, 19, 22, 23, 24, 28
-_J_WIDTH, _H_WIDTH = 12, 32
+# Extra columns of the job table after ``JobPart.nums``: precision column of the placement's peaks, anchor
+# group, low confidence, row of ``MeasuredInNode.largest``.
+_JN = len(JOB_COLUMNS)
+_J_PREC, _J_GROUP, _J_LOW, _J_CURVE = _JN, _JN + 1, _JN + 2, _JN + 3
+_J_WIDTH = _JN + 4
+# Extra columns of the placement table after ``HardwarePart.nums``: peak TFLOP/s per precision column
+# (``HardwarePart.tflops_by_precision``), low confidence, GPU type's column in ``Anchors.measured``, log
+# memory bandwidth, placement class (``Predictor._classes``), column of ``MeasuredInNode.largest``.
+_HN = len(HW_COLUMNS)
+_H_TF = _HN
+_NTF = 7
+_H_LOW, _H_TYPE, _H_LOGBW, _H_CLASS, _H_CTYPE, _H_SEEN = (_HN + _NTF + i for i in range(6))
+_H_WIDTH = _HN + _NTF + 6
 # Columns of ``HardwarePart.nums`` read directly: GPUs, nodes, GPUs per node, link class (``LINK_*``).
-_H_GPUS, _H_NODES, _H_GPN, _H_LINK = 0, 1, 2, 8
-# log(1e-6): feature 15 (log sync time + 1e-6) of a row on one GPU (no sync).
-_LOG_NO_SYNC = float(np.log(np.array([1e-6]))[0])
-
-
-_Anchored = tuple[npt.NDArray[np.bool_], npt.NDArray[np.intp], npt.NDArray[np.intp], FloatArray, FloatArray]
-
-
-@dataclass(frozen=True, slots=True)
-class _Sides:
-    """Per batch row of ``Predictor._compute``: what its job and placement sides give the scaling model and
-    the features (see ``Predictor._sides``)."""
-
-    batch: FloatArray
-    params: FloatArray
-    flops: FloatArray
-    tf35: FloatArray
-    weight: FloatArray
-    link: FloatArray
-    link_class: FloatArray
-    row: FloatArray
-    # Where the measured anchor applies, and its inputs: group, GPU type column, log TFLOP/s, log bandwidth.
-    anchored: _Anchored | None
+_H_GPUS, _H_NODES, _H_GPN, _H_LINK = (
+    HW_COLUMNS.index(c) for c in ("gpus", "nodes", "gpus_per_node", "link_class")
+)
+_NUM_WIDTH = len(NUM_COLUMNS)
 
 
 class Predictor:
@@ -615,33 +627,37 @@ class Predictor:
         self._hw_parts: list[HardwarePart] = []
         self._jtab = _Table(_J_WIDTH)
         self._htab = _Table(_H_WIDTH)
-        # Rows of the tables whose log columns are filled (``_complete_tables``).
-        self._jdone = self._hdone = 0
         # Placement classes for the in-node envelope: the placement key without its GPU count, node
         # count and network (one node's links depend only on the GPU and its interconnect).
         self._classes: dict[_Key, int] = {}
 
     @classmethod
-    def load(cls, path: Path | None = None, cache_size: int = 65536) -> Predictor:
-        """Load the shipped model (or ``path``); ``ModelFileError`` if missing, corrupt or other schema."""
+    def load(cls, path: Path | None = None, cache_size: int = 65536, anchors: bool = False) -> Predictor:
+        """Load the shipped model (or ``path``); ``ModelFileError`` if missing, corrupt or other schema.
+
+        ``anchors=True`` also blends the measured anchors (``perfmodel.anchor``) in: off by default, as
+        they pool a model's rows of every software stack and precision normalised by FP32 specs, which
+        sends tuned-code and half-precision speeds to other GPUs (leave-one-generation-out, Ampere:
+        103% MRE with them, 34% without; ``bench/perfmodel_accuracy.py``)."""
+        with_anchors = anchors
         if path is None:
             with resources.as_file(resources.files("perfmodel") / "data" / MODEL_FILE) as p:
                 model, meta = _read_model(Path(p))
         else:
             model, meta = _read_model(path)
-        # The measured table (beside a given model file, else the shipped one) anchors GPU types a model
-        # was never measured on and tells the in-node envelope's rule which in-node curves were measured;
-        # without it the predictor still works, unanchored, with the envelope on every one-node row.
-        anchors = None
+        # The measured table (beside a given model file, else the shipped one) tells the in-node envelope's
+        # rule which in-node curves were measured (and anchors GPU types a model was never measured on,
+        # when asked); without it the predictor still works, with the envelope on every one-node row.
+        anchor_table = None
         with resources.as_file(resources.files("perfmodel") / "data" / TABLE_NAME) as shipped:
             beside = Path(path).parent / TABLE_NAME if path is not None else None
             source = beside if beside is not None and beside.is_file() else Path(shipped)
             measured = None
             if source.is_file():
                 table = read_table(source)
-                anchors = Anchors(table)
+                anchor_table = Anchors(table) if with_anchors else None
                 measured = MeasuredInNode(table)
-        return cls(model, meta, cache_size, anchors, measured=measured)
+        return cls(model, meta, cache_size, anchor_table, measured=measured)
 
     def clear_cache(self) -> None:
         """Forget cached results (the resolved job and placement sides stay cached)."""
@@ -666,20 +682,17 @@ class Predictor:
         if jp is not None:
             group = self.anchors.group_index(jp.model, jp.dataset) if self.anchors is not None else -1
             curve = self.measured.group_index(jp.model, jp.dataset) if self.measured is not None else 0
-            # The log columns are filled by ``_complete_tables``, for every new row of a call at once.
             self._jobs[job.key] = self._jtab.add(
-                (*jp.nums, jp.precision_index, group, jp.low_confidence, curve, 0.0, 0.0, 12.0 * jp.nums[1])
+                (*jp.nums, jp.precision_index, group, jp.low_confidence, curve)
             )
             self._job_parts.append(jp)
         if hp is not None:
             spec = hp.spec
             gtype = self.anchors.type_index(spec.gpu_type) if self.anchors is not None else 0
-            bw, cc, link = hp.nums[4], hp.nums[6], hp.nums[7]
-            tf = hp.tflops_by_precision
             self._hws[hw.key] = self._htab.add(
                 (
                     *hp.nums,
-                    *tf,
+                    *hp.tflops_by_precision,
                     spec.low_confidence,
                     gtype,
                     math.log(spec.memory_bandwidth_gbs),
@@ -690,17 +703,7 @@ class Predictor:
                     self.measured.type_index(spec.gpu_type, spec.low_confidence)
                     if self.measured is not None
                     else 0,
-                    0.0,
-                    0.0,
-                    0.0,
-                    cc,
-                    bw * 1e9,
-                    link * (1e9 * _SYNC_EFFICIENCY),
-                    *(v * (1e12 * _COMPUTE_EFFICIENCY) for v in tf),
-                    0.0,
-                    0.0,
-                    0.0,
-                    0.0,
+                    not spec.low_confidence and spec.gpu_type in self.model.seen_types,
                 )
             )
             self._hw_parts.append(hp)
@@ -788,143 +791,60 @@ class Predictor:
                 )
         return out
 
-    def _sides(self, jt: FloatArray, ht: FloatArray) -> _Sides:
-        """What the rows' features and scaling model read of their job and placement alone, per batch row;
-        the extra rows of the in-node envelope share them with their owner row."""
-        k = jt.shape[0]
-        at = np.arange(k)
-        prec = jt[:, _J_PREC].astype(np.intp)
-        tf35 = ht[at, _H_TF35 + prec]
-        log_tf = ht[at, _H_LOGTF + prec]
-        weight = jt[:, _J_P12] / ht[:, _H_BW9]
-        # The placement-independent features of each row (``FEATURE_NAMES`` order; the others are filled
-        # per evaluated row by ``_evaluate``).
-        row = np.empty((k, len(FEATURE_NAMES)))
-        row[:, 1:3] = jt[:, _J_LOGP : _J_LOGP + 2]
-        row[:, 3] = ht[:, _H_LOGFP32]
-        row[:, 4] = log_tf
-        row[:, 5:8] = ht[:, _H_FEAT5 : _H_FEAT5 + 3]
-        row[:, 8:10] = jt[:, 3:5]
-        np.log(weight, out=row[:, 11])
-        anchored = None
-        if self.anchors is not None:
-            # The anchor applies to a measured model on a catalogued GPU type it was not measured on.
-            group = jt[:, _J_GROUP].astype(np.intp)
-            gtype = ht[:, _H_TYPE].astype(np.intp)
-            measured = self.anchors.measured
-            ok = (group >= 0) & (ht[:, _H_LOW] == 0) & (gtype < measured.shape[1] - 1)
-            if ok.any():
-                ok[ok] = ~measured[group[ok], gtype[ok]]
-                anchored = (ok, group, gtype, log_tf, ht[:, _H_LOGBW])
-        return _Sides(
-            batch=jt[:, 0],
-            params=jt[:, 1],
-            flops=jt[:, 2],
-            tf35=tf35,
-            weight=weight + _STEP_OVERHEAD_S,
-            link=ht[:, _H_LINK7],
-            link_class=ht[:, _H_LINK],
-            row=row,
-            anchored=anchored,
-        )
-
     def _evaluate(
-        self, sides: _Sides, o: npt.NDArray[np.intp], g: FloatArray, nodes: FloatArray, gpn: FloatArray
+        self,
+        jt: FloatArray,
+        ht: FloatArray,
+        o: npt.NDArray[np.intp],
+        g: FloatArray,
+        nodes: FloatArray,
+        gpn: FloatArray,
     ) -> tuple[FloatArray, FloatArray]:
         """(samples/s, 1-GPU iteration time at the per-GPU batch) of rows given as their owner's batch row
-        ``o`` on ``g`` GPUs, ``nodes`` nodes, ``gpn`` GPUs per node: ``features``' scaling model and feature
-        vector (the same operations on the same numbers, so the same bits), one forest pass over the rows
-        and the 1-GPU twins of the multi-GPU ones, the measured anchor and the guards of
-        ``LearnedModel.times``."""
+        ``o`` (of the gathered job and placement tables ``jt``/``ht``) on ``g`` GPUs, ``nodes`` nodes,
+        ``gpn`` GPUs per node: the rows' ``Resolved.nums`` matrix, then ``features.design_of_nums`` and
+        ``LearnedModel.times`` -- the functions training evaluates, guards and anchor blend included."""
         e = o.size
-        batch = sides.batch[o]
-        local = batch / g
-        compute = local * sides.flops[o]
-        compute /= sides.tf35[o]
-        compute += sides.weight[o]
-        two = g - 1.0
-        two *= 2.0
-        sync = two / g
-        sync *= 4.0
-        sync *= sides.params[o]
-        sync /= sides.link[o]
-        sync += two * _RING_STEP_LATENCY_S
-        total = compute + sync
-        mi = np.flatnonzero(g > 1.0)
-        m = mi.size
-        x = np.empty((e + m, len(FEATURE_NAMES)))
-        xa = x[:e]
-        np.take(sides.row, o, axis=0, out=xa)
-        np.log(local, out=xa[:, 0])
-        np.log(compute, out=xa[:, 10])
-        np.log(g, out=xa[:, 12])
-        xa[:, 13] = nodes
-        np.log(gpn, out=xa[:, 14])
-        sync += 1e-6
-        np.log(sync, out=xa[:, 15])
-        np.log(sync / total, out=xa[:, 16])
-        np.log(total, out=xa[:, 17])
-        if m:
-            # The 1-GPU twins (per-GPU batch kept): no sync, so features 12-17 are those of one GPU.
-            xs = x[e:]
-            np.take(xa, mi, axis=0, out=xs)
-            compute_m = compute[mi]
-            xs[:, 12:16] = (0.0, 1.0, 0.0, _LOG_NO_SYNC)
-            np.log(1e-6 / compute_m, out=xs[:, 16])
-            xs[:, 17] = xs[:, 10]
-        corr = np.exp(self.model.forest.predict(x))
-        t = total * corr[:e]
-        t1 = t.copy()
-        if m:
-            t1[mi] = compute_m * corr[e:]
-        if sides.anchored is not None and self.anchors is not None:
-            ok, group, gtype, log_tf, log_bw = sides.anchored
-            ai = np.flatnonzero(ok[o])
-            if ai.size:
-                oa = o[ai]
-                anchor = self.anchors.times_where_applies(
-                    group[oa],
-                    gtype[oa],
-                    local[ai],
-                    g[ai],
-                    (nodes[ai] > 1).astype(np.float64),
-                    log_tf[oa],
-                    log_bw[oa],
-                )
-                # Blended in log space where the anchor has a time (the rows', then their twins').
-                ours = np.concatenate((t[ai], t1[ai]))
-                at = np.concatenate(anchor)
-                blend = np.flatnonzero(~np.isnan(at))
-                ours[blend] = np.exp(
-                    (1 - ANCHOR_WEIGHT) * np.log(ours[blend]) + ANCHOR_WEIGHT * np.log(at[blend])
-                )
-                t[ai] = ours[: ai.size]
-                t1[ai] = ours[ai.size :]
-        if m:
-            tm = np.maximum(t[mi], t1[mi])
-            t1m = t1[mi]
-            nvl = np.flatnonzero(sides.link_class[o[mi]] == LINK_NVLINK)
-            tm[nvl] = np.minimum(tm[nvl], g[mi[nvl]] * t1m[nvl])
-            t[mi] = tm
-        samples: FloatArray = batch / t
+        m = np.empty((e, _NUM_WIDTH))
+        m[:, :_JN] = jt[o, :_JN]
+        m[:, _JN : _JN + _HN] = ht[o, :_HN]
+        m[:, _JN + _H_GPUS] = g
+        m[:, _JN + _H_NODES] = nodes
+        m[:, _JN + _H_GPN] = gpn
+        m[:, -1] = ht[o, _H_TF + jt[o, _J_PREC].astype(np.intp)]
+        d = design_of_nums(m, self.model.physics)
+        t, t1 = self.model.times(d, self._anchored(jt[o], ht[o], m), ht[o, _H_SEEN] > 0)
+        samples: FloatArray = m[:, 0] / t
         return samples, t1
 
-    def _complete_tables(self) -> None:
-        """Fill the log columns of the side-table rows added since the last call, in one pass: numpy's
-        log over columns, as ``features`` takes it (the same bits as the per-row path)."""
-        jt, ht = self._jtab, self._htab
-        if jt.size > self._jdone:
-            new = jt.tail(self._jdone)
-            new[:, _J_LOGP] = np.log(new[:, 1])
-            new[:, _J_LOGP + 1] = np.log(new[:, 2])
-            self._jdone = jt.size
-        if ht.size > self._hdone:
-            new = ht.tail(self._hdone)
-            new[:, _H_LOGFP32] = np.log(new[:, 3])
-            new[:, _H_FEAT5] = np.log(new[:, 4])
-            new[:, _H_FEAT5 + 1] = np.log(new[:, 5])
-            new[:, _H_LOGTF : _H_LOGTF + 4] = np.log(new[:, _H_TF : _H_TF + 4])
-            self._hdone = ht.size
+    def _anchored(
+        self, jt: FloatArray, ht: FloatArray, m: FloatArray
+    ) -> tuple[FloatArray, FloatArray] | None:
+        """Measured-anchor times of rows and their 1-GPU twins (NaN where none applies), or None: the
+        anchor applies to a measured model on a catalogued GPU type it was not measured on."""
+        if self.anchors is None:
+            return None
+        group = jt[:, _J_GROUP].astype(np.intp)
+        gtype = ht[:, _H_TYPE].astype(np.intp)
+        measured = self.anchors.measured
+        ok = (group >= 0) & (ht[:, _H_LOW] == 0) & (gtype < measured.shape[1] - 1)
+        if ok.any():
+            ok[ok] = ~measured[group[ok], gtype[ok]]
+        at = np.full(ok.size, np.nan)
+        at1 = at.copy()
+        ai = np.flatnonzero(ok)
+        if ai.size:
+            g = m[ai, _JN + _H_GPUS]
+            at[ai], at1[ai] = self.anchors.times_where_applies(
+                group[ai],
+                gtype[ai],
+                m[ai, 0] / g,
+                g,
+                (m[ai, _JN + _H_NODES] > 1).astype(np.float64),
+                np.log(m[ai, -1]),
+                ht[ai, _H_LOGBW],
+            )
+        return at, at1
 
     def _compute(
         self, jid: npt.NDArray[np.intp], hid: npt.NDArray[np.intp]
@@ -938,15 +858,14 @@ class Predictor:
         time among per-GPU batches B/n .. B/1, so that there more GPUs never predict a lower total
         throughput.
         """
-        self._complete_tables()
         jt = self._jtab.rows.take(jid, axis=0)
         ht = self._htab.rows.take(hid, axis=0)
         k = jid.size
         n = ht[:, _H_GPUS]
-        sides = self._sides(jt, ht)
+        batch = jt[:, 0]
         env = np.flatnonzero(self._envelope_rows(jt, ht))
         if env.size == 0:
-            samples = self._evaluate(sides, np.arange(k), n, ht[:, _H_NODES], ht[:, _H_GPN])[0]
+            samples = self._evaluate(jt, ht, np.arange(k), n, ht[:, _H_NODES], ht[:, _H_GPN])[0]
         else:
             # The same job on 1 .. n-1 GPUs of the owner's node class, as extra rows; rows that are the
             # same (job, class, GPU count) -- in the batch or among the extras -- are computed once.
@@ -974,7 +893,8 @@ class Predictor:
             mn = multi_node.size
             g = np.concatenate((n[multi_node], gpus[first]))
             got, got_t1 = self._evaluate(
-                sides,
+                jt,
+                ht,
                 np.concatenate((multi_node, src[first])),
                 g,
                 np.concatenate((ht[multi_node, _H_NODES], np.ones(first.size))),
@@ -992,12 +912,12 @@ class Predictor:
             t1_min = np.minimum(
                 t1[np.searchsorted(single, env)], np.minimum.reduceat(t1[single.size :], starts)
             )
-            samples[env] = np.minimum(best, sides.batch[env] / t1_min)
-        iters = samples / sides.batch
+            samples[env] = np.minimum(best, batch[env] / t1_min)
+        iters = samples / batch
         low = (jt[:, _J_LOW] + ht[:, _H_LOW]) > 0
         # q_low/q_high are quantiles of log(measured / predicted) throughput; widened 2x in log space for
         # low-confidence rows and placements larger than any training row.
         widen = np.where(low | (n > self.meta.max_gpus_seen), 2.0, 1.0)
         lo = samples * np.exp(widen * self.meta.q_low)
         hi = samples * np.exp(widen * self.meta.q_high)
-        return samples, iters, lo, hi, low, sides.batch
+        return samples, iters, lo, hi, low, batch

@@ -26,18 +26,25 @@ import numpy as np
 import numpy.typing as npt
 
 from perfmodel.features import (
+    DEFAULT_PHYSICS,
     FEATURE_NAMES,
     FEATURE_SCHEMA_VERSION,
+    STACKS,
     Design,
     HardwareFeatures,
     JobFeatures,
+    Physics,
     Resolved,
+    _nums,
+    _terms,
     design_of,
     resolve,
 )
-from perfmodel.measurements import SHIPPABLE, Measurement, read_shared_tidy, write_table
+from perfmodel.measurements import SHIPPABLE, Measurement, merge, read_shared_tidy, write_table
 from perfmodel.predictor import MODEL_FILE, Forest, LearnedModel, ModelMeta, Predictor
+from perfmodel.public import read_public, shippable
 from perfmodel.truth import TABLE_NAME
+from perfmodel.zoo import Family
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +59,30 @@ DEFAULT_PARAMS: dict[str, Any] = {
     "lambda": 1.0,
 }
 DEFAULT_ROUNDS = 40
+# The GPU-aware second forest, on what the generic one leaves.
+GPU_ROUNDS = 40
+GPU_PARAMS: dict[str, Any] = dict(DEFAULT_PARAMS)
+# Features the correction forest may split on (``FEATURE_NAMES``); the others are zeroed before fitting,
+# so the trees never read them. The GPU enters the correction only through the scaling model's relative
+# terms (FLOP-bound share, sync share): raw datasheet figures and absolute times let the trees memorise
+# the GPUs of the table and extrapolate flat beyond them (leave-one-generation-out, Hopper: 74% -> 37%
+# MRE when they are left out).
+_GPU_IDENTITY = frozenset(
+    {
+        "log_fp32_tflops",
+        "log_precision_tflops",
+        "log_mem_bandwidth",
+        "log_mem_gib",
+        "compute_capability",
+        "log_sm_count",
+        "log_l2_mib",
+        "log_compute_time",
+        "log_weight_time",
+        "log_scaling_time",
+        "log_sync_time",
+    }
+)
+FOREST_FEATURES: tuple[str, ...] = tuple(f for f in FEATURE_NAMES if f not in _GPU_IDENTITY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,23 +98,101 @@ class TrainReport:
 
 
 def rows_of(measurements: Sequence[Measurement]) -> list[tuple[JobFeatures, HardwareFeatures]]:
-    """The (job, placement) question each measurement answers (measured jobs are fp32)."""
+    """The (job, placement) question each measurement answers (its precision, stack and exact product)."""
     return [
         (
-            JobFeatures(m.model, m.dataset, m.batch_size, "fp32"),
+            JobFeatures(
+                m.model,
+                m.dataset,
+                m.batch_size,
+                m.precision,
+                m.params or None,
+                m.flops_per_sample or None,
+                m.stack,
+            ),
             HardwareFeatures(
-                m.gpu_type, m.num_gpus, m.gpus_per_node, m.num_nodes, m.interconnect, m.network_gbps
+                m.gpu_product or m.gpu_type,
+                m.num_gpus,
+                m.gpus_per_node,
+                m.num_nodes,
+                m.interconnect,
+                m.network_gbps,
             ),
         )
         for m in measurements
     ]
 
 
-def design(measurements: Sequence[Measurement]) -> tuple[list[Resolved], Design, FloatArray]:
-    """Resolved rows, their ``Design`` and the measured iteration times."""
+def design(
+    measurements: Sequence[Measurement], phys: Physics = DEFAULT_PHYSICS
+) -> tuple[list[Resolved], Design, FloatArray]:
+    """Resolved rows, their ``Design`` under ``phys`` and the measured iteration times."""
     resolved = [resolve(j, h) for j, h in rows_of(measurements)]
     times = np.asarray([1.0 / m.iters_per_s for m in measurements], dtype=np.float64)
-    return resolved, design_of(resolved), times
+    return resolved, design_of(resolved, phys), times
+
+
+def _physics_of(theta: FloatArray) -> Physics:
+    nf, ns = len(Family), len(STACKS) - 1
+    return Physics(
+        float(np.exp(theta[0])),
+        float(np.exp(theta[1])),
+        tuple(float(v) for v in np.exp(theta[2 : 2 + nf])),
+        float(np.exp(theta[2 + nf])),
+        (0.0, *(float(v) for v in theta[3 + nf : 3 + nf + ns])),
+        float(1.0 + np.exp(theta[3 + nf + ns])),
+        float(1.0 / (1.0 + np.exp(-theta[4 + nf + ns]))),
+        float(np.exp(theta[5 + nf + ns])),
+        float(np.exp(theta[6 + nf + ns])),
+    )
+
+
+def fit_physics(measurements: Sequence[Measurement], resolved: Sequence[Resolved] | None = None) -> Physics:
+    """Least-squares fit of ``Physics`` to the measured times in log space.
+
+    Each source weighs as much as ``sqrt(rows)`` (the large research tables do not drown the others), and
+    a weak pull (0.05 per unit of log) towards the priors keeps constants the table says nothing about
+    (a family without rows, a stack without rows) at their prior; overhead and all-reduce exposure are
+    held near theirs.
+    """
+    from scipy.optimize import least_squares
+
+    if resolved is None:
+        resolved = [resolve(j, h) for j, h in rows_of(measurements)]
+    # Sharded (FSDP) rows communicate differently from a ring all-reduce of the gradients: they inform
+    # the compute constants through their 1-node rows only, never the all-reduce's.
+    keep = [i for i, x in enumerate(measurements) if x.sharding == "ddp" or x.num_nodes == 1]
+    measurements = [measurements[i] for i in keep]
+    resolved = [resolved[i] for i in keep]
+    m = _nums(resolved)
+    log_t = np.log([1.0 / x.iters_per_s for x in measurements])
+    counts: dict[str, int] = {}
+    for x in measurements:
+        counts[x.source] = counts.get(x.source, 0) + 1
+    w = np.sqrt(np.asarray([1.0 / np.sqrt(counts[x.source]) for x in measurements]))
+    prior = DEFAULT_PHYSICS
+    theta0 = np.concatenate(
+        (
+            np.log([prior.cuda_efficiency, prior.tensor_efficiency]),
+            np.log(prior.intensity),
+            [np.log(prior.overhead_s)],
+            np.zeros(len(STACKS) - 1),
+            [np.log(prior.overlap_p - 1.0), 2.0, np.log(prior.tf32_factor), np.log(prior.fp8_factor)],
+        )
+    )
+
+    # The step overhead and the exposed share of the all-reduce are held near their priors (2 ms; 88%):
+    # left free, the fit trades the all-reduce for a 25-50 ms fixed step time, which no GPU has.
+    pull = np.full(theta0.size, 0.05)
+    nf, ns = len(Family), len(STACKS) - 1
+    pull[2 + nf] = pull[4 + nf + ns] = 3.0
+
+    def residual(theta: FloatArray) -> FloatArray:
+        c, s_, _ = _terms(m, _physics_of(theta))
+        return np.concatenate((w * (np.log(c + s_) - log_t), pull * (theta - theta0)))
+
+    fit = least_squares(residual, theta0, method="trf", x_scale=1.0, max_nfev=200)
+    return _physics_of(fit.x)
 
 
 def fit_forest(
@@ -120,17 +229,48 @@ def fit_forest(
     return Forest.from_trees(trees, base), {"base_score": base, "trees": trees}
 
 
+def masked(x: FloatArray, allowed: Sequence[str] | None = None) -> FloatArray:
+    """``x`` with the columns the forest may not split on set to 0 (``FOREST_FEATURES``)."""
+    keep = set(FOREST_FEATURES if allowed is None else allowed)
+    out = x.copy()
+    for i, name in enumerate(FEATURE_NAMES):
+        if name not in keep:
+            out[:, i] = 0.0
+    return out
+
+
 def fit_model(
-    d: Design, times: FloatArray, seed: int = 0, nthread: int = 1, rounds: int = DEFAULT_ROUNDS
+    d: Design,
+    times: FloatArray,
+    seed: int = 0,
+    nthread: int = 1,
+    rounds: int = DEFAULT_ROUNDS,
+    phys: Physics = DEFAULT_PHYSICS,
+    gpu_types: Sequence[str] | None = None,
 ) -> tuple[LearnedModel, dict[str, Any]]:
-    """Fit the correction forest on log(measured / scaling-model time); return it and its JSON form."""
+    """Fit the correction forests on log(measured / scaling-model time) (``d`` built under ``phys``):
+    the generic one on ``FOREST_FEATURES``, then, when ``gpu_types`` (the rows' GPU types) is given, the
+    GPU-aware one on every feature over what the generic one leaves; return the model and its JSON form."""
     y = np.log(times / (d.compute + d.sync))
-    forest, forest_json = fit_forest(d.x, y, seed, rounds, nthread)
-    return LearnedModel(forest), {"forest": forest_json}
+    forest, forest_json = fit_forest(masked(d.x), y, seed, rounds, nthread)
+    payload: dict[str, Any] = {"forest": forest_json, "physics": phys.to_json()}
+    if gpu_types is None:
+        return LearnedModel(forest, phys), payload
+    left = y - forest.predict(d.x)
+    gpu_forest, gpu_json = fit_forest(d.x, left, seed, GPU_ROUNDS, nthread, GPU_PARAMS)
+    seen = frozenset(gpu_types)
+    payload.update({"gpu_forest": gpu_json, "seen_types": sorted(seen)})
+    return LearnedModel(forest, phys, gpu_forest, seen), payload
 
 
 def oof_log_errors(
-    d: Design, times: FloatArray, seed: int = 0, nthread: int = 1, folds: int = 5
+    d: Design,
+    times: FloatArray,
+    seed: int = 0,
+    nthread: int = 1,
+    folds: int = 5,
+    phys: Physics = DEFAULT_PHYSICS,
+    gpu_types: Sequence[str] | None = None,
 ) -> FloatArray:
     """Out-of-fold log(measured / predicted) throughput (= log(predicted / measured) time) per row."""
     rng = np.random.default_rng(seed)
@@ -139,16 +279,31 @@ def oof_log_errors(
     for k in range(folds):
         test = np.sort(order[k::folds])
         train_idx = np.sort(np.setdiff1d(order, test))
-        model, _ = fit_model(d.take(train_idx), times[train_idx], seed=seed, nthread=nthread)
+        model, _ = fit_model(
+            d.take(train_idx),
+            times[train_idx],
+            seed=seed,
+            nthread=nthread,
+            phys=phys,
+            gpu_types=[gpu_types[i] for i in train_idx] if gpu_types is not None else None,
+        )
         pred, _ = model.times(d.take(test))
         out[test] = np.log(pred / times[test])
     return out
 
 
-def fit(measurements: Sequence[Measurement], seed: int = 0, nthread: int = 1) -> Predictor:
-    """An in-memory predictor trained on ``measurements`` (interval from its training residuals)."""
-    _, d, times = design(measurements)
-    model, _ = fit_model(d, times, seed=seed, nthread=nthread)
+def fit(
+    measurements: Sequence[Measurement], seed: int = 0, nthread: int = 1, physics: bool = True
+) -> Predictor:
+    """An in-memory predictor trained on ``measurements`` (interval from its training residuals);
+    ``physics=False`` keeps the prior ``Physics`` instead of fitting it."""
+    resolved = [resolve(j, h) for j, h in rows_of(measurements)]
+    phys = fit_physics(measurements, resolved) if physics else DEFAULT_PHYSICS
+    d = design_of(resolved, phys)
+    times = np.asarray([1.0 / m.iters_per_s for m in measurements], dtype=np.float64)
+    model, _ = fit_model(
+        d, times, seed=seed, nthread=nthread, phys=phys, gpu_types=[r.spec.gpu_type for r in resolved]
+    )
     err = np.log(model.times(d)[0] / times)
     meta = ModelMeta(
         FEATURE_SCHEMA_VERSION,
@@ -162,6 +317,14 @@ def fit(measurements: Sequence[Measurement], seed: int = 0, nthread: int = 1) ->
     return Predictor(model, meta)
 
 
+def training_table(shared_dir: Path, shippable_only: bool = True) -> list[Measurement]:
+    """The table the shipped model trains on: the tidy sources (``SHIPPABLE``) and the public extracts'
+    permissively licensed data-parallel rows (``perfmodel.public``), merged."""
+    tidy = read_shared_tidy(shared_dir, SHIPPABLE if shippable_only else None)
+    public = [m for m in read_public(shared_dir) if m.data_parallel and (shippable(m) or not shippable_only)]
+    return merge([*tidy, *public])
+
+
 def train(
     shared_dir: Path,
     out_dir: Path | None = None,
@@ -172,20 +335,25 @@ def train(
     if out_dir is None:
         out_dir = Path(__file__).resolve().parent / "data"
     out_dir.mkdir(parents=True, exist_ok=True)
-    measurements = read_shared_tidy(shared_dir, SHIPPABLE)
+    measurements = training_table(shared_dir)
     table_path = out_dir / TABLE_NAME
     write_table(measurements, table_path)
-    _, d, times = design(measurements)
-    oof = oof_log_errors(d, times, seed, nthread)
-    _, payload = fit_model(d, times, seed=seed, nthread=nthread)
+    resolved = [resolve(j, h) for j, h in rows_of(measurements)]
+    phys = fit_physics(measurements, resolved)
+    d = design_of(resolved, phys)
+    times = np.asarray([1.0 / m.iters_per_s for m in measurements], dtype=np.float64)
+    gpu_types = [r.spec.gpu_type for r in resolved]
+    oof = oof_log_errors(d, times, seed, nthread, phys=phys, gpu_types=gpu_types)
+    _, payload = fit_model(d, times, seed=seed, nthread=nthread, phys=phys, gpu_types=gpu_types)
     q_low, q_high = float(np.quantile(oof, 0.1)), float(np.quantile(oof, 0.9))
+    sources = sorted({s for m in measurements for s in m.source.split("+")})
     payload.update(
         {
             "feature_schema": FEATURE_SCHEMA_VERSION,
             "feature_names": list(FEATURE_NAMES),
             "quantiles": {"low": q_low, "high": q_high},
             "max_gpus_seen": max(m.num_gpus for m in measurements),
-            "trained_on": f"{len(measurements)} configurations from {', '.join(sorted(SHIPPABLE))}",
+            "trained_on": f"{len(measurements)} configurations from {', '.join(sources)}",
             "created_by": f"perfmodel.train seed={seed} rounds={DEFAULT_ROUNDS}",
         }
     )

@@ -33,7 +33,7 @@ def cluster() -> ClusterCache:
     ]
     jobs = [
         kube_tj("only-v100", replicas=1, gpus=4, allowed=["V100"]),
-        kube_tj("bad-types", replicas=1, gpus=1, allowed=["B200"]),  # unknown type: never schedulable
+        kube_tj("bad-types", replicas=1, gpus=1, allowed=["X9000"]),  # unknown type: never schedulable
     ]
     return fed_cache(nodes, pods, jobs)
 
@@ -116,7 +116,7 @@ def test_a_job_that_can_never_be_scheduled_fails_every_node_unresolvably(
     assert body["NodeNames"] == []
     assert set(body["FailedAndUnresolvableNodes"]) == {"a100-1", "v100-0"}
     assert (
-        "spec.allowedGPUTypes names unknown GPU types ['B200']"
+        "spec.allowedGPUTypes names unknown GPU types ['X9000']"
         in body["FailedAndUnresolvableNodes"]["a100-1"]
     )
 

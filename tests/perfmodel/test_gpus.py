@@ -39,10 +39,20 @@ from perfmodel.gpus import CANONICAL_TYPES, canonical_gpu_type, gpu_spec, spec_f
         # canonical names are accepted as they are, in any case
         ("V100", "V100"),
         ("rtx2080ti", "RTX2080Ti"),
+        # products clusters label today (GFD spellings)
+        ("NVIDIA-RTX-6000-Ada-Generation", "RTX6000Ada"),
+        ("NVIDIA-RTX-A6000", "RTXA6000"),
+        ("NVIDIA-L40", "L40"),
+        ("NVIDIA-A30", "A30"),
+        ("NVIDIA-H100-NVL", "H100"),
+        ("NVIDIA-H200-NVL", "H200"),
+        ("NVIDIA-H20", "H20"),
+        ("NVIDIA-GH200-480GB", "GH200"),
+        ("NVIDIA-B200", "B200"),
+        ("NVIDIA-GB200", "GB200"),
         # unknown products are not errors: None, so callers fall back to spec_from_labels
         ("NVIDIA-GeForce-RTX-3090", None),
-        ("NVIDIA-RTX-6000-Ada-Generation", None),
-        ("NVIDIA-L40", None),
+        ("NVIDIA-GeForce-RTX-5090", None),
         ("", None),
     ],
 )
@@ -67,6 +77,41 @@ def test_memory_variants_are_specs_of_one_type() -> None:
     assert (a80.gpu_type, a80.memory_gib, a80.memory_bandwidth_gbs) == ("A100", 80, 2039)
     pcie = spec_for_product("Tesla-V100-PCIE-16GB")
     assert pcie is not None and pcie.nvlink_gbs == 0.0  # PCIe cards have no NVLink
+    # A100 80 GB PCIe: 1935 GB/s, no NVLink; H100 PCIe 2000 GB/s and 756 dense FP16 vs SXM 3350 / 989.4
+    a80p = spec_for_product("NVIDIA-A100-80GB-PCIe")
+    assert a80p is not None and (a80p.memory_bandwidth_gbs, a80p.nvlink_gbs) == (1935, 0.0)
+    hp, hs = spec_for_product("NVIDIA-H100-PCIe"), spec_for_product("NVIDIA-H100-80GB-HBM3")
+    assert hp is not None and hs is not None
+    assert (hp.memory_bandwidth_gbs, hp.fp16_tflops) == (2000, 756)
+    assert (hs.memory_bandwidth_gbs, hs.fp16_tflops, hs.nvlink_gbs) == (3350, 989.4, 900)
+    nvl = spec_for_product("NVIDIA-H200-NVL")
+    assert nvl is not None and nvl.variant == "H200-NVL" and nvl.memory_gib == 141
+
+
+def test_precision_picks_the_units_a_framework_uses() -> None:
+    a100 = gpu_spec("A100")
+    # fp32 on CUDA cores unless convolutions run in TF32 (PyTorch's default on Ampere and newer)
+    assert a100.tflops("fp32") == 19.5
+    assert a100.tflops("fp32", tf32_convolutions=True) == 156
+    assert a100.tflops("tf32") == 156
+    assert a100.tflops("bf16") == a100.tflops("amp") == 312
+    # no FP8 on Ampere: its best half-precision rate; Hopper has FP8 at twice BF16
+    assert a100.tflops("fp8") == 312
+    assert gpu_spec("H100").tflops("fp8") == pytest.approx(2 * gpu_spec("H100").tflops("bf16"), rel=1e-3)
+    # before Ampere there is no TF32: fp32 and tf32 are the FP32 rate
+    assert gpu_spec("V100").tflops("tf32") == gpu_spec("V100").tflops("fp32", tf32_convolutions=True) == 15.7
+
+
+def test_every_catalogued_spec_has_its_datasheet_figures() -> None:
+    from perfmodel.gpus import _VARIANTS
+
+    for v in _VARIANTS:
+        assert v.sm_count > 0 and v.l2_mib > 0, v.variant
+        assert v.memory_bandwidth_gbs > 0 and v.memory_gib > 0, v.variant
+        if v.compute_capability >= (8, 0):
+            assert v.tf32_tflops > 0 and v.bf16_tflops > 0, v.variant
+        if v.compute_capability >= (8, 9):
+            assert v.fp8_tflops > 0, v.variant
 
 
 def test_unknown_product_spec_from_labels_is_low_confidence() -> None:
@@ -78,5 +123,5 @@ def test_unknown_product_spec_from_labels_is_low_confidence() -> None:
 
 
 def test_unknown_gpu_type_name_raises_key_error_naming_it() -> None:
-    with pytest.raises(KeyError, match="B200"):
-        gpu_spec("B200")
+    with pytest.raises(KeyError, match="X9000"):
+        gpu_spec("X9000")

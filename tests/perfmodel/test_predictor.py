@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfmodel.errors import InvalidInputError, ModelFileError
-from perfmodel.features import HardwareFeatures, JobFeatures, design_of, feature_matrix, resolve
+from perfmodel.features import HardwareFeatures, JobFeatures, Resolved, feature_matrix, resolve
 from perfmodel.gpus import CANONICAL_TYPES
 from perfmodel.predictor import MODEL_FILE, Forest, Predictor
 from perfmodel.zoo import llm_arch, model_names
@@ -136,8 +136,7 @@ def _linear_bound(predictor: Predictor, job: JobFeatures, hw: HardwareFeatures, 
     README's predictor section)."""
     fewer = [(job, HardwareFeatures(hw.gpu_type, m, m, 1, hw.interconnect)) for m in range(1, n + 1)]
     resolved = [resolve(j, h) for j, h in fewer]
-    assert predictor.anchors is not None
-    _, t1 = predictor.model.times(design_of(resolved), predictor.anchors.iteration_times(resolved))
+    _, t1 = predictor.model.times_of(resolved, _anchored(predictor, resolved))
     return float(job.batch_size / t1.min())
 
 
@@ -226,23 +225,30 @@ def _per_row_reference(predictor: Predictor, rows: list[tuple[JobFeatures, Hardw
     """Samples/s without the in-node envelope by the plain per-row path: features.resolve per row ->
     design_of -> Anchors.iteration_times -> LearnedModel.times."""
     resolved = [resolve(j, h) for j, h in rows]
-    assert predictor.anchors is not None
-    t, _ = predictor.model.times(design_of(resolved), predictor.anchors.iteration_times(resolved))
+    t, _ = predictor.model.times_of(resolved, _anchored(predictor, resolved))
     return np.asarray([r.batch_size for r in resolved]) / t
+
+
+def _anchored(predictor: Predictor, resolved: list[Resolved]) -> tuple[np.ndarray, np.ndarray] | None:
+    return predictor.anchors.iteration_times(resolved) if predictor.anchors is not None else None
 
 
 def test_batch_path_equals_the_per_row_reference(predictor: Predictor) -> None:
     # The batch path (numeric tables, array anchors) must give the numbers of the plain per-row path.
     rows = _sample_rows()
     resolved = [resolve(j, h) for j, h in rows]
-    assert predictor.anchors is not None
-    assert np.isfinite(predictor.anchors.iteration_times(resolved)).sum() > 50  # the sample uses anchors
-    raw = Predictor(predictor.model, predictor.meta, anchors=predictor.anchors, in_node_envelope=False)
-    got_raw = raw.predict(rows)
-    want = _per_row_reference(predictor, rows)
-    # The same bits: the batch path does the per-row path's arithmetic on the same numbers.
-    np.testing.assert_array_equal(got_raw.samples_per_s, want)
-    assert got_raw.low_confidence == [r.low_confidence for r in resolved]
+    # With and without measured anchors (off in the default predictor; ``Predictor.load(anchors=True)``).
+    anchored = Predictor.load(anchors=True)
+    assert predictor.anchors is None and anchored.anchors is not None
+    assert np.isfinite(anchored.anchors.iteration_times(resolved)).sum() > 50  # the sample uses anchors
+    for p in (anchored, predictor):
+        raw = Predictor(p.model, p.meta, anchors=p.anchors, in_node_envelope=False)
+        got_raw = raw.predict(rows)
+        want = _per_row_reference(p, rows)
+        # The same bits: the batch path does the per-row path's arithmetic on the same numbers.
+        np.testing.assert_array_equal(got_raw.samples_per_s, want)
+        assert got_raw.low_confidence == [r.low_confidence for r in resolved]
+    # ``want`` is the default predictor's from here on.
     # With the envelope where the rule applies it: such a row on n GPUs of one node gets the best of the
     # same job on 1 .. n GPUs of that node (the reference computed row by row); other rows -- several
     # nodes, one GPU, inside a measured in-node curve that falls -- are the per-row value unchanged.

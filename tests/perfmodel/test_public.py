@@ -1,0 +1,142 @@
+"""The public extracts come into the measurement convention with their provenance and licence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perfmodel.measurements import Measurement, read_table, write_table
+from perfmodel.public import parse_dle, parse_llm_foundry, parse_mlperf, parse_neusight, shippable
+
+_DLE_HEAD = (
+    "GPUs | Batch size / GPU | Throughput - TF32 | Throughput  - mixed precision | "
+    "Throughput speedup (TF32 - mixed precision) | Weak scaling - TF32 | Weak scaling  - mixed precision"
+)
+
+
+def _dle(readme: str, heading: str, row: str, header: str = _DLE_HEAD) -> dict[str, str]:
+    return {"readme": readme, "heading_path": heading, "header_cells": header, "row_cells": row}
+
+
+def test_dle_rows_become_one_measurement_per_precision_with_the_directory_licence() -> None:
+    rows = [
+        _dle(
+            "PyTorch/Recommendation/NCF/README.md",
+            "NCF > Training performance: NVIDIA DGX A100 (8x A100 40GB)",
+            "8 | 131072 | 110.16M | 142.90M | 1.3 | 4.88 | 4.19",
+        ),
+        # A directory without a LICENSE: read, but not shippable.
+        _dle(
+            "TensorFlow2/LanguageModeling/BERT/README.md",
+            "BERT > Training performance: NVIDIA DGX-1 (8x V100 16GB)",
+            "1 | 8 | 10 | 30 | 3 | 1 | 1",
+        ),
+    ]
+    ms = parse_dle(rows)
+    ncf = [m for m in ms if m.model == "ncf"]
+    assert {m.precision for m in ncf} == {"tf32", "amp"}
+    tf32 = next(m for m in ncf if m.precision == "tf32")
+    # global batch 8 x 131072, 110.16M samples/s -> iterations/s of the whole job
+    assert (tf32.batch_size, tf32.num_gpus, tf32.gpu_product) == (8 * 131072, 8, "A100-SXM4-40GB")
+    assert tf32.samples_per_s == pytest.approx(110.16e6)
+    assert (tf32.stack, tf32.licence, tf32.source_file) == ("vendor", "Apache-2.0", rows[0]["readme"])
+    assert tf32.commit and shippable(tf32)
+    bert = [m for m in ms if m.model == "bert-large"]
+    assert bert and not any(shippable(m) for m in bert)
+
+
+def test_mlperf_rows_keep_the_rounds_licence_and_whole_system_throughput() -> None:
+    base = {
+        "submitter": "X",
+        "system": "sys",
+        "benchmark": "resnet",
+        "accelerator": "NVIDIA H100-SXM5-80GB",
+        "nodes": "1",
+        "acc_per_node": "8",
+        "interconnect": "",
+        "host_networking": "",
+        "r0_global_batch_size": "3456",
+        "r0_tracked_throughput_median": "30000",
+    }
+    ok = parse_mlperf([{**base, "round": "v4.0"}])[0]
+    unlicensed = parse_mlperf([{**base, "round": "v4.1"}])[0]
+    assert (ok.gpu_type, ok.gpu_product, ok.interconnect, ok.stack) == (
+        "H100",
+        "H100-80GB-HBM3",
+        "nvlink",
+        "mlperf",
+    )
+    assert ok.samples_per_s == pytest.approx(30000) and ok.batch_size == 3456
+    assert shippable(ok) and not shippable(unlicensed)
+    # Not an NVIDIA GPU, or no throughput: skipped.
+    assert parse_mlperf([{**base, "round": "v4.0", "accelerator": "Habana Gaudi2"}]) == []
+    assert parse_mlperf([{**base, "round": "v4.0", "r0_tracked_throughput_median": ""}]) == []
+
+
+def test_llm_rows_are_sequences_with_flops_per_sequence_and_zoo_style_names() -> None:
+    foundry = {
+        "Model": "7b",
+        "SeqLen (T)": "2048",
+        "# GPUs": "8",
+        "GPU": "h100_80gb",
+        "GlobalBatchSize": "48",
+        "Throughput (S/s)": "14",
+        "Throughput (T/s)": "29000",
+        "NumParams": "6658859008",
+        "Precision": "amp_bf16",
+    }
+    m = parse_llm_foundry([foundry])[0]
+    assert (m.model, m.precision, m.sharding, m.seq_len, m.stack) == ("mpt-7b", "bf16", "fsdp", 2048, "llm")
+    assert m.samples_per_s == pytest.approx(29000 / 2048)
+    # 6 N T dominates: between 6 x params x 2048 x 0.9 and x 1.3
+    assert 0.9 < m.flops_per_sample / (6 * 6.658859008e9 * 2048) < 1.3
+    neusight = {
+        "gpu": "NVIDIA_A100_80GB_PCIe",
+        "model": "gpt2_large",
+        "mode": "train",
+        "seq_len": "1024",
+        "batch": "4",
+        "variant": "",
+        "e2e_latency_ms": "1635.7",
+        "path": "scripts/asplos/label/x.json",
+    }
+    n = parse_neusight([neusight, {**neusight, "mode": "inf"}, {**neusight, "variant": "tp4"}])
+    assert len(n) == 1 and n[0].model == "gpt2-large" and n[0].licence == "MIT"
+    assert n[0].iters_per_s == pytest.approx(1000 / 1635.7) and n[0].gpu_product == "A100-80GB-PCIE"
+
+
+def test_table_round_trips_provenance_and_reads_tables_written_before_it(tmp_path: Path) -> None:
+    m = Measurement(
+        "nvidia_dle",
+        "resnet50",
+        "imagenet",
+        256,
+        "A100",
+        1,
+        1,
+        1,
+        "nvlink",
+        200.0,
+        3.5,
+        precision="tf32",
+        stack="vendor",
+        gpu_product="A100-SXM4-80GB",
+        source_file="PyTorch/Classification/ConvNets/resnet50v1.5/README.md",
+        commit="abc",
+        licence="BSD-3-Clause",
+    )
+    path = tmp_path / "t.csv.gz"
+    write_table([m], path)
+    assert read_table(path) == [m]
+    # A table of the old layout (no precision/provenance columns) reads with the defaults.
+    import gzip
+
+    old = tmp_path / "old.csv.gz"
+    with gzip.open(old, "wt") as fh:
+        fh.write(
+            "source,model,dataset,batch_size,gpu_type,num_gpus,num_nodes,gpus_per_node,interconnect,"
+            "network_gbps,iters_per_s\ngavel,lstm,wikitext-2,40,P100,1,1,1,pcie,10,35.7\n"
+        )
+    (row,) = read_table(old)
+    assert (row.precision, row.stack, row.licence) == ("fp32", "research", "")
