@@ -2,8 +2,9 @@
 
 ``GroundTruth`` answers "how many iterations per second does this job really make on this placement"
 from the measured table shipped in ``perfmodel/data/measurements.csv.gz`` (permissively licensed sources
-only; see ``perfmodel/data/README.md`` and ``perfmodel.measurements`` for units). It is deliberately *not*
-the learned predictor: the simulator must be able to measure how wrong the predictor is.
+only; see ``perfmodel/data/README.md`` and ``perfmodel.measurements`` for units), its rows from the
+cluster-scheduling research tables only (not the public extracts of ``perfmodel.public``). It is
+deliberately *not* the learned predictor: the simulator must be able to measure how wrong the predictor is.
 
 Rules, in order (all deterministic; ``batch_size`` is the global batch, the per-GPU batch is
 ``batch_size / num_gpus``):
@@ -44,6 +45,7 @@ from pathlib import Path
 from perfmodel.errors import InvalidInputError
 from perfmodel.gpus import CANONICAL_TYPES, canonical_gpu_type, gpu_spec, spec_ratio
 from perfmodel.measurements import Measurement, read_table
+from perfmodel.public import PUBLIC_SOURCES
 from perfmodel.zoo import canonical_dataset, canonical_model, lookup_model
 
 TABLE_NAME = "measurements.csv.gz"
@@ -172,7 +174,12 @@ class GroundTruth:
         on a GPU type (rule 2's assumed sync); the default 10 keeps earlier simulator results."""
         if not (network_gbps > 0 and math.isfinite(network_gbps)):
             raise ValueError(f"network_gbps must be > 0, got {network_gbps}")
-        self._rows = list(measurements)
+        # the cluster-scheduling research tables (Gavel, Shockwave, Pollux, ElasticFlow, Zeus): one
+        # convention per key, and the job catalogue the simulator's workloads are drawn from. The public
+        # extracts (``perfmodel.public``: vendor-tuned, MLPerf, LLM and NeuSight's few-point rows) train
+        # the predictor; here they would mix software stacks under one key and add job types to every
+        # simulated workload
+        self._rows = [m for m in measurements if m.source not in PUBLIC_SOURCES]
         self._exact: dict[tuple[str, str, int, str, int, int], float] = {}
         exact_lists: dict[tuple[str, str, int, str, int, int], list[float]] = defaultdict(list)
         groups: dict[tuple[str, str, str], list[Measurement]] = defaultdict(list)
