@@ -120,6 +120,9 @@ class Jobs:
         wait_until(lambda: self.status(name).get("phase") in phases, timeout, f"{name} to reach {phases}")
         return self.status(name)
 
+    def pod_exists(self, name: str) -> bool:
+        return bool(self.kube.core.list_namespaced_pod(self.ns, field_selector=f"metadata.name={name}").items)
+
     def log(self, job: str, generation: int, replica: int = 0) -> str:
         path = self.exec_dir / self.ns / f"{job}-g{generation}-{replica}" / "log"
         return path.read_text() if path.exists() else ""
@@ -227,14 +230,19 @@ def test_worker_ignoring_sigterm_is_killed_after_the_grace_period_and_its_work_c
     # `stubborn` had reported is lost (no checkpoint) and counted in its status; it later runs again.
     jobs.add_node(f"exec-{uuid.uuid4().hex[:5]}", 1)
     ckpt = tmp_path / "ckpt-stubborn"
-    jobs.submit(trainer_job("stubborn", ckpt, steps=300, grace=3, checkpoint_every=0, ignore_sigterm=True))
+    # enough steps that the worker is still training when its 3 s grace period ends (an idle machine
+    # trains this model at ~50 steps/s)
+    steps = 1500
+    jobs.submit(trainer_job("stubborn", ckpt, steps=steps, grace=3, checkpoint_every=0, ignore_sigterm=True))
     jobs.wait_phase("stubborn", {"Running"}, 120)
     wait_until(lambda: jobs.status("stubborn").get("progress", 0) >= 20, 120, "stubborn to train 20 steps")
     t0 = time.monotonic()
     jobs.submit(trainer_job("urgent", tmp_path / "ckpt-urgent", steps=10, priority=10))
     jobs.wait_phase("stubborn", {"Preempted"}, 60)
-    jobs.wait_phase("urgent", {"Running", "Succeeded"}, 60)
+    # the pod (and its GPU) stays until the exec emulator SIGKILLs the worker after the grace period
+    wait_until(lambda: not jobs.pod_exists("stubborn-g1-0"), 60, "stubborn's pod to go")
     waited = time.monotonic() - t0
+    jobs.wait_phase("urgent", {"Running", "Succeeded"}, 60)
     first = jobs.log("stubborn", 1)
     assert "SIGTERM is ignored by this process's parent" in first
     assert "SIGTERM: every replica stopped" not in first  # it never stopped by itself
@@ -244,10 +252,10 @@ def test_worker_ignoring_sigterm_is_killed_after_the_grace_period_and_its_work_c
     final = jobs.wait_phase("stubborn", {"Succeeded", "Failed"}, 240)
     assert final["phase"] == "Succeeded", final
     assert final["lostWork"] >= 20, final  # the steps reported before the kill, never checkpointed
-    assert final["progress"] == 300 and final["restarts"] == 1
+    assert final["progress"] == steps and final["restarts"] == 1
     # the restart had no checkpoint to resume from (start progress 0), so it trained from step 0
     assert "starting at step 0" in jobs.log("stubborn", 2)
-    assert max(p["step"] for p in curve(ckpt)) == 300
+    assert max(p["step"] for p in curve(ckpt)) == steps
 
 
 def test_demo_real_trains_through_a_resize_and_a_preemption(tmp_path: Path) -> None:
