@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,15 +24,10 @@ DEFAULT_SPEC = "modern-mix"
 _COMPONENTS = ("extender", "operator", "emulate")
 
 
-def _perfsched_argv(command: str) -> list[str]:
-    # the same entry point as the console script and the container image (`perfsched <command>`)
-    return [sys.executable, "-m", "scheduler.cli", command]
-
-
 def _perfsched_components(
     extender_port: int, kubeconfig: str, time_scale: float | None
 ) -> tuple[ExtraComponent, ...]:
-    from scheduler.devcluster.cluster import ExtraComponent
+    from scheduler.devcluster.cluster import perfsched_components
     from scheduler.devcluster.process import free_ports
     from scheduler.devcluster.tools import DevClusterError
 
@@ -46,35 +40,7 @@ def _perfsched_components(
         )
     emulator_env = {"PERFSCHED_EMULATOR_TIME_SCALE": f"{time_scale:g}"} if time_scale else {}
     (operator_port,) = free_ports(1)
-    operator_url = f"http://127.0.0.1:{operator_port}"
-    return (
-        ExtraComponent(
-            "perfsched-extender",
-            (
-                *_perfsched_argv("extender"),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(extender_port),
-                "--kubeconfig",
-                kubeconfig,
-            ),
-            health_url=f"http://127.0.0.1:{extender_port}/readyz",
-        ),
-        ExtraComponent(
-            "perfsched-operator",
-            (*_perfsched_argv("operator"), "--kubeconfig", kubeconfig),
-            health_url=f"{operator_url}/healthz",
-            env={
-                "PERFSCHED_OPERATOR_METRICS_HOST": "127.0.0.1",
-                "PERFSCHED_OPERATOR_METRICS_PORT": str(operator_port),
-            },
-            endpoint=operator_url,
-        ),
-        ExtraComponent(
-            "perfsched-emulator", (*_perfsched_argv("emulate"), "--kubeconfig", kubeconfig), env=emulator_env
-        ),
-    )
+    return perfsched_components(kubeconfig, extender_port, operator_port, emulator_env=emulator_env)
 
 
 def _print_state(state: object, as_json: bool, header: str) -> None:

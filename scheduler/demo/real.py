@@ -260,18 +260,12 @@ class RealDemoOptions:
     events: list[str] = field(default_factory=list)
 
 
-def _perfsched(command: str, *args: str) -> tuple[str, ...]:
-    import sys
-
-    return (sys.executable, "-m", "scheduler.cli", command, *args)
-
-
 def run_real_demo(
     options: RealDemoOptions, say: Callable[[str], None] = print
 ) -> tuple[RealReport, dict[str, Any]]:
     """Run the script (see the module docstring); returns the report and where the files are."""
     from scheduler.core.types import Node
-    from scheduler.devcluster.cluster import DevCluster, ExtraComponent, UpOptions
+    from scheduler.devcluster.cluster import DevCluster, UpOptions, perfsched_components
     from scheduler.devcluster.process import free_ports
     from scheduler.devcluster.tools import DevClusterError, find_tools
     from scheduler.emulator.exec import find_torch_python
@@ -299,40 +293,21 @@ def run_real_demo(
     try:
         extender_port, operator_port = free_ports(2)
         kubeconfig = str(dc.kubeconfig_path)
-        extras = (
-            ExtraComponent(
-                "perfsched-extender",
-                _perfsched(
-                    "extender",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(extender_port),
-                    "--kubeconfig",
-                    kubeconfig,
-                ),
-                health_url=f"http://127.0.0.1:{extender_port}/readyz",
-            ),
-            ExtraComponent(
-                "perfsched-operator",
-                _perfsched("operator", "--kubeconfig", kubeconfig),
-                health_url=f"http://127.0.0.1:{operator_port}/healthz",
-                env={
-                    "PERFSCHED_OPERATOR_POLICY": "srsf",
-                    "PERFSCHED_OPERATOR_METRICS_PORT": str(operator_port),
-                    "PERFSCHED_OPERATOR_METRICS_HOST": "127.0.0.1",
-                    "PERFSCHED_OPERATOR_LEASE_NAMESPACE": "default",
-                    "PERFSCHED_OPERATOR_ROUND_PERIOD_SECONDS": "1",
-                    "PERFSCHED_OPERATOR_MIN_ROUND_INTERVAL_SECONDS": "0.2",
-                    "PERFSCHED_OPERATOR_MIN_RESIZE_INTERVAL_SECONDS": "5",
-                    "PERFSCHED_OPERATOR_RESTART_COST_SECONDS": "2",
-                    "PERFSCHED_OPERATOR_RESIZE_COST_SECONDS": "2",
-                },
-            ),
-            ExtraComponent(
-                "perfsched-exec",
-                _perfsched("emulate", "--exec", "--exec-dir", str(exec_dir), "--kubeconfig", kubeconfig),
-            ),
+        extras = perfsched_components(
+            kubeconfig,
+            extender_port,
+            operator_port,
+            operator_env={
+                "PERFSCHED_OPERATOR_POLICY": "srsf",
+                "PERFSCHED_OPERATOR_LEASE_NAMESPACE": "default",
+                "PERFSCHED_OPERATOR_ROUND_PERIOD_SECONDS": "1",
+                "PERFSCHED_OPERATOR_MIN_ROUND_INTERVAL_SECONDS": "0.2",
+                "PERFSCHED_OPERATOR_MIN_RESIZE_INTERVAL_SECONDS": "5",
+                "PERFSCHED_OPERATOR_RESTART_COST_SECONDS": "2",
+                "PERFSCHED_OPERATOR_RESIZE_COST_SECONDS": "2",
+            },
+            emulator_args=("--exec", "--exec-dir", str(exec_dir)),
+            emulator_name="perfsched-exec",
         )
         say("starting the local control plane, perfsched and the exec emulator (no KWOK nodes) ...")
         try:

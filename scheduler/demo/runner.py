@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -92,11 +91,6 @@ def step(name: str, hint: str = "") -> Iterator[None]:
         raise DemoError(f"{name} failed: {exc}" + (f"\n  {hint}" if hint else "")) from exc
 
 
-def _perfsched(command: str, *args: str) -> tuple[str, ...]:
-    # the same entry point as the console script and the container image: `perfsched <command>`
-    return (sys.executable, "-m", "scheduler.cli", command, *args)
-
-
 def demo_state_dir(options: DemoOptions) -> Path:
     if options.state_dir is not None:
         return options.state_dir
@@ -162,7 +156,7 @@ def run_demo(
     say: Callable[[str], None] = print,
 ) -> tuple[rep.DemoReport, dict[str, Any]]:
     """Run the whole demo; returns the report and where things are (kubeconfig, logs, metrics URLs)."""
-    from scheduler.devcluster.cluster import DevCluster, ExtraComponent, UpOptions
+    from scheduler.devcluster.cluster import DevCluster, UpOptions, perfsched_components
     from scheduler.devcluster.process import free_ports
     from scheduler.devcluster.tools import DevClusterError, find_tools
     from scheduler.sim.cluster import node_labels, spec_to_nodes
@@ -186,36 +180,16 @@ def run_demo(
         extender_port, operator_port = free_ports(2)
         kubeconfig = str(dc.kubeconfig_path)
         operator_args = [f"--policy={options.policy}"] if options.policy else []
-        extras = (
-            ExtraComponent(
-                "perfsched-extender",
-                _perfsched(
-                    "extender",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(extender_port),
-                    "--kubeconfig",
-                    kubeconfig,
-                ),
-                health_url=f"http://127.0.0.1:{extender_port}/readyz",
-            ),
-            ExtraComponent(
-                "perfsched-operator",
-                _perfsched("operator", "--kubeconfig", kubeconfig, *operator_args),
-                health_url=f"http://127.0.0.1:{operator_port}/healthz",
-                env={
-                    "PERFSCHED_OPERATOR_METRICS_PORT": str(operator_port),
-                    "PERFSCHED_OPERATOR_METRICS_HOST": "127.0.0.1",
-                    "PERFSCHED_OPERATOR_LEASE_NAMESPACE": "default",
-                    "PERFSCHED_OPERATOR_ROUND_PERIOD_SECONDS": "2",
-                },
-            ),
-            ExtraComponent(
-                "perfsched-emulator",
-                _perfsched("emulate", "--kubeconfig", kubeconfig),
-                env={"PERFSCHED_EMULATOR_TIME_SCALE": f"{options.time_scale:g}"},
-            ),
+        extras = perfsched_components(
+            kubeconfig,
+            extender_port,
+            operator_port,
+            operator_args=operator_args,
+            operator_env={
+                "PERFSCHED_OPERATOR_LEASE_NAMESPACE": "default",
+                "PERFSCHED_OPERATOR_ROUND_PERIOD_SECONDS": "2",
+            },
+            emulator_env={"PERFSCHED_EMULATOR_TIME_SCALE": f"{options.time_scale:g}"},
         )
         say("starting the local control plane and perfsched (extender, operator, emulator) ...")
         with step("starting the local control plane", f"logs: {dc.log_dir}"):

@@ -78,6 +78,55 @@ class ExtraComponent:
     endpoint: str = ""
 
 
+def perfsched_argv(command: str, *args: str) -> tuple[str, ...]:
+    """``perfsched <command> <args>`` with this interpreter (the console script's entry point)."""
+    import sys
+
+    return (sys.executable, "-m", "scheduler.cli", command, *args)
+
+
+def perfsched_components(
+    kubeconfig: str,
+    extender_port: int,
+    operator_port: int,
+    *,
+    operator_args: Sequence[str] = (),
+    operator_env: Mapping[str, str] | None = None,
+    emulator_args: Sequence[str] = (),
+    emulator_env: Mapping[str, str] | None = None,
+    emulator_name: str = "perfsched-emulator",
+) -> tuple[ExtraComponent, ...]:
+    """perfsched's extender, operator and emulator as components of a local cluster (dev-cluster
+    ``--with-perfsched``, ``perfsched demo`` and ``demo --real``): the extender on ``extender_port`` (the
+    one the cluster's kube-scheduler calls), the operator's health and metrics on ``operator_port``."""
+    operator_url = f"http://127.0.0.1:{operator_port}"
+    return (
+        ExtraComponent(
+            "perfsched-extender",
+            perfsched_argv(
+                "extender", "--host", "127.0.0.1", "--port", str(extender_port), "--kubeconfig", kubeconfig
+            ),
+            health_url=f"http://127.0.0.1:{extender_port}/readyz",
+        ),
+        ExtraComponent(
+            "perfsched-operator",
+            perfsched_argv("operator", "--kubeconfig", kubeconfig, *operator_args),
+            health_url=f"{operator_url}/healthz",
+            env={
+                "PERFSCHED_OPERATOR_METRICS_HOST": "127.0.0.1",
+                "PERFSCHED_OPERATOR_METRICS_PORT": str(operator_port),
+                **(operator_env or {}),
+            },
+            endpoint=operator_url,
+        ),
+        ExtraComponent(
+            emulator_name,
+            perfsched_argv("emulate", *emulator_args, "--kubeconfig", kubeconfig),
+            env=dict(emulator_env or {}),
+        ),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class UpOptions:
     """What ``up`` starts. ``nodes`` become KWOK nodes (labels from the node, plus ``node_labels``)."""
