@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 import shutil
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,8 +60,25 @@ def job(name: str, iterations: int, **extra: Any) -> dict[str, Any]:
     }
 
 
+@pytest.fixture
+def team_queue(kube_cluster: KubeCluster) -> Iterator[str]:
+    """A TrainingQueue the test's jobs join (so the per-queue series exist), deleted afterwards: queues are
+    cluster-scoped, and any queue turns on quota enforcement for every operator."""
+    name = f"prom-{uuid.uuid4().hex[:6]}"
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TrainingQueue",
+        "metadata": {"name": name},
+        "spec": {"quotas": [{"gpuType": "*", "nominal": 64}]},
+    }
+    kube_cluster.custom.create_cluster_custom_object(GROUP, VERSION, "trainingqueues", body)
+    yield name
+    kube_cluster.custom.delete_cluster_custom_object(GROUP, VERSION, "trainingqueues", name)
+
+
 def test_prometheus_scrapes_every_series_the_dashboard_uses(
     kube_cluster: KubeCluster,
+    team_queue: str,
     fresh_namespace: str,
     start_component: StartComponent,
     start_perfsched_extender: Any,
@@ -129,10 +148,14 @@ def test_prometheus_scrapes_every_series_the_dashboard_uses(
     deadline = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
     custom = kube_cluster.custom
     custom.create_namespaced_custom_object(
-        GROUP, VERSION, fresh_namespace, PLURAL, job("finishes", 20000, deadline=deadline)
+        GROUP, VERSION, fresh_namespace, PLURAL, job("finishes", 20000, deadline=deadline, queue=team_queue)
     )
     custom.create_namespaced_custom_object(
-        GROUP, VERSION, fresh_namespace, PLURAL, job("waits", 3000, allowedGPUTypes=["H100"])
+        GROUP,
+        VERSION,
+        fresh_namespace,
+        PLURAL,
+        job("waits", 3000, allowedGPUTypes=["H100"], queue=team_queue),
     )
 
     def phase(name: str) -> str:
