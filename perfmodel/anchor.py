@@ -20,7 +20,7 @@ benchmark's leave-one-GPU-type-out split shows it). The anchor of such a row has
 So the anchor moves smoothly with the per-GPU batch and the GPU count, while keeping the model's measured
 speed and scaling. (The nearest-measurement anchor it replaces jumped between measured sites, with other
 GPUs and clusters behind them, which made predictions jump as GPUs were added; a curve of the single
-closest GPU type only lost accuracy on held-out GPU types: see the README's predictor section.)
+closest GPU type only lost accuracy on held-out GPU types: see docs/performance.md, "Predictor".)
 ``times_of`` answers rows given as arrays with two ``numpy.interp`` calls over all curves and tables.
 
 Pure: built from a list of measurements.

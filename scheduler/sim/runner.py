@@ -32,7 +32,7 @@ SURVEY_MRES = (0.0, 0.10, 0.25, 0.50, 0.75)
 
 @dataclass(frozen=True, slots=True)
 class SimulationRequest:
-    """One ``perfsched simulate`` invocation (see ``docs``/README ``## Simulator`` for each option).
+    """One ``perfsched simulate`` invocation (see docs/simulator.md for each option).
 
     ``survey=True`` switches to the survey's semantics: event-driven rounds (arrivals, completions and
     LAS queue-threshold crossings; no periodic ticks), no restart cost, one execution-time error per job.
