@@ -172,6 +172,13 @@ def test_pod_needing_more_gpus_than_any_node_stays_pending_with_failed_schedulin
     event = wait_until(failed, 30, "a FailedScheduling event")[0]
     assert "Insufficient nvidia.com/gpu" in event.message
     assert event.reporting_component == "perfsched"
+
+    # kube-scheduler records the event and patches the pod's status separately: the condition may follow
+    def scheduled_condition() -> k8s.V1PodCondition | None:
+        pod = core.read_namespaced_pod("too-big", ns)
+        return next((c for c in pod.status.conditions or [] if c.type == "PodScheduled"), None)
+
+    wait_until(scheduled_condition, 30, "the pod's PodScheduled condition")
     pod = core.read_namespaced_pod("too-big", ns)
     assert pod.status.phase == "Pending"
     assert not pod.spec.node_name

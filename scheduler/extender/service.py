@@ -35,6 +35,7 @@ from scheduler.extender.gang import GangPlans
 from scheduler.extender.nodes import NodeIndex
 from scheduler.extender.scoring import Scorer, Weights
 from scheduler.k8s.cache import ClusterCache
+from scheduler.k8s.codec import PodInfo
 from scheduler.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -254,6 +255,8 @@ class ExtenderService:
             self.failed("bind", exc, body, bug=False)
             return f"perfsched: binding {ns}/{name} to {node} failed: {wire.quote(str(exc))}"
         metrics.EXTENDER_BINDS.labels("success").inc()
+        if pod is None and self._record_placement:  # bound before the watch showed it: wait for it a little
+            pod = await self._seen_pod(ns, name, args.PodUID)
         if pod is not None and pod.job and self._record_placement:
             job_ns, _, job_name = pod.job.partition("/")
             try:
@@ -265,6 +268,17 @@ class ExtenderService:
                 metrics.EXTENDER_PLACEMENT_RECORDS.labels("error").inc()
                 self.failed("bind", exc, body, bug=False)
         return ""
+
+    async def _seen_pod(self, ns: str, name: str, uid: str, wait_s: float = 2.0) -> PodInfo | None:
+        """The pod once the cache's watch shows it (None after ``wait_s``): kube-scheduler can bind a pod
+        created a moment ago, and its gang's placement is recorded from the pod's job label."""
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            await anyio.sleep(0.05)
+            pod = self.cache.pod(ns, name)
+            if pod is not None and (not uid or not pod.uid or pod.uid == uid):
+                return pod
+        return None
 
 
 def _filter_reply(outcome: FilterOutcome, args: wire.ParsedArgs) -> bytes:

@@ -125,3 +125,19 @@ def test_the_watch_confirming_the_bind_replaces_the_reservation(
     assert bind(client_for(cache), "p", "n1") == ""
     cache.apply(Kind.PODS, "MODIFIED", kube_pod("p", 4, node="n1", phase="Pending"))
     assert cache.free["n1"] == 4 and cache.assumed_node("team-a", "p") is None
+
+
+def test_a_pod_bound_before_the_watch_showed_it_still_gets_its_placement_recorded(
+    client_for: Callable[..., TestClient], binder: FakeBinder
+) -> None:
+    # kube-scheduler binds a gang replica created a moment ago: the cache has the TrainingJob but not yet
+    # the pod; the watch delivers it 0.2 s later, while the extender waits for it to record the placement
+    cache = fed_cache([kube_node("n1", "A100", 8)], [], [kube_tj("tj")])
+    late = threading.Timer(0.2, cache.apply, (Kind.PODS, "ADDED", kube_pod("tj-w0", 2, job="tj", replica=0)))
+    late.start()
+    try:
+        assert bind(client_for(cache), "tj-w0", "n1") == ""
+    finally:
+        late.join()
+    assert binder.binds == [("team-a", "tj-w0", "uid-team-a-tj-w0", "n1")]
+    assert binder.placements == [("team-a", "tj", {"tj-w0": "n1"})]
