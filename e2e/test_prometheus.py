@@ -21,9 +21,9 @@ import yaml
 
 from e2e.conftest import StartComponent
 from e2e.harness import KubeCluster, wait_until
+from scheduler.names import API_VERSION, GROUP, TRAININGJOB_KIND, TRAININGJOB_PLURAL, VERSION
 from tests.deploy.conftest import CHART
 
-GROUP, VERSION, PLURAL = "perfsched.dev", "v1alpha1", "trainingjobs"
 METRIC = re.compile(r"\bperfsched_[a-zA-Z0-9_]+")
 
 
@@ -51,8 +51,8 @@ def job(name: str, iterations: int, **extra: Any) -> dict[str, Any]:
         **extra,
     }
     return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "TrainingJob",
+        "apiVersion": API_VERSION,
+        "kind": TRAININGJOB_KIND,
         "metadata": {"name": name},
         "spec": spec,
     }
@@ -129,14 +129,14 @@ def test_prometheus_scrapes_every_series_the_dashboard_uses(
     deadline = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
     custom = kube_cluster.custom
     custom.create_namespaced_custom_object(
-        GROUP, VERSION, fresh_namespace, PLURAL, job("finishes", 20000, deadline=deadline)
+        GROUP, VERSION, fresh_namespace, TRAININGJOB_PLURAL, job("finishes", 20000, deadline=deadline)
     )
     custom.create_namespaced_custom_object(
-        GROUP, VERSION, fresh_namespace, PLURAL, job("waits", 3000, allowedGPUTypes=["H100"])
+        GROUP, VERSION, fresh_namespace, TRAININGJOB_PLURAL, job("waits", 3000, allowedGPUTypes=["H100"])
     )
 
     def phase(name: str) -> str:
-        obj = custom.get_namespaced_custom_object(GROUP, VERSION, fresh_namespace, PLURAL, name)
+        obj = custom.get_namespaced_custom_object(GROUP, VERSION, fresh_namespace, TRAININGJOB_PLURAL, name)
         return str((obj.get("status") or {}).get("phase") or "")
 
     wait_until(lambda: phase("finishes") == "Succeeded", 120, "the job to succeed")

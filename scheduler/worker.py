@@ -21,12 +21,8 @@ from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from scheduler.core.errors import ConfigError, PerfschedError, TemporaryError
-from scheduler.k8s.progress import (
-    ANNOTATION_PROGRESS,
-    ANNOTATION_START_PROGRESS,
-    ProgressReport,
-    parse_start_progress,
-)
+from scheduler.k8s.progress import ProgressReport, parse_start_progress
+from scheduler.names import ANNOTATION_PROGRESS, ANNOTATION_START_PROGRESS
 
 log = logging.getLogger(__name__)
 

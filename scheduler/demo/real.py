@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.core.errors import PerfschedError
+from scheduler.names import API_VERSION, TRAININGJOB_KIND
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +71,8 @@ def manifest(job: JobScript, python: str, ckpt_dir: Path, seed: int = 0) -> dict
     """The TrainingJob of ``job``: the example trainer under ``python``, checkpoints in ``ckpt_dir``."""
     lo, hi = job.replicas
     return {
-        "apiVersion": "perfsched.dev/v1alpha1",
-        "kind": "TrainingJob",
+        "apiVersion": API_VERSION,
+        "kind": TRAININGJOB_KIND,
         "metadata": {"name": job.name, "namespace": NAMESPACE},
         "spec": {
             "model": "resnet18",

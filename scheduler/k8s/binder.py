@@ -25,8 +25,8 @@ from typing import Any
 import orjson
 
 from scheduler.core.errors import PermanentError, TemporaryError
-from scheduler.k8s import crd
 from scheduler.k8s.errors import AlreadyExists, ApiUnavailable, Conflict, KubeApiError, NotFound, api_call
+from scheduler.names import GROUP, TRAININGJOB_PLURAL, VERSION
 
 log = logging.getLogger(__name__)
 
@@ -96,10 +96,10 @@ class KubeBinder:
                 with api_call(what):
                     _drain(
                         self._custom.patch_namespaced_custom_object_status(
-                            crd.GROUP,
-                            crd.VERSION,
+                            GROUP,
+                            VERSION,
                             namespace,
-                            crd.PLURAL,
+                            TRAININGJOB_PLURAL,
                             job_name,
                             {"status": {"placement": placement}},
                             _preload_content=False,

@@ -19,15 +19,16 @@ import orjson
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from scheduler.k8s import crd
-from scheduler.k8s.codec import POD_LABEL_JOB, PodInfo, decode_pod
+from scheduler.k8s.codec import PodInfo, decode_pod
 from scheduler.k8s.errors import NotFound, api_call
-from scheduler.k8s.progress import (
+from scheduler.k8s.progress import ProgressReport, parse_progress, parse_start_progress
+from scheduler.names import (
     ANNOTATION_PROGRESS,
     ANNOTATION_START_PROGRESS,
-    ProgressReport,
-    parse_progress,
-    parse_start_progress,
+    GROUP,
+    LABEL_JOB_NAME,
+    TRAININGJOB_PLURAL,
+    VERSION,
 )
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ class KubeWorkload:
     def list_job_pods(self, namespace: str = "") -> list[WorkerPod]:
         """Every pod carrying ``perfsched.dev/job-name`` (all namespaces when ``namespace`` is empty)."""
         kw: dict[str, Any] = {
-            "label_selector": POD_LABEL_JOB,
+            "label_selector": LABEL_JOB_NAME,
             "_preload_content": False,
             "_request_timeout": self._timeout,
         }
@@ -107,10 +108,10 @@ class KubeWorkload:
         try:
             with api_call(f"reading TrainingJob {namespace}/{name}"):
                 resp = self._custom.get_namespaced_custom_object(
-                    crd.GROUP,
-                    crd.VERSION,
+                    GROUP,
+                    VERSION,
                     namespace,
-                    crd.PLURAL,
+                    TRAININGJOB_PLURAL,
                     name,
                     _preload_content=False,
                     _request_timeout=self._timeout,
