@@ -39,7 +39,7 @@ from kubernetes import client as k8s
 from e2e.harness import REPO, wait_until
 from scheduler.devcluster.cluster import DevCluster
 from scheduler.devcluster.process import is_running
-from scheduler.k8s import bootstrap
+from scheduler.k8s import connect
 from scheduler.names import API_VERSION, GROUP, TRAININGJOB_KIND, TRAININGJOB_PLURAL, VERSION
 
 SPEC = str(REPO / "e2e" / "clusters" / "e2e-small.yaml")
@@ -272,7 +272,7 @@ def test_killing_every_component_in_turn_breaks_nothing(
     chaos_cluster: tuple[DevCluster, dict[str, Any], dict[str, str]],
 ) -> None:
     dc, info, env = chaos_cluster
-    api = bootstrap.api_client(info["kubeconfig"])
+    api = connect.api_client(info["kubeconfig"])
     custom = k8s.CustomObjectsApi(api)
     names = [trainingjob(i)["metadata"]["name"] for i in range(JOBS)]
     for i in range(JOBS):

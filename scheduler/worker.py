@@ -89,9 +89,10 @@ class ProgressReporter:
             if not math.isfinite(value) or value < 0:
                 raise ConfigError(f"ProgressReporter: {field} must be a finite number >= 0, got {value}")
         if api is None:
-            from scheduler.k8s.workload import KubeWorkload, load_client
+            from scheduler.k8s.connect import api_client
+            from scheduler.k8s.workload import KubeWorkload
 
-            api = KubeWorkload(load_client(kubeconfig))
+            api = KubeWorkload(api_client(kubeconfig))
         self._api = api
         self._clock = clock
         self._sleep = sleep

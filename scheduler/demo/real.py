@@ -270,7 +270,7 @@ def run_real_demo(
     from scheduler.devcluster.process import free_ports
     from scheduler.devcluster.tools import DevClusterError, find_tools
     from scheduler.emulator.exec import find_torch_python
-    from scheduler.k8s import bootstrap
+    from scheduler.k8s import connect
     from scheduler.k8s.demoapi import DemoApi
     from scheduler.k8s.execapi import KubeExec, exec_node_manifest
 
@@ -316,7 +316,7 @@ def run_real_demo(
         except DevClusterError as exc:
             raise RealDemoError(f"starting the local control plane failed: {exc}") from exc
         where.update(kubeconfig=state.kubeconfig, logs=str(dc.log_dir))
-        client = bootstrap.api_client(state.kubeconfig)
+        client = connect.api_client(state.kubeconfig)
         nodes = [Node("exec-t4-0", "T4", 2, GPU_PRODUCT, rack="r0")]
         KubeExec(client).create_nodes([exec_node_manifest(n) for n in nodes])
         api = DemoApi(state.kubeconfig, NAMESPACE)

@@ -1,4 +1,4 @@
-"""Bootstrapping a cluster for perfsched: API clients, CRDs, fake GPU nodes, namespaces, service accounts.
+"""Bootstrapping a cluster for perfsched: CRDs, fake GPU nodes, namespaces, service accounts.
 
 Used by the local control plane (``scheduler.devcluster``), the e2e fixtures and the benchmarks, which
 must not import ``kubernetes`` themselves. ``node_manifest`` is pure (a core ``Node`` to the Kubernetes
@@ -17,7 +17,6 @@ from typing import Any
 
 import yaml
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 
 from scheduler.core.errors import TemporaryError
 from scheduler.core.types import Interconnect, Node
@@ -38,11 +37,6 @@ log = logging.getLogger(__name__)
 #: The annotation KWOK is told to manage nodes by (``--manage-nodes-with-annotation-selector``).
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_NODE_VALUE = "fake"
-
-
-def api_client(kubeconfig: str | Path) -> k8s.ApiClient:
-    """An API client for the current context of ``kubeconfig``."""
-    return k8s_config.new_client_from_config(config_file=str(kubeconfig))
 
 
 def node_manifest(

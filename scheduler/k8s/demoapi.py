@@ -12,7 +12,8 @@ from typing import Any
 
 import orjson
 
-from scheduler.k8s.bootstrap import api_client, create_namespace
+from scheduler.k8s.bootstrap import create_namespace
+from scheduler.k8s.connect import api_client
 from scheduler.k8s.errors import api_call
 from scheduler.names import GROUP, TRAININGJOB_PLURAL, VERSION
 

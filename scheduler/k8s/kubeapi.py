@@ -172,7 +172,7 @@ def retry(
 
 
 class RealKubeApi:
-    """``KubeApi`` over the official client. Build it from an ``ApiClient`` (``load_api_client``)."""
+    """``KubeApi`` over the official client. Build it from an ``ApiClient`` (``connect.api_client``)."""
 
     def __init__(
         self,

@@ -10,14 +10,12 @@ Impure (HTTP to the API).
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 
 from scheduler.k8s.codec import PodInfo, decode_pod
 from scheduler.k8s.errors import NotFound, api_call
@@ -43,19 +41,6 @@ class WorkerPod:
     report: ProgressReport | None
     start_progress: float | None
     annotations: Mapping[str, str]
-
-
-def load_client(kubeconfig: str | None = None) -> k8s.ApiClient:
-    """An API client: ``kubeconfig`` (or ``$KUBECONFIG``), else the in-cluster service account."""
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    if path:
-        return k8s_config.new_client_from_config(config_file=path)
-    try:
-        cfg = k8s.Configuration()
-        k8s_config.load_incluster_config(client_configuration=cfg)
-        return k8s.ApiClient(cfg)
-    except k8s_config.ConfigException:
-        return k8s_config.new_client_from_config()
 
 
 class KubeWorkload:
