@@ -46,7 +46,7 @@ ANNOTATION_GPU_TYPE = "perfsched.dev/gpu-type"
 ANNOTATION_PLANNED_NODE = "perfsched.dev/planned-node"
 ANNOTATION_TOTAL_WORK = "perfsched.dev/total-work"
 ANNOTATION_WORLD_SIZE = "perfsched.dev/world-size"
-#: What a pod trains, for the extender's prediction of a pod that belongs to no TrainingJob.
+#: What a pod trains (the actuator writes them; the extender predicts a pod of no TrainingJob by them).
 ANNOTATION_MODEL = "perfsched.dev/model"
 ANNOTATION_BATCH_SIZE = "perfsched.dev/batch-size"
 #: Progress reporting (``scheduler/k8s/progress.py``, ``docs/progress-reporting.md``).
