@@ -44,7 +44,7 @@ from scheduler.core.types import Interconnect, Node  # noqa: E402
 from scheduler.devcluster.cluster import DevCluster, UpOptions  # noqa: E402
 from scheduler.devcluster.configs import SchedulerTuning  # noqa: E402
 from scheduler.devcluster.process import spawn  # noqa: E402
-from scheduler.k8s import bootstrap  # noqa: E402
+from scheduler.k8s import bootstrap, connect  # noqa: E402
 
 NAMESPACE = "bench"
 GANG_SIZE = 8
@@ -172,7 +172,7 @@ def run(
         state = dc.up(UpOptions(nodes=_nodes(nodes), schedulers=(), timeout_s=300))
         spy: subprocess.Popen[bytes] | None = None
         try:
-            api = bootstrap.api_client(state.kubeconfig)
+            api = connect.api_client(state.kubeconfig)
             core = k8s.CoreV1Api(api)
             bootstrap.create_namespace(api, NAMESPACE)
             custom = k8s.CustomObjectsApi(api)

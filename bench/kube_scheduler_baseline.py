@@ -37,7 +37,7 @@ from scheduler.core.types import Interconnect, Node
 from scheduler.devcluster.cluster import DevCluster, UpOptions
 from scheduler.devcluster.configs import SchedulerTuning
 from scheduler.devcluster.process import spawn
-from scheduler.k8s import bootstrap
+from scheduler.k8s import bootstrap, connect
 
 ExtenderArgv = Callable[[int, str], Sequence[str]]
 NAMESPACE = "bench"
@@ -129,7 +129,7 @@ def run_scheduling_bench(
         t0 = time.monotonic()
         state = dc.up(UpOptions(nodes=_nodes(num_nodes), schedulers=(), timeout_s=180))
         try:
-            api = bootstrap.api_client(state.kubeconfig)
+            api = connect.api_client(state.kubeconfig)
             core = k8s.CoreV1Api(api)
             bootstrap.create_namespace(api, NAMESPACE)
             with ThreadPoolExecutor(max_workers=16) as pool:

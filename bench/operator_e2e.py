@@ -38,7 +38,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from scheduler.devcluster.cluster import DevCluster, UpOptions  # noqa: E402
 from scheduler.devcluster.process import spawn  # noqa: E402
-from scheduler.k8s import bootstrap  # noqa: E402
+from scheduler.k8s import bootstrap, connect  # noqa: E402
 from scheduler.sim.cluster import load_cluster_spec, node_labels, spec_to_nodes  # noqa: E402
 
 SHAPES = [(1, 1), (1, 2), (2, 1), (1, 4), (2, 2)]  # (replicas, GPUs per replica), cycled
@@ -169,7 +169,7 @@ def main() -> None:
         t0 = time.monotonic()
         state = dc.up(UpOptions(nodes=nodes, node_labels=node_labels(spec), timeout_s=180))
         try:
-            api = bootstrap.api_client(state.kubeconfig)
+            api = connect.api_client(state.kubeconfig)
             core = k8s.CoreV1Api(api)
             custom = k8s.CustomObjectsApi(api)
             port = state.ports["extender"]

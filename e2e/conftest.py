@@ -41,11 +41,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
-    from scheduler.k8s import bootstrap
+    from scheduler.k8s import connect
 
     external = os.environ.get(E2E_KUBECONFIG_ENV)
     if external:
-        api = bootstrap.api_client(external)
+        api = connect.api_client(external)
         host = api.configuration.host
         yield KubeCluster(
             kubeconfig=external,
@@ -66,7 +66,7 @@ def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeClust
         state = dc.up(UpOptions(nodes=spec_to_nodes(spec), node_labels=node_labels(spec)))
     except DevClusterError as exc:
         pytest.fail(f"the e2e control plane did not start:\n{exc}", pytrace=False)
-    api = bootstrap.api_client(state.kubeconfig)
+    api = connect.api_client(state.kubeconfig)
     try:
         yield KubeCluster(
             kubeconfig=state.kubeconfig,

@@ -39,9 +39,9 @@ from kubernetes import client as k8s
 from e2e.harness import REPO, wait_until
 from scheduler.devcluster.cluster import DevCluster
 from scheduler.devcluster.process import is_running
-from scheduler.k8s import bootstrap
+from scheduler.k8s import connect
+from scheduler.names import API_VERSION, GROUP, TRAININGJOB_KIND, TRAININGJOB_PLURAL, VERSION
 
-GROUP, VERSION, PLURAL = "perfsched.dev", "v1alpha1", "trainingjobs"
 SPEC = str(REPO / "e2e" / "clusters" / "e2e-small.yaml")
 TIME_SCALE = 300.0
 PERFSCHED = ("perfsched-extender", "perfsched-operator", "perfsched-emulator")
@@ -77,8 +77,8 @@ def perfsched(*args: str, env: dict[str, str], timeout: float = 180) -> subproce
 def trainingjob(i: int) -> dict[str, Any]:
     model, dataset, batch, iterations = MODELS[i % len(MODELS)]
     return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "TrainingJob",
+        "apiVersion": API_VERSION,
+        "kind": TRAININGJOB_KIND,
         "metadata": {"name": f"chaos-{i:02d}"},
         "spec": {
             "model": model,
@@ -132,7 +132,10 @@ class Sampler:
 
     def sample(self) -> None:
         pods = self.core.list_pod_for_all_namespaces(_request_timeout=5).items
-        tjs = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, _request_timeout=5)["items"]
+        listed = self.custom.list_cluster_custom_object(
+            GROUP, VERSION, TRAININGJOB_PLURAL, _request_timeout=5
+        )
+        tjs = listed["items"]
         used: dict[str, int] = defaultdict(int)
         gangs: dict[str, set[str]] = defaultdict(set)
         replicas: dict[tuple[str, str, str], int] = defaultdict(int)
@@ -269,15 +272,17 @@ def test_killing_every_component_in_turn_breaks_nothing(
     chaos_cluster: tuple[DevCluster, dict[str, Any], dict[str, str]],
 ) -> None:
     dc, info, env = chaos_cluster
-    api = bootstrap.api_client(info["kubeconfig"])
+    api = connect.api_client(info["kubeconfig"])
     custom = k8s.CustomObjectsApi(api)
     names = [trainingjob(i)["metadata"]["name"] for i in range(JOBS)]
     for i in range(JOBS):
-        custom.create_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, trainingjob(i))
+        custom.create_namespaced_custom_object(GROUP, VERSION, "default", TRAININGJOB_PLURAL, trainingjob(i))
     operator_url = info["endpoints"]["perfsched-operator"]
 
     def phases() -> dict[str, str]:
-        items = custom.list_namespaced_custom_object(GROUP, VERSION, "default", PLURAL, _request_timeout=5)
+        items = custom.list_namespaced_custom_object(
+            GROUP, VERSION, "default", TRAININGJOB_PLURAL, _request_timeout=5
+        )
         return {t["metadata"]["name"]: (t.get("status") or {}).get("phase", "") for t in items["items"]}
 
     def restart(component: str, down_for: float) -> subprocess.Popen[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from e2e.harness import REPO, wait_until
 from scheduler.devcluster.process import ProcessRecord, is_running, port_is_free
-from scheduler.k8s import bootstrap
+from scheduler.k8s import connect
 
 SPEC = str(REPO / "e2e" / "clusters" / "e2e-small.yaml")
 
@@ -65,7 +65,7 @@ def test_up_status_second_up_and_down_from_a_clean_state(tmp_path: Path) -> None
             "kube-scheduler-default", "kwok",
         }  # fmt: skip
         assert all(Path(p).is_file() for p in info["logs"].values())
-        api = bootstrap.api_client(info["kubeconfig"])
+        api = connect.api_client(info["kubeconfig"])
         from kubernetes import client as k8s
 
         assert len(k8s.CoreV1Api(api).list_node().items) == 6
@@ -140,7 +140,7 @@ def test_up_with_perfsched_runs_a_trainingjob_to_success(tmp_path: Path) -> None
     info = json.loads(up.stdout)
     try:
         assert {"perfsched-extender", "perfsched-operator", "perfsched-emulator"} <= set(info["pids"])
-        api = bootstrap.api_client(info["kubeconfig"])
+        api = connect.api_client(info["kubeconfig"])
         custom, core = k8s.CustomObjectsApi(api), k8s.CoreV1Api(api)
         job = {
             "apiVersion": "perfsched.dev/v1alpha1",

@@ -17,8 +17,7 @@ import pytest
 from kubernetes import client as k8s
 
 from e2e.harness import Component, KubeCluster, gpu_pod, pod_events, wait_until
-
-GPU = "nvidia.com/gpu"
+from scheduler.names import GPU_RESOURCE
 
 
 def _require_local(cluster: KubeCluster) -> None:
@@ -36,7 +35,7 @@ def _gpus_of(pod: k8s.V1Pod) -> int:
         res = c.resources
         if res is None:
             continue
-        value = (res.requests or {}).get(GPU) or (res.limits or {}).get(GPU)
+        value = (res.requests or {}).get(GPU_RESOURCE) or (res.limits or {}).get(GPU_RESOURCE)
         total += int(value or 0)
     return total
 
@@ -60,7 +59,7 @@ def _assert_never_overcommitted(core: k8s.CoreV1Api) -> None:
     nodes = _nodes(core)
     for name, used in _used_per_node(core).items():
         if name in nodes:
-            alloc = int(nodes[name].status.allocatable.get(GPU, "0"))
+            alloc = int(nodes[name].status.allocatable.get(GPU_RESOURCE, "0"))
             assert used <= alloc, f"{name}: {used} GPUs bound > {alloc} allocatable"
 
 
@@ -218,7 +217,7 @@ def test_killing_the_extender_mid_batch_loses_no_pod_and_never_overcommits(
     kube_cluster: KubeCluster, fresh_namespace: str, extender: Component
 ) -> None:
     core, ns = kube_cluster.core, fresh_namespace
-    capacity = sum(int(n.status.allocatable.get(GPU, "0")) for n in _nodes(core).values())
+    capacity = sum(int(n.status.allocatable.get(GPU_RESOURCE, "0")) for n in _nodes(core).values())
     pods = capacity // 2 + 4  # 2-GPU pods: 4 more than the cluster holds
     for i in range(pods):
         core.create_namespaced_pod(ns, gpu_pod(f"batch-{i:02d}", 2))

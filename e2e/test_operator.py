@@ -21,8 +21,8 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from e2e.harness import Component, KubeCluster, wait_until
+from scheduler.names import API_VERSION, GROUP, TRAININGJOB_KIND, TRAININGJOB_PLURAL, VERSION
 
-GROUP, VERSION, PLURAL = "perfsched.dev", "v1alpha1", "trainingjobs"
 TIME_SCALE = 300.0
 
 StartComponent = Callable[..., Component]
@@ -55,8 +55,8 @@ def tj(
     }
     spec.update(extra)
     return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "TrainingJob",
+        "apiVersion": API_VERSION,
+        "kind": TRAININGJOB_KIND,
         "metadata": {"name": name},
         "spec": spec,
     }
@@ -70,10 +70,10 @@ class Cluster:
         self.core, self.custom = kube.core, kube.custom
 
     def submit(self, body: dict[str, Any]) -> None:
-        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, body)
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, TRAININGJOB_PLURAL, body)
 
     def get(self, name: str) -> dict[str, Any]:
-        return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, name)  # type: ignore[no-any-return]
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.ns, TRAININGJOB_PLURAL, name)  # type: ignore[no-any-return]
 
     def status(self, name: str) -> dict[str, Any]:
         return self.get(name).get("status") or {}
@@ -276,12 +276,12 @@ def test_valid_examples_are_accepted_and_scale_sets_the_ceiling(cluster: Cluster
             cluster.submit(body)
     # `kubectl scale tj/bert-elastic --replicas=4` sets spec.replicas.max
     cluster.custom.patch_namespaced_custom_object_scale(
-        GROUP, VERSION, cluster.ns, PLURAL, "bert-elastic", {"spec": {"replicas": 4}}
+        GROUP, VERSION, cluster.ns, TRAININGJOB_PLURAL, "bert-elastic", {"spec": {"replicas": 4}}
     )
     assert cluster.get("bert-elastic")["spec"]["replicas"]["max"] == 4
     with pytest.raises(ApiException) as info:  # below min (1) is refused by the min <= max rule
         cluster.custom.patch_namespaced_custom_object_scale(
-            GROUP, VERSION, cluster.ns, PLURAL, "bert-elastic", {"spec": {"replicas": 0}}
+            GROUP, VERSION, cluster.ns, TRAININGJOB_PLURAL, "bert-elastic", {"spec": {"replicas": 0}}
         )
     assert info.value.status == 422
 

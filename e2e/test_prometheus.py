@@ -23,9 +23,17 @@ import yaml
 
 from e2e.conftest import StartComponent
 from e2e.harness import KubeCluster, wait_until
+from scheduler.names import (
+    API_VERSION,
+    GROUP,
+    TRAININGJOB_KIND,
+    TRAININGJOB_PLURAL,
+    TRAININGQUEUE_KIND,
+    TRAININGQUEUE_PLURAL,
+    VERSION,
+)
 from tests.deploy.conftest import CHART
 
-GROUP, VERSION, PLURAL = "perfsched.dev", "v1alpha1", "trainingjobs"
 METRIC = re.compile(r"\bperfsched_[a-zA-Z0-9_]+")
 
 
@@ -53,8 +61,8 @@ def job(name: str, iterations: int, **extra: Any) -> dict[str, Any]:
         **extra,
     }
     return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "TrainingJob",
+        "apiVersion": API_VERSION,
+        "kind": TRAININGJOB_KIND,
         "metadata": {"name": name},
         "spec": spec,
     }
@@ -66,14 +74,14 @@ def team_queue(kube_cluster: KubeCluster) -> Iterator[str]:
     cluster-scoped, and any queue turns on quota enforcement for every operator."""
     name = f"prom-{uuid.uuid4().hex[:6]}"
     body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "TrainingQueue",
+        "apiVersion": API_VERSION,
+        "kind": TRAININGQUEUE_KIND,
         "metadata": {"name": name},
         "spec": {"quotas": [{"gpuType": "*", "nominal": 64}]},
     }
-    kube_cluster.custom.create_cluster_custom_object(GROUP, VERSION, "trainingqueues", body)
+    kube_cluster.custom.create_cluster_custom_object(GROUP, VERSION, TRAININGQUEUE_PLURAL, body)
     yield name
-    kube_cluster.custom.delete_cluster_custom_object(GROUP, VERSION, "trainingqueues", name)
+    kube_cluster.custom.delete_cluster_custom_object(GROUP, VERSION, TRAININGQUEUE_PLURAL, name)
 
 
 def test_prometheus_scrapes_every_series_the_dashboard_uses(
@@ -148,18 +156,22 @@ def test_prometheus_scrapes_every_series_the_dashboard_uses(
     deadline = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
     custom = kube_cluster.custom
     custom.create_namespaced_custom_object(
-        GROUP, VERSION, fresh_namespace, PLURAL, job("finishes", 20000, deadline=deadline, queue=team_queue)
+        GROUP,
+        VERSION,
+        fresh_namespace,
+        TRAININGJOB_PLURAL,
+        job("finishes", 20000, deadline=deadline, queue=team_queue),
     )
     custom.create_namespaced_custom_object(
         GROUP,
         VERSION,
         fresh_namespace,
-        PLURAL,
+        TRAININGJOB_PLURAL,
         job("waits", 3000, allowedGPUTypes=["H100"], queue=team_queue),
     )
 
     def phase(name: str) -> str:
-        obj = custom.get_namespaced_custom_object(GROUP, VERSION, fresh_namespace, PLURAL, name)
+        obj = custom.get_namespaced_custom_object(GROUP, VERSION, fresh_namespace, TRAININGJOB_PLURAL, name)
         return str((obj.get("status") or {}).get("phase") or "")
 
     wait_until(lambda: phase("finishes") == "Succeeded", 120, "the job to succeed")

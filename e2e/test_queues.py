@@ -22,7 +22,8 @@ from kubernetes.client.exceptions import ApiException
 from e2e.harness import REPO, KubeCluster, wait_until
 from e2e.test_operator import Cluster, Watcher, cluster, stack, tj  # noqa: F401  (fixtures)
 from scheduler.core.queues import QueueSpec
-from scheduler.k8s.crd import GROUP, QUEUE_PLURAL, VERSION, trainingqueue_to_spec
+from scheduler.k8s.crd import trainingqueue_to_spec
+from scheduler.names import GROUP, TRAININGQUEUE_PLURAL, VERSION
 
 
 @pytest.fixture
@@ -31,9 +32,9 @@ def queues(kube_cluster: KubeCluster) -> Iterator[tuple[k8s.CustomObjectsApi, st
     api = k8s.CustomObjectsApi(kube_cluster.api)
     prefix = f"tq-{uuid.uuid4().hex[:6]}"
     yield api, prefix
-    for obj in api.list_cluster_custom_object(GROUP, VERSION, QUEUE_PLURAL)["items"]:
+    for obj in api.list_cluster_custom_object(GROUP, VERSION, TRAININGQUEUE_PLURAL)["items"]:
         if obj["metadata"]["name"].startswith(prefix):
-            api.delete_cluster_custom_object(GROUP, VERSION, QUEUE_PLURAL, obj["metadata"]["name"])
+            api.delete_cluster_custom_object(GROUP, VERSION, TRAININGQUEUE_PLURAL, obj["metadata"]["name"])
 
 
 def body(name: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -49,13 +50,16 @@ def test_example_queues_are_accepted_and_read_back(queues: tuple[k8s.CustomObjec
     api, prefix = queues
     for doc in yaml.safe_load_all((REPO / "crds" / "examples" / "queues.yaml").read_text()):
         doc["metadata"]["name"] = f"{prefix}-{doc['metadata']['name']}"
-        api.create_cluster_custom_object(GROUP, VERSION, QUEUE_PLURAL, doc)
-    got = api.get_cluster_custom_object(GROUP, VERSION, QUEUE_PLURAL, f"{prefix}-team-b")
+        api.create_cluster_custom_object(GROUP, VERSION, TRAININGQUEUE_PLURAL, doc)
+    got = api.get_cluster_custom_object(GROUP, VERSION, TRAININGQUEUE_PLURAL, f"{prefix}-team-b")
     spec = trainingqueue_to_spec(got)
     assert isinstance(spec, QueueSpec) and spec.weight == 2 and spec.cohort == "research"
     # defaults filled in by the API server
     minimal = api.create_cluster_custom_object(
-        GROUP, VERSION, QUEUE_PLURAL, body(f"{prefix}-min", {"quotas": [{"gpuType": "*", "nominal": 8}]})
+        GROUP,
+        VERSION,
+        TRAININGQUEUE_PLURAL,
+        body(f"{prefix}-min", {"quotas": [{"gpuType": "*", "nominal": 8}]}),
     )
     assert minimal["spec"]["weight"] == 1 and minimal["spec"]["fairShare"] == "throughput"
 
@@ -81,7 +85,7 @@ def test_invalid_queue_is_refused_naming_the_field(
 ) -> None:
     api, prefix = queues
     with pytest.raises(ApiException) as info:
-        api.create_cluster_custom_object(GROUP, VERSION, QUEUE_PLURAL, body(f"{prefix}-bad", spec))
+        api.create_cluster_custom_object(GROUP, VERSION, TRAININGQUEUE_PLURAL, body(f"{prefix}-bad", spec))
     assert info.value.status == 422, info.value.body
     assert field in info.value.body, info.value.body
 
@@ -100,7 +104,7 @@ def test_owner_reclaims_borrowed_gpus_through_the_grace_period(
         api.create_cluster_custom_object(
             GROUP,
             VERSION,
-            QUEUE_PLURAL,
+            TRAININGQUEUE_PLURAL,
             body(name, {"cohort": prefix, "quotas": [quota, {"gpuType": "*", "nominal": 8}]}),
         )
     stack("fifo", checkpoint_interval=50.0)
@@ -119,11 +123,11 @@ def test_owner_reclaims_borrowed_gpus_through_the_grace_period(
         cluster.wait_phase("b-short", {"Running", "Succeeded"}, 60)
 
         def b_status() -> dict[str, Any]:
-            return api.get_cluster_custom_object(GROUP, VERSION, QUEUE_PLURAL, b).get("status") or {}
+            return api.get_cluster_custom_object(GROUP, VERSION, TRAININGQUEUE_PLURAL, b).get("status") or {}
 
         # the operator reports the queues' usage: B holds its 8 A100, A is back within its nominal 8
         wait_until(lambda: b_status().get("usage", {}).get("A100") == 8, 30, "team-b status usage")
-        qa = api.get_cluster_custom_object(GROUP, VERSION, QUEUE_PLURAL, a).get("status") or {}
+        qa = api.get_cluster_custom_object(GROUP, VERSION, TRAININGQUEUE_PLURAL, a).get("status") or {}
         assert qa.get("usage", {}).get("A100", 0) <= 8 and qa.get("pendingJobs") == 1, qa
         lost = cluster.status("lost")
         assert lost.get("phase") == "Pending" and f"queue {prefix}-nowhere does not exist" in str(lost), lost

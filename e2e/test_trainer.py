@@ -23,8 +23,8 @@ import pytest
 
 from e2e.harness import REPO, Component, KubeCluster, wait_until
 from scheduler.emulator.exec import find_torch_python
+from scheduler.names import API_VERSION, GROUP, TRAININGJOB_KIND, TRAININGJOB_PLURAL, VERSION
 
-GROUP, VERSION, PLURAL = "perfsched.dev", "v1alpha1", "trainingjobs"
 TRAIN = REPO / "examples" / "trainer" / "train.py"
 PYTHON = find_torch_python()
 
@@ -61,8 +61,8 @@ def trainer_job(
     command = ["sh", "-c", "trap '' TERM; exec \"$@\"", "worker", *argv] if ignore_sigterm else argv
     lo, hi = replicas
     return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "TrainingJob",
+        "apiVersion": API_VERSION,
+        "kind": TRAININGJOB_KIND,
         "metadata": {"name": name},
         "spec": {
             "model": "resnet18",
@@ -110,10 +110,10 @@ class Jobs:
         self.nodes.append(name)
 
     def submit(self, body: dict[str, Any]) -> None:
-        self.kube.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, body)
+        self.kube.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, TRAININGJOB_PLURAL, body)
 
     def status(self, name: str) -> dict[str, Any]:
-        obj = self.kube.custom.get_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, name)
+        obj = self.kube.custom.get_namespaced_custom_object(GROUP, VERSION, self.ns, TRAININGJOB_PLURAL, name)
         return dict(obj.get("status") or {})
 
     def wait_phase(self, name: str, phases: set[str], timeout: float) -> dict[str, Any]:

@@ -21,12 +21,8 @@ from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from scheduler.core.errors import ConfigError, PerfschedError, TemporaryError
-from scheduler.k8s.progress import (
-    ANNOTATION_PROGRESS,
-    ANNOTATION_START_PROGRESS,
-    ProgressReport,
-    parse_start_progress,
-)
+from scheduler.k8s.progress import ProgressReport, parse_start_progress
+from scheduler.names import ANNOTATION_PROGRESS, ANNOTATION_START_PROGRESS
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +89,10 @@ class ProgressReporter:
             if not math.isfinite(value) or value < 0:
                 raise ConfigError(f"ProgressReporter: {field} must be a finite number >= 0, got {value}")
         if api is None:
-            from scheduler.k8s.workload import KubeWorkload, load_client
+            from scheduler.k8s.connect import api_client
+            from scheduler.k8s.workload import KubeWorkload
 
-            api = KubeWorkload(load_client(kubeconfig))
+            api = KubeWorkload(api_client(kubeconfig))
         self._api = api
         self._clock = clock
         self._sleep = sleep

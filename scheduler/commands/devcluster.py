@@ -216,11 +216,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Create the spec's fake GPU nodes (for KWOK) on any cluster, e.g. kind (see e2e/kind/)."""
         from scheduler.k8s import bootstrap
-        from scheduler.k8s.workload import load_client
+        from scheduler.k8s.connect import api_client
         from scheduler.sim.cluster import load_cluster_spec, node_labels, spec_to_nodes
 
         spec = load_cluster_spec(cluster)
-        api = load_client(kubeconfig)
+        api = api_client(kubeconfig)
         node_list = spec_to_nodes(spec)
         bootstrap.create_nodes(api, node_list, node_labels(spec))
         bootstrap.wait_nodes_ready(api, [n.name for n in node_list])

@@ -64,7 +64,8 @@ def register(app: typer.Typer) -> None:
 
         from scheduler.core.errors import ConfigError
         from scheduler.emulator.runner import Emulator, EmulatorConfig, ground_truth_throughput
-        from scheduler.k8s.workload import KubeWorkload, load_client
+        from scheduler.k8s.connect import api_client
+        from scheduler.k8s.workload import KubeWorkload
         from scheduler.settings import configure_logging, load_settings
 
         settings = load_settings()
@@ -90,7 +91,7 @@ def register(app: typer.Typer) -> None:
             return
         if exec_dir is not None or exec_nodes is not None:
             raise ConfigError("perfsched emulate: --exec-dir and --exec-nodes need --exec")
-        emulator = Emulator(KubeWorkload(load_client(kubeconfig)), ground_truth_throughput(), config)
+        emulator = Emulator(KubeWorkload(api_client(kubeconfig)), ground_truth_throughput(), config)
         if once:
             emulator.step()
             return
@@ -106,8 +107,8 @@ def _run_exec(
 ) -> None:
     from scheduler.core.errors import ConfigError
     from scheduler.emulator.exec import ExecConfig, ExecEmulator, worker_site
+    from scheduler.k8s.connect import api_client
     from scheduler.k8s.execapi import KubeExec, exec_node_manifest
-    from scheduler.k8s.workload import load_client
 
     path = kubeconfig or os.environ.get("KUBECONFIG", "")
     if not path:
@@ -117,7 +118,7 @@ def _run_exec(
         )
     cache = os.environ.get("PERFSCHED_CACHE") or str(Path.home() / ".cache" / "perfsched")
     root = (exec_dir or Path(cache).expanduser() / "exec").resolve()
-    api = KubeExec(load_client(path))
+    api = KubeExec(api_client(path))
     if spec_name:
         from scheduler.sim.cluster import load_cluster_spec, node_labels, spec_to_nodes
 

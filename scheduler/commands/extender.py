@@ -38,8 +38,9 @@ def register(app: typer.Typer) -> None:
 
         from scheduler.core.errors import ConfigError
         from scheduler.extender import create_app
-        from scheduler.k8s.binder import KubeBinder, load_api_client
+        from scheduler.k8s.binder import KubeBinder
         from scheduler.k8s.cache import ClusterCache
+        from scheduler.k8s.connect import api_client
         from scheduler.k8s.listwatch import KubeListWatch
         from scheduler.settings import configure_logging, load_settings
 
@@ -54,7 +55,7 @@ def register(app: typer.Typer) -> None:
                 "ssl_certfile": settings.extender_tls_cert_file,
                 "ssl_keyfile": settings.extender_tls_key_file,
             }
-        api = load_api_client(kubeconfig)
+        api = api_client(kubeconfig)
         cache = ClusterCache(
             KubeListWatch(api, settings.namespace),
             assume_ttl_s=settings.extender_assume_ttl_seconds,

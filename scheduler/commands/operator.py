@@ -52,7 +52,7 @@ def register(app: typer.Typer) -> None:
 
         from scheduler.core.errors import ConfigError
         from scheduler.core.round import RoundCosts
-        from scheduler.k8s.binder import load_api_client
+        from scheduler.k8s.connect import api_client
         from scheduler.k8s.kubeapi import RealKubeApi
         from scheduler.operator.leader import LeaseElector
         from scheduler.operator.learning import CorrectedOracle
@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
         from perfmodel import zoo
 
         oracle = CorrectedOracle.load()
-        api = RealKubeApi(load_api_client(kubeconfig))
+        api = RealKubeApi(api_client(kubeconfig))
         identity = settings.operator_identity or f"{socket.gethostname()}-{os.getpid()}"
         elector: LeaseElector | None = None
         if settings.operator_leader_elect and not once:

@@ -11,8 +11,7 @@ from collections.abc import Collection
 
 from scheduler.core.decisions import Unschedulable
 from scheduler.core.types import Job, Node
-
-GPU_RESOURCE = "nvidia.com/gpu"
+from scheduler.names import GPU_RESOURCE
 
 
 def check_node(

@@ -1,4 +1,5 @@
-"""The seams of the scheduling core, as ``typing.Protocol``s: policies, throughput oracles and clocks.
+"""The seams of the scheduling core, as ``typing.Protocol``s: policies, throughput oracles, the measured
+throughput table behind the simulator's truth, and clocks.
 
 Pure: protocols only. Real implementations (the ``perfmodel`` predictor behind ``scheduler.oracles``,
 the wall clock) and fakes for tests live elsewhere and are passed in.
@@ -50,6 +51,26 @@ class Policy(Protocol):
     def allocate(
         self, snapshot: ClusterSnapshot, jobs: Sequence[Job], oracle: ThroughputOracle
     ) -> Mapping[str, Decision]: ...
+
+
+class MeasuredThroughput(Protocol):
+    """Measured throughput by configuration: what ``perfmodel.truth.GroundTruth`` offers the simulator.
+
+    ``throughput`` gives the iterations/s of a whole job (global batch ``batch_size``) on ``num_gpus`` GPUs
+    of ``gpu_type`` over ``num_nodes`` nodes, or None where nothing was measured. ``TableOracle`` answers
+    from it (``scheduler.sim.gavel.GavelTable`` is another implementation); the trace workload builder
+    also needs the list of what was measured (``scheduler.sim.workload.Catalogue``).
+    """
+
+    def throughput(
+        self,
+        model: str,
+        batch_size: int,
+        gpu_type: str,
+        num_gpus: int,
+        num_nodes: int = 1,
+        dataset: str = "",
+    ) -> float | None: ...
 
 
 class Clock(Protocol):

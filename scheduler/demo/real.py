@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.core.errors import PerfschedError
+from scheduler.names import API_VERSION, TRAININGJOB_KIND
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +71,8 @@ def manifest(job: JobScript, python: str, ckpt_dir: Path, seed: int = 0) -> dict
     """The TrainingJob of ``job``: the example trainer under ``python``, checkpoints in ``ckpt_dir``."""
     lo, hi = job.replicas
     return {
-        "apiVersion": "perfsched.dev/v1alpha1",
-        "kind": "TrainingJob",
+        "apiVersion": API_VERSION,
+        "kind": TRAININGJOB_KIND,
         "metadata": {"name": job.name, "namespace": NAMESPACE},
         "spec": {
             "model": "resnet18",
@@ -269,7 +270,7 @@ def run_real_demo(
     from scheduler.devcluster.process import free_ports
     from scheduler.devcluster.tools import DevClusterError, find_tools
     from scheduler.emulator.exec import find_torch_python
-    from scheduler.k8s import bootstrap
+    from scheduler.k8s import connect
     from scheduler.k8s.demoapi import DemoApi
     from scheduler.k8s.execapi import KubeExec, exec_node_manifest
 
@@ -315,7 +316,7 @@ def run_real_demo(
         except DevClusterError as exc:
             raise RealDemoError(f"starting the local control plane failed: {exc}") from exc
         where.update(kubeconfig=state.kubeconfig, logs=str(dc.log_dir))
-        client = bootstrap.api_client(state.kubeconfig)
+        client = connect.api_client(state.kubeconfig)
         nodes = [Node("exec-t4-0", "T4", 2, GPU_PRODUCT, rack="r0")]
         KubeExec(client).create_nodes([exec_node_manifest(n) for n in nodes])
         api = DemoApi(state.kubeconfig, NAMESPACE)

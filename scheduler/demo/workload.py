@@ -17,6 +17,7 @@ from typing import Any
 
 from scheduler.core.errors import ConfigError
 from scheduler.core.types import Job
+from scheduler.names import ANNOTATION_TRACE_JOB, API_VERSION, TRAININGJOB_KIND
 from scheduler.sim.traces import TraceJob
 
 #: Namespace the demo's TrainingJobs live in.
@@ -101,13 +102,13 @@ def trainingjob_manifest(
     if job.dataset:
         spec["dataset"] = job.dataset
     return {
-        "apiVersion": "perfsched.dev/v1alpha1",
-        "kind": "TrainingJob",
+        "apiVersion": API_VERSION,
+        "kind": TRAININGJOB_KIND,
         "metadata": {
             "name": k8s_name(job.name),
             "namespace": namespace,
             "labels": {"app.kubernetes.io/part-of": "perfsched-demo"},
-            "annotations": {"perfsched.dev/trace-job": job.name},
+            "annotations": {ANNOTATION_TRACE_JOB: job.name},
         },
         "spec": spec,
     }

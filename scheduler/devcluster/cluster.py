@@ -425,9 +425,9 @@ class DevCluster:
         # CRDs before KCM: the garbage collector rescans discovery only every 30 s
         crd_files = sorted(tools.crds_dir.glob("*.yaml")) if tools.crds_dir else []
         if crd_files:
-            from scheduler.k8s import bootstrap
+            from scheduler.k8s import bootstrap, connect
 
-            client = bootstrap.api_client(kubeconfig)
+            client = connect.api_client(kubeconfig)
             try:
                 bootstrap.apply_crds(client, bootstrap.load_crds(crd_files), timeout_s=deadline)
             finally:
@@ -542,9 +542,9 @@ class DevCluster:
         self._save()
 
     def _wait_api(self, state: ClusterState, kubeconfig: str, options: UpOptions, timeout_s: float) -> None:
-        from scheduler.k8s import bootstrap
+        from scheduler.k8s import bootstrap, connect
 
-        client = bootstrap.api_client(kubeconfig)
+        client = connect.api_client(kubeconfig)
         try:
             self._guard(state, lambda: bootstrap.wait_service_account(client, "default", timeout_s=timeout_s))
             if options.nodes:

@@ -14,12 +14,12 @@ from typing import Any
 
 import yaml
 
+from scheduler.names import GPU_RESOURCE
+
 #: schedulerName of the profile that calls the perfsched extender.
 PERFSCHED_SCHEDULER_NAME = "perfsched"
 #: schedulerName served by the second, extender-free kube-scheduler (pods that do not ask for perfsched).
 DEFAULT_SCHEDULER_NAME = "default-scheduler"
-#: Extended resource the extender manages (the scheduler calls it only for pods that request it).
-GPU_RESOURCE = "nvidia.com/gpu"
 
 ADMIN_USER = "perfsched-admin"
 

@@ -54,6 +54,7 @@ from typing import Any, Protocol
 
 from scheduler.core.errors import PerfschedError
 from scheduler.k8s import crd
+from scheduler.names import LABEL_GENERATION, LABEL_JOB_NAME
 
 log = logging.getLogger(__name__)
 
@@ -489,7 +490,7 @@ class ExecEmulator:
             )  # fmt: skip
             return
         labels = meta.get("labels") or {}
-        gang = (f"{ns}/{labels.get(crd.LABEL_JOB_NAME, name)}", str(labels.get(crd.LABEL_GENERATION, "")))
+        gang = (f"{ns}/{labels.get(LABEL_JOB_NAME, name)}", str(labels.get(LABEL_GENERATION, "")))
         port = self._ports.setdefault(gang, free_port())
         try:
             plan = plan_process(

@@ -31,20 +31,18 @@ from scheduler.core.types import WorkUnit
 from scheduler.emulator import accounting
 from scheduler.emulator.accounting import GangProgress
 from scheduler.k8s import crd
-from scheduler.k8s.codec import (
-    LABEL_INTERCONNECT,
-    LABEL_NETWORK_GBPS,
-    LABEL_PRODUCT,
-    gpu_type_of_product,
-)
+from scheduler.k8s.codec import gpu_type_of_product
 from scheduler.k8s.errors import ApiHealth
-from scheduler.k8s.execapi import EXEC_NODE_LABEL
-from scheduler.k8s.progress import (
+from scheduler.k8s.progress import ProgressReport
+from scheduler.k8s.workload import WorkerPod
+from scheduler.names import (
     ANNOTATION_KWOK_RUN_DURATION,
     ANNOTATION_PROGRESS,
-    ProgressReport,
+    LABEL_EXEC_NODE,
+    LABEL_GPU_PRODUCT,
+    LABEL_INTERCONNECT,
+    LABEL_NETWORK_GBPS,
 )
-from scheduler.k8s.workload import WorkerPod
 
 log = logging.getLogger(__name__)
 
@@ -267,7 +265,7 @@ class Emulator:
     def _on_exec_node(self, pod: WorkerPod) -> bool:
         # pods of exec nodes are real processes (scheduler.emulator.exec): they report for themselves
         node = pod.info.node_name
-        return bool(node) and self.api.node_labels(node).get(EXEC_NODE_LABEL) == "true"
+        return bool(node) and self.api.node_labels(node).get(LABEL_EXEC_NODE) == "true"
 
     def _step_gang(
         self, job: str, generation: str, gang: Sequence[WorkerPod], now: float, out: StepResult
@@ -332,7 +330,7 @@ class Emulator:
         nodes = {p.info.node_name for p in gang}
         gpus = sum(p.info.gpus for p in gang) or len(gang) * spec.replicas.gpus_per_replica
         labels = {n: self.api.node_labels(n) for n in nodes}
-        types = {gpu_type_of_product(lab.get(LABEL_PRODUCT, "")) for lab in labels.values()}
+        types = {gpu_type_of_product(lab.get(LABEL_GPU_PRODUCT, "")) for lab in labels.values()}
         pcie = any(lab.get(LABEL_INTERCONNECT) == "pcie" for lab in labels.values())
         gbps = min((_float(lab.get(LABEL_NETWORK_GBPS)) for lab in labels.values()), default=100.0)
         params = spec.model_params.parameters if spec.model_params else None

@@ -32,11 +32,26 @@ from scheduler.core.errors import PerfschedError, PermanentError
 from scheduler.core.types import Allocation
 from scheduler.k8s import crd
 from scheduler.k8s.kubeapi import AlreadyExists, KubeApi, Obj
+from scheduler.names import (
+    ANNOTATION_BATCH_SIZE,
+    ANNOTATION_GPU_TYPE,
+    ANNOTATION_MODEL,
+    ANNOTATION_PLANNED_NODE,
+    ANNOTATION_START_PROGRESS,
+    ANNOTATION_TOTAL_WORK,
+    ANNOTATION_WORLD_SIZE,
+    API_VERSION,
+    GPU_RESOURCE,
+    LABEL_GENERATION,
+    LABEL_JOB_NAME,
+    LABEL_REPLICA_INDEX,
+    OPERATOR_COMPONENT,
+    TRAININGJOB_KIND,
+)
 
 log = logging.getLogger(__name__)
 
 SCHEDULER_NAME = "perfsched"
-GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_MASTER_PORT = 29500
 COMPONENT = "perfsched-operator"
 
@@ -82,8 +97,8 @@ def master_addr(job_name: str, namespace: str) -> str:
 def owner_reference(tj: Mapping[str, Any]) -> Obj:
     meta = tj["metadata"]
     return {
-        "apiVersion": crd.API_VERSION,
-        "kind": crd.KIND,
+        "apiVersion": API_VERSION,
+        "kind": TRAININGJOB_KIND,
         "name": meta["name"],
         "uid": meta.get("uid", ""),
         "controller": True,
@@ -126,24 +141,24 @@ def gang_pods(
         labels = {str(k): str(v) for k, v in (tmeta.get("labels") or {}).items()}
         labels.update(
             {
-                crd.LABEL_JOB_NAME: name,
-                crd.LABEL_REPLICA_INDEX: str(rank),
-                crd.LABEL_GENERATION: str(generation),
+                LABEL_JOB_NAME: name,
+                LABEL_REPLICA_INDEX: str(rank),
+                LABEL_GENERATION: str(generation),
             }
         )
         annotations = {str(k): str(v) for k, v in (tmeta.get("annotations") or {}).items()}
         annotations.update(
             {
-                crd.ANNOTATION_GPU_TYPE: alloc.gpu_type,
-                crd.ANNOTATION_PLANNED_NODE: node,
-                crd.ANNOTATION_START_PROGRESS: _num(start_progress),
-                crd.ANNOTATION_TOTAL_WORK: _num(total),
-                crd.ANNOTATION_WORLD_SIZE: str(world),
-                "perfsched.dev/batch-size": str(spec.batch_size),
+                ANNOTATION_GPU_TYPE: alloc.gpu_type,
+                ANNOTATION_PLANNED_NODE: node,
+                ANNOTATION_START_PROGRESS: _num(start_progress),
+                ANNOTATION_TOTAL_WORK: _num(total),
+                ANNOTATION_WORLD_SIZE: str(world),
+                ANNOTATION_BATCH_SIZE: str(spec.batch_size),
             }
         )
         if spec.model:
-            annotations["perfsched.dev/model"] = spec.model
+            annotations[ANNOTATION_MODEL] = spec.model
         pspec: Obj = copy.deepcopy(dict(tspec))
         pspec["schedulerName"] = SCHEDULER_NAME
         pspec["restartPolicy"] = "Never"
@@ -200,13 +215,13 @@ def headless_service(tj: Mapping[str, Any], *, master_port: int = DEFAULT_MASTER
         "metadata": {
             "name": service_name(meta["name"]),
             "namespace": meta.get("namespace", "default"),
-            "labels": {crd.LABEL_JOB_NAME: meta["name"]},
+            "labels": {LABEL_JOB_NAME: meta["name"]},
             "ownerReferences": [owner_reference(tj)],
         },
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": {crd.LABEL_JOB_NAME: meta["name"]},
+            "selector": {LABEL_JOB_NAME: meta["name"]},
             "ports": [{"name": "dist", "port": master_port, "targetPort": master_port}],
         },
     }
@@ -223,8 +238,8 @@ def event_body(
         "kind": "Event",
         "metadata": {"generateName": f"{meta['name']}.", "namespace": meta.get("namespace", "default")},
         "involvedObject": {
-            "apiVersion": crd.API_VERSION,
-            "kind": crd.KIND,
+            "apiVersion": API_VERSION,
+            "kind": TRAININGJOB_KIND,
             "name": meta["name"],
             "namespace": meta.get("namespace", "default"),
             "uid": meta.get("uid", ""),
@@ -233,7 +248,7 @@ def event_body(
         "reason": reason,
         "message": message[:1024],
         "source": {"component": COMPONENT},
-        "reportingComponent": "perfsched.dev/operator",
+        "reportingComponent": OPERATOR_COMPONENT,
         "reportingInstance": instance or COMPONENT,
         "firstTimestamp": ts,
         "lastTimestamp": ts,

@@ -25,8 +25,8 @@ from typing import Any
 import orjson
 
 from scheduler.core.errors import PermanentError, TemporaryError
-from scheduler.k8s import crd
 from scheduler.k8s.errors import AlreadyExists, ApiUnavailable, Conflict, KubeApiError, NotFound, api_call
+from scheduler.names import GROUP, TRAININGJOB_PLURAL, VERSION
 
 log = logging.getLogger(__name__)
 
@@ -96,10 +96,10 @@ class KubeBinder:
                 with api_call(what):
                     _drain(
                         self._custom.patch_namespaced_custom_object_status(
-                            crd.GROUP,
-                            crd.VERSION,
+                            GROUP,
+                            VERSION,
                             namespace,
-                            crd.PLURAL,
+                            TRAININGJOB_PLURAL,
                             job_name,
                             {"status": {"placement": placement}},
                             _preload_content=False,
@@ -124,29 +124,3 @@ def _drain(resp: Any) -> None:
         resp.read()
     finally:
         resp.release_conn()
-
-
-def load_api_client(kubeconfig: str | None = None) -> Any:
-    """An ``ApiClient`` from ``kubeconfig`` (or ``KUBECONFIG``/``~/.kube/config``), else in-cluster config."""
-    import os
-
-    from kubernetes import client, config
-
-    from scheduler.core.errors import ConfigError
-
-    path = kubeconfig or os.environ.get("KUBECONFIG") or ""
-    cfg = client.Configuration()
-    # three watches hold a connection each; binds run concurrently from the thread pool: room for both
-    cfg.connection_pool_maxsize = max(32, cfg.connection_pool_maxsize or 0)
-    try:
-        if path:
-            return config.new_client_from_config(config_file=path, client_configuration=cfg)
-        if os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config(client_configuration=cfg)
-            return client.ApiClient(cfg)
-        default = os.path.expanduser("~/.kube/config")
-        if os.path.exists(default):
-            return config.new_client_from_config(config_file=default, client_configuration=cfg)
-    except (config.ConfigException, OSError) as exc:
-        raise ConfigError(f"cannot load kubeconfig {path or '(in-cluster)'}: {exc}") from None
-    raise ConfigError("no kubeconfig: set KUBECONFIG or run inside a cluster")

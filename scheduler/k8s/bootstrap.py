@@ -1,4 +1,4 @@
-"""Bootstrapping a cluster for perfsched: API clients, CRDs, fake GPU nodes, namespaces, service accounts.
+"""Bootstrapping a cluster for perfsched: CRDs, fake GPU nodes, namespaces, service accounts.
 
 Used by the local control plane (``scheduler.devcluster``), the e2e fixtures and the benchmarks, which
 must not import ``kubernetes`` themselves. ``node_manifest`` is pure (a core ``Node`` to the Kubernetes
@@ -17,23 +17,26 @@ from typing import Any
 
 import yaml
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 
 from scheduler.core.errors import TemporaryError
 from scheduler.core.types import Interconnect, Node
 from scheduler.k8s.errors import AlreadyExists, ApiUnavailable, Conflict, NotFound, Throttled, api_call
+from scheduler.names import (
+    GPU_RESOURCE,
+    LABEL_GPU_COUNT,
+    LABEL_GPU_PRODUCT,
+    LABEL_INTERCONNECT,
+    LABEL_NETWORK_GBPS,
+    LABEL_NVLINK_DOMAIN,
+    LABEL_RACK,
+    LABEL_ZONE,
+)
 
 log = logging.getLogger(__name__)
 
 #: The annotation KWOK is told to manage nodes by (``--manage-nodes-with-annotation-selector``).
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_NODE_VALUE = "fake"
-GPU_RESOURCE = "nvidia.com/gpu"
-
-
-def api_client(kubeconfig: str | Path) -> k8s.ApiClient:
-    """An API client for the current context of ``kubeconfig``."""
-    return k8s_config.new_client_from_config(config_file=str(kubeconfig))
 
 
 def node_manifest(
@@ -53,17 +56,17 @@ def node_manifest(
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
         "type": "kwok",
-        "nvidia.com/gpu.product": node.gpu_product or node.gpu_type,
-        "nvidia.com/gpu.count": str(node.gpus),
-        "perfsched.dev/network-gbps": f"{node.network_gbps:g}",
-        "perfsched.dev/interconnect": Interconnect(node.interconnect).value,
+        LABEL_GPU_PRODUCT: node.gpu_product or node.gpu_type,
+        LABEL_GPU_COUNT: str(node.gpus),
+        LABEL_NETWORK_GBPS: f"{node.network_gbps:g}",
+        LABEL_INTERCONNECT: Interconnect(node.interconnect).value,
     }
     if node.rack:
-        labels["perfsched.dev/rack"] = node.rack
+        labels[LABEL_RACK] = node.rack
     if node.nvlink_domain:
-        labels["perfsched.dev/nvlink-domain"] = node.nvlink_domain
+        labels[LABEL_NVLINK_DOMAIN] = node.nvlink_domain
     if node.zone:
-        labels["topology.kubernetes.io/zone"] = node.zone
+        labels[LABEL_ZONE] = node.zone
     labels.update({k: v for k, v in (extra_labels or {}).items() if k != GPU_RESOURCE})
     resources = {"cpu": cpu, "memory": memory, "pods": str(pods), GPU_RESOURCE: str(node.gpus)}
     return {

@@ -35,8 +35,9 @@ from scheduler.core.decisions import Unschedulable
 from scheduler.core.errors import PerfschedError, TemporaryError
 from scheduler.core.types import Job, Node
 from scheduler.k8s import crd
-from scheduler.k8s.codec import GPU_RESOURCE, CodecError, PodInfo, decode_node, decode_pod
+from scheduler.k8s.codec import CodecError, PodInfo, decode_node, decode_pod
 from scheduler.k8s.errors import ApiHealth, Gone
+from scheduler.names import GPU_RESOURCE, TRAININGJOB_PLURAL
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ class Kind(StrEnum):
 
     NODES = "nodes"
     PODS = "pods"
-    TRAININGJOBS = "trainingjobs"
+    TRAININGJOBS = TRAININGJOB_PLURAL
 
 
 class WatchGone(Gone):

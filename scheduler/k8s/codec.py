@@ -19,25 +19,24 @@ from typing import Any
 
 from scheduler.core.errors import ConfigError
 from scheduler.core.types import Interconnect, Node
-
-GPU_RESOURCE = "nvidia.com/gpu"
-LABEL_PRODUCT = "nvidia.com/gpu.product"
-LABEL_COUNT = "nvidia.com/gpu.count"
-LABEL_MEMORY = "nvidia.com/gpu.memory"
-LABEL_ZONE = "topology.kubernetes.io/zone"
-LABEL_RACK = "perfsched.dev/rack"
-LABEL_NVLINK_DOMAIN = "perfsched.dev/nvlink-domain"
-LABEL_NETWORK_GBPS = "perfsched.dev/network-gbps"
-LABEL_INTERCONNECT = "perfsched.dev/interconnect"
-
-POD_LABEL_JOB = "perfsched.dev/job-name"
-POD_LABEL_REPLICA = "perfsched.dev/replica-index"
-POD_LABEL_GENERATION = "perfsched.dev/generation"
-POD_ANN_GPU_TYPE = "perfsched.dev/gpu-type"
-POD_ANN_PLANNED_NODE = "perfsched.dev/planned-node"
-POD_ANN_MODEL = "perfsched.dev/model"
-POD_ANN_BATCH_SIZE = "perfsched.dev/batch-size"
-POD_ANN_WORLD_SIZE = "perfsched.dev/world-size"
+from scheduler.names import (
+    ANNOTATION_BATCH_SIZE,
+    ANNOTATION_GPU_TYPE,
+    ANNOTATION_MODEL,
+    ANNOTATION_PLANNED_NODE,
+    ANNOTATION_WORLD_SIZE,
+    GPU_RESOURCE,
+    LABEL_GENERATION,
+    LABEL_GPU_COUNT,
+    LABEL_GPU_PRODUCT,
+    LABEL_INTERCONNECT,
+    LABEL_JOB_NAME,
+    LABEL_NETWORK_GBPS,
+    LABEL_NVLINK_DOMAIN,
+    LABEL_RACK,
+    LABEL_REPLICA_INDEX,
+    LABEL_ZONE,
+)
 
 DEFAULT_NETWORK_GBPS = 100.0
 
@@ -127,11 +126,11 @@ def decode_node(obj: Mapping[str, Any], gpu_type_of: Callable[[str], str] = gpu_
     allocatable = _mapping(status, "allocatable", f"{where}.status")
     if GPU_RESOURCE in allocatable:
         gpus = parse_count(allocatable[GPU_RESOURCE], f"{where}.status.allocatable[{GPU_RESOURCE}]")
-    elif LABEL_COUNT in labels:
-        gpus = parse_count(labels[LABEL_COUNT], f"{where}.metadata.labels[{LABEL_COUNT}]")
+    elif LABEL_GPU_COUNT in labels:
+        gpus = parse_count(labels[LABEL_GPU_COUNT], f"{where}.metadata.labels[{LABEL_GPU_COUNT}]")
     else:
         gpus = 0
-    product = str(labels.get(LABEL_PRODUCT, ""))
+    product = str(labels.get(LABEL_GPU_PRODUCT, ""))
     interconnect_label = str(labels.get(LABEL_INTERCONNECT, "nvlink")).lower()
     try:
         interconnect = Interconnect(interconnect_label)
@@ -240,8 +239,8 @@ def decode_pod(obj: Mapping[str, Any]) -> PodInfo:
     annotations = _mapping(meta, "annotations", f"{where}.metadata")
     spec = _mapping(obj, "spec", where)
     status = _mapping(obj, "status", where)
-    job_name = str(labels.get(POD_LABEL_JOB, ""))
-    replica_raw = labels.get(POD_LABEL_REPLICA)
+    job_name = str(labels.get(LABEL_JOB_NAME, ""))
+    replica_raw = labels.get(LABEL_REPLICA_INDEX)
     replica: int | None = None
     if replica_raw is not None:
         try:
@@ -257,13 +256,13 @@ def decode_pod(obj: Mapping[str, Any]) -> PodInfo:
         phase=str(status.get("phase") or "Pending"),
         scheduler_name=str(spec.get("schedulerName") or ""),
         job=f"{namespace}/{job_name}" if job_name else "",
-        generation=str(labels.get(POD_LABEL_GENERATION, "")),
+        generation=str(labels.get(LABEL_GENERATION, "")),
         replica_index=replica,
-        gpu_type=str(annotations.get(POD_ANN_GPU_TYPE, "")),
-        planned_node=str(annotations.get(POD_ANN_PLANNED_NODE, "")),
-        model=str(annotations.get(POD_ANN_MODEL, "")),
-        batch_size=_count_annotation(annotations, POD_ANN_BATCH_SIZE),
-        world_size=_count_annotation(annotations, POD_ANN_WORLD_SIZE),
+        gpu_type=str(annotations.get(ANNOTATION_GPU_TYPE, "")),
+        planned_node=str(annotations.get(ANNOTATION_PLANNED_NODE, "")),
+        model=str(annotations.get(ANNOTATION_MODEL, "")),
+        batch_size=_count_annotation(annotations, ANNOTATION_BATCH_SIZE),
+        world_size=_count_annotation(annotations, ANNOTATION_WORLD_SIZE),
     )
 
 

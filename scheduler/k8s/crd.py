@@ -31,23 +31,6 @@ from scheduler.core.errors import ConfigError
 from scheduler.core.queues import FairShare, QueueSpec, Quota
 from scheduler.core.types import Job, WorkUnit
 
-GROUP = "perfsched.dev"
-VERSION = "v1alpha1"
-KIND = "TrainingJob"
-PLURAL = "trainingjobs"
-API_VERSION = f"{GROUP}/{VERSION}"
-
-#: Label and annotation keys shared by the operator, the extender and the workload emulator.
-LABEL_JOB_NAME = "perfsched.dev/job-name"
-LABEL_REPLICA_INDEX = "perfsched.dev/replica-index"
-LABEL_GENERATION = "perfsched.dev/generation"
-ANNOTATION_GPU_TYPE = "perfsched.dev/gpu-type"
-ANNOTATION_PLANNED_NODE = "perfsched.dev/planned-node"
-ANNOTATION_PROGRESS = "perfsched.dev/progress"
-ANNOTATION_START_PROGRESS = "perfsched.dev/start-progress"
-ANNOTATION_TOTAL_WORK = "perfsched.dev/total-work"
-ANNOTATION_WORLD_SIZE = "perfsched.dev/world-size"
-
 #: The phases of ``status.phase``, in the order a job usually goes through them.
 PHASES = ("Pending", "Admitted", "Running", "Resizing", "Preempted", "Succeeded", "Failed")
 Phase = Literal["Pending", "Admitted", "Running", "Resizing", "Preempted", "Succeeded", "Failed"]
@@ -382,9 +365,6 @@ def progress_percent(progress: float, total: float) -> float:
 
 
 # --- TrainingQueue (crds/trainingqueue.yaml) -------------------------------------------------------------
-
-QUEUE_KIND = "TrainingQueue"
-QUEUE_PLURAL = "trainingqueues"
 
 
 class QueueQuota(_Wire):

@@ -12,12 +12,12 @@ from typing import Any
 
 import orjson
 
-from scheduler.k8s.bootstrap import api_client, create_namespace
+from scheduler.k8s.bootstrap import create_namespace
+from scheduler.k8s.connect import api_client
 from scheduler.k8s.errors import api_call
+from scheduler.names import GROUP, TRAININGJOB_PLURAL, VERSION
 
 log = logging.getLogger(__name__)
-
-GROUP, VERSION, PLURAL = "perfsched.dev", "v1alpha1", "trainingjobs"
 
 
 class DemoApi:
@@ -46,7 +46,7 @@ class DemoApi:
             GROUP,
             VERSION,
             self.namespace,
-            PLURAL,
+            TRAININGJOB_PLURAL,
             dict(body),
         )
 
@@ -57,7 +57,7 @@ class DemoApi:
             GROUP,
             VERSION,
             self.namespace,
-            PLURAL,
+            TRAININGJOB_PLURAL,
         )
         return list(out.get("items", []))
 

@@ -19,15 +19,10 @@ from kubernetes import client as k8s
 
 from scheduler.core.types import Node
 from scheduler.k8s import bootstrap
-from scheduler.k8s.codec import POD_LABEL_JOB
 from scheduler.k8s.errors import AlreadyExists, Conflict, NotFound, api_call
+from scheduler.names import LABEL_EXEC_NODE, LABEL_JOB_NAME
 
 log = logging.getLogger(__name__)
-
-#: Nodes with this label (value "true") are served by ``perfsched emulate --exec``; KWOK does not
-#: manage them (it manages nodes annotated ``kwok.x-k8s.io/node=fake`` only), and the table-driven
-#: emulator leaves their pods alone.
-EXEC_NODE_LABEL = "perfsched.dev/exec-node"
 
 
 def exec_node_manifest(node: Node, extra_labels: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -37,7 +32,7 @@ def exec_node_manifest(node: Node, extra_labels: Mapping[str, str] | None = None
     """
     body = bootstrap.node_manifest(node, extra_labels)
     body["metadata"]["annotations"] = {}
-    body["metadata"]["labels"].update({"type": "perfsched-exec", EXEC_NODE_LABEL: "true"})
+    body["metadata"]["labels"].update({"type": "perfsched-exec", LABEL_EXEC_NODE: "true"})
     return body
 
 
@@ -59,7 +54,7 @@ class KubeExec:
     def exec_nodes(self) -> list[str]:
         """Names of the nodes labelled ``perfsched.dev/exec-node=true``."""
         with api_call("list exec nodes"):
-            resp = self._core.list_node(label_selector=f"{EXEC_NODE_LABEL}=true", _preload_content=False)
+            resp = self._core.list_node(label_selector=f"{LABEL_EXEC_NODE}=true", _preload_content=False)
             items = orjson.loads(resp.data).get("items") or []
         return [str((obj.get("metadata") or {}).get("name", "")) for obj in items]
 
@@ -81,11 +76,11 @@ class KubeExec:
         with api_call("list TrainingJob pods"):
             if namespace:
                 resp = self._core.list_namespaced_pod(
-                    namespace, label_selector=POD_LABEL_JOB, _preload_content=False
+                    namespace, label_selector=LABEL_JOB_NAME, _preload_content=False
                 )
             else:
                 resp = self._core.list_pod_for_all_namespaces(
-                    label_selector=POD_LABEL_JOB, _preload_content=False
+                    label_selector=LABEL_JOB_NAME, _preload_content=False
                 )
             return list(orjson.loads(resp.data).get("items") or [])
 

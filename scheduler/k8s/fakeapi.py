@@ -24,6 +24,16 @@ import orjson
 
 from scheduler.k8s import crd
 from scheduler.k8s.kubeapi import AlreadyExists, ApiUnavailable, Conflict, NotFound, Obj
+from scheduler.names import (
+    ANNOTATION_PLANNED_NODE,
+    ANNOTATION_PROGRESS,
+    API_VERSION,
+    GPU_RESOURCE,
+    LABEL_JOB_NAME,
+    TRAININGJOB_KIND,
+    TRAININGJOB_PLURAL,
+    TRAININGQUEUE_KIND,
+)
 
 Key = tuple[str, str]
 
@@ -120,18 +130,18 @@ class FakeKubeApi:
     def add_trainingjob(self, obj: Mapping[str, Any]) -> Obj:
         with self._lock:
             o = self._stamp(copy.deepcopy(dict(obj)), obj["metadata"].get("namespace", "default"))
-            o.setdefault("apiVersion", crd.API_VERSION)
-            o.setdefault("kind", crd.KIND)
+            o.setdefault("apiVersion", API_VERSION)
+            o.setdefault("kind", TRAININGJOB_KIND)
             key = (o["metadata"]["namespace"], o["metadata"]["name"])
             self.trainingjobs[key] = o
-            self._notify("trainingjobs", "ADDED", o)
+            self._notify(TRAININGJOB_PLURAL, "ADDED", o)
             return copy.deepcopy(o)
 
     def add_trainingqueue(self, obj: Mapping[str, Any]) -> Obj:
         with self._lock:
             o = self._stamp(copy.deepcopy(dict(obj)), None)
-            o.setdefault("apiVersion", crd.API_VERSION)
-            o.setdefault("kind", crd.QUEUE_KIND)
+            o.setdefault("apiVersion", API_VERSION)
+            o.setdefault("kind", TRAININGQUEUE_KIND)
             self.trainingqueues[o["metadata"]["name"]] = o
             return copy.deepcopy(o)
 
@@ -151,7 +161,7 @@ class FakeKubeApi:
                     owners = child["metadata"].get("ownerReferences") or []
                     if any(o.get("uid") == uid for o in owners):
                         del store[key]
-            self._notify("trainingjobs", "DELETED", obj)
+            self._notify(TRAININGJOB_PLURAL, "DELETED", obj)
 
     def add_node(self, obj: Mapping[str, Any]) -> Obj:
         with self._lock:
@@ -174,9 +184,7 @@ class FakeKubeApi:
             "metadata": {"name": name},
             "spec": {
                 "nodeName": node,
-                "containers": [
-                    {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
-                ],
+                "containers": [{"name": "c", "image": "x", "resources": {"limits": {GPU_RESOURCE: gpus}}}],
             },
             "status": {"phase": "Running"},
         }
@@ -207,7 +215,7 @@ class FakeKubeApi:
         n = 0
         with self._lock:
             for pod in self.pods.values():
-                planned = (pod["metadata"].get("annotations") or {}).get(crd.ANNOTATION_PLANNED_NODE)
+                planned = (pod["metadata"].get("annotations") or {}).get(ANNOTATION_PLANNED_NODE)
                 if planned and not pod["spec"].get("nodeName") and "deletionTimestamp" not in pod["metadata"]:
                     pod["spec"]["nodeName"] = planned
                     self._touch_pod(pod)
@@ -244,7 +252,7 @@ class FakeKubeApi:
         ).decode()
         with self._lock:
             pod = self._pod(namespace, name)
-            pod["metadata"].setdefault("annotations", {})[crd.ANNOTATION_PROGRESS] = value
+            pod["metadata"].setdefault("annotations", {})[ANNOTATION_PROGRESS] = value
             self._touch_pod(pod)
 
     def finish_deletions(self) -> int:
@@ -263,7 +271,7 @@ class FakeKubeApi:
                 (
                     copy.deepcopy(p)
                     for (ns, _), p in self.pods.items()
-                    if ns == namespace and (p["metadata"].get("labels") or {}).get(crd.LABEL_JOB_NAME) == job
+                    if ns == namespace and (p["metadata"].get("labels") or {}).get(LABEL_JOB_NAME) == job
                 ),
                 key=lambda p: p["metadata"]["name"],
             )
@@ -406,7 +414,7 @@ class FakeKubeApi:
                 raise NotFound(f'trainingjobs.perfsched.dev "{name}" not found')
             obj["status"] = merge_patch(obj.get("status") or {}, dict(status))
             obj["metadata"]["resourceVersion"] = self._next_rv()
-            self._notify("trainingjobs", "MODIFIED", obj)
+            self._notify(TRAININGJOB_PLURAL, "MODIFIED", obj)
             return copy.deepcopy(obj)
 
     def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:

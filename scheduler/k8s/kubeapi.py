@@ -32,7 +32,6 @@ from typing import Any, Protocol, TypeVar
 
 import orjson
 
-from scheduler.k8s import crd
 from scheduler.k8s.errors import (
     AlreadyExists,
     ApiHealth,
@@ -47,6 +46,7 @@ from scheduler.k8s.errors import (
     api_error_message,
     from_status,
 )
+from scheduler.names import GROUP, LABEL_JOB_NAME, TRAININGJOB_PLURAL, TRAININGQUEUE_PLURAL, VERSION
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ Obj = dict[str, Any]
 
 
 #: The kinds ``list``/``watch`` know, by their API plural.
-KINDS = ("trainingjobs", "pods", "nodes")
+KINDS = (TRAININGJOB_PLURAL, "pods", "nodes")
 
 
 class KubeApi(Protocol):
@@ -172,7 +172,7 @@ def retry(
 
 
 class RealKubeApi:
-    """``KubeApi`` over the official client. Build it from an ``ApiClient`` (``load_api_client``)."""
+    """``KubeApi`` over the official client. Build it from an ``ApiClient`` (``connect.api_client``)."""
 
     def __init__(
         self,
@@ -221,12 +221,12 @@ class RealKubeApi:
             return self._items(
                 "list trainingjobs",
                 lambda: self._custom.list_namespaced_custom_object(
-                    crd.GROUP, crd.VERSION, namespace, crd.PLURAL, **kw
+                    GROUP, VERSION, namespace, TRAININGJOB_PLURAL, **kw
                 ),
             )
         return self._items(
             "list trainingjobs",
-            lambda: self._custom.list_cluster_custom_object(crd.GROUP, crd.VERSION, crd.PLURAL, **kw),
+            lambda: self._custom.list_cluster_custom_object(GROUP, VERSION, TRAININGJOB_PLURAL, **kw),
         )
 
     def list_pods(self, namespace: str = "", label_selector: str = "") -> list[Obj]:
@@ -253,9 +253,9 @@ class RealKubeApi:
             return self._items(
                 "list trainingqueues",
                 lambda: self._custom.list_cluster_custom_object(
-                    crd.GROUP,
-                    crd.VERSION,
-                    crd.QUEUE_PLURAL,
+                    GROUP,
+                    VERSION,
+                    TRAININGQUEUE_PLURAL,
                     _preload_content=False,
                     _request_timeout=self._timeout,
                 ),
@@ -274,9 +274,9 @@ class RealKubeApi:
         return self._json(
             "patch trainingqueue status",
             lambda: self._custom.patch_cluster_custom_object_status(
-                crd.GROUP,
-                crd.VERSION,
-                crd.QUEUE_PLURAL,
+                GROUP,
+                VERSION,
+                TRAININGQUEUE_PLURAL,
                 name,
                 body,
                 _preload_content=False,
@@ -299,18 +299,18 @@ class RealKubeApi:
         if kind == "nodes":
             start: Callable[[], Any] = lambda: self._core.list_node(**kw)  # noqa: E731
         elif kind == "pods":
-            kw["label_selector"] = crd.LABEL_JOB_NAME
+            kw["label_selector"] = LABEL_JOB_NAME
             if namespace:
                 start = lambda: self._core.list_namespaced_pod(namespace, **kw)  # noqa: E731
             else:
                 start = lambda: self._core.list_pod_for_all_namespaces(**kw)  # noqa: E731
         elif namespace:
             start = lambda: self._custom.list_namespaced_custom_object(  # noqa: E731
-                crd.GROUP, crd.VERSION, namespace, crd.PLURAL, **kw
+                GROUP, VERSION, namespace, TRAININGJOB_PLURAL, **kw
             )
         else:
             start = lambda: self._custom.list_cluster_custom_object(  # noqa: E731
-                crd.GROUP, crd.VERSION, crd.PLURAL, **kw
+                GROUP, VERSION, TRAININGJOB_PLURAL, **kw
             )
         resp = retry(what, start, attempts=self._attempts, health=self.health)
         try:
@@ -368,10 +368,10 @@ class RealKubeApi:
         return self._json(
             "patch trainingjob status",
             lambda: self._custom.patch_namespaced_custom_object_status(
-                crd.GROUP,
-                crd.VERSION,
+                GROUP,
+                VERSION,
                 namespace,
-                crd.PLURAL,
+                TRAININGJOB_PLURAL,
                 name,
                 body,
                 _preload_content=False,

@@ -16,9 +16,9 @@ from typing import Any
 
 import orjson
 
-from scheduler.k8s import crd
 from scheduler.k8s.cache import Kind, WatchGone
 from scheduler.k8s.errors import Gone, NotFound, api_call
+from scheduler.names import GROUP, TRAININGJOB_PLURAL, VERSION
 
 
 class KubeListWatch:
@@ -45,10 +45,10 @@ class KubeListWatch:
             return self._core.list_pod_for_all_namespaces(_preload_content=False, **kwargs)
         if self._ns:
             return self._custom.list_namespaced_custom_object(
-                crd.GROUP, crd.VERSION, self._ns, crd.PLURAL, _preload_content=False, **kwargs
+                GROUP, VERSION, self._ns, TRAININGJOB_PLURAL, _preload_content=False, **kwargs
             )
         return self._custom.list_cluster_custom_object(
-            crd.GROUP, crd.VERSION, crd.PLURAL, _preload_content=False, **kwargs
+            GROUP, VERSION, TRAININGJOB_PLURAL, _preload_content=False, **kwargs
         )
 
     def list(self, kind: Kind) -> tuple[list[dict[str, Any]], str]:

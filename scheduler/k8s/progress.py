@@ -15,12 +15,6 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-ANNOTATION_PROGRESS = "perfsched.dev/progress"
-ANNOTATION_START_PROGRESS = "perfsched.dev/start-progress"
-#: KWOK stage trigger (``e2e/kwok-stages.yaml``): a Running pod with it goes Succeeded after the duration.
-ANNOTATION_KWOK_RUN_DURATION = "perfsched.dev/kwok-run-duration"
-ANNOTATION_KWOK_RESULT = "perfsched.dev/kwok-result"
-
 
 @dataclass(frozen=True, slots=True)
 class ProgressReport:

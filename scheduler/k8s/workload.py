@@ -10,24 +10,23 @@ Impure (HTTP to the API).
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 
-from scheduler.k8s import crd
-from scheduler.k8s.codec import POD_LABEL_JOB, PodInfo, decode_pod
+from scheduler.k8s.codec import PodInfo, decode_pod
 from scheduler.k8s.errors import NotFound, api_call
-from scheduler.k8s.progress import (
+from scheduler.k8s.progress import ProgressReport, parse_progress, parse_start_progress
+from scheduler.names import (
     ANNOTATION_PROGRESS,
     ANNOTATION_START_PROGRESS,
-    ProgressReport,
-    parse_progress,
-    parse_start_progress,
+    GROUP,
+    LABEL_JOB_NAME,
+    TRAININGJOB_PLURAL,
+    VERSION,
 )
 
 log = logging.getLogger(__name__)
@@ -42,19 +41,6 @@ class WorkerPod:
     report: ProgressReport | None
     start_progress: float | None
     annotations: Mapping[str, str]
-
-
-def load_client(kubeconfig: str | None = None) -> k8s.ApiClient:
-    """An API client: ``kubeconfig`` (or ``$KUBECONFIG``), else the in-cluster service account."""
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    if path:
-        return k8s_config.new_client_from_config(config_file=path)
-    try:
-        cfg = k8s.Configuration()
-        k8s_config.load_incluster_config(client_configuration=cfg)
-        return k8s.ApiClient(cfg)
-    except k8s_config.ConfigException:
-        return k8s_config.new_client_from_config()
 
 
 class KubeWorkload:
@@ -77,7 +63,7 @@ class KubeWorkload:
     def list_job_pods(self, namespace: str = "") -> list[WorkerPod]:
         """Every pod carrying ``perfsched.dev/job-name`` (all namespaces when ``namespace`` is empty)."""
         kw: dict[str, Any] = {
-            "label_selector": POD_LABEL_JOB,
+            "label_selector": LABEL_JOB_NAME,
             "_preload_content": False,
             "_request_timeout": self._timeout,
         }
@@ -107,10 +93,10 @@ class KubeWorkload:
         try:
             with api_call(f"reading TrainingJob {namespace}/{name}"):
                 resp = self._custom.get_namespaced_custom_object(
-                    crd.GROUP,
-                    crd.VERSION,
+                    GROUP,
+                    VERSION,
                     namespace,
-                    crd.PLURAL,
+                    TRAININGJOB_PLURAL,
                     name,
                     _preload_content=False,
                     _request_timeout=self._timeout,

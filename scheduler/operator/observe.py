@@ -27,6 +27,7 @@ from scheduler.core.types import Allocation
 from scheduler.k8s import crd
 from scheduler.k8s.codec import CodecError, PodInfo, decode_pod
 from scheduler.k8s.progress import ProgressReport, parse_progress, parse_start_progress
+from scheduler.names import ANNOTATION_PROGRESS, ANNOTATION_START_PROGRESS
 
 
 class GangState(StrEnum):
@@ -93,8 +94,8 @@ def pod_view(obj: Mapping[str, Any]) -> PodView | None:
     return PodView(
         info=info,
         deleting=bool(meta.get("deletionTimestamp")),
-        report=parse_progress(annotations.get(crd.ANNOTATION_PROGRESS)),
-        start_progress=parse_start_progress(annotations.get(crd.ANNOTATION_START_PROGRESS)),
+        report=parse_progress(annotations.get(ANNOTATION_PROGRESS)),
+        start_progress=parse_start_progress(annotations.get(ANNOTATION_START_PROGRESS)),
         created=crd.parse_time(meta.get("creationTimestamp")),
         failure=_failure_text(obj) if info.phase == "Failed" else "",
     )

@@ -35,6 +35,7 @@ from scheduler.core.decisions import Action, ActionKind, Unschedulable
 from scheduler.core.planner import is_migration
 from scheduler.core.types import Allocation, Job
 from scheduler.k8s import crd
+from scheduler.names import LABEL_JOB_NAME
 from scheduler.operator.observe import GangState, JobView, PodView, intended_allocation
 from scheduler.operator.status import evolve, with_condition
 
@@ -681,7 +682,7 @@ def _none(names: Sequence[str]) -> dict[str, None]:
 
 
 def _selector(view: JobView) -> str:
-    return f"{crd.LABEL_JOB_NAME}={view.obj['metadata']['name']}"
+    return f"{LABEL_JOB_NAME}={view.obj['metadata']['name']}"
 
 
 def _created(view: JobView) -> float | None:

@@ -16,29 +16,14 @@ import logging
 import math
 from collections.abc import Sequence
 from statistics import NormalDist
-from typing import Protocol
 
 from scheduler.core.errors import ConfigError
-from scheduler.core.protocols import ThroughputOracle
+from scheduler.core.protocols import MeasuredThroughput, ThroughputOracle
 from scheduler.core.types import Job, PlacementShape, WorkUnit
 
 log = logging.getLogger(__name__)
 
 _NORMAL = NormalDist()
-
-
-class ThroughputTable(Protocol):
-    """What ``TableOracle`` needs of ``perfmodel.truth.GroundTruth``."""
-
-    def throughput(
-        self,
-        model: str,
-        batch_size: int,
-        gpu_type: str,
-        num_gpus: int,
-        num_nodes: int = 1,
-        dataset: str = "",
-    ) -> float | None: ...
 
 
 def mre_of_sigma(sigma: float) -> float:
@@ -110,7 +95,7 @@ class TableOracle(ThroughputOracle):
 
     def __init__(
         self,
-        truth: ThroughputTable,
+        truth: MeasuredThroughput,
         *,
         mre: float = 0.0,
         seed: int = 0,

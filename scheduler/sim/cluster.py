@@ -22,6 +22,17 @@ import yaml
 from scheduler.core.errors import ConfigError
 from scheduler.core.queues import ANY_GPU_TYPE, DEFAULT_QUEUE, FairShare, QueueSpec, Quota
 from scheduler.core.types import Interconnect, Node
+from scheduler.names import (
+    GPU_RESOURCE,
+    LABEL_GPU_COUNT,
+    LABEL_GPU_MEMORY,
+    LABEL_GPU_PRODUCT,
+    LABEL_INTERCONNECT,
+    LABEL_NETWORK_GBPS,
+    LABEL_NVLINK_DOMAIN,
+    LABEL_RACK,
+    LABEL_ZONE,
+)
 
 log = logging.getLogger(__name__)
 
@@ -381,18 +392,18 @@ def node_labels(spec: ClusterSpec) -> dict[str, dict[str, str]]:
     for node in spec_to_nodes(spec):
         pool = pools[node.name.rsplit("-", 1)[0]]
         labels = {
-            "nvidia.com/gpu.product": pool.gpu_product,
-            "nvidia.com/gpu.count": str(pool.gpus_per_node),
-            "perfsched.dev/rack": node.rack,
-            "perfsched.dev/network-gbps": f"{pool.network_gbps:g}",
-            "perfsched.dev/interconnect": pool.interconnect.value,
-            "nvidia.com/gpu": str(pool.gpus_per_node),
+            LABEL_GPU_PRODUCT: pool.gpu_product,
+            LABEL_GPU_COUNT: str(pool.gpus_per_node),
+            LABEL_RACK: node.rack,
+            LABEL_NETWORK_GBPS: f"{pool.network_gbps:g}",
+            LABEL_INTERCONNECT: pool.interconnect.value,
+            GPU_RESOURCE: str(pool.gpus_per_node),
         }
         if pool.gpu_memory_mib:
-            labels["nvidia.com/gpu.memory"] = str(pool.gpu_memory_mib)
+            labels[LABEL_GPU_MEMORY] = str(pool.gpu_memory_mib)
         if node.zone:
-            labels["topology.kubernetes.io/zone"] = node.zone
+            labels[LABEL_ZONE] = node.zone
         if node.nvlink_domain:
-            labels["perfsched.dev/nvlink-domain"] = node.nvlink_domain
+            labels[LABEL_NVLINK_DOMAIN] = node.nvlink_domain
         out[node.name] = labels
     return out

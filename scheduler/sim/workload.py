@@ -17,27 +17,18 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from scheduler.core.errors import ConfigError
-from scheduler.core.protocols import ThroughputOracle
+from scheduler.core.protocols import MeasuredThroughput, ThroughputOracle
 from scheduler.core.types import Job, PlacementShape, WorkUnit
 from scheduler.sim.traces import TraceJob
 
 log = logging.getLogger(__name__)
 
 
-class Catalogue(Protocol):
-    """What the workload builder needs of ``perfmodel.truth.GroundTruth``."""
+class Catalogue(MeasuredThroughput, Protocol):
+    """Measured throughput and the list of what was measured (``perfmodel.truth.GroundTruth``): each entry
+    has ``model``, ``dataset``, ``batch_size`` and the ``gpu_types`` it was measured on."""
 
     def catalogue(self) -> Sequence[Any]: ...
-
-    def throughput(
-        self,
-        model: str,
-        batch_size: int,
-        gpu_type: str,
-        num_gpus: int,
-        num_nodes: int = 1,
-        dataset: str = "",
-    ) -> float | None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from scheduler.emulator.exec import find_torch_python, free_port
+from scheduler.names import TRAININGJOB_KIND
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "examples" / "trainer" / "train.py"
@@ -243,14 +244,14 @@ def test_samples_run_the_image_the_makefile_builds_with_a_checkpoint_volume() ->
     assert image is not None
     readme = (ROOT / "README.md").read_text()
     assert "make trainer-image" in readme and image.group(1) in readme
-    samples = [
+    jobs = [
         (path, obj)
         for path in sorted((ROOT / "crds" / "examples").glob("*.yaml"))
         for obj in yaml.safe_load_all(path.read_text())
-        if obj and obj.get("kind") == "TrainingJob"  # queues.yaml holds TrainingQueues
+        if obj["kind"] == TRAININGJOB_KIND  # queues.yaml holds TrainingQueues
     ]
-    assert len(samples) >= 5
-    for path, obj in samples:
+    assert len(jobs) >= 5
+    for path, obj in jobs:
         containers = obj["spec"]["template"]["spec"]["containers"]
         assert containers[0]["image"] == image.group(1), path
         if path.name.startswith("invalid-"):

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from scheduler.core.round import RoundCosts
 from scheduler.k8s import crd
+from scheduler.names import ANNOTATION_PLANNED_NODE, LABEL_GENERATION, LABEL_JOB_NAME, LABEL_REPLICA_INDEX
 from scheduler.policies import make_policy
 from tests.operator.conftest import gpu_node, make_harness, trainingjob
 
@@ -41,10 +42,10 @@ def check_invariants(h) -> None:  # type: ignore[no-untyped-def]
                 )
             continue
         labels = p["metadata"]["labels"]
-        key = f"{ns}/{labels[crd.LABEL_JOB_NAME]}"
-        gens[key].add(labels[crd.LABEL_GENERATION])
-        replicas[(key, labels[crd.LABEL_GENERATION], labels[crd.LABEL_REPLICA_INDEX])] += 1
-        node = p["spec"].get("nodeName") or p["metadata"]["annotations"][crd.ANNOTATION_PLANNED_NODE]
+        key = f"{ns}/{labels[LABEL_JOB_NAME]}"
+        gens[key].add(labels[LABEL_GENERATION])
+        replicas[(key, labels[LABEL_GENERATION], labels[LABEL_REPLICA_INDEX])] += 1
+        node = p["spec"].get("nodeName") or p["metadata"]["annotations"][ANNOTATION_PLANNED_NODE]
         used[node] += int(p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
     for key, g in gens.items():
         assert len(g) == 1, (key, g)
@@ -76,7 +77,7 @@ def misbind(h, pick: int) -> None:  # type: ignore[no-untyped-def]
         if p["spec"].get("nodeName") or "deletionTimestamp" in p["metadata"]:
             continue
         gpus = int(p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
-        planned = p["metadata"]["annotations"].get(crd.ANNOTATION_PLANNED_NODE)
+        planned = p["metadata"]["annotations"].get(ANNOTATION_PLANNED_NODE)
         nodes = sorted(n for n in capacity if capacity[n] - used[n] >= gpus and n != planned)
         if nodes:
             h.api.bind(ns, name, nodes[pick % len(nodes)])
@@ -118,8 +119,8 @@ def test_random_histories_keep_the_invariants(
         elif event == "progress" and pods:
             ns, name = pods[pick % len(pods)]
             p = h.api.pods[(ns, name)]
-            if p["metadata"]["labels"][crd.LABEL_REPLICA_INDEX] == "0" and p["status"]["phase"] == "Running":
-                prev = crd.parse_status(h.api.trainingjobs[(ns, p["metadata"]["labels"][crd.LABEL_JOB_NAME])])
+            if p["metadata"]["labels"][LABEL_REPLICA_INDEX] == "0" and p["status"]["phase"] == "Running":
+                prev = crd.parse_status(h.api.trainingjobs[(ns, p["metadata"]["labels"][LABEL_JOB_NAME])])
                 done = min(1000.0, prev.progress + 150.0 * (1 + pick))
                 h.api.report_progress(ns, name, progress=done, checkpoint=done - 50 if done < 1000 else done,
                                       throughput=10.0, time=h.clock.now())  # fmt: skip

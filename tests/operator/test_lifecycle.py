@@ -11,6 +11,7 @@ import json
 
 from scheduler.core.round import RoundCosts
 from scheduler.k8s import crd
+from scheduler.names import ANNOTATION_PROGRESS
 from tests.operator.conftest import (
     Harness,
     ScriptedPolicy,
@@ -404,9 +405,7 @@ def test_progress_annotation_garbage_is_ignored(h: Harness) -> None:
     op = h.operator()
     op.run_round()
     h.settle_pods()
-    h.api.pods[("ml", "bert-g1-0")]["metadata"].setdefault("annotations", {})[crd.ANNOTATION_PROGRESS] = (
-        "{oops"
-    )
+    h.api.pods[("ml", "bert-g1-0")]["metadata"].setdefault("annotations", {})[ANNOTATION_PROGRESS] = "{oops"
     op.run_round()
     st = h.api.status_of("ml", "bert")
     assert st["phase"] == "Running" and st["progress"] == 0

@@ -1,0 +1,63 @@
+"""Every Kubernetes name perfsched reads or writes, spelled once: the CRDs' group, version, kinds and
+plurals, the GPU resource, the node labels, and the ``perfsched.dev/*`` pod labels and annotations.
+
+Pure constants, no imports: any layer may use them (the pure core's node-fit messages name the GPU
+resource; the adapter, the shells and the simulator's node manifests use the rest). A name that is
+part of the wire format is defined here and nowhere else; the Helm chart and ``crds/*.yaml`` spell
+the same strings (tests compare them).
+"""
+
+from __future__ import annotations
+
+# -- Custom resources (``crds/trainingjob.yaml``, ``crds/trainingqueue.yaml``) ---------------------
+GROUP = "perfsched.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+TRAININGJOB_KIND = "TrainingJob"
+TRAININGJOB_PLURAL = "trainingjobs"
+TRAININGQUEUE_KIND = "TrainingQueue"
+TRAININGQUEUE_PLURAL = "trainingqueues"
+
+# -- The GPU extended resource (NVIDIA device plugin) ---------------------------------------------
+GPU_RESOURCE = "nvidia.com/gpu"
+
+# -- Node labels --------------------------------------------------------------------------------
+#: NVIDIA GPU Feature Discovery's labels: the product name, GPUs per node, memory per GPU in MiB.
+LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
+LABEL_GPU_COUNT = "nvidia.com/gpu.count"
+LABEL_GPU_MEMORY = "nvidia.com/gpu.memory"
+#: Kubernetes' well-known zone label.
+LABEL_ZONE = "topology.kubernetes.io/zone"
+#: perfsched's topology labels (ARCHITECTURE.md): rack, NVLink domain, NIC bandwidth, interconnect.
+LABEL_RACK = "perfsched.dev/rack"
+LABEL_NVLINK_DOMAIN = "perfsched.dev/nvlink-domain"
+LABEL_NETWORK_GBPS = "perfsched.dev/network-gbps"
+LABEL_INTERCONNECT = "perfsched.dev/interconnect"
+#: Nodes with this label (value "true") are served by ``perfsched emulate --exec``; KWOK does not
+#: manage them (it manages nodes annotated ``kwok.x-k8s.io/node=fake`` only), and the table-driven
+#: emulator leaves their pods alone.
+LABEL_EXEC_NODE = "perfsched.dev/exec-node"
+
+# -- Pod labels and annotations, shared by the operator, the extender and the workload emulator ----
+LABEL_JOB_NAME = "perfsched.dev/job-name"
+LABEL_REPLICA_INDEX = "perfsched.dev/replica-index"
+LABEL_GENERATION = "perfsched.dev/generation"
+ANNOTATION_GPU_TYPE = "perfsched.dev/gpu-type"
+ANNOTATION_PLANNED_NODE = "perfsched.dev/planned-node"
+ANNOTATION_TOTAL_WORK = "perfsched.dev/total-work"
+ANNOTATION_WORLD_SIZE = "perfsched.dev/world-size"
+#: What a pod trains (the actuator writes them; the extender predicts a pod of no TrainingJob by them).
+ANNOTATION_MODEL = "perfsched.dev/model"
+ANNOTATION_BATCH_SIZE = "perfsched.dev/batch-size"
+#: Progress reporting (``scheduler/k8s/progress.py``, ``docs/progress-reporting.md``).
+ANNOTATION_PROGRESS = "perfsched.dev/progress"
+ANNOTATION_START_PROGRESS = "perfsched.dev/start-progress"
+#: KWOK stage trigger (``e2e/kwok-stages.yaml``): a Running pod with it goes Succeeded after the duration.
+ANNOTATION_KWOK_RUN_DURATION = "perfsched.dev/kwok-run-duration"
+ANNOTATION_KWOK_RESULT = "perfsched.dev/kwok-result"
+#: On the demo's TrainingJobs: the trace job a TrainingJob was made from.
+ANNOTATION_TRACE_JOB = "perfsched.dev/trace-job"
+
+# -- Events ---------------------------------------------------------------------------------------
+#: ``reportingComponent`` of the Events the operator writes.
+OPERATOR_COMPONENT = "perfsched.dev/operator"
