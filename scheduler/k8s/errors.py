@@ -281,12 +281,17 @@ class ApiHealth:
             log.debug("API server still unavailable", extra={"component": self.component, "error": str(exc)})
         return True
 
-    def ok(self) -> None:
-        """Report a call the API server answered."""
+    def now(self) -> float:
+        """The clock ``ok(since=...)`` compares with."""
+        return self._clock()
+
+    def ok(self, since: float | None = None) -> None:
+        """Report a call the API server answered. ``since``: when that call was made, for a report that
+        comes long after it (a whole round): an answer from before the outage began does not end it."""
         if self._down_since is None:  # the common case, without the lock (watch events are frequent)
             return
         with self._lock:
-            if self._down_since is None:
+            if self._down_since is None or (since is not None and since < self._down_since):
                 return
             now = self._clock()
             self._advance(now)

@@ -147,11 +147,12 @@ class OperatorLoop:
                 if not leader:
                     continue
                 last_round = time.monotonic()
+                round_began = self.health.now()
                 try:
                     rep = self.operator.run_round()
                     self.rounds += 1
-                    if not rep.skipped:
-                        self.health.ok()  # the round listed the cluster: the API server answers
+                    if not rep.skipped:  # the round listed the cluster then: the API server answered
+                        self.health.ok(since=round_began)
                     if rep.actions or rep.errors:
                         done = ", ".join(f"{k} {' '.join(v)}" for k, v in sorted(rep.actions.items()))
                         log.info(

@@ -141,6 +141,22 @@ def test_health_logs_an_outage_once_and_counts_its_seconds(caplog: pytest.LogCap
     assert health.available() and health.outages == 1
 
 
+def test_an_answer_to_a_call_made_before_the_outage_does_not_end_it() -> None:
+    # a round lists the cluster at t=10, the API server goes away at t=11 (a watch fails), and the round
+    # reports its success at t=12: that answer predates the outage, which goes on
+    clock = Clock()
+    health = ApiHealth("operator", clock=clock, count=lambda _s: None)
+    clock.t = 10.0
+    began = health.now()
+    clock.t = 11.0
+    health.failed(ApiUnavailable("watch: refused"))
+    clock.t = 12.0
+    health.ok(since=began)
+    assert not health.available() and health.outages == 1
+    health.ok(since=health.now())  # a call made during the outage that was answered ends it
+    assert health.available()
+
+
 def test_health_exports_the_metric() -> None:
     from scheduler import metrics
 
