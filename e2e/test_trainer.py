@@ -269,7 +269,7 @@ def test_demo_real_trains_through_a_resize_and_a_preemption(tmp_path: Path) -> N
     jobs = {j.name: j for j in report.jobs}
     assert {j.phase for j in report.jobs} == {"Succeeded"}, said
     alpha = jobs["alpha"]
-    assert alpha.progress == alpha.total == 400
+    assert alpha.progress == alpha.total == 1000
     assert alpha.resizes >= 1 and alpha.preemptions >= 1, said
     assert len(alpha.restart_log) == alpha.restarts >= 2
     for r in alpha.restart_log:

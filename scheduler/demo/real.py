@@ -5,7 +5,8 @@ extender``, ``perfsched operator`` (policy ``srsf``) and ``perfsched emulate --e
 of one exec node (2 "T4 GPUs"; the processes use this machine's CPU) as processes of the example
 trainer (``examples/trainer/train.py``, ``resnet-tiny`` on synthetic data). The script:
 
-1. ``alpha`` (elastic, 1..2 replicas, 400 steps) starts with 2 replicas, one per GPU;
+1. ``alpha`` (elastic, 1..2 replicas, 1,000 steps: long enough to be mid-run when ``gamma`` comes, also on
+   a fast machine) starts with 2 replicas, one per GPU;
 2. ``beta`` (1 GPU, higher priority, 60 steps) arrives: ``alpha`` is resized to 1 replica through a
    checkpoint (world size 2 -> 1, the same global batch) and ``beta`` trains beside it;
 3. ``gamma`` (one 2-GPU replica, highest priority, 60 steps) arrives: it needs the whole node, so
@@ -59,7 +60,7 @@ class JobScript:
 
 
 SCRIPT = (
-    JobScript("alpha", steps=400, replicas=(1, 2), gpus_per_replica=1, priority=0),
+    JobScript("alpha", steps=1000, replicas=(1, 2), gpus_per_replica=1, priority=0),
     JobScript("beta", steps=60, replicas=(1, 1), gpus_per_replica=1, priority=5, after_job="alpha",
               after_progress=60),
     JobScript("gamma", steps=60, replicas=(1, 1), gpus_per_replica=2, priority=10, after_job="alpha",
