@@ -135,15 +135,20 @@ def _str_field(src: str, where: str, raw: dict[str, Any], key: str, default: str
     return value
 
 
+def _no_unknown(src: str, where: str, raw: dict[str, Any], allowed: set[str]) -> None:
+    """Refuse the first field of ``raw`` not in ``allowed``, naming it and the allowed ones."""
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise ConfigError(
+            f"{src}: {where}.{unknown[0]}: unknown field (allowed: {', '.join(sorted(allowed))})"
+        )
+
+
 def _parse_pool(src: str, index: int, raw: Any) -> PoolSpec:
     where = f"pools[{index}]"
     if not isinstance(raw, dict):
         raise ConfigError(f"{src}: {where}: must be a mapping of pool fields, got {raw!r}")
-    unknown = sorted(set(raw) - _POOL_FIELDS)
-    if unknown:
-        raise ConfigError(
-            f"{src}: {where}.{unknown[0]}: unknown field (allowed: {', '.join(sorted(_POOL_FIELDS))})"
-        )
+    _no_unknown(src, where, raw, _POOL_FIELDS)
     name = _str_field(src, where, raw, "name", None)
     if not name or not name.replace("-", "").isalnum() or name != name.lower():
         raise ConfigError(f"{src}: {where}.name: must be lower-case letters, digits and '-', got {name!r}")
@@ -239,11 +244,7 @@ def _parse_queues(src: str, raw: Any, gpu_types: set[str]) -> tuple[tuple[QueueS
         where = f"queues[{i}]"
         if not isinstance(q, dict):
             raise ConfigError(f"{src}: {where}: must be a mapping of queue fields, got {q!r}")
-        unknown = sorted(set(q) - _QUEUE_FIELDS)
-        if unknown:
-            raise ConfigError(
-                f"{src}: {where}.{unknown[0]}: unknown field (allowed: {', '.join(sorted(_QUEUE_FIELDS))})"
-            )
+        _no_unknown(src, where, q, _QUEUE_FIELDS)
         name = _str_field(src, where, q, "name", None)
         if name in {x.name for x in queues}:
             raise ConfigError(f"{src}: {where}.name: duplicate queue name {name!r}")
@@ -265,11 +266,7 @@ def _parse_queues(src: str, raw: Any, gpu_types: set[str]) -> tuple[tuple[QueueS
             qw = f"{where}.quotas[{k}]"
             if not isinstance(rq, dict):
                 raise ConfigError(f"{src}: {qw}: must be a mapping, got {rq!r}")
-            bad = sorted(set(rq) - _QUOTA_FIELDS)
-            if bad:
-                raise ConfigError(
-                    f"{src}: {qw}.{bad[0]}: unknown field (allowed: {', '.join(sorted(_QUOTA_FIELDS))})"
-                )
+            _no_unknown(src, qw, rq, _QUOTA_FIELDS)
             gpu_type = _str_field(src, qw, rq, "gpu_type", None)
             if gpu_type != ANY_GPU_TYPE and gpu_type not in gpu_types:
                 raise ConfigError(
