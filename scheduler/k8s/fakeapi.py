@@ -345,6 +345,7 @@ class FakeKubeApi:
                     if time.monotonic() > deadline:
                         return
                     continue
+                self._fault("watch")  # a dropped connection delivers nothing buffered before the outage
                 if not namespace or obj["metadata"].get("namespace", namespace) == namespace:
                     yield event, obj
         finally:
