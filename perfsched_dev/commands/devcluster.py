@@ -67,16 +67,23 @@ def _print_state(state: object, as_json: bool, header: str) -> None:
         typer.echo(f"    {record.name:<26} pid {record.pid:<8} {record.log_path}")
 
 
+_STATE_DIR = typer.Option(
+    None,
+    "--state-dir",
+    help="State directory [default: $PERFSCHED_DEV_CLUSTER_DIR or ~/.cache/perfsched/dev-cluster].",
+)
+
+
 def register(app: typer.Typer) -> None:
     dev = typer.Typer(help="Local Kubernetes control plane (etcd, apiserver, KCM, kube-scheduler, KWOK).")
     app.add_typer(dev, name="dev-cluster")
+    _register_up(dev)
+    _register_down_and_status(dev)
+    _register_restart(dev)
+    _register_nodes(dev)
 
-    state_dir_opt = typer.Option(
-        None,
-        "--state-dir",
-        help="State directory [default: $PERFSCHED_DEV_CLUSTER_DIR or ~/.cache/perfsched/dev-cluster].",
-    )
 
+def _register_up(dev: typer.Typer) -> None:
     @dev.command("up")
     def up(
         cluster: str = typer.Option(
@@ -94,7 +101,7 @@ def register(app: typer.Typer) -> None:
         timeout: float = typer.Option(
             90.0, "--timeout", help="Seconds each component may take to become healthy."
         ),
-        state_dir: Path = state_dir_opt,
+        state_dir: Path = _STATE_DIR,
         as_json: bool = typer.Option(False, "--json", help="Print the cluster state as JSON."),
     ) -> None:
         """Start the control plane with fake GPU nodes from a cluster spec; wait until it is healthy."""
@@ -134,8 +141,10 @@ def register(app: typer.Typer) -> None:
             state, as_json, f"dev cluster '{spec.name}' is up (healthy after {state.ready_seconds:.1f} s)"
         )
 
+
+def _register_down_and_status(dev: typer.Typer) -> None:
     @dev.command("down")
-    def down(state_dir: Path = state_dir_opt, as_json: bool = typer.Option(False, "--json")) -> None:
+    def down(state_dir: Path = _STATE_DIR, as_json: bool = typer.Option(False, "--json")) -> None:
         """Stop exactly the processes `up` started (by pid) and remove the temporary state."""
         from perfsched_dev.devcluster.cluster import DevCluster
         from perfsched_dev.devcluster.tools import DevClusterError
@@ -156,7 +165,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"no dev cluster running in {dc.state_dir}")
 
     @dev.command("status")
-    def status(state_dir: Path = state_dir_opt, as_json: bool = typer.Option(False, "--json")) -> None:
+    def status(state_dir: Path = _STATE_DIR, as_json: bool = typer.Option(False, "--json")) -> None:
         """Show kubeconfig, endpoints, pids and logs; exit 3 when no cluster is running."""
         from perfsched_dev.devcluster.cluster import DevCluster
         from perfsched_dev.devcluster.tools import DevClusterError
@@ -177,6 +186,8 @@ def register(app: typer.Typer) -> None:
         if state.phase != "running":
             raise typer.Exit(3)
 
+
+def _register_restart(dev: typer.Typer) -> None:
     @dev.command("restart")
     def restart(
         component: str = typer.Argument(
@@ -191,7 +202,7 @@ def register(app: typer.Typer) -> None:
             0.0, "--down-for", help="Seconds to leave the component down before starting it again."
         ),
         timeout: float = typer.Option(90.0, "--timeout", help="Seconds it may take to become healthy again."),
-        state_dir: Path = state_dir_opt,
+        state_dir: Path = _STATE_DIR,
         as_json: bool = typer.Option(False, "--json", help="Print the new process as JSON."),
     ) -> None:
         """Kill one component and start it again with its original command line; wait until healthy."""
@@ -212,6 +223,8 @@ def register(app: typer.Typer) -> None:
         else:
             typer.echo(f"restarted {record.name} (pid {record.pid}); log {record.log_path}")
 
+
+def _register_nodes(dev: typer.Typer) -> None:
     @dev.command("nodes")
     def nodes(
         cluster: str = typer.Option(

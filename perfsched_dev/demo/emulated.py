@@ -17,11 +17,16 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfsched_dev.demo import report as rep
 from perfsched_dev.demo.job_mix import NAMESPACE, DemoShape, pick_jobs, trainingjob_manifest
 from scheduler.core.errors import ConfigError, PerfschedError
+
+if TYPE_CHECKING:
+    from perfsched_dev.devcluster.cluster import DevCluster
+    from scheduler.core.types import Node
+    from scheduler.sim.cluster import ClusterSpec
 
 log = logging.getLogger(__name__)
 
@@ -156,10 +161,9 @@ def run_demo(
     say: Callable[[str], None] = print,
 ) -> tuple[rep.DemoReport, dict[str, Any]]:
     """Run the whole demo; returns the report and where things are (kubeconfig, logs, metrics URLs)."""
-    from perfsched_dev.devcluster.cluster import DevCluster, UpOptions, perfsched_components
-    from perfsched_dev.devcluster.process import free_ports
-    from perfsched_dev.devcluster.tools import DevClusterError, find_tools
-    from scheduler.sim.cluster import node_labels, spec_to_nodes
+    from perfsched_dev.devcluster.cluster import DevCluster
+    from perfsched_dev.devcluster.tools import find_tools
+    from scheduler.sim.cluster import spec_to_nodes
 
     with step("building the workload from the shipped Philly sample"):
         manifests, spec = build_manifests(options)
@@ -174,71 +178,15 @@ def run_demo(
     with step("finding the control-plane binaries", "run `make tools` (or `bash e2e/install-tools.sh`)"):
         tools = find_tools()
     dc = DevCluster(demo_state_dir(options), tools)
-    where: dict[str, Any] = {}
     stop = threading.Event()
     try:
-        extender_port, operator_port = free_ports(2)
-        kubeconfig = str(dc.kubeconfig_path)
-        operator_args = [f"--policy={options.policy}"] if options.policy else []
-        extras = perfsched_components(
-            kubeconfig,
-            extender_port,
-            operator_port,
-            operator_args=operator_args,
-            operator_env={
-                "PERFSCHED_OPERATOR_LEASE_NAMESPACE": "default",
-                "PERFSCHED_OPERATOR_ROUND_PERIOD_SECONDS": "2",
-            },
-            emulator_env={"PERFSCHED_EMULATOR_TIME_SCALE": f"{options.time_scale:g}"},
-        )
-        say("starting the local control plane and perfsched (extender, operator, emulator) ...")
-        with step("starting the local control plane", f"logs: {dc.log_dir}"):
-            try:
-                state = dc.up(
-                    UpOptions(
-                        nodes=nodes, node_labels=node_labels(spec), extender_port=extender_port, extras=extras
-                    )
-                )
-            except DevClusterError as exc:
-                raise DemoError(f"starting the local control plane failed: {exc}") from exc
-        where = {
-            "kubeconfig": state.kubeconfig,
-            "logs": str(dc.log_dir),
-            "extender_metrics": f"http://127.0.0.1:{extender_port}/metrics",
-            "operator_metrics": f"http://127.0.0.1:{operator_port}/metrics",
-        }
-        say(f"control plane up in {state.ready_seconds or 0:.0f} s; kubeconfig {state.kubeconfig}")
+        kubeconfig, where = _start_cluster(dc, options, spec, nodes, say)
         from perfsched_dev.k8s.demoapi import DemoApi
 
         with step("creating the demo namespace"):
-            api = DemoApi(state.kubeconfig, NAMESPACE)
+            api = DemoApi(kubeconfig, NAMESPACE)
             api.ensure_namespace()
-        watch = Watch(started=time.monotonic())
-        errors: list[str] = []
-        submitter = threading.Thread(
-            target=_submitter, args=(api, manifests, watch, stop, errors), daemon=True
-        )
-        submitter.start()
-        deadline = watch.started + options.duration_s
-        while time.monotonic() < deadline:
-            if errors:
-                raise DemoError(f"submitting TrainingJobs failed: {errors[0]}")
-            with step("watching the TrainingJobs", f"logs: {dc.log_dir}"):
-                watch.tjs = api.list_trainingjobs()
-                watch.events = api.recent_events()
-            now = time.monotonic() - watch.started
-            watch.gpu_samples.append((now, float(rep.gpus_in_use(watch.tjs))))
-            watch.error_samples.extend(rep.prediction_errors(watch.tjs))
-            _check_processes(dc)
-            if render is not None:
-                render(watch, options, total_gpus)
-            if (
-                watch.submitted == len(manifests)
-                and all(rep.phase_of(tj) in ("Succeeded", "Failed") for tj in watch.tjs)
-                and len(watch.tjs) == len(manifests)
-            ):
-                break
-            time.sleep(options.poll_s)
+        watch = _run_jobs(api, dc, manifests, options, total_gpus, render, stop)
         stop.set()
         where["elapsed_s"] = round(time.monotonic() - watch.started, 1)
         with step("reading the final TrainingJob statuses"):
@@ -247,17 +195,103 @@ def run_demo(
         return rep.build_report(watch.tjs, watch.gpu_samples, total_gpus, watch.error_samples), where
     finally:
         stop.set()
-        if options.keep:
-            say(
-                "--keep: the cluster keeps running (stop it with "
-                f"`perfsched dev-cluster down --state-dir {dc.state_dir}`)"
+        _clean_up(dc, options, say)
+
+
+def _start_cluster(
+    dc: DevCluster, options: DemoOptions, spec: ClusterSpec, nodes: Sequence[Node], say: Callable[[str], None]
+) -> tuple[str, dict[str, Any]]:
+    """Bring up the control plane with the demo's nodes and perfsched's extender, operator and emulator;
+    returns the kubeconfig and where things are (logs, metrics URLs)."""
+    from perfsched_dev.devcluster.cluster import UpOptions, perfsched_components
+    from perfsched_dev.devcluster.process import free_ports
+    from perfsched_dev.devcluster.tools import DevClusterError
+    from scheduler.sim.cluster import node_labels
+
+    extender_port, operator_port = free_ports(2)
+    kubeconfig = str(dc.kubeconfig_path)
+    operator_args = [f"--policy={options.policy}"] if options.policy else []
+    extras = perfsched_components(
+        kubeconfig,
+        extender_port,
+        operator_port,
+        operator_args=operator_args,
+        operator_env={
+            "PERFSCHED_OPERATOR_LEASE_NAMESPACE": "default",
+            "PERFSCHED_OPERATOR_ROUND_PERIOD_SECONDS": "2",
+        },
+        emulator_env={"PERFSCHED_EMULATOR_TIME_SCALE": f"{options.time_scale:g}"},
+    )
+    say("starting the local control plane and perfsched (extender, operator, emulator) ...")
+    with step("starting the local control plane", f"logs: {dc.log_dir}"):
+        try:
+            state = dc.up(
+                UpOptions(
+                    nodes=nodes, node_labels=node_labels(spec), extender_port=extender_port, extras=extras
+                )
             )
-        else:
-            say("cleaning up: stopping the control plane and perfsched processes ...")
-            try:
-                dc.down()
-            except Exception as exc:  # cleanup must not hide the real error
-                say(f"cleanup problem: {exc} (state in {dc.state_dir})")
+        except DevClusterError as exc:
+            raise DemoError(f"starting the local control plane failed: {exc}") from exc
+    where = {
+        "kubeconfig": state.kubeconfig,
+        "logs": str(dc.log_dir),
+        "extender_metrics": f"http://127.0.0.1:{extender_port}/metrics",
+        "operator_metrics": f"http://127.0.0.1:{operator_port}/metrics",
+    }
+    say(f"control plane up in {state.ready_seconds or 0:.0f} s; kubeconfig {state.kubeconfig}")
+    return str(state.kubeconfig), where
+
+
+def _run_jobs(
+    api: Any,
+    dc: DevCluster,
+    manifests: Sequence[tuple[float, dict[str, Any]]],
+    options: DemoOptions,
+    total_gpus: int,
+    render: Callable[[Watch, DemoOptions, int], None] | None,
+    stop: threading.Event,
+) -> Watch:
+    """Submit the manifests on their schedule (a thread) and watch until every job ended or the
+    duration is up, sampling GPUs in use and prediction errors, and rendering each poll."""
+    watch = Watch(started=time.monotonic())
+    errors: list[str] = []
+    submitter = threading.Thread(target=_submitter, args=(api, manifests, watch, stop, errors), daemon=True)
+    submitter.start()
+    deadline = watch.started + options.duration_s
+    while time.monotonic() < deadline:
+        if errors:
+            raise DemoError(f"submitting TrainingJobs failed: {errors[0]}")
+        with step("watching the TrainingJobs", f"logs: {dc.log_dir}"):
+            watch.tjs = api.list_trainingjobs()
+            watch.events = api.recent_events()
+        now = time.monotonic() - watch.started
+        watch.gpu_samples.append((now, float(rep.gpus_in_use(watch.tjs))))
+        watch.error_samples.extend(rep.prediction_errors(watch.tjs))
+        _check_processes(dc)
+        if render is not None:
+            render(watch, options, total_gpus)
+        if (
+            watch.submitted == len(manifests)
+            and all(rep.phase_of(tj) in ("Succeeded", "Failed") for tj in watch.tjs)
+            and len(watch.tjs) == len(manifests)
+        ):
+            break
+        time.sleep(options.poll_s)
+    return watch
+
+
+def _clean_up(dc: DevCluster, options: DemoOptions, say: Callable[[str], None]) -> None:
+    if options.keep:
+        say(
+            "--keep: the cluster keeps running (stop it with "
+            f"`perfsched dev-cluster down --state-dir {dc.state_dir}`)"
+        )
+        return
+    say("cleaning up: stopping the control plane and perfsched processes ...")
+    try:
+        dc.down()
+    except Exception as exc:  # cleanup must not hide the real error
+        say(f"cleanup problem: {exc} (state in {dc.state_dir})")
 
 
 def save_metrics(where: dict[str, Any], log_dir: Path) -> dict[str, str]:

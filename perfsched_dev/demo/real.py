@@ -28,10 +28,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scheduler.core.errors import PerfschedError
 from scheduler.names import API_VERSION, TRAININGJOB_KIND
+
+if TYPE_CHECKING:
+    from perfsched_dev.devcluster.cluster import DevCluster
+    from perfsched_dev.k8s.demoapi import DemoApi
 
 log = logging.getLogger(__name__)
 
@@ -266,8 +270,7 @@ def run_real_demo(
     options: RealDemoOptions, say: Callable[[str], None] = print
 ) -> tuple[RealReport, dict[str, Any]]:
     """Run the script (see the module docstring); returns the report and where the files are."""
-    from perfsched_dev.devcluster.cluster import DevCluster, UpOptions, perfsched_components
-    from perfsched_dev.devcluster.process import free_ports
+    from perfsched_dev.devcluster.cluster import DevCluster
     from perfsched_dev.devcluster.tools import DevClusterError, find_tools
     from perfsched_dev.emulator.exec import find_torch_python
     from perfsched_dev.k8s.demoapi import DemoApi
@@ -293,73 +296,18 @@ def run_real_demo(
     shutil.rmtree(work, ignore_errors=True)
     started = time.monotonic()
     try:
-        extender_port, operator_port = free_ports(2)
-        kubeconfig = str(dc.kubeconfig_path)
-        extras = perfsched_components(
-            kubeconfig,
-            extender_port,
-            operator_port,
-            operator_env={
-                "PERFSCHED_OPERATOR_POLICY": "srsf",
-                "PERFSCHED_OPERATOR_LEASE_NAMESPACE": "default",
-                "PERFSCHED_OPERATOR_ROUND_PERIOD_SECONDS": "1",
-                "PERFSCHED_OPERATOR_MIN_ROUND_INTERVAL_SECONDS": "0.2",
-                "PERFSCHED_OPERATOR_MIN_RESIZE_INTERVAL_SECONDS": "5",
-                "PERFSCHED_OPERATOR_RESTART_COST_SECONDS": "2",
-                "PERFSCHED_OPERATOR_RESIZE_COST_SECONDS": "2",
-            },
-            emulator_args=("--exec", "--exec-dir", str(exec_dir)),
-            emulator_name="perfsched-exec",
-        )
-        say("starting the local control plane, perfsched and the exec emulator (no KWOK nodes) ...")
-        try:
-            state = dc.up(UpOptions(nodes=(), extender_port=extender_port, extras=extras))
-        except DevClusterError as exc:
-            raise RealDemoError(f"starting the local control plane failed: {exc}") from exc
-        where.update(kubeconfig=state.kubeconfig, logs=str(dc.log_dir))
-        client = connect.api_client(state.kubeconfig)
+        kubeconfig = _start_real_cluster(dc, exec_dir, say)
+        where.update(kubeconfig=kubeconfig, logs=str(dc.log_dir))
+        client = connect.api_client(kubeconfig)
         nodes = [Node("exec-t4-0", "T4", 2, GPU_PRODUCT, rack="r0")]
         KubeExec(client).create_nodes([exec_node_manifest(n) for n in nodes])
-        api = DemoApi(state.kubeconfig, NAMESPACE)
+        api = DemoApi(kubeconfig, NAMESPACE)
         api.ensure_namespace()
         say(
             "exec node exec-t4-0 (2 GPUs): its pods run as real processes of "
             f"examples/trainer/train.py under {python}"
         )
-        pending = list(SCRIPT)
-        throughput: dict[str, list[tuple[float, float]]] = {}
-        seen: dict[str, str] = {}
-        deadline = started + options.timeout_s
-        tjs: list[dict[str, Any]] = []
-        while time.monotonic() < deadline:
-            tjs = api.list_trainingjobs()
-            by_name = {str(t["metadata"]["name"]): t for t in tjs}
-            for job in list(pending):
-                anchor = (by_name.get(job.after_job) or {}).get("status") or {}
-                if job.after_job and float(anchor.get("progress", 0)) < job.after_progress:
-                    continue
-                ckpt = ckpt_root / job.name
-                ckpt.mkdir(parents=True, exist_ok=True)
-                api.create_trainingjob(manifest(job, python, ckpt, seed=SCRIPT.index(job)))
-                say(f"{time.monotonic() - started:5.0f} s  submitted {job.name} ({job.steps} steps, "
-                    f"{job.replicas[1]} x {job.gpus_per_replica} GPU, priority {job.priority})")  # fmt: skip
-                pending.remove(job)
-            for name, tj in by_name.items():
-                st = tj.get("status") or {}
-                line = f"{st.get('phase', '')}: {st.get('message', '')}"
-                if seen.get(name) != line and st.get("phase"):
-                    seen[name] = line
-                    say(f"{time.monotonic() - started:5.0f} s  {name} {line}"[:200])
-                pred, obs = st.get("predictedThroughput"), st.get("observedThroughput")
-                if st.get("phase") == "Running" and pred and obs:
-                    throughput.setdefault(name, []).append((float(pred), float(obs)))
-            if (
-                not pending
-                and tjs
-                and all((t.get("status") or {}).get("phase") in ("Succeeded", "Failed") for t in tjs)
-            ):
-                break
-            time.sleep(options.poll_s)
+        tjs, throughput = _play_script(api, options, python, ckpt_root, started, say)
         curves = {job.name: read_curve(ckpt_root / job.name / "metrics.jsonl") for job in SCRIPT}
         report = build_real_report(tjs, curves, throughput, time.monotonic() - started)
         client.close()
@@ -375,6 +323,86 @@ def run_real_demo(
                 dc.down()
             except Exception as exc:  # cleanup must not hide the real error
                 say(f"cleanup problem: {exc} (state in {dc.state_dir})")
+
+
+def _start_real_cluster(dc: DevCluster, exec_dir: Path, say: Callable[[str], None]) -> str:
+    """The control plane without KWOK nodes, perfsched's extender and operator (policy ``srsf``, short
+    rounds and costs) and the exec emulator; returns the kubeconfig."""
+    from perfsched_dev.devcluster.cluster import UpOptions, perfsched_components
+    from perfsched_dev.devcluster.process import free_ports
+    from perfsched_dev.devcluster.tools import DevClusterError
+
+    extender_port, operator_port = free_ports(2)
+    kubeconfig = str(dc.kubeconfig_path)
+    extras = perfsched_components(
+        kubeconfig,
+        extender_port,
+        operator_port,
+        operator_env={
+            "PERFSCHED_OPERATOR_POLICY": "srsf",
+            "PERFSCHED_OPERATOR_LEASE_NAMESPACE": "default",
+            "PERFSCHED_OPERATOR_ROUND_PERIOD_SECONDS": "1",
+            "PERFSCHED_OPERATOR_MIN_ROUND_INTERVAL_SECONDS": "0.2",
+            "PERFSCHED_OPERATOR_MIN_RESIZE_INTERVAL_SECONDS": "5",
+            "PERFSCHED_OPERATOR_RESTART_COST_SECONDS": "2",
+            "PERFSCHED_OPERATOR_RESIZE_COST_SECONDS": "2",
+        },
+        emulator_args=("--exec", "--exec-dir", str(exec_dir)),
+        emulator_name="perfsched-exec",
+    )
+    say("starting the local control plane, perfsched and the exec emulator (no KWOK nodes) ...")
+    try:
+        state = dc.up(UpOptions(nodes=(), extender_port=extender_port, extras=extras))
+    except DevClusterError as exc:
+        raise RealDemoError(f"starting the local control plane failed: {exc}") from exc
+    return str(state.kubeconfig)
+
+
+def _play_script(
+    api: DemoApi,
+    options: RealDemoOptions,
+    python: str,
+    ckpt_root: Path,
+    started: float,
+    say: Callable[[str], None],
+) -> tuple[list[dict[str, Any]], dict[str, list[tuple[float, float]]]]:
+    """Submit each job of ``SCRIPT`` when its anchor job got far enough, and watch until all ended or the
+    timeout; returns the last TrainingJobs seen and the (predicted, observed) throughput samples."""
+    pending = list(SCRIPT)
+    throughput: dict[str, list[tuple[float, float]]] = {}
+    seen: dict[str, str] = {}
+    deadline = started + options.timeout_s
+    tjs: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        tjs = api.list_trainingjobs()
+        by_name = {str(t["metadata"]["name"]): t for t in tjs}
+        for job in list(pending):
+            anchor = (by_name.get(job.after_job) or {}).get("status") or {}
+            if job.after_job and float(anchor.get("progress", 0)) < job.after_progress:
+                continue
+            ckpt = ckpt_root / job.name
+            ckpt.mkdir(parents=True, exist_ok=True)
+            api.create_trainingjob(manifest(job, python, ckpt, seed=SCRIPT.index(job)))
+            say(f"{time.monotonic() - started:5.0f} s  submitted {job.name} ({job.steps} steps, "
+                f"{job.replicas[1]} x {job.gpus_per_replica} GPU, priority {job.priority})")  # fmt: skip
+            pending.remove(job)
+        for name, tj in by_name.items():
+            st = tj.get("status") or {}
+            line = f"{st.get('phase', '')}: {st.get('message', '')}"
+            if seen.get(name) != line and st.get("phase"):
+                seen[name] = line
+                say(f"{time.monotonic() - started:5.0f} s  {name} {line}"[:200])
+            pred, obs = st.get("predictedThroughput"), st.get("observedThroughput")
+            if st.get("phase") == "Running" and pred and obs:
+                throughput.setdefault(name, []).append((float(pred), float(obs)))
+        if (
+            not pending
+            and tjs
+            and all((t.get("status") or {}).get("phase") in ("Succeeded", "Failed") for t in tjs)
+        ):
+            break
+        time.sleep(options.poll_s)
+    return tjs, throughput
 
 
 def default_state_dir() -> Path:

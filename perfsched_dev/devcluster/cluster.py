@@ -355,22 +355,50 @@ class DevCluster:
         self._save()
 
     def _start_all(self, tools: Tools, state: ClusterState, options: UpOptions) -> None:
+        """Start every process of ``state`` in dependency order, waiting for each to be healthy."""
+        token = self._write_credentials(tools, state)
+        kubeconfig = str(self.kubeconfig_path)
+        deadline = options.timeout_s
+        self._start_etcd(tools, state, deadline)
+        self._start_apiserver(tools, state, token, deadline)
+        # CRDs before KCM: the garbage collector rescans discovery only every 30 s
+        self._apply_crds(tools, kubeconfig, deadline)
+        # KCM, the schedulers and kwok need only the API server: start them together, then wait for each
+        self._spawn_controller_manager(tools, state, kubeconfig)
+        for sched in options.schedulers:
+            self._spawn_scheduler(tools, state, sched, options.tuning)
+        self._spawn_kwok(tools, state, kubeconfig)
+        self._wait_http(
+            state,
+            "kube-controller-manager",
+            f"{state.endpoints['kube-controller-manager']}/healthz",
+            deadline,
+        )
+        for sched in options.schedulers:
+            name = f"kube-scheduler-{sched}"
+            self._wait_http(state, name, f"{state.endpoints[name]}/healthz", deadline)
+        self._wait_http(state, "kwok", f"{state.endpoints['kwok']}/healthz", deadline)
+        self._wait_api(state, kubeconfig, options, deadline)
+        self._start_extras(state, kubeconfig, options.extras, deadline)
+
+    def _write_credentials(self, tools: Tools, state: ClusterState) -> str:
+        """The PKI, the token file and the admin kubeconfig; returns the admin bearer token."""
         run = self.state_dir / "run"
-        p = state.ports
         token = secrets.token_hex(16)
         ca_pem = _make_pki(tools.openssl, run)
         (run / "tokens.csv").write_text(configs.token_file_text(token))
         self.kubeconfig_path.write_text(configs.kubeconfig_text(state.endpoints["apiserver"], token, ca_pem))
         self.kubeconfig_path.chmod(0o600)
-        kubeconfig = str(self.kubeconfig_path)
-        deadline = options.timeout_s
+        return token
 
-        # etcd, on tmpfs when there is one: etcd 3.4 cannot skip fsync and the disk is slow
+    def _start_etcd(self, tools: Tools, state: ClusterState, deadline: float) -> None:
+        # on tmpfs when there is one: etcd 3.4 cannot skip fsync and the disk is slow
+        run = self.state_dir / "run"
         shm = Path("/dev/shm")
         base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else str(run)
         etcd_dir = tempfile.mkdtemp(prefix="perfsched-etcd-", dir=base)
         state.temp_dirs.append(etcd_dir)
-        etcd_url, peer_url = state.endpoints["etcd"], f"http://127.0.0.1:{p['etcd-peer']}"
+        etcd_url, peer_url = state.endpoints["etcd"], f"http://127.0.0.1:{state.ports['etcd-peer']}"
         self._spawn(
             state,
             "etcd",
@@ -390,6 +418,10 @@ class DevCluster:
         )
         self._wait_http(state, "etcd", f"{etcd_url}/health", deadline, check=_etcd_healthy)
 
+    def _start_apiserver(self, tools: Tools, state: ClusterState, token: str, deadline: float) -> None:
+        run = self.state_dir / "run"
+        p = state.ports
+        etcd_url = state.endpoints["etcd"]
         api = state.endpoints["apiserver"]
         self._spawn(
             state,
@@ -422,19 +454,23 @@ class DevCluster:
         )
         self._wait_http(state, "kube-apiserver", f"{api}/readyz", deadline, token=token, ca=run / "ca.crt")
 
-        # CRDs before KCM: the garbage collector rescans discovery only every 30 s
+    @staticmethod
+    def _apply_crds(tools: Tools, kubeconfig: str, deadline: float) -> None:
         crd_files = sorted(tools.crds_dir.glob("*.yaml")) if tools.crds_dir else []
-        if crd_files:
-            from perfsched_dev.k8s import bootstrap
-            from scheduler.k8s import connect
+        if not crd_files:
+            return
+        from perfsched_dev.k8s import bootstrap
+        from scheduler.k8s import connect
 
-            client = connect.api_client(kubeconfig)
-            try:
-                bootstrap.apply_crds(client, bootstrap.load_crds(crd_files), timeout_s=deadline)
-            finally:
-                client.close()
+        client = connect.api_client(kubeconfig)
+        try:
+            bootstrap.apply_crds(client, bootstrap.load_crds(crd_files), timeout_s=deadline)
+        finally:
+            client.close()
 
-        kcm = state.endpoints["kube-controller-manager"]
+    def _spawn_controller_manager(self, tools: Tools, state: ClusterState, kubeconfig: str) -> None:
+        run = self.state_dir / "run"
+        p = state.ports
         self._spawn(
             state,
             "kube-controller-manager",
@@ -456,11 +492,10 @@ class DevCluster:
                 "--v=1",
             ],
         )
-        # KCM, the schedulers and kwok need only the API server: start them together, then wait for each
-        for sched in options.schedulers:
-            self._spawn_scheduler(tools, state, sched, options.tuning)
 
-        kwok_dir = run / "kwok"
+    def _spawn_kwok(self, tools: Tools, state: ClusterState, kubeconfig: str) -> None:
+        p = state.ports
+        kwok_dir = self.state_dir / "run" / "kwok"
         kwok_dir.mkdir()
         self._spawn(
             state,
@@ -479,19 +514,17 @@ class DevCluster:
             # (RequestWatchProgress): with Debian's etcd 3.4 pods change phase 10+ s late
             env={"KWOK_WORKDIR": str(kwok_dir)},
         )
-        self._wait_http(state, "kube-controller-manager", f"{kcm}/healthz", deadline)
-        for sched in options.schedulers:
-            name = f"kube-scheduler-{sched}"
-            self._wait_http(state, name, f"{state.endpoints[name]}/healthz", deadline)
-        self._wait_http(state, "kwok", f"{state.endpoints['kwok']}/healthz", deadline)
-        self._wait_api(state, kubeconfig, options, deadline)
 
-        for extra in options.extras:
+    def _start_extras(
+        self, state: ClusterState, kubeconfig: str, extras: Sequence[ExtraComponent], deadline: float
+    ) -> None:
+        """perfsched's own processes (``UpOptions.extras``): all started, then each waited for."""
+        for extra in extras:
             env = {"KUBECONFIG": kubeconfig, **extra.env}
             if extra.endpoint:
                 state.endpoints[extra.name] = extra.endpoint
             self._spawn(state, extra.name, list(extra.argv), env=env)
-        for extra in options.extras:
+        for extra in extras:
             if extra.health_url:
                 self._wait_http(state, extra.name, extra.health_url, deadline)
 
