@@ -61,6 +61,8 @@ unit: venv
 test: venv tools lint
 	pytest -q
 
+# demo, dev-cluster and emulate are the developer tooling's commands (perfsched_dev/, registered through
+# pyproject.toml's perfsched.commands entry points, which `venv` refreshes by re-installing the package)
 demo: venv tools
 	perfsched demo $(DEMO_ARGS)
 
