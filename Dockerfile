@@ -1,5 +1,8 @@
 # perfsched container image: one image, entrypoint `perfsched`, so the commands are
-#   perfsched extender | perfsched operator | perfsched simulate | perfsched emulate
+#   perfsched extender | perfsched operator | perfsched simulate | perfsched predict
+# It ships the product only (scheduler, perfmodel): the developer tooling in perfsched_dev/ (dev-cluster,
+# demo, emulate) is not copied, so its entry points in the wheel's metadata find nothing and the CLI
+# leaves those commands out.
 # Build:  docker build -t perfsched:dev .
 # Lint:   hadolint Dockerfile   (tests/deploy/test_image.py runs it)
 # Dependencies are pinned by deploy/image/requirements.lock (generated from the tested venv); the wheel is

@@ -46,14 +46,14 @@ tools: venv
 	bash e2e/install-tools.sh
 
 lint: venv
-	ruff check scheduler perfmodel tests e2e bench
-	ruff format --check scheduler perfmodel tests e2e bench
+	ruff check scheduler perfmodel perfsched_dev tests e2e bench
+	ruff format --check scheduler perfmodel perfsched_dev tests e2e bench
 	mypy
 	lint-imports
 
 fmt: venv
-	ruff format scheduler perfmodel tests e2e bench
-	ruff check --fix scheduler perfmodel tests e2e bench
+	ruff format scheduler perfmodel perfsched_dev tests e2e bench
+	ruff check --fix scheduler perfmodel perfsched_dev tests e2e bench
 
 unit: venv
 	pytest tests -q
@@ -61,6 +61,8 @@ unit: venv
 test: venv tools lint
 	pytest -q
 
+# demo, dev-cluster and emulate are the developer tooling's commands (perfsched_dev/, registered through
+# pyproject.toml's perfsched.commands entry points, which `venv` refreshes by re-installing the package)
 demo: venv tools
 	perfsched demo $(DEMO_ARGS)
 

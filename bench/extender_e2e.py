@@ -40,11 +40,12 @@ sys.path.insert(0, str(HERE.parent))
 from kubernetes import client as k8s  # noqa: E402
 from kubernetes import watch  # noqa: E402
 
+from perfsched_dev.devcluster.cluster import DevCluster, UpOptions  # noqa: E402
+from perfsched_dev.devcluster.configs import SchedulerTuning  # noqa: E402
+from perfsched_dev.devcluster.process import spawn  # noqa: E402
+from perfsched_dev.k8s import bootstrap  # noqa: E402
 from scheduler.core.types import Interconnect, Node  # noqa: E402
-from scheduler.devcluster.cluster import DevCluster, UpOptions  # noqa: E402
-from scheduler.devcluster.configs import SchedulerTuning  # noqa: E402
-from scheduler.devcluster.process import spawn  # noqa: E402
-from scheduler.k8s import bootstrap, connect  # noqa: E402
+from scheduler.k8s import connect  # noqa: E402
 
 NAMESPACE = "bench"
 GANG_SIZE = 8

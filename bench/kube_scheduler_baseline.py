@@ -33,11 +33,12 @@ import httpx
 import orjson
 from kubernetes import client as k8s
 
+from perfsched_dev.devcluster.cluster import DevCluster, UpOptions
+from perfsched_dev.devcluster.configs import SchedulerTuning
+from perfsched_dev.devcluster.process import spawn
+from perfsched_dev.k8s import bootstrap
 from scheduler.core.types import Interconnect, Node
-from scheduler.devcluster.cluster import DevCluster, UpOptions
-from scheduler.devcluster.configs import SchedulerTuning
-from scheduler.devcluster.process import spawn
-from scheduler.k8s import bootstrap, connect
+from scheduler.k8s import connect
 
 ExtenderArgv = Callable[[int, str], Sequence[str]]
 NAMESPACE = "bench"

@@ -36,9 +36,10 @@ from kubernetes import client as k8s
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from scheduler.devcluster.cluster import DevCluster, UpOptions  # noqa: E402
-from scheduler.devcluster.process import spawn  # noqa: E402
-from scheduler.k8s import bootstrap, connect  # noqa: E402
+from perfsched_dev.devcluster.cluster import DevCluster, UpOptions  # noqa: E402
+from perfsched_dev.devcluster.process import spawn  # noqa: E402
+from perfsched_dev.k8s import bootstrap  # noqa: E402
+from scheduler.k8s import connect  # noqa: E402
 from scheduler.sim.cluster import load_cluster_spec, node_labels, spec_to_nodes  # noqa: E402
 
 SHAPES = [(1, 1), (1, 2), (2, 1), (1, 4), (2, 2)]  # (replicas, GPUs per replica), cycled

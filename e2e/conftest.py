@@ -56,8 +56,8 @@ def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeClust
         api.close()
         return
 
-    from scheduler.devcluster.cluster import DevCluster, UpOptions
-    from scheduler.devcluster.tools import DevClusterError
+    from perfsched_dev.devcluster.cluster import DevCluster, UpOptions
+    from perfsched_dev.devcluster.tools import DevClusterError
     from scheduler.sim.cluster import load_cluster_spec, node_labels, spec_to_nodes
 
     spec = load_cluster_spec(os.environ.get(E2E_CLUSTER_ENV) or DEFAULT_SPEC)
@@ -85,7 +85,7 @@ def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeClust
 
 @pytest.fixture
 def fresh_namespace(kube_cluster: KubeCluster, request: pytest.FixtureRequest) -> Iterator[str]:
-    from scheduler.k8s import bootstrap
+    from perfsched_dev.k8s import bootstrap
 
     base = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40].strip("-")
     name = f"e2e-{base}-{uuid.uuid4().hex[:5]}"

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import httpx
 from kubernetes import client as k8s
 
-from scheduler.devcluster.process import ProcessRecord, is_running, spawn, stop, tail
+from perfsched_dev.devcluster.process import ProcessRecord, is_running, spawn, stop, tail
 
 REPO = Path(__file__).resolve().parents[1]
 T = TypeVar("T")

@@ -37,8 +37,8 @@ import pytest
 from kubernetes import client as k8s
 
 from e2e.harness import REPO, wait_until
-from scheduler.devcluster.cluster import DevCluster
-from scheduler.devcluster.process import is_running
+from perfsched_dev.devcluster.cluster import DevCluster
+from perfsched_dev.devcluster.process import is_running
 from scheduler.k8s import connect
 from scheduler.names import API_VERSION, GROUP, TRAININGJOB_KIND, TRAININGJOB_PLURAL, VERSION
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from e2e.harness import REPO, wait_until
-from scheduler.devcluster.process import ProcessRecord, is_running
+from perfsched_dev.devcluster.process import ProcessRecord, is_running
 
 
 def demo(

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from e2e.harness import REPO, wait_until
-from scheduler.devcluster.process import ProcessRecord, is_running, port_is_free
+from perfsched_dev.devcluster.process import ProcessRecord, is_running, port_is_free
 from scheduler.k8s import connect
 
 SPEC = str(REPO / "e2e" / "clusters" / "e2e-small.yaml")
@@ -103,7 +103,7 @@ def test_up_status_second_up_and_down_from_a_clean_state(tmp_path: Path) -> None
 
 
 def test_a_component_failing_at_start_is_reported_and_nothing_is_left_running(tmp_path: Path) -> None:
-    from scheduler.devcluster.tools import find_tools
+    from perfsched_dev.devcluster.tools import find_tools
 
     real = find_tools()
     bins = tmp_path / "bin"

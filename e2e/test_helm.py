@@ -144,8 +144,8 @@ def test_the_api_server_refuses_a_broken_manifest(
 @pytest.fixture
 def workload_controllers(kube_cluster: KubeCluster, start_component: StartComponent, tmp_path: Path) -> None:
     """A kube-controller-manager running the controllers that turn Deployments into pods."""
-    from scheduler.devcluster.process import free_ports
-    from scheduler.devcluster.tools import find_tools
+    from perfsched_dev.devcluster.process import free_ports
+    from perfsched_dev.devcluster.tools import find_tools
 
     if not kube_cluster.local:
         return  # an external cluster (kind) runs all controllers already
@@ -292,8 +292,8 @@ def test_the_real_kube_scheduler_accepts_the_rendered_configuration(
     resources, nodeCacheCapable with bind): it starts with the chart's and takes its leader Lease."""
     from kubernetes import client as k8s
 
-    from scheduler.devcluster.process import free_ports
-    from scheduler.devcluster.tools import find_tools
+    from perfsched_dev.devcluster.process import free_ports
+    from perfsched_dev.devcluster.tools import find_tools
 
     if not kube_cluster.local:
         pytest.skip("needs the local kube-scheduler binary")

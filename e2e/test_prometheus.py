@@ -95,7 +95,7 @@ def test_prometheus_scrapes_every_series_the_dashboard_uses(
     prometheus = shutil.which("prometheus")
     if prometheus is None:
         pytest.skip("prometheus is not installed: run `bash e2e/install-tools.sh`")
-    from scheduler.devcluster.process import free_ports
+    from perfsched_dev.devcluster.process import free_ports
 
     operator_port, prom_port = free_ports(2)
     extender = start_perfsched_extender()

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from e2e.harness import REPO, Component, KubeCluster, wait_until
-from scheduler.emulator.exec import find_torch_python
+from perfsched_dev.emulator.exec import find_torch_python
 from scheduler.names import API_VERSION, GROUP, TRAININGJOB_KIND, TRAININGJOB_PLURAL, VERSION
 
 TRAIN = REPO / "examples" / "trainer" / "train.py"
@@ -102,8 +102,8 @@ class Jobs:
         self.emulator: Component | None = None
 
     def add_node(self, name: str, gpus: int) -> None:
+        from perfsched_dev.k8s.execapi import KubeExec, exec_node_manifest
         from scheduler.core.types import Node
-        from scheduler.k8s.execapi import KubeExec, exec_node_manifest
 
         node = Node(name=name, gpu_type="T4", gpus=gpus, gpu_product="Tesla-T4", rack=f"rack-{self.ns}")
         KubeExec(self.kube.api).create_nodes([exec_node_manifest(node)])
@@ -260,7 +260,7 @@ def test_worker_ignoring_sigterm_is_killed_after_the_grace_period_and_its_work_c
 
 def test_demo_real_trains_through_a_resize_and_a_preemption(tmp_path: Path) -> None:
     # `perfsched demo --real` end to end (its own control plane): the report a user reads
-    from scheduler.demo.real import RealDemoOptions, run_real_demo
+    from perfsched_dev.demo.real import RealDemoOptions, run_real_demo
 
     said: list[str] = []
     report, _where = run_real_demo(

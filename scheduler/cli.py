@@ -1,22 +1,34 @@
 """The ``perfsched`` command line.
 
 A thin shell: it builds one Typer app and lets every module in ``scheduler.commands`` register its
-commands on it (``register(app)``), so each capability owns its own options. Command modules import
-their heavy dependencies inside the command functions, which keeps ``perfsched --help`` fast.
+commands on it (``register(app)``), so each capability owns its own options. Other installed packages add
+commands through the entry-point group ``perfsched.commands`` (each entry names a ``register(app)``
+function): the developer tooling in ``perfsched_dev`` (``dev-cluster``, ``demo``, ``emulate``) comes in
+that way, so the product never imports it and an installation without it (the container image) simply
+lacks those commands. Command modules import their heavy dependencies inside the command functions,
+which keeps ``perfsched --help`` fast.
 User errors (``ConfigError``) print one clear message and exit with code 2, without a traceback.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 import pkgutil
 import sys
+from collections.abc import Callable
+from importlib.metadata import entry_points
 
 import typer
 
 import scheduler.commands as commands_pkg
 from scheduler import __version__
 from scheduler.core.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+#: Entry-point group of command plugins: ``name = "package.module:register"``.
+PLUGIN_GROUP = "perfsched.commands"
 
 
 def _version(value: bool) -> None:
@@ -25,8 +37,33 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+def plugin_registrars() -> list[tuple[str, Callable[[typer.Typer], None]]]:
+    """The ``register`` functions of the installed ``perfsched.commands`` entry points, by name.
+
+    An entry point whose package is not installed (the metadata of a full install, the code of a
+    product-only one) is skipped; any other import failure of a plugin is a bug and propagates.
+    """
+    found: list[tuple[str, Callable[[typer.Typer], None]]] = []
+    for ep in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+        try:
+            register = ep.load()
+        except ModuleNotFoundError as exc:
+            package = ep.module.split(".")[0]
+            if exc.name is None or exc.name.split(".")[0] != package:
+                raise
+            log.debug(
+                "command plugin %s skipped: %s is not installed",
+                ep.name,
+                package,
+                extra={"plugin": ep.name, "package": package},
+            )
+            continue
+        found.append((ep.name, register))
+    return found
+
+
 def build_app() -> typer.Typer:
-    """Create the CLI app with the commands of every ``scheduler.commands`` module registered."""
+    """Create the CLI app with the commands of every ``scheduler.commands`` module and plugin."""
     app = typer.Typer(
         name="perfsched",
         help="perfsched: performance-model-driven scheduling of deep-learning training jobs on Kubernetes.",
@@ -46,6 +83,8 @@ def build_app() -> typer.Typer:
     for info in sorted(pkgutil.iter_modules(commands_pkg.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"{commands_pkg.__name__}.{info.name}")
         module.register(app)
+    for _name, register in plugin_registrars():
+        register(app)
     return app
 
 

@@ -47,7 +47,7 @@ class Settings(BaseSettings):
     extender_tls_cert_file: str = ""
     extender_tls_key_file: str = ""
 
-    # --- workload emulator (scheduler/emulator, `perfsched emulate`) ----------------------------------
+    # --- workload emulator (perfsched_dev/emulator, `perfsched emulate`) ----------------------------------
     #: emulated seconds per wall-clock second (60: an hour of training per minute)
     emulator_time_scale: float = Field(default=1.0, gt=0)
     #: emulated seconds between checkpoints (a restart loses the progress since the last one)

@@ -108,6 +108,20 @@ def test_dockerignore_lets_through_everything_the_dockerfile_copies() -> None:
             )
 
 
+def test_the_image_ships_the_product_only() -> None:
+    # the developer tooling (dev cluster, emulator, demo) stays out of the build context and the image
+    copied = [
+        src
+        for w, args in instructions()
+        if w == "COPY" and not args.startswith("--from")
+        for src in args.split()[:-1]
+    ]
+    assert "scheduler" in copied and "perfmodel" in copied
+    assert not [src for src in copied if src.startswith("perfsched_dev")], copied
+    ignore = (ROOT / ".dockerignore").read_text().splitlines()
+    assert not [ln for ln in ignore if ln.startswith("!perfsched_dev")]
+
+
 def test_wheel_ships_the_predictor_model_and_sample_data(tmp_path: Path) -> None:
     # the same script the Dockerfile's build stage runs
     out = subprocess.run(

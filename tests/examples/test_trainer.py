@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scheduler.emulator.exec import find_torch_python, free_port
+from perfsched_dev.emulator.exec import find_torch_python, free_port
 from scheduler.names import TRAININGJOB_KIND
 
 ROOT = Path(__file__).resolve().parents[2]

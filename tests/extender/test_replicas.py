@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from scheduler.devcluster import configs
+from perfsched_dev.devcluster import configs
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "perfsched"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from perfsched_dev.devcluster.configs import kubeconfig_text
 from scheduler.core.errors import ConfigError
-from scheduler.devcluster.configs import kubeconfig_text
 from scheduler.k8s.connect import POOL_MAXSIZE, api_client
 
 CA = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
+from perfsched_dev.devcluster.process import free_ports
+from perfsched_dev.k8s import bootstrap
 from scheduler.core.errors import PerfschedError, TemporaryError
-from scheduler.devcluster.process import free_ports
-from scheduler.k8s import bootstrap
 from scheduler.k8s.binder import KubeBinder, TemporaryBindError
 from scheduler.k8s.cache import Kind
 from scheduler.k8s.errors import ApiHealth, ApiUnavailable

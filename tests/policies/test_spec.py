@@ -134,7 +134,7 @@ def test_the_default_spec_builds_and_every_entry_point_runs_it(monkeypatch: pyte
 
     from typer.testing import CliRunner
 
-    import scheduler.demo.runner as demo_runner
+    import perfsched_dev.demo.emulated as demo_runner
     from scheduler.cli import build_app
     from scheduler.settings import Settings
 

@@ -1,0 +1,199 @@
+"""``perfsched demo``: the one-command tour (``make demo``).
+
+CLI command module (I/O, rich output). Brings up the local control plane with perfsched's extender,
+operator and workload emulator, submits TrainingJobs from the shipped Philly sample on a heterogeneous
+KWOK cluster, shows jobs by phase, GPUs in use and the latest scheduling decisions live, and ends with a
+report. Cleans up on success, failure and Ctrl-C. Exit codes: 0 ok, 1 a step failed, 2 bad arguments,
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+_STATE_DIR = typer.Option(
+    None, "--state-dir", help="Cluster state directory [default: ~/.cache/perfsched/demo-cluster]."
+)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("demo")
+    def demo(
+        duration: float = typer.Option(180.0, "--duration", help="Seconds to run the workload (at most)."),
+        jobs: int = typer.Option(16, "--jobs", help="TrainingJobs to submit from the Philly sample."),
+        policy: str | None = typer.Option(
+            None,
+            "--policy",
+            help="Policy spec NAME[:key=value;...] the operator runs, e.g. las:heterogeneity=agnostic "
+            "[default: the operator's default, scheduler.policies.DEFAULT_POLICY_SPEC].",
+        ),
+        cluster: str = typer.Option(
+            "gavel-heterogeneous", "--cluster", help="Cluster spec (shipped name or YAML file)."
+        ),
+        nodes_per_pool: int = typer.Option(
+            2, "--nodes-per-pool", help="Nodes kept from each pool of the spec."
+        ),
+        seed: int = typer.Option(0, "--seed", help="Seed of the model assignment."),
+        time_scale: float = typer.Option(1.0, "--time-scale", help="Emulated seconds per wall second."),
+        elastic: bool = typer.Option(
+            False,
+            "--elastic",
+            help="Make the jobs elastic (1 .. 2x their traced GPUs; try --policy elastic).",
+        ),
+        keep: bool = typer.Option(False, "--keep", help="Leave the cluster running at the end."),
+        state_dir: Path = _STATE_DIR,
+        real: bool = typer.Option(
+            False,
+            "--real",
+            help="Instead: a few jobs that really train (PyTorch on CPU) with a resize and a preemption "
+            "(policy srsf; the other workload options do not apply).",
+        ),
+    ) -> None:
+        """Run a TrainingJob workload through perfsched on a local control plane and report how it went."""
+        import logging
+
+        from rich.console import Console
+
+        if real:
+            from perfsched_dev.demo.real_cli import run_real
+
+            logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+            code = run_real(Console(), keep=keep, state_dir=state_dir)
+            if code:
+                raise typer.Exit(code)
+            return
+
+        from perfsched_dev.demo.emulated import DemoError, DemoOptions, run_demo
+        from scheduler.core.errors import ConfigError
+
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+        console = Console()
+        from scheduler.policies import DEFAULT_POLICY_SPEC, check_single_spec, make_policy_from_spec
+
+        try:  # fail here, not after the control plane is up
+            policy = check_single_spec(policy if policy is not None else DEFAULT_POLICY_SPEC).text
+            make_policy_from_spec(policy)
+        except ConfigError as exc:
+            raise ConfigError(f"--policy: {exc}") from None
+        options = DemoOptions(
+            duration_s=duration,
+            jobs=jobs,
+            policy=policy,
+            cluster=cluster,
+            nodes_per_pool=nodes_per_pool,
+            seed=seed,
+            time_scale=time_scale,
+            elastic=elastic,
+            keep=keep,
+            state_dir=state_dir,
+        )
+        live = _LiveView(console)
+        try:
+            with live:
+                report, where = run_demo(options, render=live.update, say=live.say)
+        except DemoError as exc:
+            console.print(f"\n[bold red]perfsched demo: {exc}[/]")
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            console.print("\n[yellow]perfsched demo: interrupted; the cluster was stopped.[/]")
+            raise typer.Exit(130) from None
+        _print_report(console, report, where, options)
+
+
+class _LiveView:
+    """A rich Live panel: jobs by phase, GPUs in use, recent decisions with their reasons."""
+
+    def __init__(self, console: Any) -> None:
+        from rich.live import Live
+
+        self.console = console
+        self.live = Live(console=console, refresh_per_second=4, transient=False)
+
+    def __enter__(self) -> _LiveView:
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.live.__exit__(*exc)  # type: ignore[arg-type]
+
+    def say(self, text: str) -> None:
+        self.live.console.print(text)
+
+    def update(self, watch: Any, options: Any, total_gpus: int) -> None:
+        import time
+
+        from rich.console import Group
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+
+        from perfsched_dev.demo import report as rep
+
+        elapsed = time.monotonic() - watch.started
+        phases = rep.phase_counts(watch.tjs)
+        used = rep.gpus_in_use(watch.tjs)
+        head = Table.grid(padding=(0, 2))
+        head.add_row(
+            f"[bold]perfsched demo[/] {elapsed:5.0f}/{options.duration_s:.0f} s",
+            f"policy [cyan]{options.policy or 'default'}[/]",
+            f"submitted {watch.submitted}",
+        )
+        phase_line = "TrainingJobs by phase: " + (
+            "  ".join(f"[bold]{name}[/] {count}" for name, count in phases.items()) or "none yet"
+        )
+        gpus = Table.grid(padding=(0, 1))
+        gpus.add_row(
+            "GPUs in use",
+            ProgressBar(total=max(1, total_gpus), completed=used, width=40),
+            f"{used}/{total_gpus}",
+        )
+        events = Table(title="recent decisions (Events)", show_edge=False, expand=True)
+        events.add_column("time", no_wrap=True, min_width=8)
+        events.add_column("job", no_wrap=True, min_width=12, max_width=28, overflow="ellipsis")
+        events.add_column("reason", no_wrap=True, min_width=8, max_width=16, style="cyan")
+        events.add_column("message", overflow="ellipsis", no_wrap=True, ratio=1)
+        for row in watch.events:
+            events.add_row(*row)
+        self.live.update(Group(head, phase_line, gpus, events))
+
+
+def _print_report(console: Any, report: Any, where: dict[str, Any], options: Any) -> None:
+    from rich.table import Table
+
+    console.print()
+    table = Table(title="perfsched demo report", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row(
+        "jobs",
+        f"{report.submitted} submitted, {report.succeeded} succeeded, "
+        f"{report.failed} failed, {report.unfinished} unfinished after "
+        f"{where.get('elapsed_s', options.duration_s):.0f} s (limit {options.duration_s:.0f} s)",
+    )
+    table.add_row("avg JCT", "-" if report.avg_jct_s is None else f"{report.avg_jct_s:.1f} s")
+    table.add_row("GPU utilisation", f"{report.utilisation:.0%}")
+    table.add_row(
+        "preemptions / resizes / restarts", f"{report.preemptions} / {report.resizes} / {report.restarts}"
+    )
+    table.add_row(
+        "predictor error",
+        "-"
+        if report.predictor_error is None
+        else f"{report.predictor_error:.1%} mean |predicted - observed| / observed "
+        f"({report.predictor_samples} samples)",
+    )
+    for key, label in (
+        ("logs", "logs"),
+        ("extender_metrics_file", "extender metrics"),
+        ("operator_metrics_file", "operator metrics"),
+    ):
+        if where.get(key):
+            table.add_row(label, str(where[key]))
+    console.print(table)
+    if options.keep and where.get("kubeconfig"):
+        console.print(
+            f"cluster kept: export KUBECONFIG={where['kubeconfig']}; kubectl get tj -n perfsched-demo; "
+            f"metrics at {where['extender_metrics']} and {where['operator_metrics']}"
+        )

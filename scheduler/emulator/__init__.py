@@ -1,1 +1,0 @@
-"""Workload emulator (shell): plays the training processes of TrainingJob pods on KWOK nodes."""

@@ -1,0 +1,404 @@
+"""The emulator loop against a fake API: gangs advance at the true rate of their placement, wait for all
+workers, report like real workers, finish through KWOK, and restart from checkpoints."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from perfsched_dev.emulator.table_driven import (
+    Emulator,
+    EmulatorConfig,
+    ThroughputQuery,
+    ground_truth_throughput,
+)
+from scheduler.core.types import WorkUnit
+from scheduler.k8s.codec import decode_pod
+from scheduler.k8s.errors import ApiHealth, ApiUnavailable
+from scheduler.k8s.progress import ProgressReport, parse_progress, parse_start_progress
+from scheduler.k8s.workload import WorkerPod
+
+PRODUCTS = {"v100-0": "Tesla-V100-SXM2-16GB", "v100-1": "Tesla-V100-SXM2-16GB", "k80-0": "Tesla-K80"}
+
+
+class FakeApi:
+    def __init__(self) -> None:
+        self.pods: dict[tuple[str, str], dict[str, Any]] = {}
+        self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
+        self.patches: list[tuple[str, str, dict[str, str | None]]] = []
+
+    def add_job(self, name: str, iterations: int, ns: str = "team") -> None:
+        self.jobs[(ns, name)] = {
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "model": "resnet50",
+                "dataset": "imagenet",
+                "batchSize": 256,
+                "work": {"iterations": iterations},
+                "replicas": {"max": 2, "gpusPerReplica": 4},
+                "template": {"spec": {"containers": [{"name": "w", "image": "x"}]}},
+            },
+        }
+
+    def add_pod(
+        self,
+        job: str,
+        replica: int,
+        gen: str,
+        node: str,
+        phase: str = "Running",
+        ns: str = "team",
+        **ann: str,
+    ) -> str:
+        name = f"{job}-g{gen}-{replica}"
+        self.pods[(ns, name)] = {
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                "uid": name,
+                "labels": {
+                    "perfsched.dev/job-name": job,
+                    "perfsched.dev/replica-index": str(replica),
+                    "perfsched.dev/generation": gen,
+                },
+                "annotations": dict(ann),
+            },
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "w", "resources": {"limits": {"nvidia.com/gpu": "4"}}}],
+            },
+            "status": {"phase": phase},
+        }
+        return name
+
+    def list_job_pods(self, namespace: str = "") -> list[WorkerPod]:
+        out = []
+        for obj in self.pods.values():
+            ann = obj["metadata"]["annotations"]
+            out.append(
+                WorkerPod(
+                    info=decode_pod(obj),
+                    deleting=False,
+                    report=parse_progress(ann.get("perfsched.dev/progress")),
+                    start_progress=parse_start_progress(ann.get("perfsched.dev/start-progress")),
+                    annotations=dict(ann),
+                )
+            )
+        return out
+
+    def training_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.jobs.get((namespace, name))
+
+    def node_labels(self, name: str) -> dict[str, str]:
+        product = PRODUCTS.get(name)
+        return {"nvidia.com/gpu.product": product} if product else {}
+
+    def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
+        self.patches.append((namespace, name, dict(annotations)))
+        ann = self.pods[(namespace, name)]["metadata"]["annotations"]
+        for k, v in annotations.items():
+            if v is None:
+                ann.pop(k, None)
+            else:
+                ann[k] = v
+
+    def report(self, name: str, ns: str = "team") -> ProgressReport | None:
+        return parse_progress(self.pods[(ns, name)]["metadata"]["annotations"].get("perfsched.dev/progress"))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+# true iterations/s: V100 10/s per GPU-set, K80 2/s; a 2-node gang of 8 V100 makes 10 it/s
+RATES = {"V100": 10.0, "K80": 2.0}
+CALLS: list[ThroughputQuery] = []
+
+
+def fake_truth(q: ThroughputQuery) -> float | None:
+    CALLS.append(q)
+    return RATES.get(q.gpu_type) if q.model == "resnet50" else None
+
+
+def make(api: FakeApi, clock: Clock, **cfg: float) -> Emulator:
+    config = EmulatorConfig(
+        time_scale=cfg.get("time_scale", 10.0),
+        checkpoint_interval_s=cfg.get("checkpoint_interval_s", 100.0),
+        report_interval_s=cfg.get("report_interval_s", 1.0),
+    )
+    return Emulator(api, fake_truth, config, clock=clock)
+
+
+def test_gang_advances_at_the_true_rate_of_its_placement_scaled_in_time() -> None:
+    api, clock = FakeApi(), Clock()
+    api.add_job("a", iterations=10_000)
+    p0 = api.add_pod("a", 0, "1", "v100-0")
+    p1 = api.add_pod("a", 1, "1", "v100-1")
+    emu = make(api, clock, time_scale=10.0, checkpoint_interval_s=100.0)
+    emu.step()
+    assert api.report(p0) == ProgressReport(0.0, 0.0, 0.0, 1000.0)
+    CALLS.clear()
+    clock.t += 3.0
+    emu.step()
+    # 3 wall s x 10 = 30 emulated s at 10 it/s = 300 iterations; no checkpoint yet (every 100 s)
+    assert [
+        (q.model, q.batch_size, q.gpu_type, q.num_gpus, q.num_nodes, q.dataset, q.unit) for q in CALLS
+    ] == [("resnet50", 256, "V100", 8, 2, "imagenet", WorkUnit.ITERATIONS)]
+    for pod in (p0, p1):  # every worker reports
+        report = api.report(pod)
+        assert report is not None
+        assert (report.progress, report.checkpoint, report.throughput, report.time) == (
+            300.0,
+            0.0,
+            10.0,
+            1003.0,
+        )
+    clock.t += 8.0
+    emu.step()
+    # 30 + 80 = 110 emulated s: 1,100 iterations, checkpoint at 100 s = 1,000
+    report = api.report(p0)
+    assert report is not None and (report.progress, report.checkpoint) == (1100.0, 1000.0)
+
+
+def test_gang_waits_until_every_worker_runs() -> None:
+    api, clock = FakeApi(), Clock()
+    api.add_job("a", iterations=10_000)
+    p0 = api.add_pod("a", 0, "1", "v100-0")
+    p1 = api.add_pod("a", 1, "1", "v100-1", phase="Pending")
+    emu = make(api, clock)
+    for _ in range(3):
+        clock.t += 5
+        result = emu.step()
+        assert result.waiting == ["team/a"]
+    assert api.report(p0) is None
+    api.pods[("team", p1)]["status"]["phase"] = "Running"
+    emu.step()
+    clock.t += 1
+    emu.step()
+    report = api.report(p0)
+    assert (
+        report is not None and report.progress == 100.0
+    )  # 1 s x 10 x 10 it/s: the waiting time did not count
+
+
+def test_mixed_gpu_types_run_at_the_slowest() -> None:
+    api, clock = FakeApi(), Clock()
+    api.add_job("a", iterations=10_000)
+    p0 = api.add_pod("a", 0, "1", "v100-0")
+    api.add_pod("a", 1, "1", "k80-0")
+    emu = make(api, clock, time_scale=1.0)
+    emu.step()
+    clock.t += 10
+    emu.step()
+    report = api.report(p0)
+    assert report is not None and report.progress == 20.0  # 10 s at the K80's 2 it/s
+
+
+def test_finished_gang_reports_the_total_and_asks_kwok_to_end_the_pods() -> None:
+    api, clock = FakeApi(), Clock()
+    api.add_job("a", iterations=500)
+    pods = [api.add_pod("a", i, "1", f"v100-{i}") for i in range(2)]
+    emu = make(api, clock, time_scale=10.0)
+    emu.step()
+    clock.t += 10  # 100 emulated s x 10 it/s = 1,000 > 500
+    result = emu.step()
+    assert result.finished == ["team/a"]
+    for pod in pods:
+        ann = api.pods[("team", pod)]["metadata"]["annotations"]
+        assert ann["perfsched.dev/kwok-run-duration"] == "0s"
+        report = api.report(pod)
+        assert report is not None and (report.progress, report.checkpoint) == (500.0, 500.0)
+    n = len(api.patches)
+    clock.t += 10
+    emu.step()
+    assert len(api.patches) == n  # reported once, not again
+
+
+def test_new_generation_starts_from_the_operators_start_progress() -> None:
+    api, clock = FakeApi(), Clock()
+    api.add_job("a", iterations=100_000)
+    old = [api.add_pod("a", i, "1", f"v100-{i}") for i in range(2)]
+    emu = make(api, clock, time_scale=10.0, checkpoint_interval_s=100.0)
+    emu.step()
+    clock.t += 15  # 150 emulated s: progress 1,500, checkpoint 1,000
+    emu.step()
+    last = api.report(old[0])
+    assert last is not None and (last.progress, last.checkpoint) == (1500.0, 1000.0)
+    # the operator resizes: generation 2, replica 0's checkpoint passed as start-progress
+    for pod in old:
+        api.pods[("team", pod)]["status"]["phase"] = "Succeeded"
+    new0 = api.add_pod("a", 0, "2", "v100-0", **{"perfsched.dev/start-progress": "1000"})
+    api.add_pod("a", 1, "2", "v100-1", **{"perfsched.dev/start-progress": "1000"})
+    emu.step()
+    first = api.report(new0)
+    assert first is not None and (first.progress, first.checkpoint) == (1000.0, 1000.0)  # 500 iterations lost
+
+
+def test_new_generation_without_start_progress_resumes_from_the_last_checkpoint() -> None:
+    api, clock = FakeApi(), Clock()
+    api.add_job("a", iterations=100_000)
+    old = api.add_pod("a", 0, "1", "v100-0")
+    emu = make(api, clock, time_scale=10.0, checkpoint_interval_s=100.0)
+    emu.step()
+    clock.t += 25
+    emu.step()  # progress 2,500, checkpoint 2,000
+    api.pods[("team", old)]["status"]["phase"] = "Failed"
+    new0 = api.add_pod("a", 0, "2", "v100-1")
+    emu.step()
+    report = api.report(new0)
+    assert report is not None and report.progress == 2000.0
+
+
+def test_restarted_emulator_resumes_from_the_workers_annotations() -> None:
+    api, clock = FakeApi(), Clock()
+    api.add_job("a", iterations=100_000)
+    p0 = api.add_pod(
+        "a", 0, "1", "v100-0", **{"perfsched.dev/progress": '{"progress": 700, "checkpoint": 400}'}
+    )
+    emu = make(api, clock, time_scale=1.0)
+    emu.step()
+    clock.t += 10
+    emu.step()
+    report = api.report(p0)
+    assert report is not None and (report.progress, report.checkpoint) == (800.0, 400.0)
+
+
+@pytest.mark.parametrize("change", ["no-job", "unknown-model"])
+def test_jobs_it_cannot_emulate_make_no_progress(change: str) -> None:
+    api, clock = FakeApi(), Clock()
+    api.add_job("a", iterations=1000)
+    if change == "no-job":
+        api.jobs.clear()
+    else:
+        api.jobs[("team", "a")]["spec"]["model"] = "no-such-model"
+    p0 = api.add_pod("a", 0, "1", "v100-0")
+    emu = make(api, clock)
+    emu.step()
+    clock.t += 10
+    result = emu.step()
+    report = api.report(p0)
+    if change == "no-job":
+        assert report is None
+    else:
+        assert report is not None and report.progress == 0.0
+        assert result.unknown_throughput == ["team/a"]
+
+
+def test_config_rejects_nonsense() -> None:
+    with pytest.raises(ValueError, match="time_scale"):
+        EmulatorConfig(time_scale=0)
+    with pytest.raises(ValueError, match="checkpoint_interval_s"):
+        EmulatorConfig(checkpoint_interval_s=-1)
+
+
+def _query(**kw: object) -> ThroughputQuery:
+    base: dict[str, object] = {
+        "model": "resnet50", "dataset": "imagenet", "batch_size": 256, "precision": "fp32", "params": None,
+        "flops_per_sample": None, "gpu_type": "V100", "num_gpus": 8, "num_nodes": 2,
+        "unit": WorkUnit.ITERATIONS,
+    }  # fmt: skip
+    base.update(kw)
+    return ThroughputQuery(**base)  # type: ignore[arg-type]
+
+
+def test_real_truth_uses_measurements_and_converts_units() -> None:
+    from perfmodel.truth import GroundTruth
+
+    fn = ground_truth_throughput()
+    its = GroundTruth.load().throughput("resnet50", 256, "V100", 8, 2, "imagenet")
+    assert its is not None
+    assert fn(_query()) == its
+    # samples (and epochs x datasetSize) count samples: iterations/s x global batch
+    assert fn(_query(unit=WorkUnit.SAMPLES)) == pytest.approx(its * 256)
+
+
+def test_jobs_without_measurements_run_at_the_analytic_pace() -> None:
+    fn = ground_truth_throughput()
+    # a custom model (modelParams only): 100M parameters, 6 GFLOP per sample
+    small = fn(_query(model="", dataset="", params=1e8, flops_per_sample=6e9))
+    big = fn(_query(model="", dataset="", params=1e8, flops_per_sample=6e10))
+    assert small is not None and big is not None
+    assert 0 < big < small  # ten times the FLOPs per sample is slower
+    slow_link = fn(
+        _query(model="", dataset="", params=1e8, flops_per_sample=6e9, interconnect="pcie", network_gbps=10)
+    )
+    assert slow_link is not None and slow_link < small
+
+
+class FlakyApi(FakeApi):
+    """``FakeApi`` whose every call fails like an unreachable API server while ``down`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+        self.failed_calls = 0
+
+    def _check(self) -> None:
+        if self.down:
+            self.failed_calls += 1
+            raise ApiUnavailable("listing TrainingJob pods: API server unreachable (MaxRetryError: refused)")
+
+    def list_job_pods(self, namespace: str = "") -> list[WorkerPod]:
+        self._check()
+        return super().list_job_pods(namespace)
+
+    def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
+        self._check()
+        super().annotate_pod(namespace, name, annotations)
+
+
+def test_run_survives_an_api_outage_logging_it_once_and_keeps_the_gangs_progress(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    api, clock = FlakyApi(), Clock()
+    api.add_job("a", iterations=1_000_000)
+    p0 = api.add_pod("a", 0, "1", "v100-0")
+    api.add_pod("a", 1, "1", "v100-1")
+    counted: list[float] = []
+    health = ApiHealth("emulator", clock=clock, count=counted.append)
+    config = EmulatorConfig(time_scale=10.0, checkpoint_interval_s=100.0, report_interval_s=0.5, tick_s=0.01)
+    emu = Emulator(api, fake_truth, config, clock=clock, health=health)
+    stop = threading.Event()
+    runner = threading.Thread(target=emu.run, args=(stop,))
+    caplog.set_level(logging.INFO)
+
+    def steps_until(check: Any) -> None:
+        deadline = time.monotonic() + 10
+        while not check():
+            assert time.monotonic() < deadline, "the emulator loop stopped stepping"
+            clock.t += 0.5
+            time.sleep(0.02)
+
+    runner.start()
+    try:
+        steps_until(lambda: (r := api.report(p0)) is not None and r.progress > 0)
+        api.down = True
+        down_at = clock.t
+        steps_until(lambda: api.failed_calls >= 20)  # many failed steps: 60+ s of emulated outage
+        assert runner.is_alive() and not health.available()
+        api.down = False
+        up_at = clock.t
+        steps_until(lambda: (r := api.report(p0)) is not None and r.time > up_at)
+    finally:
+        stop.set()
+        runner.join(5)
+    assert not runner.is_alive()
+    outage_logs = [r for r in caplog.records if "API server unavailable" in r.message]
+    assert len(outage_logs) == 1  # once per outage, not once per failed step
+    assert any("available again" in r.message for r in caplog.records)
+    assert health.available() and health.outages == 1
+    # the metric got (about) the outage's length: from the first failed step to the first good one
+    assert up_at - down_at - 1.0 <= sum(counted) <= up_at - down_at + 1.0
+    # the workers kept training during the outage: 10 it/s x 10 (time scale) over the whole time
+    report = api.report(p0)
+    assert report is not None
+    assert report.progress >= 100.0 * (up_at - down_at)
