@@ -26,9 +26,11 @@ from typing import Any, Literal
 from scheduler.core.decisions import Decision
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import ClusterSnapshot, Job
-from scheduler.policies.base import Request, greedy_allocate, parse_config, require, type_infos
+from scheduler.policies.base import type_infos
+from scheduler.policies.config import parse_config, require
 from scheduler.policies.elastic import min_replicas_of, rank_types
 from scheduler.policies.goodput import Share, ThroughputTable, grow_by_marginal_gain, used_by_type
+from scheduler.policies.greedy import Request, greedy_allocate
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,16 +24,10 @@ from typing import Any
 from scheduler.core.decisions import Decision
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import ClusterSnapshot, Job
-from scheduler.policies.base import (
-    Request,
-    TypeInfo,
-    allowed_types,
-    greedy_allocate,
-    parse_config,
-    require,
-    type_infos,
-)
+from scheduler.policies.base import TypeInfo, allowed_types, type_infos
+from scheduler.policies.config import parse_config, require
 from scheduler.policies.goodput import Share, ThroughputTable, grow_by_marginal_gain, shrink_for, used_by_type
+from scheduler.policies.greedy import Request, greedy_allocate
 
 
 @dataclass(frozen=True, slots=True)

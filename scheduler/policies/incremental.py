@@ -10,11 +10,11 @@ Why it gives the same allocations as ``greedy_allocate`` (and so as ``run_round`
 every running job asks for exactly what it holds, so walking it keeps it and changes nothing; a waiting
 job at rank r that needs g GPUs can only change anything when g <= F (free GPUs now) or, for a
 preemptive policy, g <= F + V(r) (V(r): GPUs of running jobs not yet evicted whose rank exceeds r plus
-the margin; otherwise ``_preempt_for`` gives up on counting alone). Such a waiting job is a no-op, and
+the margin; otherwise ``preempt_for`` gives up on counting alone). Such a waiting job is a no-op, and
 so, within one group of jobs of the same shape, is every job ranked after it (V only falls with the
 rank), until something is placed or evicted. So a round walks, in the policy's order, only the head of
 each shape group that passes that test (and the jobs evicted in this round, at their own rank), and runs
-on each exactly ``greedy_allocate``'s code (``_try_place``, ``_preempt_for``) on the same free-GPU index.
+on each exactly ``greedy_allocate``'s code (``try_place``, ``preempt_for``) on the same free-GPU index.
 A job that passed the test but could not be placed marks its group as failed until the index changes
 (every later job of the group would try the same placements with a subset of the same victims). Strict
 FIFO walks waiting jobs in order up to the first that cannot start, as ``greedy_allocate`` does.
@@ -31,7 +31,7 @@ from typing import Any
 from scheduler.core.decisions import Unschedulable
 from scheduler.core.placement import FreeIndex
 from scheduler.core.types import Allocation, Job, Node
-from scheduler.policies.base import Request, _preempt_for, _try_place
+from scheduler.policies.greedy import Request, preempt_for, try_place
 
 #: the policy's order key of a job (compared as tuples, ending with the unique job name) and its rank
 #: (what preemption compares), from the job, its progress and its attained service; None: the policy
@@ -343,12 +343,12 @@ class GreedyRounds:
             gpr = job.gpus_per_replica
             # ``greedy_allocate``'s memoised "short of GPUs" answer, or a placement attempt
             short = index.short_of_gpus(req.replicas, gpr, types_)
-            res: Allocation | Unschedulable = _SHORT if short else _try_place(index, req, types_)
+            res: Allocation | Unschedulable = _SHORT if short else try_place(index, req, types_)
             if not isinstance(res, Allocation) and preemptive:
                 if not victims_by_type:
                     build()
                 before = len(preempted_by)
-                res = _preempt_for(
+                res = preempt_for(
                     index, req, types_, reserved, pending, victims_by_type, margin, preempted_by
                 )
                 if len(preempted_by) != before:
