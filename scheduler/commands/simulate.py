@@ -1,6 +1,6 @@
 """``perfsched simulate`` and ``perfsched experiment survey-mre|gavel-las``: simulation from the CLI.
 
-Parses and checks the options, runs ``scheduler.sim.runner.run_simulations`` (``gavel-las``:
+Parses and checks the options, runs ``scheduler.sim.simulations.run_simulations`` (``gavel-las``:
 ``scheduler.sim.gavel.run_gavel_las``), prints a table (or the report as JSON on stdout with ``--json``),
 and writes the JSON/CSV report and PNG plots under ``--out``.
 A ``rich`` progress bar goes to stderr on long runs (never with ``--json``). User errors raise
@@ -134,7 +134,7 @@ def _print_table(report: dict[str, Any], title: str) -> None:
 
 def _run(req: Any, *, as_json: bool, out: Path | None, title: str, emit: bool = True) -> dict[str, Any]:
     from scheduler.sim.reports import to_json, write_plots, write_reports
-    from scheduler.sim.runner import run_simulations
+    from scheduler.sim.simulations import run_simulations
 
     show_progress = not as_json and (req.max_jobs or _PROGRESS_MIN_JOBS) >= _PROGRESS_MIN_JOBS
     if show_progress:
@@ -231,7 +231,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Replay a job trace through the scheduling policies on a simulated cluster."""
         from scheduler.policies import DEFAULT_POLICY_SPEC
-        from scheduler.sim.runner import SimulationRequest
+        from scheduler.sim.simulations import SimulationRequest
         from scheduler.sim.traces import parse_load
 
         configs = _policy_configs(Path(policy_config) if policy_config else None)
@@ -277,7 +277,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """SRSF with execution-time error MRE 0..75% vs LAS and FIFO on 64 GPUs (the survey's Figure 4)."""
         from scheduler.sim.reports import to_json
-        from scheduler.sim.runner import SimulationRequest
+        from scheduler.sim.simulations import SimulationRequest
         from scheduler.sim.traces import parse_load
 
         mres = _floats(mre, "--mre")

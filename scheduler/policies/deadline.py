@@ -7,7 +7,7 @@ GPUs are still available after the jobs admitted before it. A running job whose 
 meets its deadline keeps it. Jobs whose deadline cannot be met are rejected: they run best-effort
 (``rejected: best_effort``, the default) or not at all (``rejected: drop``). Jobs without a deadline
 are best-effort. GPUs left after the admitted jobs' minimum shares go by marginal speed-up gain
-(``goodput.grow_by_marginal_gain``) to best-effort jobs and to admitted elastic jobs. Admitted jobs may
+(``elastic_shares.grow_by_marginal_gain``) to best-effort jobs and to admitted elastic jobs. Admitted jobs may
 preempt best-effort ones; best-effort jobs never preempt.
 
 Follows Gu et al., "ElasticFlow: An Elastic Serverless Training Platform for Distributed Deep
@@ -29,7 +29,7 @@ from scheduler.core.types import ClusterSnapshot, Job
 from scheduler.policies.base import type_infos
 from scheduler.policies.config import parse_config, require
 from scheduler.policies.elastic import min_replicas_of, rank_types
-from scheduler.policies.goodput import Share, ThroughputTable, grow_by_marginal_gain, used_by_type
+from scheduler.policies.elastic_shares import Share, ThroughputTable, grow_by_marginal_gain, used_by_type
 from scheduler.policies.greedy import Request, greedy_allocate
 
 

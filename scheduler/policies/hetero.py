@@ -50,7 +50,7 @@ from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import ClusterSnapshot, Job
 from scheduler.policies.base import replica_options, type_infos
 from scheduler.policies.config import parse_config, require
-from scheduler.policies.goodput import ThroughputTable, size_bounds
+from scheduler.policies.elastic_shares import ThroughputTable, size_bounds
 from scheduler.policies.greedy import Request, greedy_allocate
 
 Objective = Literal["max_min_fairness", "max_total_throughput"]

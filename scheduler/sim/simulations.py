@@ -20,8 +20,8 @@ from scheduler.core.protocols import Policy, ThroughputOracle
 from scheduler.sim.cluster import ClusterSpec, homogeneous_spec, load_cluster_spec, spec_to_nodes
 from scheduler.sim.engine import Engine, EngineConfig, EngineResult
 from scheduler.sim.reports import per_queue, summarize
+from scheduler.sim.trace_jobs import TraceDurationTruth, WorkloadOptions, build_workload
 from scheduler.sim.traces import load_trace, rescale_load
-from scheduler.sim.workload import TraceDurationTruth, WorkloadOptions, build_workload
 
 log = logging.getLogger(__name__)
 
