@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scheduler.sim.runner import SimulationRequest, run_simulations
+from scheduler.sim.simulations import SimulationRequest, run_simulations
 
 SCENARIOS: dict[str, dict[str, Any]] = {
     "gavel": {"cluster": "gavel-heterogeneous", "elastic": False, "extra": ("hetero", "elastic")},

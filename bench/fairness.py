@@ -29,8 +29,8 @@ from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node, Placeme
 from scheduler.oracles.table import TableOracle
 from scheduler.policies import make_policy
 from scheduler.sim.cluster import load_cluster_spec, spec_to_nodes
+from scheduler.sim.trace_jobs import WorkloadOptions, build_workload
 from scheduler.sim.traces import load_trace
-from scheduler.sim.workload import WorkloadOptions, build_workload
 
 WEIGHTS = (1.0, 1.0, 2.0)
 

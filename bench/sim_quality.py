@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scheduler.sim.runner import SURVEY_MRES, SimulationRequest, run_simulations
+from scheduler.sim.simulations import SURVEY_MRES, SimulationRequest, run_simulations
 
 
 def _table(title: str, rows: list[dict[str, Any]], ref: float, labels: list[str]) -> None:

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scheduler.sim.runner import SimulationRequest, run_simulations
+from scheduler.sim.simulations import SimulationRequest, run_simulations
 
 TARGET_10K_S = 5.0
 TARGET_FULL_S = 60.0

@@ -14,8 +14,16 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
+
+if TYPE_CHECKING:
+    from scheduler.core.protocols import Policy
+    from scheduler.k8s.kubeapi import KubeApi
+    from scheduler.operator.leader import LeaseElector
+    from scheduler.operator.reconcile import Operator, OperatorConfig
+    from scheduler.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -31,121 +39,154 @@ def _own_namespace() -> str:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("operator")
-    def operator(
-        kubeconfig: str = typer.Option(
-            None, "--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG, else in-cluster config)."
+    app.command("operator")(operator)
+
+
+def operator(
+    kubeconfig: str = typer.Option(
+        None, "--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG, else in-cluster config)."
+    ),
+    policy: str = typer.Option(
+        None,
+        "--policy",
+        help="Policy spec NAME[:key=value;...], e.g. las:heterogeneity=agnostic "
+        "(default: PERFSCHED_OPERATOR_POLICY).",
+    ),
+    once: bool = typer.Option(False, "--once", help="Run one round (no leader election), print it, exit."),
+) -> None:
+    """Run the TrainingJob operator: admit, order, start, resize and preempt jobs by policy."""
+    from scheduler.k8s.connect import api_client
+    from scheduler.k8s.kubeapi import RealKubeApi
+    from scheduler.operator.learning import CorrectedOracle
+    from scheduler.operator.reconcile import Operator
+    from scheduler.settings import configure_logging, load_settings
+
+    settings = load_settings()
+    configure_logging(settings)
+    pol, policy_name = _policy(settings, policy)
+    from perfmodel import zoo
+
+    oracle = CorrectedOracle.load()
+    api = RealKubeApi(api_client(kubeconfig))
+    identity = settings.operator_identity or f"{socket.gethostname()}-{os.getpid()}"
+    elector = _elector(settings, api, identity) if settings.operator_leader_elect and not once else None
+    op = Operator(
+        api,
+        pol,
+        oracle,
+        config=_operator_config(settings, identity),
+        may_act=elector.is_leader if elector is not None else (lambda: True),
+        known_model=lambda m: zoo.lookup_model(m) is not None,
+    )
+    if once:
+        _run_once(op)
+    _run_loop(settings, op, api, elector, identity, policy_name)
+
+
+def _policy(settings: Settings, policy: str | None) -> tuple[Policy, str]:
+    """The policy ``--policy`` (else ``PERFSCHED_OPERATOR_POLICY``) names, and its canonical spec text;
+    a ``ConfigError`` names the option or variable."""
+    from scheduler.core.errors import ConfigError
+    from scheduler.policies import check_single_spec, make_policy_from_spec
+
+    # settings already checked PERFSCHED_OPERATOR_POLICY; --policy is checked here, named as such
+    where = "--policy" if policy is not None else "PERFSCHED_OPERATOR_POLICY"
+    try:
+        spec = check_single_spec(policy if policy is not None else settings.operator_policy)
+        pol = make_policy_from_spec(spec, settings.operator_policy_config)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    return pol, spec.text
+
+
+def _elector(settings: Settings, api: KubeApi, identity: str) -> LeaseElector:
+    """The leader elector on the Lease the settings name (in the pod's own namespace by default)."""
+    from scheduler.operator.leader import LeaseElector
+
+    return LeaseElector(
+        api,
+        namespace=settings.operator_lease_namespace or _own_namespace(),
+        name=settings.operator_lease_name,
+        identity=identity,
+        lease_duration_s=settings.operator_lease_duration_seconds,
+        renew_deadline_s=settings.operator_renew_deadline_seconds,
+        retry_period_s=settings.operator_retry_period_seconds,
+    )
+
+
+def _operator_config(settings: Settings, identity: str) -> OperatorConfig:
+    from scheduler.core.round import RoundCosts
+    from scheduler.operator.reconcile import OperatorConfig
+
+    return OperatorConfig(
+        namespace=settings.namespace,
+        costs=RoundCosts(
+            restart_cost_s=settings.operator_restart_cost_seconds,
+            resize_cost_s=settings.operator_resize_cost_seconds,
+            min_resize_interval_s=settings.operator_min_resize_interval_seconds,
         ),
-        policy: str = typer.Option(
-            None,
-            "--policy",
-            help="Policy spec NAME[:key=value;...], e.g. las:heterogeneity=agnostic "
-            "(default: PERFSCHED_OPERATOR_POLICY).",
-        ),
-        once: bool = typer.Option(
-            False, "--once", help="Run one round (no leader election), print it, exit."
-        ),
-    ) -> None:
-        """Run the TrainingJob operator: admit, order, start, resize and preempt jobs by policy."""
-        import signal
-        import threading
+        backoff_limit=settings.operator_backoff_limit,
+        gang_start_timeout_s=settings.operator_gang_start_timeout_seconds,
+        master_port=settings.operator_master_port,
+        instance=identity,
+        api_concurrency=settings.operator_api_concurrency,
+    )
 
-        from scheduler.core.errors import ConfigError
-        from scheduler.core.round import RoundCosts
-        from scheduler.k8s.connect import api_client
-        from scheduler.k8s.kubeapi import RealKubeApi
-        from scheduler.operator.leader import LeaseElector
-        from scheduler.operator.learning import CorrectedOracle
-        from scheduler.operator.loop import OperatorLoop, serve_http
-        from scheduler.operator.reconcile import Operator, OperatorConfig
-        from scheduler.policies import check_single_spec, make_policy_from_spec
-        from scheduler.settings import configure_logging, load_settings
 
-        settings = load_settings()
-        configure_logging(settings)
-        # settings already checked PERFSCHED_OPERATOR_POLICY; --policy is checked here, named as such
-        where = "--policy" if policy is not None else "PERFSCHED_OPERATOR_POLICY"
-        try:
-            spec = check_single_spec(policy if policy is not None else settings.operator_policy)
-            pol = make_policy_from_spec(spec, settings.operator_policy_config)
-        except ConfigError as exc:
-            raise ConfigError(f"{where}: {exc}") from None
-        policy_name = spec.text
-        from perfmodel import zoo
+def _run_once(op: Operator) -> NoReturn:
+    """``--once``: one round, printed; exits 1 when the round had errors."""
+    rep = op.run_round()
+    for kind, jobs in sorted(rep.actions.items()):
+        typer.echo(f"{kind}: {', '.join(jobs)}")
+    for job, why in sorted(rep.waiting.items()):
+        typer.echo(f"waiting: {job}: {why}")
+    for err in rep.errors:
+        typer.echo(f"error: {err}", err=True)
+    raise typer.Exit(1 if rep.errors else 0)
 
-        oracle = CorrectedOracle.load()
-        api = RealKubeApi(api_client(kubeconfig))
-        identity = settings.operator_identity or f"{socket.gethostname()}-{os.getpid()}"
-        elector: LeaseElector | None = None
-        if settings.operator_leader_elect and not once:
-            elector = LeaseElector(
-                api,
-                namespace=settings.operator_lease_namespace or _own_namespace(),
-                name=settings.operator_lease_name,
-                identity=identity,
-                lease_duration_s=settings.operator_lease_duration_seconds,
-                renew_deadline_s=settings.operator_renew_deadline_seconds,
-                retry_period_s=settings.operator_retry_period_seconds,
-            )
-        config = OperatorConfig(
-            namespace=settings.namespace,
-            costs=RoundCosts(
-                restart_cost_s=settings.operator_restart_cost_seconds,
-                resize_cost_s=settings.operator_resize_cost_seconds,
-                min_resize_interval_s=settings.operator_min_resize_interval_seconds,
-            ),
-            backoff_limit=settings.operator_backoff_limit,
-            gang_start_timeout_s=settings.operator_gang_start_timeout_seconds,
-            master_port=settings.operator_master_port,
-            instance=identity,
-            api_concurrency=settings.operator_api_concurrency,
+
+def _run_loop(
+    settings: Settings,
+    op: Operator,
+    api: KubeApi,
+    elector: LeaseElector | None,
+    identity: str,
+    policy_name: str,
+) -> None:
+    """The rounds loop with /metrics and health, until SIGTERM or SIGINT."""
+    import signal
+    import threading
+
+    from scheduler.operator.loop import OperatorLoop, serve_http
+
+    loop = OperatorLoop(
+        op,
+        api,
+        elector=elector,
+        period_s=settings.operator_round_period_seconds,
+        min_interval_s=settings.operator_min_round_interval_seconds,
+        namespace=settings.namespace,
+    )
+    stop = threading.Event()
+
+    def _stop(signum: int, frame: object) -> None:
+        log.info("stopping", extra={"signal": signum})
+        stop.set()
+        loop.trigger()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    server = None
+    if settings.operator_metrics_port:
+        server, _ = serve_http(
+            settings.operator_metrics_host, settings.operator_metrics_port, loop.healthy, loop.not_ready
         )
-        op = Operator(
-            api,
-            pol,
-            oracle,
-            config=config,
-            may_act=elector.is_leader if elector is not None else (lambda: True),
-            known_model=lambda m: zoo.lookup_model(m) is not None,
-        )
-        if once:
-            rep = op.run_round()
-            for kind, jobs in sorted(rep.actions.items()):
-                typer.echo(f"{kind}: {', '.join(jobs)}")
-            for job, why in sorted(rep.waiting.items()):
-                typer.echo(f"waiting: {job}: {why}")
-            for err in rep.errors:
-                typer.echo(f"error: {err}", err=True)
-            raise typer.Exit(1 if rep.errors else 0)
-
-        loop = OperatorLoop(
-            op,
-            api,
-            elector=elector,
-            period_s=settings.operator_round_period_seconds,
-            min_interval_s=settings.operator_min_round_interval_seconds,
-            namespace=settings.namespace,
-        )
-        stop = threading.Event()
-
-        def _stop(signum: int, frame: object) -> None:
-            log.info("stopping", extra={"signal": signum})
-            stop.set()
-            loop.trigger()
-
-        signal.signal(signal.SIGTERM, _stop)
-        signal.signal(signal.SIGINT, _stop)
-        server = None
-        if settings.operator_metrics_port:
-            server, _ = serve_http(
-                settings.operator_metrics_host, settings.operator_metrics_port, loop.healthy, loop.not_ready
-            )
-        log.info(
-            "operator started",
-            extra={"identity": identity, "policy": policy_name, "leader_election": elector is not None},
-        )
-        try:
-            loop.run(stop)
-        finally:
-            if server is not None:
-                server.shutdown()
+    log.info(
+        "operator started",
+        extra={"identity": identity, "policy": policy_name, "leader_election": elector is not None},
+    )
+    try:
+        loop.run(stop)
+    finally:
+        if server is not None:
+            server.shutdown()

@@ -1,6 +1,6 @@
 """``perfsched simulate`` and ``perfsched experiment survey-mre|gavel-las``: simulation from the CLI.
 
-Parses and checks the options, runs ``scheduler.sim.runner.run_simulations`` (``gavel-las``:
+Parses and checks the options, runs ``scheduler.sim.simulations.run_simulations`` (``gavel-las``:
 ``scheduler.sim.gavel.run_gavel_las``), prints a table (or the report as JSON on stdout with ``--json``),
 and writes the JSON/CSV report and PNG plots under ``--out``.
 A ``rich`` progress bar goes to stderr on long runs (never with ``--json``). User errors raise
@@ -134,7 +134,7 @@ def _print_table(report: dict[str, Any], title: str) -> None:
 
 def _run(req: Any, *, as_json: bool, out: Path | None, title: str, emit: bool = True) -> dict[str, Any]:
     from scheduler.sim.reports import to_json, write_plots, write_reports
-    from scheduler.sim.runner import run_simulations
+    from scheduler.sim.simulations import run_simulations
 
     show_progress = not as_json and (req.max_jobs or _PROGRESS_MIN_JOBS) >= _PROGRESS_MIN_JOBS
     if show_progress:
@@ -179,204 +179,193 @@ def _run(req: Any, *, as_json: bool, out: Path | None, title: str, emit: bool = 
 
 def register(app: typer.Typer) -> None:
     """Add ``simulate`` and the ``experiment`` group to the CLI."""
-
-    @app.command("simulate")
-    def simulate(
-        policy: str | None = typer.Option(
-            None,
-            "--policy",
-            help="Policy spec(s) NAME[:key=value;...], comma-separated, e.g. "
-            "las,las:heterogeneity=agnostic,fifo:backfill=true (a [list] value keeps its commas) "
-            "[default: the operator's default, scheduler.policies.DEFAULT_POLICY_SPEC].",
-        ),
-        trace: str = typer.Option(
-            "philly-10k", "--trace", help="Trace CSV file, or a name: philly-10k, philly-full."
-        ),
-        cluster: str | None = typer.Option(
-            None, "--cluster", help="Cluster spec YAML, or a shipped name (default homogeneous-64xV100)."
-        ),
-        gpus: int | None = typer.Option(
-            None, "--gpus", help="Homogeneous V100 cluster of N GPUs (8 per node)."
-        ),
-        load: str = typer.Option(
-            "0.8", "--load", help="Offered load as a fraction of the cluster, or 'raw'."
-        ),
-        mre: str = typer.Option(
-            "0", "--mre", help="Injected mean relative error(s) of the policy's oracle, e.g. 0,0.1,25%."
-        ),
-        round_seconds: float = typer.Option(
-            360.0, "--round-seconds", help="Round period while jobs wait (0 = rounds on events only)."
-        ),
-        restart_cost: float = typer.Option(30.0, "--restart-cost", help="Seconds a restart or resize costs."),
-        seed: int = typer.Option(0, "--seed", help="Seed for model assignment and injected errors."),
-        out: str = typer.Option(
-            "out/simulate", "--out", help="Directory for report.json, summary.csv, jobs-*.csv, *.png."
-        ),
-        as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
-        jobs: int | None = typer.Option(None, "--jobs", help="Replay only the first N jobs of the trace."),
-        elastic: bool = typer.Option(
-            False, "--elastic", help="Make jobs elastic (1 .. 2x their traced GPUs)."
-        ),
-        deadline_slack: float | None = typer.Option(
-            None, "--deadline-slack", help="Give each job the deadline submit + X x its traced duration."
-        ),
-        oracle: str = typer.Option(
-            "table", "--oracle", help="What the policy is told: table (with --mre) or predictor."
-        ),
-        policy_config: str = typer.Option(
-            "",
-            "--policy-config",
-            help="YAML mapping policy name -> config fields (a base that each spec's keys override).",
-        ),
-    ) -> None:
-        """Replay a job trace through the scheduling policies on a simulated cluster."""
-        from scheduler.policies import DEFAULT_POLICY_SPEC
-        from scheduler.sim.runner import SimulationRequest
-        from scheduler.sim.traces import parse_load
-
-        configs = _policy_configs(Path(policy_config) if policy_config else None)
-        specs = _policy_specs(DEFAULT_POLICY_SPEC if policy is None else policy, configs)
-        req = SimulationRequest(
-            policies=specs,
-            trace=trace,
-            cluster=cluster,
-            gpus=gpus,
-            load=parse_load(load),
-            mres=_floats(mre, "--mre"),
-            round_seconds=round_seconds,
-            restart_cost_s=restart_cost,
-            seed=seed,
-            max_jobs=jobs,
-            elastic=elastic,
-            deadline_slack=deadline_slack,
-            oracle=oracle,
-            policy_configs=configs,
-        )
-        _run(req, as_json=as_json, out=Path(out) if out else None, title="perfsched simulate")
-
+    app.command("simulate")(simulate)
     experiment = typer.Typer(help="Reproduce published experiments with the simulator.", no_args_is_help=True)
     app.add_typer(experiment, name="experiment")
-
-    @experiment.command("survey-mre")
-    def survey_mre(
-        trace: str = typer.Option(
-            "philly-10k", "--trace", help="Trace CSV file or name (10,000 consecutive jobs)."
-        ),
-        gpus: int = typer.Option(64, "--gpus", help="Homogeneous GPUs (8 per node)."),
-        load: str = typer.Option(
-            "1.0", "--load", help="Offered load as a fraction of the cluster, or 'raw'."
-        ),
-        mre: str = typer.Option("0,0.1,0.25,0.5,0.75", "--mre", help="SRSF execution-time MREs."),
-        seed: int = typer.Option(0, "--seed", help="Seed for model assignment and injected errors."),
-        jobs: int = typer.Option(10_000, "--jobs", help="Consecutive jobs from the start of the trace."),
-        baselines: str = typer.Option(
-            "las,fifo", "--baselines", help="Performance-unaware policies to compare."
-        ),
-        out: str = typer.Option("out/survey-mre", "--out", help="Directory for the report and plot."),
-        as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
-    ) -> None:
-        """SRSF with execution-time error MRE 0..75% vs LAS and FIFO on 64 GPUs (the survey's Figure 4)."""
-        from scheduler.sim.reports import to_json
-        from scheduler.sim.runner import SimulationRequest
-        from scheduler.sim.traces import parse_load
-
-        mres = _floats(mre, "--mre")
-        base = tuple(b.strip() for b in baselines.split(",") if b.strip())
-        plan = tuple(("srsf", m) for m in mres) + tuple((b, 0.0) for b in base)
-        req = SimulationRequest(
-            policies=("srsf", *base),
-            trace=trace,
-            gpus=gpus,
-            load=parse_load(load),
-            mres=mres,
-            seed=seed,
-            max_jobs=jobs,
-            survey=True,
-            plan=plan,
-            policy_configs={"fifo": {"backfill": True}},
-        )
-        out_dir = Path(out) if out else None
-        report = _run(req, as_json=as_json, out=None, title="survey-mre", emit=False)
-        _survey_outputs(report, out_dir)
-        if as_json:
-            typer.echo(to_json(report))
-        else:
-            _print_table(report, "survey-mre (avg JCT by setting)")
-            _print_survey(report, out_dir)
-
-    @experiment.command("gavel-las")
-    def gavel_las(
-        rates: str = typer.Option(
-            ",".join(f"{r:g}" for r in _GAVEL_RATES), "--rates", help="Input job rates (jobs/hour) to sweep."
-        ),
-        aware: str = typer.Option(
-            "las", "--aware", help="Policy spec of heterogeneity-aware LAS (Gavel's curve)."
-        ),
-        agnostic: str = typer.Option(
-            "las:heterogeneity=agnostic", "--agnostic", help="Policy spec of agnostic LAS (the LAS curve)."
-        ),
-        jobs: int = typer.Option(_GAVEL_JOBS, "--jobs", help="Jobs generated per trace."),
-        window: str = typer.Option(
-            f"{_GAVEL_WINDOW[0]}:{_GAVEL_WINDOW[1]}",
-            "--window",
-            help="Job ids START:END whose JCTs are averaged (Gavel: 4000:5000 of each trace).",
-        ),
-        seeds: str = typer.Option(
-            "0",
-            "--seeds",
-            help="Generator seeds, comma-separated; averaged (the paper: 0,1,2; its printed values: 0).",
-        ),
-        restart_cost: float = typer.Option(
-            0.0, "--restart-cost", help="Seconds a preemption or migration costs (Gavel's simulator: 0)."
-        ),
-        quick: bool = typer.Option(
-            False,
-            "--quick",
-            help="A few seconds' sweep for tests and smoke checks: rates 2,5.6, 120 jobs, window 30:90 "
-            "(replaces --rates, --jobs, --window).",
-        ),
-        out: str = typer.Option("out/gavel-las", "--out", help="Directory for report.json and the plot."),
-        as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
-    ) -> None:
-        """LAS vs heterogeneity-aware LAS on Gavel's cluster and workload, beside Gavel's Figure 8."""
-        from scheduler.sim.gavel import GavelLasRequest, run_gavel_las
-        from scheduler.sim.reports import to_json
-
-        if quick:
-            rates, jobs, window = "2,5.6", 120, "30:90"
-        start_end = window.split(":")
-        try:
-            win = (int(start_end[0]), int(start_end[1]))
-        except (ValueError, IndexError):
-            raise ConfigError(f"--window: must be START:END job ids, got {window!r}") from None
-        if len(start_end) != 2:
-            raise ConfigError(f"--window: must be START:END job ids, got {window!r}")
-        req = GavelLasRequest(
-            rates=_floats(rates, "--rates"),
-            aware=aware,
-            agnostic=agnostic,
-            jobs=jobs,
-            window=win,
-            seeds=_ints(seeds, "--seeds"),
-            restart_cost_s=restart_cost,
-        )
-        say = (lambda *_: None) if as_json else _gavel_progress
-        report = run_gavel_las(req, on_run=say)
-        out_dir = Path(out) if out else None
-        if out_dir is not None:
-            report["files"] = _gavel_outputs(report, out_dir)
-        if as_json:
-            typer.echo(to_json(report))
-        else:
-            _print_gavel(report)
-
-    del survey_mre, simulate, gavel_las
+    experiment.command("survey-mre")(survey_mre)
+    experiment.command("gavel-las")(gavel_las)
 
 
 # default sweep: sized for a 2-core box (about two minutes); Gavel swept 0.4 .. 6 jobs/hour, 5,000 jobs
 _GAVEL_RATES = (1.0, 3.0, 4.4, 5.2, 5.6)
+_GAVEL_RATES_TEXT = ",".join(f"{r:g}" for r in _GAVEL_RATES)
 _GAVEL_JOBS = 600
 _GAVEL_WINDOW = (200, 450)
+
+
+def simulate(
+    policy: str | None = typer.Option(
+        None,
+        "--policy",
+        help="Policy spec(s) NAME[:key=value;...], comma-separated, e.g. "
+        "las,las:heterogeneity=agnostic,fifo:backfill=true (a [list] value keeps its commas) "
+        "[default: the operator's default, scheduler.policies.DEFAULT_POLICY_SPEC].",
+    ),
+    trace: str = typer.Option(
+        "philly-10k", "--trace", help="Trace CSV file, or a name: philly-10k, philly-full."
+    ),
+    cluster: str | None = typer.Option(
+        None, "--cluster", help="Cluster spec YAML, or a shipped name (default homogeneous-64xV100)."
+    ),
+    gpus: int | None = typer.Option(None, "--gpus", help="Homogeneous V100 cluster of N GPUs (8 per node)."),
+    load: str = typer.Option("0.8", "--load", help="Offered load as a fraction of the cluster, or 'raw'."),
+    mre: str = typer.Option(
+        "0", "--mre", help="Injected mean relative error(s) of the policy's oracle, e.g. 0,0.1,25%."
+    ),
+    round_seconds: float = typer.Option(
+        360.0, "--round-seconds", help="Round period while jobs wait (0 = rounds on events only)."
+    ),
+    restart_cost: float = typer.Option(30.0, "--restart-cost", help="Seconds a restart or resize costs."),
+    seed: int = typer.Option(0, "--seed", help="Seed for model assignment and injected errors."),
+    out: str = typer.Option(
+        "out/simulate", "--out", help="Directory for report.json, summary.csv, jobs-*.csv, *.png."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+    jobs: int | None = typer.Option(None, "--jobs", help="Replay only the first N jobs of the trace."),
+    elastic: bool = typer.Option(False, "--elastic", help="Make jobs elastic (1 .. 2x their traced GPUs)."),
+    deadline_slack: float | None = typer.Option(
+        None, "--deadline-slack", help="Give each job the deadline submit + X x its traced duration."
+    ),
+    oracle: str = typer.Option(
+        "table", "--oracle", help="What the policy is told: table (with --mre) or predictor."
+    ),
+    policy_config: str = typer.Option(
+        "",
+        "--policy-config",
+        help="YAML mapping policy name -> config fields (a base that each spec's keys override).",
+    ),
+) -> None:
+    """Replay a job trace through the scheduling policies on a simulated cluster."""
+    from scheduler.policies import DEFAULT_POLICY_SPEC
+    from scheduler.sim.simulations import SimulationRequest
+    from scheduler.sim.traces import parse_load
+
+    configs = _policy_configs(Path(policy_config) if policy_config else None)
+    specs = _policy_specs(DEFAULT_POLICY_SPEC if policy is None else policy, configs)
+    req = SimulationRequest(
+        policies=specs,
+        trace=trace,
+        cluster=cluster,
+        gpus=gpus,
+        load=parse_load(load),
+        mres=_floats(mre, "--mre"),
+        round_seconds=round_seconds,
+        restart_cost_s=restart_cost,
+        seed=seed,
+        max_jobs=jobs,
+        elastic=elastic,
+        deadline_slack=deadline_slack,
+        oracle=oracle,
+        policy_configs=configs,
+    )
+    _run(req, as_json=as_json, out=Path(out) if out else None, title="perfsched simulate")
+
+
+def survey_mre(
+    trace: str = typer.Option(
+        "philly-10k", "--trace", help="Trace CSV file or name (10,000 consecutive jobs)."
+    ),
+    gpus: int = typer.Option(64, "--gpus", help="Homogeneous GPUs (8 per node)."),
+    load: str = typer.Option("1.0", "--load", help="Offered load as a fraction of the cluster, or 'raw'."),
+    mre: str = typer.Option("0,0.1,0.25,0.5,0.75", "--mre", help="SRSF execution-time MREs."),
+    seed: int = typer.Option(0, "--seed", help="Seed for model assignment and injected errors."),
+    jobs: int = typer.Option(10_000, "--jobs", help="Consecutive jobs from the start of the trace."),
+    baselines: str = typer.Option("las,fifo", "--baselines", help="Performance-unaware policies to compare."),
+    out: str = typer.Option("out/survey-mre", "--out", help="Directory for the report and plot."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+) -> None:
+    """SRSF with execution-time error MRE 0..75% vs LAS and FIFO on 64 GPUs (the survey's Figure 4)."""
+    from scheduler.sim.reports import to_json
+    from scheduler.sim.simulations import SimulationRequest
+    from scheduler.sim.traces import parse_load
+
+    mres = _floats(mre, "--mre")
+    base = tuple(b.strip() for b in baselines.split(",") if b.strip())
+    plan = tuple(("srsf", m) for m in mres) + tuple((b, 0.0) for b in base)
+    req = SimulationRequest(
+        policies=("srsf", *base),
+        trace=trace,
+        gpus=gpus,
+        load=parse_load(load),
+        mres=mres,
+        seed=seed,
+        max_jobs=jobs,
+        survey=True,
+        plan=plan,
+        policy_configs={"fifo": {"backfill": True}},
+    )
+    out_dir = Path(out) if out else None
+    report = _run(req, as_json=as_json, out=None, title="survey-mre", emit=False)
+    _survey_outputs(report, out_dir)
+    if as_json:
+        typer.echo(to_json(report))
+    else:
+        _print_table(report, "survey-mre (avg JCT by setting)")
+        _print_survey(report, out_dir)
+
+
+def gavel_las(
+    rates: str = typer.Option(_GAVEL_RATES_TEXT, "--rates", help="Input job rates (jobs/hour) to sweep."),
+    aware: str = typer.Option(
+        "las", "--aware", help="Policy spec of heterogeneity-aware LAS (Gavel's curve)."
+    ),
+    agnostic: str = typer.Option(
+        "las:heterogeneity=agnostic", "--agnostic", help="Policy spec of agnostic LAS (the LAS curve)."
+    ),
+    jobs: int = typer.Option(_GAVEL_JOBS, "--jobs", help="Jobs generated per trace."),
+    window: str = typer.Option(
+        f"{_GAVEL_WINDOW[0]}:{_GAVEL_WINDOW[1]}",
+        "--window",
+        help="Job ids START:END whose JCTs are averaged (Gavel: 4000:5000 of each trace).",
+    ),
+    seeds: str = typer.Option(
+        "0",
+        "--seeds",
+        help="Generator seeds, comma-separated; averaged (the paper: 0,1,2; its printed values: 0).",
+    ),
+    restart_cost: float = typer.Option(
+        0.0, "--restart-cost", help="Seconds a preemption or migration costs (Gavel's simulator: 0)."
+    ),
+    quick: bool = typer.Option(
+        False,
+        "--quick",
+        help="A few seconds' sweep for tests and smoke checks: rates 2,5.6, 120 jobs, window 30:90 "
+        "(replaces --rates, --jobs, --window).",
+    ),
+    out: str = typer.Option("out/gavel-las", "--out", help="Directory for report.json and the plot."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+) -> None:
+    """LAS vs heterogeneity-aware LAS on Gavel's cluster and workload, beside Gavel's Figure 8."""
+    from scheduler.sim.gavel import GavelLasRequest, run_gavel_las
+    from scheduler.sim.reports import to_json
+
+    if quick:
+        rates, jobs, window = "2,5.6", 120, "30:90"
+    start_end = window.split(":")
+    try:
+        win = (int(start_end[0]), int(start_end[1]))
+    except (ValueError, IndexError):
+        raise ConfigError(f"--window: must be START:END job ids, got {window!r}") from None
+    if len(start_end) != 2:
+        raise ConfigError(f"--window: must be START:END job ids, got {window!r}")
+    req = GavelLasRequest(
+        rates=_floats(rates, "--rates"),
+        aware=aware,
+        agnostic=agnostic,
+        jobs=jobs,
+        window=win,
+        seeds=_ints(seeds, "--seeds"),
+        restart_cost_s=restart_cost,
+    )
+    say = (lambda *_: None) if as_json else _gavel_progress
+    report = run_gavel_las(req, on_run=say)
+    out_dir = Path(out) if out else None
+    if out_dir is not None:
+        report["files"] = _gavel_outputs(report, out_dir)
+    if as_json:
+        typer.echo(to_json(report))
+    else:
+        _print_gavel(report)
 
 
 def _gavel_progress(spec: str, rate: float, row: dict[str, Any]) -> None:

@@ -56,6 +56,10 @@ def _take(alloc: Allocation, used: dict[str, int]) -> None:
         used[n] = used.get(n, 0) + r * alloc.gpus_per_replica
 
 
+#: a job whose allocation is to change: (job, current allocation, wanted allocation, the policy's reason)
+_Change = tuple[Job, Allocation | None, Allocation | None, str]
+
+
 def plan_detailed(
     snapshot: ClusterSnapshot,
     jobs: Sequence[Job],
@@ -72,8 +76,52 @@ def plan_detailed(
     used = snapshot.used_by_node(exclude=names)
     out: dict[str, Action] = {}
     held_back: dict[str, str] = {}
-    changes: list[tuple[Job, Allocation | None, Allocation | None, str]] = []
+    changes = _settle_unchanged(snapshot, jobs, decisions, min_resize_interval_s, used, out)
 
+    # Preemptions free GPUs; resizes then starts take them, each only if it still fits.
+    for job, cur, want, reason in changes:
+        if want is None and cur is not None:
+            out[job.name] = Action(ActionKind.PREEMPT, job.name, cur, None, reason, lost_work=_lost(job))
+    for job, cur, want, reason in changes:
+        if cur is None or want is None:
+            continue
+        if _fits(want, used, cap):
+            _take(want, used)
+            out[job.name] = _resize_action(job, cur, want, reason, restart_cost_s, resize_cost_s)
+        elif _fits(cur, used, cap):
+            _take(cur, used)
+            held_back[job.name] = "change held back: its GPUs are still held by jobs that cannot move"
+            out[job.name] = Action(ActionKind.KEEP, job.name, cur, cur, held_back[job.name])
+        else:
+            held_back[job.name] = "preempted: its GPUs are held by jobs that cannot move"
+            out[job.name] = Action(
+                ActionKind.PREEMPT, job.name, cur, None, held_back[job.name], lost_work=_lost(job)
+            )
+    for job, cur, want, reason in changes:
+        if cur is not None or want is None:
+            continue
+        if _fits(want, used, cap):
+            _take(want, used)
+            cost = restart_cost_s if _has_run(job) else 0.0
+            out[job.name] = Action(ActionKind.START, job.name, None, want, reason, cost_seconds=cost)
+        else:
+            held_back[job.name] = "start held back: its GPUs are still held by jobs that cannot move"
+
+    order = {j.name: i for i, j in enumerate(jobs)}
+    return PlanDetail(tuple(out[name] for name in sorted(out, key=lambda n: order[n])), held_back)
+
+
+def _settle_unchanged(
+    snapshot: ClusterSnapshot,
+    jobs: Sequence[Job],
+    decisions: Mapping[str, Decision],
+    min_resize_interval_s: float,
+    used: dict[str, int],
+    out: dict[str, Action],
+) -> list[_Change]:
+    """Put in ``out`` the actions that change no GPUs (COMPLETE, and KEEPs wanted or forced, whose GPUs
+    are taken in ``used``); returns the other jobs' changes, by job name."""
+    changes: list[_Change] = []
     for job in sorted(jobs, key=lambda j: j.name):
         cur = snapshot.allocations.get(job.name)
         dec = decisions.get(job.name)
@@ -111,60 +159,36 @@ def plan_detailed(
             _take(cur, used)
             continue
         changes.append((job, cur, want, reason))
+    return changes
 
-    # Preemptions free GPUs; resizes then starts take them, each only if it still fits.
-    for job, cur, want, reason in changes:
-        if want is None and cur is not None:
-            out[job.name] = Action(ActionKind.PREEMPT, job.name, cur, None, reason, lost_work=_lost(job))
-    for job, cur, want, reason in changes:
-        if cur is None or want is None:
-            continue
-        if _fits(want, used, cap):
-            _take(want, used)
-            resize = job.is_elastic and want.gpu_type == cur.gpu_type and want.replicas != cur.replicas
-            if resize:
-                out[job.name] = Action(
-                    ActionKind.RESIZE,
-                    job.name,
-                    cur,
-                    want,
-                    reason or f"resize {cur.replicas} -> {want.replicas} replicas",
-                    cost_seconds=resize_cost_s,
-                )
-            else:
-                what = f"restart: migrate from {','.join(cur.nodes)} to {','.join(want.nodes)}"
-                if want.gpu_type != cur.gpu_type:
-                    what = f"restart: move from {cur.gpu_type} to {want.gpu_type}"
-                out[job.name] = Action(
-                    ActionKind.RESIZE,
-                    job.name,
-                    cur,
-                    want,
-                    f"{what}; {reason}" if reason else what,
-                    lost_work=_lost(job),
-                    cost_seconds=restart_cost_s,
-                )
-        elif _fits(cur, used, cap):
-            _take(cur, used)
-            held_back[job.name] = "change held back: its GPUs are still held by jobs that cannot move"
-            out[job.name] = Action(ActionKind.KEEP, job.name, cur, cur, held_back[job.name])
-        else:
-            held_back[job.name] = "preempted: its GPUs are held by jobs that cannot move"
-            out[job.name] = Action(
-                ActionKind.PREEMPT, job.name, cur, None, held_back[job.name], lost_work=_lost(job)
-            )
-    for job, cur, want, reason in changes:
-        if cur is not None or want is None:
-            continue
-        if _fits(want, used, cap):
-            _take(want, used)
-            cost = restart_cost_s if _has_run(job) else 0.0
-            out[job.name] = Action(ActionKind.START, job.name, None, want, reason, cost_seconds=cost)
-        else:
-            held_back[job.name] = "start held back: its GPUs are still held by jobs that cannot move"
 
-    order = {j.name: i for i, j in enumerate(jobs)}
-    return PlanDetail(tuple(out[name] for name in sorted(out, key=lambda n: order[n])), held_back)
+def _resize_action(
+    job: Job, cur: Allocation, want: Allocation, reason: str, restart_cost_s: float, resize_cost_s: float
+) -> Action:
+    """The RESIZE that moves a running job from ``cur`` to ``want``: in place when it is elastic and
+    keeps its type, else a restart (migration) that loses the work since its checkpoint."""
+    resize = job.is_elastic and want.gpu_type == cur.gpu_type and want.replicas != cur.replicas
+    if resize:
+        return Action(
+            ActionKind.RESIZE,
+            job.name,
+            cur,
+            want,
+            reason or f"resize {cur.replicas} -> {want.replicas} replicas",
+            cost_seconds=resize_cost_s,
+        )
+    what = f"restart: migrate from {','.join(cur.nodes)} to {','.join(want.nodes)}"
+    if want.gpu_type != cur.gpu_type:
+        what = f"restart: move from {cur.gpu_type} to {want.gpu_type}"
+    return Action(
+        ActionKind.RESIZE,
+        job.name,
+        cur,
+        want,
+        f"{what}; {reason}" if reason else what,
+        lost_work=_lost(job),
+        cost_seconds=restart_cost_s,
+    )
 
 
 def is_migration(action: Action) -> bool:

@@ -59,7 +59,7 @@ class MeasuredThroughput(Protocol):
     ``throughput`` gives the iterations/s of a whole job (global batch ``batch_size``) on ``num_gpus`` GPUs
     of ``gpu_type`` over ``num_nodes`` nodes, or None where nothing was measured. ``TableOracle`` answers
     from it (``scheduler.sim.gavel.GavelTable`` is another implementation); the trace workload builder
-    also needs the list of what was measured (``scheduler.sim.workload.Catalogue``).
+    also needs the list of what was measured (``scheduler.sim.trace_jobs.Catalogue``).
     """
 
     def throughput(

@@ -12,7 +12,7 @@ a policy is chosen (``perfsched simulate --policy``, ``perfsched operator --poli
 
 Each value is read as a JSON literal when it is one (``true``/``false``, ``null``, numbers, a list
 such as ``[1,10]``, a quoted string) and as a bare string otherwise (``agnostic``); the policy's typed
-config (``scheduler.policies.base.parse_config``) then checks the key and the value's type. A list of
+config (``scheduler.policies.config.parse_config``) then checks the key and the value's type. A list of
 specs (``--policy`` of ``perfsched simulate``) is separated by commas *outside* square brackets, so a
 list value keeps its commas: ``las:thresholds_gpu_hours=[1,10],fifo``. Values cannot contain ``;``.
 ``DEFAULT_POLICY_SPEC`` is the one default every entry point reads. Pure.

@@ -7,7 +7,7 @@ GPUs are still available after the jobs admitted before it. A running job whose 
 meets its deadline keeps it. Jobs whose deadline cannot be met are rejected: they run best-effort
 (``rejected: best_effort``, the default) or not at all (``rejected: drop``). Jobs without a deadline
 are best-effort. GPUs left after the admitted jobs' minimum shares go by marginal speed-up gain
-(``goodput.grow_by_marginal_gain``) to best-effort jobs and to admitted elastic jobs. Admitted jobs may
+(``elastic_shares.grow_by_marginal_gain``) to best-effort jobs and to admitted elastic jobs. Admitted jobs may
 preempt best-effort ones; best-effort jobs never preempt.
 
 Follows Gu et al., "ElasticFlow: An Elastic Serverless Training Platform for Distributed Deep
@@ -19,16 +19,18 @@ best-effort.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from scheduler.core.decisions import Decision
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import ClusterSnapshot, Job
-from scheduler.policies.base import Request, greedy_allocate, parse_config, require, type_infos
+from scheduler.policies.base import type_infos
+from scheduler.policies.config import parse_config, require
 from scheduler.policies.elastic import min_replicas_of, rank_types
-from scheduler.policies.goodput import Share, ThroughputTable, grow_by_marginal_gain, used_by_type
+from scheduler.policies.elastic_shares import Share, ThroughputTable, grow_by_marginal_gain, used_by_type
+from scheduler.policies.greedy import Request, greedy_allocate
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +63,6 @@ class DeadlinePolicy:
     def allocate(
         self, snapshot: ClusterSnapshot, jobs: Sequence[Job], oracle: ThroughputOracle
     ) -> Mapping[str, Decision]:
-        cfg = self.config
         infos = type_infos(snapshot)
         live = [j for j in jobs if j.remaining_work > 0]
         table = ThroughputTable(oracle, live, infos, lambda j: range(min_replicas_of(j), j.max_replicas + 1))
@@ -80,6 +81,50 @@ class DeadlinePolicy:
         for name in sorted(pinned):
             a = snapshot.allocations[name]
             shares[name] = Share(a.gpu_type, a.replicas)
+        admitted, best_effort, notes = self._admit(snapshot, live, pinned, table, avail, shares, extra)
+
+        # Best-effort jobs already running keep their GPUs while capacity allows.
+        current = {
+            j.name: Share(snapshot.allocations[j.name].gpu_type, snapshot.allocations[j.name].replicas)
+            for j in live
+            if j.name in snapshot.allocations
+        }
+        for j in best_effort:
+            cur = current.get(j.name)
+            if cur is None or j.name in pinned or cur.gpu_type is None:
+                continue
+            gpus = cur.replicas * j.gpus_per_replica
+            if avail.get(cur.gpu_type, 0) >= gpus:
+                avail[cur.gpu_type] -= gpus
+                shares[j.name] = Share(cur.gpu_type, cur.replicas)
+
+        admitted_names = {j.name for j in admitted}
+        grow_by_marginal_gain(
+            admitted + best_effort,
+            shares,
+            avail,
+            table,
+            norm,
+            may_start=lambda j: j.name not in admitted_names and j.name not in extra,
+            may_grow=self._may_grow(current, table),
+            types_of=lambda j: types_of[j.name],
+        )
+        requests = self._requests(snapshot, admitted, best_effort, pinned, shares, notes, table, extra)
+        return greedy_allocate(snapshot, jobs, requests, preemptive=True, extra=extra)
+
+    def _admit(
+        self,
+        snapshot: ClusterSnapshot,
+        live: Sequence[Job],
+        pinned: set[str],
+        table: ThroughputTable,
+        avail: dict[str, int],
+        shares: dict[str, Share],
+        extra: dict[str, Decision],
+    ) -> tuple[list[Job], list[Job], dict[str, str]]:
+        """Admission in arrival order: each deadline job gets the fewest available GPUs that meet its
+        deadline (taken from ``avail``, its share in ``shares``) or is rejected (best-effort, or dropped
+        into ``extra``). Returns the admitted jobs, the best-effort jobs and a note per job."""
         admitted: list[Job] = []
         best_effort: list[Job] = []
         notes: dict[str, str] = {}
@@ -108,29 +153,20 @@ class DeadlinePolicy:
                 if feasible_alone
                 else "rejected: deadline cannot be met even with the whole cluster"
             )
-            if cfg.rejected == "drop":
+            if self.config.rejected == "drop":
                 extra[j.name] = Decision(j.name, None, why, unresolvable=not feasible_alone)
             else:
                 notes[j.name] = f"{why}; best-effort"
                 best_effort.append(j)
+        return admitted, best_effort, notes
 
-        # Best-effort jobs already running keep their GPUs while capacity allows.
-        current = {
-            j.name: Share(snapshot.allocations[j.name].gpu_type, snapshot.allocations[j.name].replicas)
-            for j in live
-            if j.name in snapshot.allocations
-        }
-        for j in best_effort:
-            cur = current.get(j.name)
-            if cur is None or j.name in pinned or cur.gpu_type is None:
-                continue
-            gpus = cur.replicas * j.gpus_per_replica
-            if avail.get(cur.gpu_type, 0) >= gpus:
-                avail[cur.gpu_type] -= gpus
-                shares[j.name] = Share(cur.gpu_type, cur.replicas)
-
-        admitted_names = {j.name for j in admitted}
-        pool = admitted + best_effort
+    def _may_grow(
+        self, current: Mapping[str, Share], table: ThroughputTable
+    ) -> Callable[[Job, str, int, int], bool]:
+        """Whether a job may grow from ``r_from`` to ``r_to`` replicas of a type: not when it is running
+        and non-preemptible; a running job's resize in place must repay its restart cost within the
+        horizon."""
+        cfg = self.config
 
         def may_grow(job: Job, t: str, r_from: int, r_to: int) -> bool:
             cur = current.get(job.name)
@@ -141,18 +177,25 @@ class DeadlinePolicy:
             new, old = table.get(job.name, t, r_to), table.get(job.name, t, r_from)
             return (new - old) * cfg.horizon_s > old * cfg.restart_cost_s
 
-        grow_by_marginal_gain(
-            pool,
-            shares,
-            avail,
-            table,
-            norm,
-            may_start=lambda j: j.name not in admitted_names and j.name not in extra,
-            may_grow=may_grow,
-            types_of=lambda j: types_of[j.name],
-        )
+        return may_grow
+
+    def _requests(
+        self,
+        snapshot: ClusterSnapshot,
+        admitted: Sequence[Job],
+        best_effort: Sequence[Job],
+        pinned: set[str],
+        shares: Mapping[str, Share],
+        notes: Mapping[str, str],
+        table: ThroughputTable,
+        extra: dict[str, Decision],
+    ) -> list[Request]:
+        """Admitted jobs by deadline, then best-effort ones, each asking for its share (admitted jobs
+        may fall back only to replica counts that still meet the deadline); jobs with no share get
+        their decision in ``extra``."""
+        admitted_names = {j.name for j in admitted}
         requests: list[Request] = []
-        ordered = sorted(admitted, key=lambda j: (j.deadline or 0.0, j.name)) + best_effort
+        ordered = sorted(admitted, key=lambda j: (j.deadline or 0.0, j.name)) + list(best_effort)
         for j in ordered:
             s = shares.get(j.name)
             if s is None or s.gpu_type is None or s.replicas == 0:
@@ -176,7 +219,7 @@ class DeadlinePolicy:
                     keep_current=False,  # the first replica count is the target, not just an option
                 )
             )
-        return greedy_allocate(snapshot, jobs, requests, preemptive=True, extra=extra)
+        return requests
 
     def _meets(self, job: Job, thr: float, left: float) -> bool:
         return thr > 0 and job.remaining_work / thr * self.config.slack <= left

@@ -4,7 +4,7 @@ Pure. Every job's speed-up is its predicted throughput over its throughput at it
 best allowed type (so each running job counts about 1, and diminishing returns of extra replicas show
 up as smaller increments). Running jobs start from what they have; free GPUs then go, one step at a
 time, to the largest speed-up gain per GPU: starting a waiting job at its minimum, or one more replica
-for a running elastic job (``goodput.grow_by_marginal_gain``). A waiting job may also take replicas
+for a running elastic job (``elastic_shares.grow_by_marginal_gain``). A waiting job may also take replicas
 from elastic jobs above their minimum when its gain beats their loss plus the resize cost. A running
 job is resized only when the predicted gain over ``horizon_s`` beats ``restart_cost_s`` of lost
 throughput; it is never shrunk below its minimum and never preempted by this policy.
@@ -24,16 +24,16 @@ from typing import Any
 from scheduler.core.decisions import Decision
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import ClusterSnapshot, Job
-from scheduler.policies.base import (
-    Request,
-    TypeInfo,
-    allowed_types,
-    greedy_allocate,
-    parse_config,
-    require,
-    type_infos,
+from scheduler.policies.base import TypeInfo, allowed_types, type_infos
+from scheduler.policies.config import parse_config, require
+from scheduler.policies.elastic_shares import (
+    Share,
+    ThroughputTable,
+    grow_by_marginal_gain,
+    shrink_for,
+    used_by_type,
 )
-from scheduler.policies.goodput import Share, ThroughputTable, grow_by_marginal_gain, shrink_for, used_by_type
+from scheduler.policies.greedy import Request, greedy_allocate
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,18 +24,10 @@ from scheduler.core.decisions import Decision
 from scheduler.core.placement import spread_of
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import ClusterSnapshot, Job, PlacementShape
-from scheduler.policies.base import (
-    FreeByType,
-    Heterogeneity,
-    Request,
-    allowed_types,
-    greedy_allocate,
-    parse_config,
-    replica_options,
-    require,
-    type_infos,
-)
-from scheduler.policies.goodput import ThroughputTable, size_bounds
+from scheduler.policies.base import FreeByType, allowed_types, replica_options, type_infos
+from scheduler.policies.config import Heterogeneity, parse_config, require
+from scheduler.policies.elastic_shares import ThroughputTable, size_bounds
+from scheduler.policies.greedy import Request, greedy_allocate
 from scheduler.policies.hetaware import DEFAULT_HORIZON_S, aware_orders
 
 

@@ -48,15 +48,10 @@ from numpy.typing import NDArray
 from scheduler.core.decisions import Decision
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import ClusterSnapshot, Job
-from scheduler.policies.base import (
-    Request,
-    greedy_allocate,
-    parse_config,
-    replica_options,
-    require,
-    type_infos,
-)
-from scheduler.policies.goodput import ThroughputTable, size_bounds
+from scheduler.policies.base import replica_options, type_infos
+from scheduler.policies.config import parse_config, require
+from scheduler.policies.elastic_shares import ThroughputTable, size_bounds
+from scheduler.policies.greedy import Request, greedy_allocate
 
 Objective = Literal["max_min_fairness", "max_total_throughput"]
 

@@ -10,11 +10,11 @@ Why it gives the same allocations as ``greedy_allocate`` (and so as ``run_round`
 every running job asks for exactly what it holds, so walking it keeps it and changes nothing; a waiting
 job at rank r that needs g GPUs can only change anything when g <= F (free GPUs now) or, for a
 preemptive policy, g <= F + V(r) (V(r): GPUs of running jobs not yet evicted whose rank exceeds r plus
-the margin; otherwise ``_preempt_for`` gives up on counting alone). Such a waiting job is a no-op, and
+the margin; otherwise ``preempt_for`` gives up on counting alone). Such a waiting job is a no-op, and
 so, within one group of jobs of the same shape, is every job ranked after it (V only falls with the
 rank), until something is placed or evicted. So a round walks, in the policy's order, only the head of
 each shape group that passes that test (and the jobs evicted in this round, at their own rank), and runs
-on each exactly ``greedy_allocate``'s code (``_try_place``, ``_preempt_for``) on the same free-GPU index.
+on each exactly ``greedy_allocate``'s code (``try_place``, ``preempt_for``) on the same free-GPU index.
 A job that passed the test but could not be placed marks its group as failed until the index changes
 (every later job of the group would try the same placements with a subset of the same victims). Strict
 FIFO walks waiting jobs in order up to the first that cannot start, as ``greedy_allocate`` does.
@@ -31,7 +31,7 @@ from typing import Any
 from scheduler.core.decisions import Unschedulable
 from scheduler.core.placement import FreeIndex
 from scheduler.core.types import Allocation, Job, Node
-from scheduler.policies.base import Request, _preempt_for, _try_place
+from scheduler.policies.greedy import Request, preempt_for, try_place
 
 #: the policy's order key of a job (compared as tuples, ending with the unique job name) and its rank
 #: (what preemption compares), from the job, its progress and its attained service; None: the policy
@@ -212,111 +212,33 @@ class GreedyRounds:
     # ------------------------------------------------------------------------------------ the round
     def round(self, now: float, running: Mapping[str, tuple[float, float]]) -> dict[str, Allocation | None]:
         self._take_arrivals()
+        if self._steady is not None:
+            self._renew(now, running)  # the cache is exact from here on
+        victims = _Victims(self, now, running)
+        placed, preempted_by = self._walk(victims)
+        return self._settle(victims, placed, preempted_by)
+
+    def _walk(self, victims: _Victims) -> tuple[dict[str, Allocation], dict[str, str]]:
+        """Walk, in the policy's order, the waiting jobs that may change anything (``_next_waiting``)
+        and the jobs evicted in this round, placing each as ``greedy_allocate`` would; returns the jobs
+        placed and those preempted (-> by whom)."""
         index = self._index
         gpu_type = self._type
-        types_ = self._types
         preemptive = self._preemptive
         strict = self._strict
-        margin = self._margin
-        groups = self._groups
         jobs = self._jobs
         wait = self._wait
-        alloc_now = self._alloc
-        steady = self._steady is not None
-        cached = steady or self._falling
-        if steady:
-            self._renew(now, running)  # the cache is exact from here on
-
-        # running jobs as victims: their exact ranks when a preemption test first needs them (a test
-        # that the cached ranks already fail needs none), the victim order when a preemption is tried
-        reserved: dict[str, Allocation] = {}
-        pending: dict[str, Allocation] = {}
-        victims_by_type: dict[str, list[tuple[float, str]]] = {}
-        run_keys: dict[str, tuple[tuple[Any, ...], float]] = {}
-        run_rank: dict[str, float] = {}
-        v_ranks: list[float] = []  # ranks of the victims still in place, ascending
-        v_suffix: list[int] = [0]  # v_suffix[i]: their GPUs from index i on
-        gpus = self._gpus
-        rank_of = self._rank_of
-
-        def rank_running() -> None:
-            if steady:
-                run_rank.update(self._hi)
-            else:
-                for name in alloc_now:
-                    progress, attained = running[name]
-                    run_rank[name] = rank = rank_of(jobs[name], progress, attained)
-                    if cached:
-                        self._cache(name, rank, now)
-            pending.update(alloc_now)
-            refresh()
-
-        def build() -> None:
-            if not run_rank:
-                rank_running()
-            reserved.update(alloc_now)
-            victims_by_type[gpu_type] = sorted([(-run_rank[n], n) for n in alloc_now])
-
-        def run_key(name: str) -> tuple[tuple[Any, ...], float]:
-            got = run_keys.get(name)
-            if got is None:
-                progress, attained = running[name]
-                got = self._key_of(jobs[name], progress, attained)
-                if got is None:
-                    raise RuntimeError(f"incremental round: running job {name!r} has no rank")
-                run_keys[name] = got
-            return got
-
-        def refresh() -> None:
-            pairs = sorted([(run_rank[v], gpus[v]) for v in pending])
-            v_ranks[:] = [r for r, _ in pairs]
-            acc = 0
-            suffix = [0] * (len(pairs) + 1)
-            for i in range(len(pairs) - 1, -1, -1):
-                acc += pairs[i][1]
-                suffix[i] = acc
-            v_suffix[:] = suffix
-
-        def victims_above(rank: float) -> int:
-            return v_suffix[bisect.bisect_right(v_ranks, rank + margin)]
-
         placed: dict[str, Allocation] = {}
         preempted_by: dict[str, str] = {}
         evicted: list[tuple[tuple[Any, ...], str]] = []  # heap of (key, name): re-walked at their rank
-        ptr = dict.fromkeys(groups, 0)
+        ptr = dict.fromkeys(self._groups, 0)
         failed: dict[tuple[int, int], int] = {}
         changes_made = 0
         pos: tuple[Any, ...] | None = None
 
         while True:
             free = index.type_free(gpu_type)
-            best_key: tuple[Any, ...] | None = None
-            best_shape: tuple[int, int] | None = None
-            for shape, lst in groups.items():
-                i = ptr[shape]
-                if pos is not None and i < len(lst) and lst[i] <= pos:
-                    i = ptr[shape] = bisect.bisect_right(lst, pos, i)
-                if i >= len(lst):
-                    continue
-                key = lst[i]
-                if best_key is not None and key >= best_key:
-                    continue
-                if not strict:
-                    if failed.get(shape) == changes_made:
-                        continue
-                    need = shape[0] * shape[1]
-                    if need > free:
-                        if not preemptive:
-                            continue
-                        rank = wait[key[-1]][1]
-                        if not run_rank and alloc_now:
-                            # the cached ranks bound the exact ones from above: a test they fail is failed
-                            if cached and need > free + self._hi_above(rank + margin):
-                                continue
-                            rank_running()
-                        if need > free + victims_above(rank):
-                            continue
-                best_key, best_shape = key, shape
+            best_key, best_shape = self._next_waiting(victims, ptr, failed, changes_made, pos, free)
             from_evicted = False
             while evicted and pos is not None and evicted[0][0] <= pos:
                 heapq.heappop(evicted)  # cannot happen (evictions rank after the walk); kept safe
@@ -324,7 +246,11 @@ class GreedyRounds:
                 e_key, e_name = evicted[0]
                 e_job = jobs[e_name]
                 need = e_job.max_replicas * e_job.gpus_per_replica
-                if strict or need <= free or (preemptive and need <= free + victims_above(run_rank[e_name])):
+                if (
+                    strict
+                    or need <= free
+                    or (preemptive and need <= free + victims.victims_above(victims.run_rank[e_name]))
+                ):
                     best_key, best_shape, from_evicted = e_key, None, True
                 else:
                     heapq.heappop(evicted)  # a no-op: it stays preempted
@@ -333,32 +259,16 @@ class GreedyRounds:
                 break
             pos = best_key
             name = best_key[-1]
-            job = jobs[name]
             if from_evicted:
                 heapq.heappop(evicted)
-                rank = run_rank[name]
+                rank = victims.run_rank[name]
             else:
                 rank = wait[name][1]
-            req = Request(job, types_, (job.max_replicas,), rank=rank)
-            gpr = job.gpus_per_replica
-            # ``greedy_allocate``'s memoised "short of GPUs" answer, or a placement attempt
-            short = index.short_of_gpus(req.replicas, gpr, types_)
-            res: Allocation | Unschedulable = _SHORT if short else _try_place(index, req, types_)
-            if not isinstance(res, Allocation) and preemptive:
-                if not victims_by_type:
-                    build()
-                before = len(preempted_by)
-                res = _preempt_for(
-                    index, req, types_, reserved, pending, victims_by_type, margin, preempted_by
-                )
-                if len(preempted_by) != before:
-                    for v in list(preempted_by)[before:]:
-                        heapq.heappush(evicted, (run_key(v)[0], v))
-                    refresh()
+            res = self._place(jobs[name], rank, victims, preempted_by, evicted)
             if isinstance(res, Allocation):
                 index.commit(res)
-                if victims_by_type:
-                    reserved[name] = res
+                if victims.victims_by_type:
+                    victims.reserved[name] = res
                 placed[name] = res
                 changes_made += 1
             elif strict:
@@ -366,8 +276,98 @@ class GreedyRounds:
                     break  # strict FIFO: nobody behind the head starts
             elif best_shape is not None:
                 failed[best_shape] = changes_made
+        return placed, preempted_by
 
-        # what changed, and the state for the next round
+    def _next_waiting(
+        self,
+        victims: _Victims,
+        ptr: dict[tuple[int, int], int],
+        failed: Mapping[tuple[int, int], int],
+        changes_made: int,
+        pos: tuple[Any, ...] | None,
+        free: int,
+    ) -> tuple[tuple[Any, ...] | None, tuple[int, int] | None]:
+        """The first waiting job after ``pos`` in the policy's order among the heads of the shape groups
+        that pass the module docstring's test (every head, with strict FIFO): its key and shape, or
+        (None, None). ``ptr`` (each group's head) moves past ``pos``."""
+        strict = self._strict
+        preemptive = self._preemptive
+        margin = self._margin
+        wait = self._wait
+        alloc_now = self._alloc
+        cached = victims.cached
+        best_key: tuple[Any, ...] | None = None
+        best_shape: tuple[int, int] | None = None
+        for shape, lst in self._groups.items():
+            i = ptr[shape]
+            if pos is not None and i < len(lst) and lst[i] <= pos:
+                i = ptr[shape] = bisect.bisect_right(lst, pos, i)
+            if i >= len(lst):
+                continue
+            key = lst[i]
+            if best_key is not None and key >= best_key:
+                continue
+            if not strict:
+                if failed.get(shape) == changes_made:
+                    continue
+                need = shape[0] * shape[1]
+                if need > free:
+                    if not preemptive:
+                        continue
+                    rank = wait[key[-1]][1]
+                    if not victims.run_rank and alloc_now:
+                        # the cached ranks bound the exact ones from above: a test they fail is failed
+                        if cached and need > free + self._hi_above(rank + margin):
+                            continue
+                        victims.rank_running()
+                    if need > free + victims.victims_above(rank):
+                        continue
+            best_key, best_shape = key, shape
+        return best_key, best_shape
+
+    def _place(
+        self,
+        job: Job,
+        rank: float,
+        victims: _Victims,
+        preempted_by: dict[str, str],
+        evicted: list[tuple[tuple[Any, ...], str]],
+    ) -> Allocation | Unschedulable:
+        """``greedy_allocate``'s placement of one job (not committed): its memoised "short of GPUs"
+        answer or a placement attempt, then preemption; jobs it evicts join the ``evicted`` heap."""
+        index = self._index
+        types_ = self._types
+        req = Request(job, types_, (job.max_replicas,), rank=rank)
+        gpr = job.gpus_per_replica
+        short = index.short_of_gpus(req.replicas, gpr, types_)
+        res: Allocation | Unschedulable = _SHORT if short else try_place(index, req, types_)
+        if not isinstance(res, Allocation) and self._preemptive:
+            if not victims.victims_by_type:
+                victims.build()
+            before = len(preempted_by)
+            res = preempt_for(
+                index,
+                req,
+                types_,
+                victims.reserved,
+                victims.pending,
+                victims.victims_by_type,
+                self._margin,
+                preempted_by,
+            )
+            if len(preempted_by) != before:
+                for v in list(preempted_by)[before:]:
+                    heapq.heappush(evicted, (victims.run_key(v)[0], v))
+                victims.refresh()
+        return res
+
+    def _settle(
+        self, victims: _Victims, placed: dict[str, Allocation], preempted_by: Mapping[str, str]
+    ) -> dict[str, Allocation | None]:
+        """Record the round's placements and evictions as the state for the next round; returns what
+        changed (job -> new allocation, None when preempted)."""
+        jobs = self._jobs
+        wait = self._wait
         out: dict[str, Allocation | None] = {}
         for v in preempted_by:
             old = self._alloc.pop(v)
@@ -377,11 +377,11 @@ class GreedyRounds:
                 self._forget(v)
                 out[v] = None
                 # waiting, its progress and attained service stay as now: its key stays this round's
-                self._enwait(jobs[v], run_key(v))
+                self._enwait(jobs[v], victims.run_key(v))
             else:
                 self._alloc[v] = new
                 self._gpus[v] = new.total_gpus
-                self._cache(v, run_rank[v], -math.inf)
+                self._cache(v, victims.run_rank[v], -math.inf)
                 if new != old:
                     out[v] = new
         for name, alloc in placed.items():
@@ -392,6 +392,94 @@ class GreedyRounds:
             self._gpus[name] = alloc.total_gpus
             out[name] = alloc
         return out
+
+
+class _Victims:
+    """One round's running jobs as preemption victims, worked out only when first needed: their exact
+    ranks when a preemption test first needs them (a test that the cached ranks already fail needs
+    none), the victim order when a preemption is tried. Reads its ``GreedyRounds``' state (same module).
+    """
+
+    __slots__ = (
+        "_now",
+        "_rounds",
+        "_running",
+        "cached",
+        "pending",
+        "reserved",
+        "run_keys",
+        "run_rank",
+        "steady",
+        "v_ranks",
+        "v_suffix",
+        "victims_by_type",
+    )
+
+    def __init__(self, rounds: GreedyRounds, now: float, running: Mapping[str, tuple[float, float]]) -> None:
+        self._rounds = rounds
+        self._now = now
+        self._running = running
+        self.steady = rounds._steady is not None
+        self.cached = self.steady or rounds._falling
+        self.reserved: dict[str, Allocation] = {}
+        self.pending: dict[str, Allocation] = {}
+        self.victims_by_type: dict[str, list[tuple[float, str]]] = {}
+        self.run_keys: dict[str, tuple[tuple[Any, ...], float]] = {}
+        self.run_rank: dict[str, float] = {}
+        self.v_ranks: list[float] = []  # ranks of the victims still in place, ascending
+        self.v_suffix: list[int] = [0]  # v_suffix[i]: their GPUs from index i on
+
+    def rank_running(self) -> None:
+        """The exact rank of every running job (from the cache when it is exact), all pending."""
+        rounds = self._rounds
+        if self.steady:
+            self.run_rank.update(rounds._hi)
+        else:
+            jobs = rounds._jobs
+            rank_of = rounds._rank_of
+            for name in rounds._alloc:
+                progress, attained = self._running[name]
+                self.run_rank[name] = rank = rank_of(jobs[name], progress, attained)
+                if self.cached:
+                    rounds._cache(name, rank, self._now)
+        self.pending.update(rounds._alloc)
+        self.refresh()
+
+    def build(self) -> None:
+        """``greedy_allocate``'s reserved allocations and victim order, for ``preempt_for``."""
+        rounds = self._rounds
+        if not self.run_rank:
+            self.rank_running()
+        self.reserved.update(rounds._alloc)
+        self.victims_by_type[rounds._type] = sorted([(-self.run_rank[n], n) for n in rounds._alloc])
+
+    def run_key(self, name: str) -> tuple[tuple[Any, ...], float]:
+        """A running job's order key and rank now (memoised for the round)."""
+        got = self.run_keys.get(name)
+        if got is None:
+            rounds = self._rounds
+            progress, attained = self._running[name]
+            got = rounds._key_of(rounds._jobs[name], progress, attained)
+            if got is None:
+                raise RuntimeError(f"incremental round: running job {name!r} has no rank")
+            self.run_keys[name] = got
+        return got
+
+    def refresh(self) -> None:
+        """Recompute the pending victims' ranks and GPU suffix sums (after evictions)."""
+        gpus = self._rounds._gpus
+        pairs = sorted([(self.run_rank[v], gpus[v]) for v in self.pending])
+        self.v_ranks[:] = [r for r, _ in pairs]
+        acc = 0
+        suffix = [0] * (len(pairs) + 1)
+        for i in range(len(pairs) - 1, -1, -1):
+            acc += pairs[i][1]
+            suffix[i] = acc
+        self.v_suffix[:] = suffix
+
+    def victims_above(self, rank: float) -> int:
+        """GPUs of pending victims whose rank exceeds ``rank`` plus the margin."""
+        return self.v_suffix[bisect.bisect_right(self.v_ranks, rank + self._rounds._margin)]
 
 
 _SHORT = Unschedulable("waiting for free GPUs of an allowed type")

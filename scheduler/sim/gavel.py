@@ -224,7 +224,7 @@ def run_gavel_las(
     from scheduler.core.round import run_round
     from scheduler.oracles.table import TableOracle
     from scheduler.policies import make_policy_from_spec, parse_policy_spec
-    from scheduler.sim.runner import las_thresholds_gpu_s
+    from scheduler.sim.simulations import las_thresholds_gpu_s
 
     req.validate()
     specs = {"aware": parse_policy_spec(req.aware), "agnostic": parse_policy_spec(req.agnostic)}

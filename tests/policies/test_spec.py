@@ -75,7 +75,7 @@ INVALID = [
     ("las:preemptive=", "policy spec 'las:preemptive=': no value for key 'preemptive'"),
     ("las:preemptive=true;preemptive=false", "policy spec 'las:preemptive=true;preemptive=false': "
      "key 'preemptive' given twice"),
-    # checked by the policy's own typed config (scheduler.policies.base.parse_config)
+    # checked by the policy's own typed config (scheduler.policies.config.parse_config)
     ("las:nosuch=1", "policy spec 'las:nosuch=1': policy 'las': unknown config field 'nosuch'; "
      "known fields: heterogeneity, horizon_s, preemptive, promote_knob, thresholds_gpu_hours"),
     ("las:preemptive=yes", "policy spec 'las:preemptive=yes': policy 'las' config field 'preemptive': "

@@ -222,8 +222,8 @@ def test_a_job_done_before_its_completion_event_sends_the_rest_of_the_run_to_run
 @pytest.fixture(scope="module")
 def philly_slice() -> tuple[list[Job], Any]:
     from perfmodel.truth import GroundTruth
+    from scheduler.sim.trace_jobs import WorkloadOptions, build_workload
     from scheduler.sim.traces import load_trace, rescale_load
-    from scheduler.sim.workload import WorkloadOptions, build_workload
 
     truth = GroundTruth.load()
     # the first 250 shipped Philly jobs offered to 16 GPUs at load 1.0: queues, preemptions

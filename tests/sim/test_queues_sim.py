@@ -12,7 +12,7 @@ import yaml
 from scheduler.core.errors import ConfigError
 from scheduler.core.queues import FairShare
 from scheduler.sim.cluster import load_cluster_spec, parse_cluster_spec
-from scheduler.sim.runner import SimulationRequest, run_simulations
+from scheduler.sim.simulations import SimulationRequest, run_simulations
 
 POOLS = [{"name": "v100", "gpu_product": "Tesla-V100-SXM2-32GB", "gpus_per_node": 8, "nodes": 4}]
 

@@ -17,11 +17,12 @@ from typing import Any
 
 from scheduler.core.errors import ConfigError
 from scheduler.core.protocols import Policy, ThroughputOracle
+from scheduler.core.types import Node
 from scheduler.sim.cluster import ClusterSpec, homogeneous_spec, load_cluster_spec, spec_to_nodes
 from scheduler.sim.engine import Engine, EngineConfig, EngineResult
 from scheduler.sim.reports import per_queue, summarize
-from scheduler.sim.traces import load_trace, rescale_load
-from scheduler.sim.workload import TraceDurationTruth, WorkloadOptions, build_workload
+from scheduler.sim.trace_jobs import TraceDurationTruth, Workload, WorkloadOptions, build_workload
+from scheduler.sim.traces import LoadScaling, Trace, TraceJob, load_trace, rescale_load
 
 log = logging.getLogger(__name__)
 
@@ -144,27 +145,68 @@ def run_simulations(
 ) -> SimulationOutcome:
     """Run every (policy, MRE) of ``req`` on the same workload; see the module docstring."""
     from perfmodel.truth import GroundTruth
-    from scheduler.core.round import run_round
-    from scheduler.policies import make_policy_from_spec, parse_policy_spec
 
     req.validate()
     plan = req.run_plan()
-    policies: dict[str, Policy] = {}
-    spec_text: dict[str, str] = {}  # canonical spec string each run is reported under
-    for name, _ in plan:
-        if name not in policies:
-            pspec = parse_policy_spec(name)
-            policies[name] = make_policy_from_spec(pspec, req.policy_configs.get(pspec.name))
-            spec_text[name] = pspec.text
+    policies, spec_text = _build_policies(req, plan)
     spec = resolve_cluster(req)
     nodes = spec_to_nodes(spec)
     trace = load_trace(req.trace)
     rows: Sequence[Any] = trace.jobs[: req.max_jobs] if req.max_jobs else trace.jobs
     cluster_gpus = spec.total_gpus
-    ref_nodes = [p.gpus_per_node for p in spec.pools if p.gpu_type == req.reference_gpu]
     truth_table = GroundTruth.load()
     fitting = [r for r in rows if r.num_gpus <= cluster_gpus]
     scaled, scaling = rescale_load(fitting, cluster_gpus, req.load)
+    workload = _build_workload(req, spec, scaled, truth_table)
+    queue_of = {j.name: j.queue for j in workload.jobs}
+    dropped = len(rows) - len(fitting)
+    report = _report_header(req, trace, spec, len(rows), dropped, scaling, workload)
+    runs: list[tuple[str, EngineResult]] = []
+    runs_of: dict[str, int] = {}
+    for name, _ in plan:
+        runs_of[name] = runs_of.get(name, 0) + 1
+    for name, mre in plan:
+        label = name if runs_of[name] == 1 or math.isnan(mre) else f"{name}-mre{mre:g}"
+        progress = _Relay(on_progress, label) if on_progress is not None else None
+        result = _run_engine(req, nodes, spec, workload, policies[name], truth_table, mre, progress)
+        row = summarize(
+            result,
+            policy=spec_text[name],
+            mre=None if math.isnan(mre) else mre,
+            cluster=spec.name,
+            trace=trace.name,
+            load=req.load if req.load is not None else "raw",
+        )
+        if spec.queues:
+            row["queues"] = per_queue(result, queue_of, {q.name: q.weight for q in spec.queues})
+        report["results"].append(row)
+        runs.append((label, result))
+        log.info("simulation run done", extra={"run": label, "wall_s": result.wall_s})
+    return SimulationOutcome(report=report, runs=runs)
+
+
+def _build_policies(
+    req: SimulationRequest, plan: Sequence[tuple[str, float]]
+) -> tuple[dict[str, Policy], dict[str, str]]:
+    """One policy per spec of the plan, and the canonical spec string each run is reported under."""
+    from scheduler.policies import make_policy_from_spec, parse_policy_spec
+
+    policies: dict[str, Policy] = {}
+    spec_text: dict[str, str] = {}
+    for name, _ in plan:
+        if name not in policies:
+            pspec = parse_policy_spec(name)
+            policies[name] = make_policy_from_spec(pspec, req.policy_configs.get(pspec.name))
+            spec_text[name] = pspec.text
+    return policies, spec_text
+
+
+def _build_workload(
+    req: SimulationRequest, spec: ClusterSpec, scaled: Sequence[TraceJob], truth_table: Any
+) -> Workload:
+    """The jobs every run replays, made from the (load-scaled) trace rows; with queues in the cluster
+    spec, tenants from the trace (group = Philly's virtual cluster, else user) join queues."""
+    ref_nodes = [p.gpus_per_node for p in spec.pools if p.gpu_type == req.reference_gpu]
     workload = build_workload(
         scaled,
         truth_table,
@@ -176,19 +218,30 @@ def run_simulations(
             deadline_slack=req.deadline_slack,
         ),
     )
-    if spec.queues:  # tenants from the trace (group = Philly's virtual cluster, else user) join queues
+    if spec.queues:
         workload = replace(
             workload, jobs=tuple(replace(j, queue=spec.queue_for(j.queue, j.user)) for j in workload.jobs)
         )
-    queue_of = {j.name: j.queue for j in workload.jobs}
-    dropped = len(rows) - len(fitting)
-    report: dict[str, Any] = {
+    return workload
+
+
+def _report_header(
+    req: SimulationRequest,
+    trace: Trace,
+    spec: ClusterSpec,
+    trace_jobs: int,
+    dropped: int,
+    scaling: LoadScaling,
+    workload: Workload,
+) -> dict[str, Any]:
+    """The report's description of the trace, cluster, load and semantics, with no results yet."""
+    return {
         "trace": trace.name,
         "trace_source": trace.source,
-        "trace_jobs": len(rows),
+        "trace_jobs": trace_jobs,
         "jobs_dropped_too_large": dropped,
         "cluster": spec.name,
-        "cluster_gpus": cluster_gpus,
+        "cluster_gpus": spec.total_gpus,
         "cluster_gpu_types": list(spec.gpu_types()),
         "load": {
             "mode": "raw" if req.load is None else "scaled",
@@ -218,51 +271,43 @@ def run_simulations(
         "model_mix": workload.model_mix,
         "results": [],
     }
-    runs: list[tuple[str, EngineResult]] = []
-    runs_of: dict[str, int] = {}
-    for name, _ in plan:
-        runs_of[name] = runs_of.get(name, 0) + 1
-    for name, mre in plan:
-        policy = policies[name]
-        told, truth = _make_oracles(req, truth_table, mre)
-        if req.survey:
-            truth = TraceDurationTruth(truth, workload.ideal_durations, req.reference_gpu)
-        cfg = EngineConfig(
-            round_seconds=0.0 if req.survey else req.round_seconds,
-            restart_cost_s=0.0 if req.survey else req.restart_cost_s,
-            resize_cost_s=0.0 if req.survey else req.restart_cost_s,
-            wake_thresholds_gpu_s=las_thresholds_gpu_s(policy),
-            # the incremental rounds ask the oracle per job, not per round: only for the table oracle,
-            # whose answers do not depend on the batch
-            incremental=req.incremental and req.oracle == "table",
-        )
-        label = name if runs_of[name] == 1 or math.isnan(mre) else f"{name}-mre{mre:g}"
-        progress = _Relay(on_progress, label) if on_progress is not None else None
 
-        engine = Engine(
-            nodes,
-            workload.jobs,
-            policy,
-            told,
-            truth,
-            cfg,
-            run_round=run_round,
-            ideal_durations=workload.ideal_durations,
-            on_progress=progress,
-            queues=spec.queues,
-        )
-        result = engine.run()
-        row = summarize(
-            result,
-            policy=spec_text[name],
-            mre=None if math.isnan(mre) else mre,
-            cluster=spec.name,
-            trace=trace.name,
-            load=req.load if req.load is not None else "raw",
-        )
-        if spec.queues:
-            row["queues"] = per_queue(result, queue_of, {q.name: q.weight for q in spec.queues})
-        report["results"].append(row)
-        runs.append((label, result))
-        log.info("simulation run done", extra={"run": label, "wall_s": result.wall_s})
-    return SimulationOutcome(report=report, runs=runs)
+
+def _run_engine(
+    req: SimulationRequest,
+    nodes: Sequence[Node],
+    spec: ClusterSpec,
+    workload: Workload,
+    policy: Policy,
+    truth_table: Any,
+    mre: float,
+    progress: _Relay | None,
+) -> EngineResult:
+    """One engine run of ``policy`` on the workload, its oracle told with ``mre`` injected error."""
+    from scheduler.core.round import run_round
+
+    told, truth = _make_oracles(req, truth_table, mre)
+    if req.survey:
+        truth = TraceDurationTruth(truth, workload.ideal_durations, req.reference_gpu)
+    cfg = EngineConfig(
+        round_seconds=0.0 if req.survey else req.round_seconds,
+        restart_cost_s=0.0 if req.survey else req.restart_cost_s,
+        resize_cost_s=0.0 if req.survey else req.restart_cost_s,
+        wake_thresholds_gpu_s=las_thresholds_gpu_s(policy),
+        # the incremental rounds ask the oracle per job, not per round: only for the table oracle,
+        # whose answers do not depend on the batch
+        incremental=req.incremental and req.oracle == "table",
+    )
+    engine = Engine(
+        nodes,
+        workload.jobs,
+        policy,
+        told,
+        truth,
+        cfg,
+        run_round=run_round,
+        ideal_durations=workload.ideal_durations,
+        on_progress=progress,
+        queues=spec.queues,
+    )
+    return engine.run()
