@@ -107,8 +107,8 @@ def build_manifests(options: DemoOptions) -> tuple[list[tuple[float, dict[str, A
     """(submit offset, TrainingJob manifest) pairs from the shipped Philly sample, and the cluster spec."""
     from perfmodel.truth import GroundTruth
     from scheduler.sim.cluster import load_cluster_spec
+    from scheduler.sim.trace_jobs import WorkloadOptions, build_workload
     from scheduler.sim.traces import load_trace
-    from scheduler.sim.workload import WorkloadOptions, build_workload
 
     spec = load_cluster_spec(options.cluster)
     spec = replace(

@@ -3,7 +3,7 @@
 Pure. The Philly trace records arrivals, GPU counts and durations (hours); the demo keeps their shape but
 rescales arrivals into the first part of the run and durations so the median job runs
 ``target_median_s`` seconds (clamped). Models, batch sizes and work come from the simulator's workload
-builder (``scheduler.sim.workload.build_workload``), so a demo job is the same job the simulator would
+builder (``scheduler.sim.trace_jobs.build_workload``), so a demo job is the same job the simulator would
 replay: on its traced GPU count of the reference type it runs exactly its (rescaled) duration.
 """
 
