@@ -121,6 +121,37 @@ class _State:
         self.share[q] = self.share.get(q, 0.0) + gpus * per_gpu / spec.weight
 
 
+def _capacity(snapshot: ClusterSnapshot) -> dict[str, int]:
+    """GPUs jobs may use, per GPU type (types whose nodes offer none are left out)."""
+    cap: dict[str, int] = {}
+    for n in snapshot.nodes:
+        if n.capacity_for_jobs > 0:
+            cap[n.gpu_type] = cap.get(n.gpu_type, 0) + n.capacity_for_jobs
+    return cap
+
+
+def queue_shares(
+    snapshot: ClusterSnapshot,
+    jobs: Sequence[Job],
+    allocations: Mapping[str, Allocation],
+    oracle: ThroughputOracle,
+) -> dict[str, float]:
+    """Each queue's share per unit of weight of what ``allocations`` give its jobs: the figure admission
+    evens out across queues. For a ``fairShare: throughput`` queue, the sum over its jobs of GPUs x the
+    job's speed per GPU on that type relative to its fastest type (delivered throughput in
+    fastest-type GPU equivalents); for ``fairShare: gpus``, GPUs. Queues of the snapshot only."""
+    specs = queue_index(snapshot.queues)
+    held = [j for j in jobs if j.name in allocations and queue_of(j) in specs]
+    by_tput = [j for j in held if specs[queue_of(j)].fair_share is FairShare.THROUGHPUT]
+    rel = _options(by_tput, snapshot, oracle, _capacity(snapshot)) if by_tput else {}
+    out = dict.fromkeys(specs, 0.0)
+    for j in held:
+        spec, alloc = specs[queue_of(j)], allocations[j.name]
+        per_gpu = dict(rel.get(j.name, ())).get(alloc.gpu_type, 1.0) if j.name in rel else 1.0
+        out[spec.name] += alloc.total_gpus * per_gpu / spec.weight
+    return out
+
+
 def _order_key(j: Job, running: bool) -> tuple[int, bool, float, float, str]:
     return (-j.priority, not running, -max(0.0, j.progress - j.checkpoint_progress), j.submit_time, j.name)
 
@@ -191,10 +222,7 @@ def _admit_loop(state: _State, pending: dict[str, list[_Cand]], borrowing: bool)
 def admit(snapshot: ClusterSnapshot, jobs: Sequence[Job], oracle: ThroughputOracle) -> Admission:
     """Apply the snapshot's queues to ``jobs``; see the module docstring."""
     specs = queue_index(snapshot.queues)
-    cap: dict[str, int] = {}
-    for n in snapshot.nodes:
-        if n.capacity_for_jobs > 0:
-            cap[n.gpu_type] = cap.get(n.gpu_type, 0) + n.capacity_for_jobs
+    cap = _capacity(snapshot)
     state = _State(specs, dict(cap))
     names = {j.name for j in jobs}
     for name, held in snapshot.allocations.items():

@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from scheduler.core.admission import queue_of
+from scheduler.core.admission import queue_of, queue_shares
 from scheduler.core.decisions import RoundResult
+from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.queues import ANY_GPU_TYPE, QueueSpec
 from scheduler.core.types import Allocation, ClusterSnapshot, Job
 from scheduler.k8s import crd
@@ -76,9 +77,13 @@ class Tenancy:
         return job
 
     def statuses(
-        self, snapshot: ClusterSnapshot, jobs: Sequence[Job], result: RoundResult
+        self, snapshot: ClusterSnapshot, jobs: Sequence[Job], result: RoundResult, oracle: ThroughputOracle
     ) -> dict[str, dict[str, Any]]:
-        """Each TrainingQueue's ``status`` after the round (usage from the allocations it ends with)."""
+        """Each TrainingQueue's ``status`` after the round (usage from the allocations it ends with).
+
+        ``fairShareRatio``: the queue's share per unit of weight (``queue_shares``: delivered throughput
+        normalised per job to its fastest GPU type for ``fairShare: throughput``, GPUs for ``gpus``; the
+        figure admission evens out) over the mean of all queues; 1 is its fair share."""
         final: dict[str, Allocation] = dict(snapshot.allocations)
         for a in result.actions:
             if a.after is None:
@@ -102,7 +107,8 @@ class Tenancy:
             if job is not None:
                 pending[queue_of(job)] = pending.get(queue_of(job), 0) + 1
         specs = {s.name: s for s in self.specs}
-        per_weight = {q: sum(usage.get(q, {}).values()) / s.weight for q, s in specs.items()}
+        by_job = {name: a for name, a in final.items() if name in by_name}
+        per_weight = queue_shares(snapshot, jobs, by_job, oracle)
         mean = sum(per_weight.values()) / len(per_weight) if per_weight else 0.0
         out: dict[str, dict[str, Any]] = {}
         for name in self.objects:

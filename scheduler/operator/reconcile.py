@@ -293,7 +293,7 @@ class Operator:
         report: RoundReport,
     ) -> None:
         """Write each TrainingQueue's status where it changed (an API error is reported, never raised)."""
-        statuses = tenancy.statuses(snapshot, jobs, result)
+        statuses = tenancy.statuses(snapshot, jobs, result, self.oracle)
         types = sorted({n.gpu_type for n in snapshot.nodes})
         metrics.record_queue_gauges(
             {q.name: {t: q.nominal(t) for t in types} for q in tenancy.specs},

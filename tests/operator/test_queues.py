@@ -5,9 +5,11 @@ selector puts jobs in their team's queue; each queue's status reports usage, bor
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from tests.operator.conftest import Harness, gpu_node, trainingjob
+from scheduler.core.types import Job, PlacementShape
+from tests.operator.conftest import Harness, RecordingOracle, gpu_node, trainingjob
 
 
 def queue(name: str, **spec: Any) -> dict[str, Any]:
@@ -25,7 +27,8 @@ def two_teams(h: Harness) -> None:
 
 
 def rigid(name: str, queue_name: str, **kw: Any) -> dict[str, Any]:
-    return trainingjob(name, queue=queue_name, replicas={"min": 4, "max": 4, "gpusPerReplica": 1}, **kw)
+    kw.setdefault("replicas", {"min": 4, "max": 4, "gpusPerReplica": 1})
+    return trainingjob(name, queue=queue_name, **kw)
 
 
 def test_borrow_then_reclaim_in_the_round_the_owner_arrives(h: Harness) -> None:
@@ -133,3 +136,30 @@ def test_queue_metrics_after_a_round(h: Harness) -> None:
     assert value("perfsched_queue_pending_jobs", queue="team-b") == 0
     # GPUs per weight 12 and 4, mean 8
     assert value("perfsched_queue_fair_share_ratio", queue="team-a") == 1.5
+
+
+class _TypedOracle(RecordingOracle):
+    """10 work units/s per A100, 2.5 per K80 (a K80 is a quarter of an A100 for every job)."""
+
+    def throughput(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[float]:
+        return [(10.0 if s.gpu_type == "A100" else 2.5) * s.num_gpus for _, s in queries]
+
+
+def test_fair_share_ratio_counts_delivered_throughput_not_gpus(h: Harness) -> None:
+    from scheduler import metrics
+
+    h.oracle = _TypedOracle()
+    h.api.add_node(gpu_node("a100", 8, "A100"))
+    h.api.add_node(gpu_node("k80", 8, "K80"))
+    h.api.add_trainingqueue(queue("team-a", quotas=[{"gpuType": "A100", "nominal": 8}]))
+    h.api.add_trainingqueue(queue("team-b", quotas=[{"gpuType": "K80", "nominal": 8}]))
+    h.api.add_trainingqueue(queue("team-c", fairShare="gpus", quotas=[{"gpuType": "K80", "nominal": 0}]))
+    h.api.add_trainingjob(rigid("a0", "team-a", replicas={"min": 8, "max": 8, "gpusPerReplica": 1}))
+    h.api.add_trainingjob(rigid("b0", "team-b", replicas={"min": 8, "max": 8, "gpusPerReplica": 1}))
+    h.operator().run_round()
+    # both hold 8 GPUs, but a's deliver 8 A100-equivalents and b's K80s 8 x 0.25 = 2; c holds nothing:
+    # shares 8, 2, 0 per unit of weight, mean 10/3
+    ratio = {q: h.api.trainingqueues[q]["status"]["fairShareRatio"] for q in ("team-a", "team-b", "team-c")}
+    assert ratio == {"team-a": 2.4, "team-b": 0.6, "team-c": 0.0}
+    got = metrics.REGISTRY.get_sample_value("perfsched_queue_fair_share_ratio", {"queue": "team-b"})
+    assert got == 0.6
