@@ -1,10 +1,18 @@
 """Queue admission: which jobs may hold GPUs this round under their queues' quotas, and why others wait.
 
-Pure. ``admit(snapshot, jobs, oracle)`` runs inside ``run_round`` before the policy whenever the snapshot
-has queues (``ClusterSnapshot.queues``); with no queues it is never called and nothing changes. It
-decides, per job, whether the job may hold GPUs this round, of which GPU type and how many at most; the
-policy then orders and places the admitted jobs (their GPU type pinned, their replicas capped) on a
-snapshot from which the GPUs of jobs not admitted are freed, and the planner preempts those jobs.
+Pure. ``admit(snapshot, jobs, oracle, choose_types=...)`` runs inside ``run_round`` before the policy
+whenever the snapshot has queues (``ClusterSnapshot.queues``); with no queues it is never called and
+nothing changes. It decides, per job, whether the job may hold GPUs this round and how many at most,
+counting each admitted job against its queue's quota on one GPU type (the fastest with room); the policy
+then orders and places the admitted jobs (their replicas capped) on a snapshot from which the GPUs of
+jobs not admitted are freed, and the planner preempts those jobs.
+
+GPU types: with ``choose_types`` (a policy that picks types by performance), an admitted job may run on
+any of its types on which its queue's quota still has room for it after admission (its own counted type
+always), so a heterogeneity-aware policy can place it, or move a running job, across types;
+``Admission.guard`` (a ``QuotaGuard``) then checks the policy's answer per type, and ``run_round`` asks
+the policy again with the queues whose quota it broke pinned to their counted types (then with every
+queue pinned, which always keeps the quotas). Without ``choose_types`` every job is pinned.
 
 The steps, per GPU type ``t`` (see ``scheduler.core.queues`` for the quota fields):
 
@@ -55,14 +63,67 @@ class QueueUsage:
 
 
 @dataclass(frozen=True, slots=True)
+class QuotaGuard:
+    """The quotas a policy's answer must keep when admitted jobs may choose their GPU type: per type, no
+    queue above nominal + borrowing limit, and no cohort borrowing more than the GPUs no queue has a
+    nominal quota on plus its members' idle nominal within their lending limits (members with a job
+    waiting for that type lend none)."""
+
+    specs: Mapping[str, QueueSpec]
+    #: the admitted jobs' queues
+    queue_of_job: Mapping[str, str]
+    #: GPUs held by jobs the policy cannot move (running, not preemptible), per (queue, GPU type)
+    fixed: Mapping[tuple[str, str], int]
+    #: GPUs no queue has a nominal quota on, per GPU type
+    unowned: Mapping[str, int]
+    #: (queue, GPU type) pairs with a job waiting for that type
+    waiting_types: frozenset[tuple[str, str]]
+
+    def broken(self, decisions: Mapping[str, Decision]) -> set[str]:
+        """The queues whose quota ``decisions`` break (all members of a cohort that borrows too much)."""
+        use = dict(self.fixed)
+        for name, q in self.queue_of_job.items():
+            d = decisions.get(name)
+            if d is not None and d.allocation is not None:
+                key = (q, d.allocation.gpu_type)
+                use[key] = use.get(key, 0) + d.allocation.total_gpus
+        bad: set[str] = set()
+        for t in set(self.unowned) | {t for _, t in use}:
+            borrowed: dict[str, int] = {}
+            lendable: dict[str, int] = {}
+            for q, spec in self.specs.items():
+                u, nominal, limit = use.get((q, t), 0), spec.nominal(t), spec.borrowing_limit(t)
+                if limit is not None and u > nominal + limit:
+                    bad.add(q)
+                if not spec.cohort:
+                    continue
+                borrowed[spec.cohort] = borrowed.get(spec.cohort, 0) + max(0, u - nominal)
+                if (q, t) not in self.waiting_types:
+                    idle, lend = max(0, nominal - u), spec.lending_limit(t)
+                    lendable[spec.cohort] = lendable.get(spec.cohort, 0) + (
+                        idle if lend is None else min(lend, idle)
+                    )
+            for cohort, b in borrowed.items():
+                if b > self.unowned.get(t, 0) + lendable.get(cohort, 0):
+                    bad |= {q for q, spec in self.specs.items() if spec.cohort == cohort}
+        return bad
+
+
+@dataclass(frozen=True, slots=True)
 class Admission:
-    """What ``admit`` decided: the jobs the policy sees (pinned and capped) on the snapshot it sees, the
-    jobs held back by their queue with the reason, and each queue's usage."""
+    """What ``admit`` decided: the jobs the policy sees (capped, on the GPU types their queue has room for)
+    on the snapshot it sees, the jobs held back by their queue with the reason, and each queue's usage.
+
+    ``guard`` (None when every admitted job has one GPU type) checks the policy's answer; ``pin(queues)``
+    gives the jobs again with those queues' admitted jobs pinned to the type admission counted them on
+    (all queues: None), an answer for which always keeps the quotas."""
 
     jobs: tuple[Job, ...]
     snapshot: ClusterSnapshot
     waiting: Mapping[str, Unschedulable]
     queues: Mapping[str, QueueUsage]
+    guard: QuotaGuard | None = None
+    pinned: Mapping[str, Job] = field(default_factory=dict)
 
     def held_decisions(self) -> dict[str, Decision]:
         """A wait decision for every job the queues held back."""
@@ -70,6 +131,16 @@ class Admission:
             name: Decision(name, None, why.reason, unresolvable=not why.resolvable)
             for name, why in self.waiting.items()
         }
+
+    def pin(self, queues: set[str] | None) -> tuple[Job, ...]:
+        """The jobs with the admitted ones of ``queues`` (None: of every queue) pinned to one GPU type."""
+        if self.guard is None:
+            return self.jobs
+        of = self.guard.queue_of_job
+        return tuple(
+            self.pinned[j.name] if j.name in self.pinned and (queues is None or of[j.name] in queues) else j
+            for j in self.jobs
+        )
 
 
 def queue_of(job: Job) -> str:
@@ -84,6 +155,8 @@ class _Cand:
     #: (GPU type, share per GPU) the job may run on, fastest first
     options: list[tuple[str, float]]
     running: Allocation | None
+    #: every GPU type it may run on, fastest first
+    types: list[str] = field(default_factory=list)
     gpu_type: str = ""
     gpus: int = 0
 
@@ -95,19 +168,26 @@ class _State:
     use: dict[tuple[str, str], int] = field(default_factory=dict)
     pool: dict[tuple[str, str], int] = field(default_factory=dict)
     share: dict[str, float] = field(default_factory=dict)
+    fixed: dict[tuple[str, str], int] = field(default_factory=dict)
+    unowned: dict[str, int] = field(default_factory=dict)
 
     def borrowed(self, q: str, t: str) -> int:
         return max(0, self.use.get((q, t), 0) - self.specs[q].nominal(t))
 
     def room(self, q: str, t: str, borrowing: bool) -> int:
+        """GPUs of ``t`` that ``q`` may take now: free ones within its quota room."""
+        return min(self.quota_room(q, t, borrowing), self.free.get(t, 0))
+
+    def quota_room(self, q: str, t: str, borrowing: bool = True) -> int:
+        """GPUs of ``t`` the quotas still let ``q`` take (its idle nominal, then, when ``borrowing``, the
+        cohort's pool within its borrowing limit), free or not."""
         spec = self.specs[q]
-        used = self.use.get((q, t), 0)
-        room = max(0, spec.nominal(t) - used)
+        room = max(0, spec.nominal(t) - self.use.get((q, t), 0))
         if borrowing and spec.cohort:
             limit = spec.borrowing_limit(t)
             left = (_UNLIMITED if limit is None else limit) - self.borrowed(q, t)
             room += max(0, min(left, self.pool.get((spec.cohort, t), 0)))
-        return min(room, self.free.get(t, 0))
+        return room
 
     def take(self, c: _Cand, t: str, gpus: int) -> None:
         q, spec = c.queue, self.specs[c.queue]
@@ -219,25 +299,59 @@ def _admit_loop(state: _State, pending: dict[str, list[_Cand]], borrowing: bool)
     return admitted
 
 
-def admit(snapshot: ClusterSnapshot, jobs: Sequence[Job], oracle: ThroughputOracle) -> Admission:
-    """Apply the snapshot's queues to ``jobs``; see the module docstring."""
+def admit(
+    snapshot: ClusterSnapshot, jobs: Sequence[Job], oracle: ThroughputOracle, *, choose_types: bool = False
+) -> Admission:
+    """Apply the snapshot's queues to ``jobs``; see the module docstring. ``choose_types``: let the policy
+    choose each admitted job's GPU type among those its queue's quota has room for (kept in check by
+    ``Admission.guard``); otherwise each is pinned to the type admission counted it on."""
     specs = queue_index(snapshot.queues)
     cap = _capacity(snapshot)
     state = _State(specs, dict(cap))
+    passed, waiting, cands = _classify(snapshot, jobs, state)
+    _set_options(cands, snapshot, oracle, cap)
+    by_queue: dict[str, list[_Cand]] = {}
+    for c in sorted(cands, key=lambda c: _order_key(c.job, c.running is not None)):
+        if c.options:
+            by_queue.setdefault(c.queue, []).append(c)
+        else:  # fits no GPU type at all: the policy and the wait explainer say why
+            passed[c.job.name] = c.job
+    admitted = _admit_loop(state, by_queue, borrowing=False)
+    waiting_types = _lend(state, cap, by_queue)
+    admitted += _admit_loop(state, by_queue, borrowing=True)
+    _grow(state, admitted)
+    for cs in by_queue.values():
+        for c in cs:
+            waiting[c.job.name] = Unschedulable(_why(state, c))
+    guard = QuotaGuard(
+        state.specs,
+        {c.job.name: c.queue for c in admitted},
+        dict(state.fixed),
+        dict(state.unowned),
+        waiting_types,
+    )
+    return _result(snapshot, jobs, state, passed, waiting, admitted, by_queue, guard, choose_types)
+
+
+def _classify(
+    snapshot: ClusterSnapshot, jobs: Sequence[Job], state: _State
+) -> tuple[dict[str, Job], dict[str, Unschedulable], list[_Cand]]:
+    """Step 1: the jobs passed to the policy as they are (done, running in a missing queue, running and
+    not preemptible: these count against their queue), those that wait for a missing queue, and the
+    candidates for admission. GPUs held by anything not in the round are taken from the free ones."""
     names = {j.name for j in jobs}
     for name, held in snapshot.allocations.items():
         if name not in names:  # GPUs held by something not in this round (a draining gang): not free
             state.free[held.gpu_type] = state.free.get(held.gpu_type, 0) - held.total_gpus
-    waiting: dict[str, Unschedulable] = {}
     passed: dict[str, Job] = {}
+    waiting: dict[str, Unschedulable] = {}
     cands: list[_Cand] = []
-    need_options: list[Job] = []
     for j in jobs:
         cur = snapshot.allocations.get(j.name)
         q = queue_of(j)
         if j.remaining_work <= 0:
             passed[j.name] = j
-        elif q not in specs:
+        elif q not in state.specs:
             if cur is None:
                 waiting[j.name] = Unschedulable(
                     f"queue {q} does not exist: create a TrainingQueue named {q} or set spec.queue", False
@@ -247,31 +361,44 @@ def admit(snapshot: ClusterSnapshot, jobs: Sequence[Job], oracle: ThroughputOrac
                 state.free[cur.gpu_type] = state.free.get(cur.gpu_type, 0) - cur.total_gpus
         elif cur is not None and not j.preemptible:
             passed[j.name] = j
-            c = _Cand(j, q, [(cur.gpu_type, 1.0)], cur)
-            state.take(c, cur.gpu_type, cur.total_gpus)
+            state.take(_Cand(j, q, [(cur.gpu_type, 1.0)], cur), cur.gpu_type, cur.total_gpus)
+            state.fixed[(q, cur.gpu_type)] = state.fixed.get((q, cur.gpu_type), 0) + cur.total_gpus
         else:
             cands.append(_Cand(j, q, [], cur))
-            if cur is None:
-                need_options.append(j)
-    opts = _options(need_options, snapshot, oracle, cap)
-    for c in cands:
-        if c.running is None:
-            c.options = opts[c.job.name]
-    _running_shares(cands, snapshot, oracle, cap)
-    no_fit = [c for c in cands if not c.options]
-    for c in no_fit:  # fits no GPU type at all: the policy and the wait explainer say why
-        passed[c.job.name] = c.job
-    by_queue: dict[str, list[_Cand]] = {}
-    for c in sorted((c for c in cands if c.options), key=lambda c: _order_key(c.job, c.running is not None)):
-        by_queue.setdefault(c.queue, []).append(c)
+    return passed, waiting, cands
 
-    admitted = _admit_loop(state, by_queue, borrowing=False)
-    # what each cohort may lend: idle nominal of members with no job waiting for that type, within their
-    # lending limits, plus the GPUs no queue has a nominal quota on
-    waiting_types = {(c.queue, t) for cs in by_queue.values() for c in cs for t, _ in c.options}
+
+def _set_options(
+    cands: list[_Cand], snapshot: ClusterSnapshot, oracle: ThroughputOracle, cap: Mapping[str, int]
+) -> None:
+    """Every candidate's GPU types with its relative speed per GPU (one batched oracle call): a waiting
+    one is counted on the first of its types with room, a running one on the type it runs on."""
+    rel = _options([c.job for c in cands], snapshot, oracle, cap) if cands else {}
+    for c in cands:
+        opts = rel[c.job.name]
+        c.types = [t for t, _ in opts]
+        if c.running is None:
+            c.options = opts
+        else:
+            cur = c.running.gpu_type
+            c.options = [(cur, dict(opts).get(cur, 1.0))]
+            if cur not in c.types:
+                c.types.insert(0, cur)
+
+
+def _lend(
+    state: _State, cap: Mapping[str, int], by_queue: Mapping[str, list[_Cand]]
+) -> frozenset[tuple[str, str]]:
+    """Step 3's pools: what each cohort may lend of each type (idle nominal of members with no job waiting
+    for that type, within their lending limits, plus the GPUs no queue has a nominal quota on). Returns
+    the (queue, type) pairs with a job still waiting for that type (those never lend it)."""
+    specs = state.specs
+    waiting_types = frozenset((c.queue, t) for cs in by_queue.values() for c in cs for t in c.types)
+    cohorts = {s.cohort for s in specs.values() if s.cohort}
     for t, total in cap.items():
         unowned = max(0, total - sum(s.nominal(t) for s in specs.values()))
-        for cohort in {s.cohort for s in specs.values() if s.cohort}:
+        state.unowned[t] = unowned
+        for cohort in cohorts:
             lend = unowned
             for s in specs.values():
                 if s.cohort != cohort or (s.name, t) in waiting_types:
@@ -280,55 +407,62 @@ def admit(snapshot: ClusterSnapshot, jobs: Sequence[Job], oracle: ThroughputOrac
                 limit = s.lending_limit(t)
                 lend += idle if limit is None else min(limit, idle)
             state.pool[(cohort, t)] = lend
-    admitted += _admit_loop(state, by_queue, borrowing=True)
-    _grow(state, admitted)
+    return waiting_types
 
-    out_jobs: list[Job] = []
-    admitted_names = {c.job.name for c in admitted}
-    for j in jobs:
-        if j.name in passed:
-            out_jobs.append(j)
+
+def _result(
+    snapshot: ClusterSnapshot,
+    jobs: Sequence[Job],
+    state: _State,
+    passed: Mapping[str, Job],
+    waiting: Mapping[str, Unschedulable],
+    admitted: Sequence[_Cand],
+    by_queue: Mapping[str, list[_Cand]],
+    guard: QuotaGuard,
+    choose_types: bool,
+) -> Admission:
+    """The Admission: admitted jobs capped at the GPUs they were admitted with, on the GPU types their
+    queue has room for (or pinned), and each queue's usage."""
+    pinned: dict[str, Job] = {}
+    chosen: dict[str, Job] = {}
     for c in admitted:
         j = c.job
         replicas = c.gpus // j.gpus_per_replica
-        pinned = replace(j, allowed_gpu_types=frozenset({c.gpu_type}), max_replicas=replicas)
-        if not pinned.is_elastic:
-            pinned = replace(pinned, min_replicas=min(j.min_replicas, replicas))
-        out_jobs.append(pinned)
-    for cs in by_queue.values():
-        for c in cs:
-            if c.job.name not in admitted_names:
-                waiting[c.job.name] = Unschedulable(_why(state, c))
+        capped = replace(j, max_replicas=replicas)
+        if not capped.is_elastic:
+            capped = replace(capped, min_replicas=min(j.min_replicas, replicas))
+        pinned[j.name] = replace(capped, allowed_gpu_types=frozenset({c.gpu_type}))
+        chosen[j.name] = pinned[j.name]
+        if choose_types:
+            room = {t for t in c.types if t == c.gpu_type or state.quota_room(c.queue, t) >= j.min_gpus}
+            chosen[j.name] = replace(capped, allowed_gpu_types=frozenset(room))
+    order = {j.name: i for i, j in enumerate(jobs)}
+    out_jobs = sorted([*passed.values(), *chosen.values()], key=lambda j: order[j.name])
     keep = {name: a for name, a in snapshot.allocations.items() if name not in waiting}
     pending_count: dict[str, int] = {}
     for cs in by_queue.values():
         for c in cs:
-            if c.job.name not in admitted_names:
-                pending_count[c.queue] = pending_count.get(c.queue, 0) + 1
+            pending_count[c.queue] = pending_count.get(c.queue, 0) + 1
+    types = sorted(state.unowned)
     usage = {
         q: QueueUsage(
             q,
-            {t: state.use.get((q, t), 0) for t in sorted(cap)},
-            {t: state.borrowed(q, t) for t in sorted(cap)},
+            {t: state.use.get((q, t), 0) for t in types},
+            {t: state.borrowed(q, t) for t in types},
             pending_count.get(q, 0),
             state.share.get(q, 0.0),
         )
-        for q in sorted(specs)
+        for q in sorted(state.specs)
     }
-    order = {j.name: i for i, j in enumerate(jobs)}
-    out_jobs.sort(key=lambda j: order[j.name])
-    return Admission(tuple(out_jobs), replace(snapshot, allocations=keep), waiting, usage)
-
-
-def _running_shares(
-    cands: list[_Cand], snapshot: ClusterSnapshot, oracle: ThroughputOracle, cap: Mapping[str, int]
-) -> None:
-    """Pin each running candidate to its GPU type, with its speed per GPU there relative to its fastest."""
-    running = [c for c in cands if c.running is not None]
-    rel = _options([c.job for c in running], snapshot, oracle, cap) if running else {}
-    for c in running:
-        assert c.running is not None
-        c.options = [(c.running.gpu_type, dict(rel[c.job.name]).get(c.running.gpu_type, 1.0))]
+    flexible = any(len(j.allowed_gpu_types) > 1 for j in chosen.values())
+    return Admission(
+        tuple(out_jobs),
+        replace(snapshot, allocations=keep),
+        waiting,
+        usage,
+        guard if flexible else None,
+        pinned,
+    )
 
 
 def _grow(state: _State, admitted: list[_Cand]) -> None:
