@@ -24,14 +24,21 @@ The steps, per GPU type ``t`` (see ``scheduler.core.queues`` for the quota field
    GPUs. Queue order is priority (high first), then running before waiting, then most progress lost on a
    preemption first, then submit time: the jobs reclaimed first are the lowest-priority ones that lose
    the least.
-3. Borrowing: what is left of each cohort's nominal quota, from members with no job waiting for that
-   type and within each member's lending limit, plus the GPUs no queue has a nominal quota on, is lent
-   to the cohort's queues within their borrowing limits. Contention is settled by weighted fair share:
+3. Borrowing: what is left of each cohort's nominal quota, within each member's lending limit, plus the
+   GPUs no queue has a nominal quota on, is lent to the cohort's queues within their borrowing limits.
+   A member keeps (lends none of) its idle nominal of a type where a waiting job of its own fits in it,
+   or where a job holding its quota could run (below); idle nominal its waiting jobs are too large for
+   is lent, and the member takes it back from the pool first. Contention is settled by weighted fair share:
    the queue with the smallest admitted share per unit of weight admits its next job first. The share
    is the sum over its admitted jobs of GPUs x the job's speed per GPU on that type relative to its
    fastest type (``fairShare: throughput``), or plain GPUs (``fairShare: gpus``).
 4. Growth: elastic jobs were admitted at their minimum; they grow, one replica at a time and in the same
    fair order, into what is left within their queue's limits.
+
+Backfill, bounded: a waiting job that does not fit lets the jobs behind it in its queue try; once it
+has waited ``RESERVE_AFTER_S`` (and its queue could ever hold it) it holds the queue's quota: no waiting
+job behind it starts on its GPU types until it does (running ones are not preempted for it). A job its
+queue could never hold (nominal + borrowing limit below its size on every type) waits unresolvably.
 
 Because every running borrower must be admitted again each round, a queue whose owner's job arrives
 gets its nominal quota back in that very round: borrowers that no longer fit are preempted.
@@ -76,8 +83,11 @@ class QuotaGuard:
     fixed: Mapping[tuple[str, str], int]
     #: GPUs no queue has a nominal quota on, per GPU type
     unowned: Mapping[str, int]
-    #: (queue, GPU type) pairs with a job waiting for that type
-    waiting_types: frozenset[tuple[str, str]]
+    #: (queue, GPU type) pairs whose idle nominal quota is kept for the queue's waiting jobs (not lent)
+    keeps: frozenset[tuple[str, str]]
+    #: per (queue, GPU type), the fewest GPUs a job its queue holds back needs on that type: idle nominal
+    #: it would fit in (a policy moved a job of the queue off that type) is not lendable either
+    held: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
     def broken(self, decisions: Mapping[str, Decision]) -> set[str]:
         """The queues whose quota ``decisions`` break (all members of a cohort that borrows too much)."""
@@ -98,8 +108,9 @@ class QuotaGuard:
                 if not spec.cohort:
                     continue
                 borrowed[spec.cohort] = borrowed.get(spec.cohort, 0) + max(0, u - nominal)
-                if (q, t) not in self.waiting_types:
-                    idle, lend = max(0, nominal - u), spec.lending_limit(t)
+                idle = max(0, nominal - u)
+                if (q, t) not in self.keeps and self.held.get((q, t), _UNLIMITED) > idle:
+                    lend = spec.lending_limit(t)
                     lendable[spec.cohort] = lendable.get(spec.cohort, 0) + (
                         idle if lend is None else min(lend, idle)
                     )
@@ -170,6 +181,19 @@ class _State:
     share: dict[str, float] = field(default_factory=dict)
     fixed: dict[tuple[str, str], int] = field(default_factory=dict)
     unowned: dict[str, int] = field(default_factory=dict)
+    now: float = 0.0
+    cap: dict[str, int] = field(default_factory=dict)
+    #: per (queue, type), the part of its idle nominal quota it lent to its cohort's pool
+    pooled: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: per queue, the waiting job that holds its quota (see ``RESERVE_AFTER_S``)
+    reserved: dict[str, _Cand] = field(default_factory=dict)
+
+    def ceiling(self, q: str, t: str) -> int:
+        """The most GPUs of ``t`` queue ``q`` could ever hold: nominal + borrowing limit, at most the GPUs
+        of that type."""
+        spec = self.specs[q]
+        limit = spec.borrowing_limit(t)
+        return min(self.cap.get(t, 0), _UNLIMITED if limit is None else spec.nominal(t) + limit)
 
     def borrowed(self, q: str, t: str) -> int:
         return max(0, self.use.get((q, t), 0) - self.specs[q].nominal(t))
@@ -180,22 +204,28 @@ class _State:
 
     def quota_room(self, q: str, t: str, borrowing: bool = True) -> int:
         """GPUs of ``t`` the quotas still let ``q`` take (its idle nominal, then, when ``borrowing``, the
-        cohort's pool within its borrowing limit), free or not."""
+        cohort's pool within its borrowing limit), free or not. Of its idle nominal, the part it lent to
+        the pool (``pooled``) is only its own again while the pool still has it."""
         spec = self.specs[q]
-        room = max(0, spec.nominal(t) - self.use.get((q, t), 0))
-        if borrowing and spec.cohort:
-            limit = spec.borrowing_limit(t)
-            left = (_UNLIMITED if limit is None else limit) - self.borrowed(q, t)
-            room += max(0, min(left, self.pool.get((spec.cohort, t), 0)))
-        return room
+        idle = max(0, spec.nominal(t) - self.use.get((q, t), 0))
+        if not (borrowing and spec.cohort):
+            return idle
+        pooled = self.pooled.get((q, t), 0)
+        limit = spec.borrowing_limit(t)
+        left = (_UNLIMITED if limit is None else limit) - self.borrowed(q, t)
+        return idle - pooled + max(0, min(pooled + max(0, left), self.pool.get((spec.cohort, t), 0)))
 
     def take(self, c: _Cand, t: str, gpus: int) -> None:
         q, spec = c.queue, self.specs[c.queue]
-        before = self.borrowed(q, t)
+        idle = max(0, spec.nominal(t) - self.use.get((q, t), 0))
+        pooled = self.pooled.get((q, t), 0)
+        from_pool = max(0, gpus - (idle - pooled))  # its lent idle nominal first, then borrowed GPUs
+        if pooled:
+            self.pooled[(q, t)] = max(0, pooled - from_pool)
         self.use[(q, t)] = self.use.get((q, t), 0) + gpus
-        if spec.cohort:
+        if spec.cohort and from_pool:
             key = (spec.cohort, t)
-            self.pool[key] = self.pool.get(key, 0) - (self.borrowed(q, t) - before)
+            self.pool[key] = self.pool.get(key, 0) - from_pool
         self.free[t] = self.free.get(t, 0) - gpus
         per_gpu = dict(c.options).get(t, 1.0) if spec.fair_share is FairShare.THROUGHPUT else 1.0
         self.share[q] = self.share.get(q, 0.0) + gpus * per_gpu / spec.weight
@@ -270,9 +300,17 @@ def _options(
     }
 
 
+#: Seconds a waiting job lets smaller jobs of its queue start ahead of it (backfill) before it holds the
+#: queue's quota: from then on no waiting job behind it in its queue starts on the GPU types it may use,
+#: and its queue lends none of its idle nominal quota of those types, until it starts.
+RESERVE_AFTER_S = 1800.0
+
+
 def _admit_loop(state: _State, pending: dict[str, list[_Cand]], borrowing: bool) -> list[_Cand]:
     """Admit jobs at their minimum, the queue with the smallest share first; returns those admitted and
-    leaves in ``pending`` those that did not fit (room only shrinks in a step, so each is tried once)."""
+    leaves in ``pending`` those that did not fit (room only shrinks in a step, so each is tried once).
+    A job that does not fit lets the jobs behind it in its queue try (backfill) unless it holds the
+    queue's quota (``RESERVE_AFTER_S``)."""
     admitted: list[_Cand] = []
     untried = {q: list(reversed(cands)) for q, cands in pending.items() if cands}
     failed: dict[str, list[_Cand]] = {q: [] for q in pending}
@@ -284,10 +322,23 @@ def _admit_loop(state: _State, pending: dict[str, list[_Cand]], borrowing: bool)
         while stack:
             c = stack.pop()
             need = c.job.min_gpus
+            holder = state.reserved.get(q)
+            if (
+                holder is not None
+                and holder is not c
+                and c.running is None
+                and set(holder.types) & set(c.types)
+            ):
+                failed[q].append(c)  # behind a job that holds the quota of these types
+                continue
             t = next((t for t, _ in c.options if state.room(q, t, borrowing) >= need), None)
             if t is None:
                 failed[q].append(c)
+                if holder is None and c.running is None and _may_reserve(state, c):
+                    state.reserved[q] = c
                 continue
+            if holder is c:
+                del state.reserved[q]
             c.gpu_type, c.gpus = t, need
             state.take(c, t, need)
             admitted.append(c)
@@ -299,6 +350,18 @@ def _admit_loop(state: _State, pending: dict[str, list[_Cand]], borrowing: bool)
     return admitted
 
 
+def _waited(state: _State, j: Job) -> float:
+    """Seconds ``j`` has waited: since it last stopped, else since it was submitted."""
+    return state.now - (j.last_change_time if j.last_change_time is not None else j.submit_time)
+
+
+def _may_reserve(state: _State, c: _Cand) -> bool:
+    """Whether waiting job ``c`` now holds its queue's quota: it waited ``RESERVE_AFTER_S`` and its queue
+    could ever give it its GPUs on one of its types."""
+    fits = any(c.job.min_gpus <= state.ceiling(c.queue, t) for t in c.types)
+    return fits and _waited(state, c.job) >= RESERVE_AFTER_S
+
+
 def admit(
     snapshot: ClusterSnapshot, jobs: Sequence[Job], oracle: ThroughputOracle, *, choose_types: bool = False
 ) -> Admission:
@@ -307,7 +370,7 @@ def admit(
     ``Admission.guard``); otherwise each is pinned to the type admission counted it on."""
     specs = queue_index(snapshot.queues)
     cap = _capacity(snapshot)
-    state = _State(specs, dict(cap))
+    state = _State(specs, dict(cap), now=snapshot.now, cap=cap)
     passed, waiting, cands = _classify(snapshot, jobs, state)
     _set_options(cands, snapshot, oracle, cap)
     by_queue: dict[str, list[_Cand]] = {}
@@ -317,20 +380,31 @@ def admit(
         else:  # fits no GPU type at all: the policy and the wait explainer say why
             passed[c.job.name] = c.job
     admitted = _admit_loop(state, by_queue, borrowing=False)
-    waiting_types = _lend(state, cap, by_queue)
+    keeps = _lend(state, cap, by_queue)
     admitted += _admit_loop(state, by_queue, borrowing=True)
     _grow(state, admitted)
     for cs in by_queue.values():
         for c in cs:
-            waiting[c.job.name] = Unschedulable(_why(state, c))
+            waiting[c.job.name] = _why(state, c)
     guard = QuotaGuard(
         state.specs,
         {c.job.name: c.queue for c in admitted},
         dict(state.fixed),
         dict(state.unowned),
-        waiting_types,
+        keeps,
+        _held(by_queue),
     )
     return _result(snapshot, jobs, state, passed, waiting, admitted, by_queue, guard, choose_types)
+
+
+def _held(by_queue: Mapping[str, list[_Cand]]) -> dict[tuple[str, str], int]:
+    """Per (queue, GPU type), the fewest GPUs a job held back by its queue needs on that type."""
+    out: dict[tuple[str, str], int] = {}
+    for q, cs in by_queue.items():
+        for c in cs:
+            for t in c.types:
+                out[(q, t)] = min(out.get((q, t), _UNLIMITED), c.job.min_gpus)
+    return out
 
 
 def _classify(
@@ -389,11 +463,11 @@ def _set_options(
 def _lend(
     state: _State, cap: Mapping[str, int], by_queue: Mapping[str, list[_Cand]]
 ) -> frozenset[tuple[str, str]]:
-    """Step 3's pools: what each cohort may lend of each type (idle nominal of members with no job waiting
-    for that type, within their lending limits, plus the GPUs no queue has a nominal quota on). Returns
-    the (queue, type) pairs with a job still waiting for that type (those never lend it)."""
+    """Step 3's pools: what each cohort may lend of each type: the GPUs no queue has a nominal quota on,
+    plus its members' idle nominal within their lending limits, except where the member keeps it for a
+    waiting job of its own (``_keeps``). Returns the (queue, type) pairs kept."""
     specs = state.specs
-    waiting_types = frozenset((c.queue, t) for cs in by_queue.values() for c in cs for t in c.types)
+    keeps = _keeps(state, by_queue)
     cohorts = {s.cohort for s in specs.values() if s.cohort}
     for t, total in cap.items():
         unowned = max(0, total - sum(s.nominal(t) for s in specs.values()))
@@ -401,13 +475,31 @@ def _lend(
         for cohort in cohorts:
             lend = unowned
             for s in specs.values():
-                if s.cohort != cohort or (s.name, t) in waiting_types:
+                if s.cohort != cohort or (s.name, t) in keeps:
                     continue
                 idle = max(0, s.nominal(t) - state.use.get((s.name, t), 0))
                 limit = s.lending_limit(t)
-                lend += idle if limit is None else min(limit, idle)
+                state.pooled[(s.name, t)] = idle if limit is None else min(limit, idle)
+                lend += state.pooled[(s.name, t)]
             state.pool[(cohort, t)] = lend
-    return waiting_types
+    return keeps
+
+
+def _keeps(state: _State, by_queue: Mapping[str, list[_Cand]]) -> frozenset[tuple[str, str]]:
+    """The (queue, type) pairs whose idle nominal quota is not lent after step 2: the types of a job that
+    holds its queue's quota, and those on which a waiting job of the queue fits in its idle nominal (it
+    waits for GPUs held outside the round). A waiting job larger than its queue's idle nominal does not
+    keep it: it could not use it alone, and gets it back, reclaimed, in the round its queue's own jobs
+    free enough of it."""
+    out: set[tuple[str, str]] = set()
+    for q, cs in by_queue.items():
+        holder = state.reserved.get(q)
+        if holder is not None:
+            out.update((q, t) for t in holder.types)
+        nominal = state.specs[q].nominal
+        for c in cs:
+            out.update((q, t) for t in c.types if c.job.min_gpus <= nominal(t) - state.use.get((q, t), 0))
+    return frozenset(out)
 
 
 def _result(
@@ -480,9 +572,24 @@ def _grow(state: _State, admitted: list[_Cand]) -> None:
         growing.pop(0)
 
 
-def _why(state: _State, c: _Cand) -> str:
-    """Why a job its queue held back waits, quoting the type it would run fastest on."""
+def _why(state: _State, c: _Cand) -> Unschedulable:
+    """Why a job its queue held back waits, quoting the type it would run fastest on; unresolvable when
+    its queue's limits could never give it its GPUs."""
     q, spec = c.queue, state.specs[c.queue]
+    if not any(c.job.min_gpus <= state.ceiling(q, t) for t in c.types):
+        most = ", ".join(f"{state.ceiling(q, t)} {t}" for t in c.types)
+        return Unschedulable(
+            f"queue {q}: the job needs {c.job.min_gpus} GPUs of one type but the queue may hold at most "
+            f"{most} (nominal quota + borrowing limit): raise the quota or shrink the job",
+            False,
+        )
+    holder = state.reserved.get(q)
+    if holder is not None and holder is not c and c.running is None and set(holder.types) & set(c.types):
+        return Unschedulable(
+            f"queue {q}: its quota is held for {holder.job.name} (needs {holder.job.min_gpus}, waiting "
+            f"{_waited(state, holder.job):.0f} s), which smaller jobs may pass for "
+            f"{RESERVE_AFTER_S:.0f} s only"
+        )
     t = c.options[0][0]
     used = state.use.get((q, t), 0)
     nominal = spec.nominal(t)
@@ -497,4 +604,4 @@ def _why(state: _State, c: _Cand) -> str:
         text += f", cohort {spec.cohort} has {max(0, state.pool.get((spec.cohort, t), 0))} idle"
     else:
         text += ", no cohort to borrow from"
-    return f"{text}; the job needs {c.job.min_gpus}, {max(0, state.free.get(t, 0))} {t} free"
+    return Unschedulable(f"{text}; the job needs {c.job.min_gpus}, {max(0, state.free.get(t, 0))} {t} free")

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.core.admission import admit
-from scheduler.core.decisions import ActionKind, Decision
+from scheduler.core.admission import RESERVE_AFTER_S, admit
+from scheduler.core.decisions import ActionKind, Decision, RoundResult
 from scheduler.core.errors import ConfigError
 from scheduler.core.queues import FairShare, QueueSpec, Quota
 from scheduler.core.round import run_round
@@ -346,7 +346,7 @@ def test_per_type_quotas_hold_when_the_policy_chooses_types(
     # 16 A100 + 16 K80; jobs of 1, 2 or 4 GPUs that run 1-6x faster on A100. Round 1: the first queue
     # alone; round 2: the others submit; round 3: nothing new. After every round, per GPU type: no queue
     # above nominal + borrowing limit, and the cohort borrows no more than the unowned GPUs plus the idle
-    # nominal, within their lending limits, of its members that have no job waiting
+    # nominal, within their lending limits, of its members with no held-back job that would fit in it
     nodes = cluster(("A100", 2, 8), ("K80", 2, 8))
     policy = _AllOnOne("K80") if policy_name == "all-on-k80" else make_policy(policy_name)
     speed: dict[object, float] = {}
@@ -378,8 +378,12 @@ def test_per_type_quotas_hold_when_the_policy_chooses_types(
                 allocations.pop(a.job, None)
             else:
                 allocations[a.job] = a.after
-        # queues with a job their quota holds back (not one the policy could not place on a node)
-        waiting = {n.split("-")[0] for n, why in result.waiting.items() if why.reason.startswith("queue ")}
+        # per queue, the smallest job its quota holds back (not one the policy could not place on a node)
+        smallest: dict[str, int] = {}
+        for j in jobs:
+            why = result.waiting.get(j.name)
+            if why is not None and why.reason.startswith("queue "):
+                smallest[j.queue] = min(smallest.get(j.queue, 1 << 30), j.min_gpus)
         for t in ("A100", "K80"):
             use = {s.name: 0 for s in specs}
             for name, held in allocations.items():
@@ -389,9 +393,81 @@ def test_per_type_quotas_hold_when_the_policy_chooses_types(
             for s in specs:
                 limit = s.borrowing_limit(t)
                 assert limit is None or use[s.name] <= s.nominal(t) + limit, (rnd, t, use)
-                if s.name in waiting:  # its idle nominal is for its own waiting jobs, never lent
-                    continue
                 idle, lend = max(0, s.nominal(t) - use[s.name]), s.lending_limit(t)
+                if smallest.get(s.name, 1 << 30) <= idle:  # a job of its own could use it: never lent
+                    continue
                 lendable += idle if lend is None else min(lend, idle)
             borrowed = sum(max(0, use[s.name] - s.nominal(t)) for s in specs)
             assert borrowed <= lendable, (rnd, t, use)
+
+
+# --- a waiting job larger than its queue's idle nominal: backfill, bounded; lend what it cannot use
+
+
+def _big_and_small(now: float, queues: tuple[QueueSpec, ...], extra: Sequence[Job] = ()) -> RoundResult:
+    # queue a (nominal 8 of 16 A100) runs a 4-GPU job; a-big (8 GPUs, waiting since t=0) does not fit the
+    # 4 idle; four 1-GPU jobs of a, submitted later, would
+    running = Job("a-run", 0.0, 1e6, gpus_per_replica=4, queue="a", last_change_time=0.0)
+    big = Job("a-big", 0.0, 1e6, gpus_per_replica=8, queue="a")
+    small = [Job(f"a-s{i}", 1.0 + i, 1e6, queue="a") for i in range(4)]
+    held = {"a-run": alloc("a-run", "A100", 4, {"a100-000": 1})}
+    snap = ClusterSnapshot(now, A100_16, held, queues)
+    return run_round(snap, [running, big, *small, *extra], make_policy("fifo"), FakeOracle())
+
+
+def test_smaller_jobs_backfill_past_a_big_one_then_it_holds_the_quota() -> None:
+    queues = (QueueSpec("a", (Quota("A100", 8),)),)
+    # a minute in: the small jobs start in the 4 idle GPUs of a's nominal, the big one waits
+    early = _big_and_small(60.0, queues)
+    assert sorted(n for n, d in early.decisions.items() if d.allocation) == [
+        "a-run",
+        "a-s0",
+        "a-s1",
+        "a-s2",
+        "a-s3",
+    ]
+    # after RESERVE_AFTER_S the big job holds a's quota: no newer job of a starts, the running one keeps
+    # running (nothing is preempted for it), and the small ones say why they wait
+    late = _big_and_small(RESERVE_AFTER_S + 1.0, queues)
+    assert sorted(n for n, d in late.decisions.items() if d.allocation) == ["a-run"]
+    assert late.waiting["a-s0"].reason.startswith(
+        "queue a: its quota is held for a-big (needs 8, waiting 1801 s)"
+    )
+
+
+def test_idle_nominal_a_waiting_job_cannot_use_is_lent_and_reclaimed_when_it_can() -> None:
+    # a (nominal 8, cohort c) runs 4 GPUs and waits with an 8-GPU job that its 4 idle cannot hold; b
+    # (nominal 8, runs 8) borrows: a's 4 idle are lent (before: kept idle for a-big)
+    queues = (
+        QueueSpec("a", (Quota("A100", 8, 0),), cohort="c"),
+        QueueSpec("b", (Quota("A100", 8, None),), cohort="c"),
+    )
+    running = Job("a-run", 0.0, 1e6, gpus_per_replica=4, queue="a", last_change_time=0.0)
+    big = Job("a-big", 0.0, 1e6, gpus_per_replica=8, queue="a")
+    b_jobs = [Job(f"b-{i}", 1.0 + i, 1e6, gpus_per_replica=4, queue="b") for i in range(3)]
+    held = {"a-run": alloc("a-run", "A100", 4, {"a100-000": 1})}
+    held |= {
+        f"b-{i}": alloc(f"b-{i}", "A100", 4, {"a100-001": 1} if i < 2 else {"a100-000": 1}) for i in range(2)
+    }
+    snap = ClusterSnapshot(60.0, A100_16, held, queues)
+    result = run_round(snap, [running, big, *b_jobs], make_policy("fifo"), FakeOracle())
+    assert result.decisions["b-2"].allocation is not None and result.decisions["a-big"].allocation is None
+    # a-run finishes: a's nominal 8 is idle and a-big fits it, so b's borrowed job is reclaimed that round
+    held = {n: a for n, a in held.items() if n != "a-run"} | {"b-2": result.decisions["b-2"].allocation}
+    after = run_round(
+        ClusterSnapshot(120.0, A100_16, held, queues), [big, *b_jobs], make_policy("fifo"), FakeOracle()
+    )
+    kinds = {a.job: a.kind for a in after.actions}
+    assert kinds.get("b-2") is ActionKind.PREEMPT and kinds.get("a-big") is ActionKind.START
+
+
+def test_job_its_queue_could_never_hold_waits_unresolvable_naming_the_limit() -> None:
+    queues = (QueueSpec("a", (Quota("A100", 8),)),)
+    j = Job("huge", 0.0, 1e6, gpus_per_replica=8, min_replicas=2, max_replicas=2, queue="a")
+    why = run_round(
+        ClusterSnapshot(0.0, A100_16, {}, queues), [j], make_policy("fifo"), FakeOracle()
+    ).waiting["huge"]
+    assert not why.resolvable
+    assert why.reason.startswith(
+        "queue a: the job needs 16 GPUs of one type but the queue may hold at most 8 A100"
+    )
