@@ -56,6 +56,9 @@ from scheduler.core.queues import DEFAULT_QUEUE, FairShare, QueueSpec, queue_ind
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, PlacementShape
 
 _UNLIMITED = 1 << 60
+#: ``Unschedulable.cause`` of a job its queue's quota holds back, and of one naming a missing queue
+QUEUE_QUOTA = "QueueQuota"
+QUEUE_NOT_FOUND = "QueueNotFound"
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,7 +431,9 @@ def _classify(
         elif q not in state.specs:
             if cur is None:
                 waiting[j.name] = Unschedulable(
-                    f"queue {q} does not exist: create a TrainingQueue named {q} or set spec.queue", False
+                    f"queue {q} does not exist: create a TrainingQueue named {q} or set spec.queue",
+                    False,
+                    QUEUE_NOT_FOUND,
                 )
             else:
                 passed[j.name] = j
@@ -582,13 +587,15 @@ def _why(state: _State, c: _Cand) -> Unschedulable:
             f"queue {q}: the job needs {c.job.min_gpus} GPUs of one type but the queue may hold at most "
             f"{most} (nominal quota + borrowing limit): raise the quota or shrink the job",
             False,
+            QUEUE_QUOTA,
         )
     holder = state.reserved.get(q)
     if holder is not None and holder is not c and c.running is None and set(holder.types) & set(c.types):
         return Unschedulable(
             f"queue {q}: its quota is held for {holder.job.name} (needs {holder.job.min_gpus}, waiting "
             f"{_waited(state, holder.job):.0f} s), which smaller jobs may pass for "
-            f"{RESERVE_AFTER_S:.0f} s only"
+            f"{RESERVE_AFTER_S:.0f} s only",
+            cause=QUEUE_QUOTA,
         )
     t = c.options[0][0]
     used = state.use.get((q, t), 0)
@@ -604,4 +611,5 @@ def _why(state: _State, c: _Cand) -> Unschedulable:
         text += f", cohort {spec.cohort} has {max(0, state.pool.get((spec.cohort, t), 0))} idle"
     else:
         text += ", no cohort to borrow from"
-    return Unschedulable(f"{text}; the job needs {c.job.min_gpus}, {max(0, state.free.get(t, 0))} {t} free")
+    free = max(0, state.free.get(t, 0))
+    return Unschedulable(f"{text}; the job needs {c.job.min_gpus}, {free} {t} free", cause=QUEUE_QUOTA)

@@ -404,8 +404,9 @@ def run_round(
         if job.name in final or job.remaining_work <= 0:
             continue
         why = explainer.reason(job, effective.get(job.name), detail.held_back)
-        if admission is not None and why.resolvable and job.name in admission.waiting:
-            why = admission.waiting[job.name]  # its queue holds it back: say which limit
+        held = admission.waiting.get(job.name) if admission is not None else None
+        if held is not None and (why.resolvable or not held.resolvable):
+            why = held  # its queue holds it back: say which limit
         waiting[job.name] = why
     log.debug(
         "round done",

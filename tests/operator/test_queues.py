@@ -163,3 +163,31 @@ def test_fair_share_ratio_counts_delivered_throughput_not_gpus(h: Harness) -> No
     assert ratio == {"team-a": 2.4, "team-b": 0.6, "team-c": 0.0}
     got = metrics.REGISTRY.get_sample_value("perfsched_queue_fair_share_ratio", {"queue": "team-b"})
     assert got == 0.6
+
+
+def test_quota_wait_is_a_condition_and_an_event_naming_the_queue_and_the_limit(h: Harness) -> None:
+    # 16 A100; team-a and team-b own 8 each in cohort research. b's two 4-GPU jobs use its 8, a's a0 and
+    # a1 use a's 8; a2 waits on the quota: nothing idle to borrow. A job naming a missing queue gets a
+    # Warning Event.
+    two_teams(h)
+    for i in range(2):
+        h.api.add_trainingjob(rigid(f"b{i}", "team-b"))
+    for i in range(3):
+        h.api.add_trainingjob(rigid(f"a{i}", "team-a", priority=3 - i))
+    h.api.add_trainingjob(rigid("lost", "team-z"))
+    h.operator().run_round()
+    want = (
+        "queue team-a: 8/16 A100 in use (nominal 8, borrowing limit 8), cohort research has 0 idle; "
+        "the job needs 4, 0 A100 free"
+    )
+    st = h.api.status_of("ml", "a2")
+    adm = next(c for c in st["conditions"] if c["type"] == "Admitted")
+    assert (st["phase"], adm["status"], adm["reason"], adm["message"]) == (
+        "Pending",
+        "False",
+        "QueueQuota",
+        want,
+    )
+    assert h.api.events_for("a2") == [("Normal", "QueueQuota", want)]
+    (kind, reason, message), *_ = h.api.events_for("lost")
+    assert (kind, reason) == ("Warning", "QueueNotFound") and "queue team-z does not exist" in message
