@@ -280,7 +280,9 @@ class Operator:
         queues = self.api.list_trainingqueues()
         if not queues:
             return Tenancy()
-        selects = any(isinstance((q.get("spec") or {}).get("namespaces"), dict) for q in queues)
+        selects = any(
+            isinstance(q.get("spec"), dict) and isinstance(q["spec"].get("namespaces"), dict) for q in queues
+        )
         namespaces = self.api.list_namespaces() if selects else []
         return Tenancy.of(queues, namespaces, sorted({n.gpu_type for n in nodes}))
 

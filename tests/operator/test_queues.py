@@ -191,3 +191,49 @@ def test_quota_wait_is_a_condition_and_an_event_naming_the_queue_and_the_limit(h
     assert h.api.events_for("a2") == [("Normal", "QueueQuota", want)]
     (kind, reason, message), *_ = h.api.events_for("lost")
     assert (kind, reason) == ("Warning", "QueueNotFound") and "queue team-z does not exist" in message
+
+
+def test_bad_queues_get_a_condition_and_the_others_are_scheduled(h: Harness) -> None:
+    # a spec that is not an object, a quota list that is not a list, an infinite weight, a selector with an
+    # unknown operator (a CRD installed without its schema lets them through); a cohort no other queue is
+    # in, a quota for a GPU type no node has: each queue says so in its Ready condition; the round goes on
+    # for the queues that parse, and a job of an unparsable queue waits naming it
+    h.api.add_node(gpu_node("n1", 8))
+    bad_selector = {"matchExpressions": [{"key": "team", "operator": "Bogus"}]}
+    h.api.add_trainingqueue(queue("ok", quotas=[{"gpuType": "*", "nominal": 4}]))
+    h.api.add_trainingqueue({"metadata": {"name": "not-an-object"}, "spec": "quotas: 8"})
+    h.api.add_trainingqueue(queue("quotas-not-a-list", quotas="A100=8"))
+    h.api.add_trainingqueue(queue("infinite", weight=float("inf")))
+    h.api.add_trainingqueue(queue("bad-selector", namespaces=bad_selector))
+    h.api.add_trainingqueue(
+        queue(
+            "odd",
+            cohort="nobody-else",
+            quotas=[{"gpuType": "A100", "nominal": 2}, {"gpuType": "TPU", "nominal": 1}],
+        )
+    )
+    for name, q in (("j-ok", "ok"), ("j-odd", "odd"), ("j-lost", "not-an-object")):
+        h.api.add_trainingjob(rigid(name, q, replicas={"min": 2, "max": 2, "gpusPerReplica": 1}))
+    rep = h.operator().run_round()
+    assert rep.did("start", "ml/j-ok") and rep.did("start", "ml/j-odd") and not rep.errors
+    assert "queue not-an-object does not exist" in h.api.status_of("ml", "j-lost")["message"]
+
+    def ready(name: str) -> tuple[str, str, str]:
+        c = h.api.trainingqueues[name]["status"]["conditions"][0]
+        assert c["type"] == "Ready"
+        return c["status"], c["reason"], c["message"]
+
+    assert ready("ok") == ("True", "Active", "quotas are enforced")
+    for name, field_name in (
+        ("not-an-object", "spec"),
+        ("quotas-not-a-list", "quotas"),
+        ("infinite", "weight"),
+    ):
+        status, reason, message = ready(name)
+        assert (status, reason) == ("False", "InvalidSpec") and field_name in message, message
+    status, reason, message = ready("odd")
+    assert (status, reason) == ("True", "UnknownGPUType")
+    assert message == (
+        "quota for GPU type TPU that no node has; "
+        "no other queue is in cohort nobody-else: nothing to borrow from or lend to"
+    )
