@@ -26,9 +26,9 @@ The steps, per GPU type ``t`` (see ``scheduler.core.queues`` for the quota field
    the least.
 3. Borrowing: what is left of each cohort's nominal quota, within each member's lending limit, plus the
    GPUs no queue has a nominal quota on, is lent to the cohort's queues within their borrowing limits.
-   A member keeps (lends none of) its idle nominal of a type where a waiting job of its own fits in it,
-   or where a job holding its quota could run (below); idle nominal its waiting jobs are too large for
-   is lent, and the member takes it back from the pool first. Contention is settled by weighted fair share:
+   A member keeps (lends none of) its idle nominal of a type where a waiting job of its own fits in it;
+   idle nominal its waiting jobs are too large for is lent, and the member takes it back from the pool
+   first. Contention is settled by weighted fair share:
    the queue with the smallest admitted share per unit of weight admits its next job first. The share
    is the sum over its admitted jobs of GPUs x the job's speed per GPU on that type relative to its
    fastest type (``fairShare: throughput``), or plain GPUs (``fairShare: gpus``).
@@ -304,8 +304,8 @@ def _options(
 
 
 #: Seconds a waiting job lets smaller jobs of its queue start ahead of it (backfill) before it holds the
-#: queue's quota: from then on no waiting job behind it in its queue starts on the GPU types it may use,
-#: and its queue lends none of its idle nominal quota of those types, until it starts.
+#: queue's quota: from then on no waiting job behind it in its queue starts on the GPU types it may use
+#: until it starts (the idle quota it accumulates is lent meanwhile and reclaimed when it fits).
 RESERVE_AFTER_S = 1800.0
 
 
@@ -491,16 +491,13 @@ def _lend(
 
 
 def _keeps(state: _State, by_queue: Mapping[str, list[_Cand]]) -> frozenset[tuple[str, str]]:
-    """The (queue, type) pairs whose idle nominal quota is not lent after step 2: the types of a job that
-    holds its queue's quota, and those on which a waiting job of the queue fits in its idle nominal (it
-    waits for GPUs held outside the round). A waiting job larger than its queue's idle nominal does not
-    keep it: it could not use it alone, and gets it back, reclaimed, in the round its queue's own jobs
-    free enough of it."""
+    """The (queue, type) pairs whose idle nominal quota is not lent after step 2: those on which a waiting
+    job of the queue fits in its idle nominal (it waits for GPUs held outside the round). A waiting job
+    larger than its queue's idle nominal does not keep it, even when it holds its queue's quota: it could
+    not use it alone, takes it back from the pool first, and gets it back (the borrowers reclaimed) in the
+    round its queue's own jobs free enough of it."""
     out: set[tuple[str, str]] = set()
     for q, cs in by_queue.items():
-        holder = state.reserved.get(q)
-        if holder is not None:
-            out.update((q, t) for t in holder.types)
         nominal = state.specs[q].nominal
         for c in cs:
             out.update((q, t) for t in c.types if c.job.min_gpus <= nominal(t) - state.use.get((q, t), 0))
