@@ -61,12 +61,13 @@ def main() -> None:
                 t = time.perf_counter()
                 result = run_round(snap, jobs, make_policy(name), TableOracle(seed=2), costs=costs)
                 best = min(best, time.perf_counter() - t)
-            times[label] = (best, sum(1 for d in result.decisions.values() if d.allocation is not None))
-        (b, rb), (q, rq) = times["no queues"], times["queues"]
+            held = [d.allocation.total_gpus for d in result.decisions.values() if d.allocation is not None]
+            times[label] = (best, len(held), sum(held))
+        (b, rb, gb), (q, rq, gq) = times["no queues"], times["queues"]
         verdict = "ok" if q <= 1.0 else "SLOW"
         print(
-            f"{name:8s} no queues {b:6.3f} s (running {rb:4d})  queues {q:6.3f} s (running {rq:4d})  "
-            f"ratio {q / b:5.2f}  {verdict}"
+            f"{name:8s} no queues {b:6.3f} s (running {rb:4d}, {gb:4d} GPUs)  "
+            f"queues {q:6.3f} s (running {rq:4d}, {gq:4d} GPUs)  ratio {q / b:5.2f}  {verdict}"
         )
 
 

@@ -1,8 +1,9 @@
 """TrainingQueue against the real API server: valid queues (the shipped examples) are accepted and read
 back as the core's ``QueueSpec``; invalid ones are refused with the field named (schema and CEL rules);
 and with the real operator, extender and emulator: team A borrows team B's idle A100s, B submits, A's
-borrower is preempted through its checkpoint grace and later finishes from its checkpoint, and a job
-naming a missing queue waits with a condition saying so.
+borrower is preempted through its checkpoint grace and later finishes from its checkpoint (its wait an
+Event naming queue A's limit), and a job naming a missing queue waits with a condition and an Event
+saying so.
 
 TrainingQueues are cluster-scoped and every operator reads them all: each test deletes its queues.
 """
@@ -131,6 +132,10 @@ def test_owner_reclaims_borrowed_gpus_through_the_grace_period(
         assert qa.get("usage", {}).get("A100", 0) <= 8 and qa.get("pendingJobs") == 1, qa
         lost = cluster.status("lost")
         assert lost.get("phase") == "Pending" and f"queue {prefix}-nowhere does not exist" in str(lost), lost
+        # why they wait is also an Event naming the queue: the missing one, and A's limit for its borrower
+        assert any(r == "QueueNotFound" and f"{prefix}-nowhere" in m for r, m in cluster.events("lost"))
+        held = [m for r, m in cluster.events("a-long") if r == "QueueQuota"]
+        assert held and held[0].startswith(f"queue {a}: "), cluster.events("a-long")
         cluster.wait_phase("b-short", {"Succeeded"}, 90)
         st = cluster.wait_phase("a-long", {"Succeeded", "Failed"}, 180)
     assert st["phase"] == "Succeeded", st

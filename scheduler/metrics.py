@@ -276,10 +276,13 @@ QUEUE_PENDING_JOBS = Gauge(
     ["queue"],
     registry=REGISTRY,
 )
-#: A queue's GPUs per unit of weight over the mean of all queues (1 = its fair share; 0 = nothing).
+#: A queue's share per unit of weight over the mean of all queues (1 = its fair share; 0 = nothing): the
+#: share is delivered throughput normalised per job to its fastest GPU type (``fairShare: throughput``)
+#: or GPUs (``fairShare: gpus``), the figure admission evens out.
 QUEUE_FAIR_SHARE_RATIO = Gauge(
     "perfsched_queue_fair_share_ratio",
-    "A TrainingQueue's GPUs per unit of weight over the mean of all queues (1 = fair share).",
+    "A TrainingQueue's share (normalised delivered throughput, or GPUs for fairShare: gpus) per unit of "
+    "weight over the mean of all queues (1 = fair share).",
     ["queue"],
     registry=REGISTRY,
 )

@@ -16,10 +16,13 @@ from scheduler.core.types import Allocation
 
 @dataclass(frozen=True, slots=True)
 class Unschedulable:
-    """Why a job (or a pod on a node) cannot run now, in words a person can act on."""
+    """Why a job (or a pod on a node) cannot run now, in words a person can act on. ``cause``: a short
+    CamelCase word for what holds it (``QueueQuota``: its queue's quota; ``QueueNotFound``: it names a
+    missing queue); empty for the scheduler's own waits (the operator then says ``Waiting``)."""
 
     reason: str
     resolvable: bool = True
+    cause: str = ""
 
 
 @dataclass(frozen=True, slots=True)

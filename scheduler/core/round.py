@@ -303,15 +303,32 @@ def _decide(
     admission: Admission | None,
 ) -> dict[str, Decision]:
     """The policy's validated decisions; with queues, the policy decides only the jobs their queues admit
-    (on the snapshot ``admit`` prepared) and the others wait (``scheduler.core.admission``)."""
+    (on the snapshot ``admit`` prepared) and the others wait (``scheduler.core.admission``). Where the
+    admitted jobs may choose among GPU types and the answer breaks a queue's quota, the policy decides
+    again with those queues' jobs pinned to the type admission counted them on, then (if still broken)
+    with every queue's pinned: admission keeps every quota with those."""
     if admission is None:
         decisions = dict(policy.allocate(snapshot, jobs, oracle))
         validate_decisions(policy.name, snapshot, jobs, decisions)
         return decisions
-    decisions = dict(policy.allocate(admission.snapshot, admission.jobs, oracle))
-    validate_decisions(policy.name, admission.snapshot, admission.jobs, decisions)
+    admitted = admission.jobs
+    pinned: set[str] | None = set()
+    while True:
+        decisions = dict(policy.allocate(admission.snapshot, admitted, oracle))
+        validate_decisions(policy.name, admission.snapshot, admitted, decisions)
+        broken = admission.guard.broken(decisions) if admission.guard is not None else set()
+        if not broken or pinned is None:
+            break
+        log.debug("quota broken by the policy's choice of GPU types", extra={"queues": sorted(broken)})
+        pinned = None if pinned else broken  # the second time, pin every queue's jobs
+        admitted = admission.pin(pinned)
     decisions.update(admission.held_decisions())
     return decisions
+
+
+def _chooses_types(policy: Policy) -> bool:
+    """Whether the policy picks GPU types by performance (``heterogeneity: agnostic`` does not)."""
+    return getattr(getattr(policy, "config", None), "heterogeneity", "aware") != "agnostic"
 
 
 def run_round(
@@ -334,7 +351,9 @@ def run_round(
         # the policy prices moves with the restart cost the planner will charge
         snapshot = dataclasses.replace(snapshot, restart_cost_s=costs.restart_cost_s)
     costs = costs or RoundCosts(restart_cost_s=snapshot.restart_cost_s)
-    admission = admit(snapshot, jobs, oracle) if snapshot.queues else None
+    admission = (
+        admit(snapshot, jobs, oracle, choose_types=_chooses_types(policy)) if snapshot.queues else None
+    )
     decisions = _decide(policy, snapshot, jobs, oracle, admission)
     memory = oracle if isinstance(oracle, MemoryOracle) else None
     if memory is not None:
@@ -385,8 +404,9 @@ def run_round(
         if job.name in final or job.remaining_work <= 0:
             continue
         why = explainer.reason(job, effective.get(job.name), detail.held_back)
-        if admission is not None and why.resolvable and job.name in admission.waiting:
-            why = admission.waiting[job.name]  # its queue holds it back: say which limit
+        held = admission.waiting.get(job.name) if admission is not None else None
+        if held is not None and (why.resolvable or not held.resolvable):
+            why = held  # its queue holds it back: say which limit
         waiting[job.name] = why
     log.debug(
         "round done",

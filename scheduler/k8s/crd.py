@@ -416,7 +416,7 @@ class TrainingQueueSpec(_Wire):
 
     quotas: tuple[QueueQuota, ...] = ()
     cohort: str = Field(default="", max_length=63)
-    weight: float = Field(default=1.0, gt=0)
+    weight: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     fair_share: Literal["throughput", "gpus"] = "throughput"
     namespaces: LabelSelector | None = None
 

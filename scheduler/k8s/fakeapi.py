@@ -138,12 +138,27 @@ class FakeKubeApi:
             return copy.deepcopy(o)
 
     def add_trainingqueue(self, obj: Mapping[str, Any]) -> Obj:
+        """Create a TrainingQueue, or replace the spec of the one of that name (its generation then grows,
+        its status stays)."""
         with self._lock:
             o = self._stamp(copy.deepcopy(dict(obj)), None)
             o.setdefault("apiVersion", API_VERSION)
             o.setdefault("kind", TRAININGQUEUE_KIND)
-            self.trainingqueues[o["metadata"]["name"]] = o
+            name = o["metadata"]["name"]
+            old = self.trainingqueues.get(name)
+            if old is not None:
+                o["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
+                o["metadata"]["uid"] = old["metadata"]["uid"]
+                o.setdefault("status", old.get("status"))
+            self.trainingqueues[name] = o
+            self._notify("trainingqueues", "ADDED" if old is None else "MODIFIED", o)
             return copy.deepcopy(o)
+
+    def delete_trainingqueue(self, name: str) -> None:
+        with self._lock:
+            o = self.trainingqueues.pop(name, None)
+            if o is not None:
+                self._notify("trainingqueues", "DELETED", o)
 
     def add_namespace(self, name: str, labels: Mapping[str, str] | None = None) -> None:
         with self._lock:
@@ -328,6 +343,7 @@ class FakeKubeApi:
                 raise NotFound(f'trainingqueues.perfsched.dev "{name}" not found')
             obj["status"] = merge_patch(obj.get("status") or {}, dict(status))
             obj["metadata"]["resourceVersion"] = self._next_rv()
+            self._notify("trainingqueues", "MODIFIED", obj)  # the status subresource: same generation
             return copy.deepcopy(obj)
 
     def watch(self, kind: str, namespace: str = "", timeout_seconds: int = 60) -> Iterator[tuple[str, Obj]]:

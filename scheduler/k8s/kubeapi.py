@@ -51,6 +51,7 @@ from scheduler.names import GROUP, LABEL_JOB_NAME, TRAININGJOB_PLURAL, TRAININGQ
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "CLUSTER_SCOPED",
     "KINDS",
     "AlreadyExists",
     "ApiUnavailable",
@@ -72,7 +73,9 @@ Obj = dict[str, Any]
 
 
 #: The kinds ``list``/``watch`` know, by their API plural.
-KINDS = (TRAININGJOB_PLURAL, "pods", "nodes")
+KINDS = (TRAININGJOB_PLURAL, "pods", "nodes", TRAININGQUEUE_PLURAL)
+#: Those of ``KINDS`` that are cluster-scoped (watched without a namespace).
+CLUSTER_SCOPED = frozenset({"nodes", TRAININGQUEUE_PLURAL})
 
 
 class KubeApi(Protocol):
@@ -304,6 +307,10 @@ class RealKubeApi:
                 start = lambda: self._core.list_namespaced_pod(namespace, **kw)  # noqa: E731
             else:
                 start = lambda: self._core.list_pod_for_all_namespaces(**kw)  # noqa: E731
+        elif kind == TRAININGQUEUE_PLURAL:
+            start = lambda: self._custom.list_cluster_custom_object(  # noqa: E731
+                GROUP, VERSION, TRAININGQUEUE_PLURAL, **kw
+            )
         elif namespace:
             start = lambda: self._custom.list_namespaced_custom_object(  # noqa: E731
                 GROUP, VERSION, namespace, TRAININGJOB_PLURAL, **kw

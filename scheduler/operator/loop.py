@@ -3,11 +3,13 @@
 Shell module (threads and I/O). ``OperatorLoop.run`` runs until its stop event is set:
 
 - the ``LeaseElector`` renews the Lease in its own thread (the round loop only acts while it leads);
-- one watch thread per kind (TrainingJobs, perfsched pods, Nodes) wakes the loop on every change, so a
-  new job, a pod that went Running or finished, or a node that came or went is handled within
-  ``min_interval`` instead of at the next period; watches that end or fail are restarted with backoff
-  (they only trigger rounds: every round lists the cluster afresh, so a missed event costs latency,
-  never correctness);
+- one watch thread per kind (TrainingJobs, perfsched pods, Nodes, TrainingQueues) wakes the loop on
+  every change, so a new job, a pod that went Running or finished, a node that came or went, or a queue
+  created, deleted or whose spec changed is handled within ``min_interval`` instead of at the next
+  period (a TrainingQueue whose status alone changed, as every round writes it, triggers nothing: its
+  ``metadata.generation`` did not change); watches that end or fail are restarted with backoff (they only
+  trigger rounds: every round lists the cluster afresh, so a missed event costs latency, never
+  correctness); without the TrainingQueue CRD its watch retries quietly every minute;
 - the loop runs a round every ``period`` seconds, or sooner when triggered, at most every ``min_interval``;
 - ``serve_http`` exposes ``/metrics`` (``scheduler.metrics.REGISTRY``), ``/healthz`` (200 while the
   loop has run or skipped a round within three periods, so a wedged loop gets the pod restarted) and
@@ -34,7 +36,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from scheduler import metrics
 from scheduler.core.errors import PerfschedError
 from scheduler.k8s.errors import ApiHealth
-from scheduler.k8s.kubeapi import KINDS, KubeApi
+from scheduler.k8s.kubeapi import CLUSTER_SCOPED, KINDS, KubeApi, NotFound
+from scheduler.names import TRAININGQUEUE_PLURAL
 from scheduler.operator.leader import LeaseElector
 from scheduler.operator.reconcile import Operator
 
@@ -94,16 +97,23 @@ class OperatorLoop:
 
     def _watch(self, kind: str, stop: threading.Event) -> None:
         failures = 0
+        generations: dict[str, object] = {}  # TrainingQueues: a round only when a spec changed
         while not stop.is_set():
             try:
-                for _event, _obj in self.api.watch(
-                    kind, self.namespace if kind != "nodes" else "", self.watch_timeout_s
+                for event, obj in self.api.watch(
+                    kind, "" if kind in CLUSTER_SCOPED else self.namespace, self.watch_timeout_s
                 ):
                     self.health.ok()
-                    self.trigger()
+                    if kind != TRAININGQUEUE_PLURAL or _spec_changed(event, obj, generations):
+                        self.trigger()
                     if stop.is_set():
                         return
                 failures = 0
+            except NotFound as exc:  # the TrainingQueue CRD is not installed: no queues to watch yet
+                if failures == 0:
+                    log.info("cannot watch %s; retrying every minute", kind, extra={"error": str(exc)})
+                failures += 1
+                stop.wait(60.0)
             except PerfschedError as exc:  # a watch only triggers rounds: log, back off, reconnect
                 failures += 1
                 delay = min(self.max_watch_backoff_s, 0.5 * 2**failures) * random.uniform(0.5, 1.0)
@@ -182,6 +192,21 @@ class OperatorLoop:
             if self.elector is not None:
                 self.elector.release()
             metrics.OPERATOR_LEADER.set(0)
+
+
+def _spec_changed(event: str, obj: Any, generations: dict[str, object]) -> bool:
+    """Whether a watch event of a TrainingQueue changes what a round does: it was added or deleted, or
+    its ``metadata.generation`` (bumped by a spec change, not by a status write) moved."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(meta, dict):
+        return True
+    name, generation = str(meta.get("name", "")), meta.get("generation")
+    if event == "DELETED":
+        generations.pop(name, None)
+        return True
+    seen = generations.get(name)
+    generations[name] = generation
+    return event != "MODIFIED" or generation is None or seen != generation
 
 
 class _QuietHandler(WSGIRequestHandler):

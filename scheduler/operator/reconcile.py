@@ -280,7 +280,9 @@ class Operator:
         queues = self.api.list_trainingqueues()
         if not queues:
             return Tenancy()
-        selects = any(isinstance((q.get("spec") or {}).get("namespaces"), dict) for q in queues)
+        selects = any(
+            isinstance(q.get("spec"), dict) and isinstance(q["spec"].get("namespaces"), dict) for q in queues
+        )
         namespaces = self.api.list_namespaces() if selects else []
         return Tenancy.of(queues, namespaces, sorted({n.gpu_type for n in nodes}))
 
@@ -293,7 +295,7 @@ class Operator:
         report: RoundReport,
     ) -> None:
         """Write each TrainingQueue's status where it changed (an API error is reported, never raised)."""
-        statuses = tenancy.statuses(snapshot, jobs, result)
+        statuses = tenancy.statuses(snapshot, jobs, result, self.oracle)
         types = sorted({n.gpu_type for n in snapshot.nodes})
         metrics.record_queue_gauges(
             {q.name: {t: q.nominal(t) for t in types} for q in tenancy.specs},

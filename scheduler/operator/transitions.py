@@ -41,6 +41,8 @@ from scheduler.operator.status import evolve, with_condition
 
 #: Reasons of a gang torn down and requeued (status.reason and the Running condition's reason).
 TEARDOWN_REASONS = frozenset({"WorkerFailed", "GangBroken", "GangNotScheduled"})
+#: Admitted=False reasons of a job that waits its turn (a Normal Event); others are Warnings.
+_WAIT_REASONS = frozenset({"Waiting", "QueueQuota"})
 #: Status fields a job that holds no gang does not have.
 _GANG_FIELDS = ("allocation", "accounted_time", "estimated_completion")
 _RATE_FIELDS = ("observed_throughput", "predicted_throughput")
@@ -548,7 +550,7 @@ def _wait(spec: crd.TrainingJobSpec, view: JobView, why: Unschedulable | None, n
     old = view.status
     if why is None:
         why = Unschedulable("waiting for the next round")
-    reason = "Waiting" if why.resolvable else "Unschedulable"
+    reason = why.cause or ("Waiting" if why.resolvable else "Unschedulable")
     phase = _waiting_phase(old)
     changes: dict[str, object] = {
         **_base(spec, view),
@@ -597,7 +599,8 @@ def status_events(
     if adm_new is None or adm_new.status != "False":
         return ()
     if adm_old is None or adm_old.status != "False" or adm_old.reason != adm_new.reason:
-        kind: Literal["Normal", "Warning"] = "Normal" if adm_new.reason == "Waiting" else "Warning"
+        quiet = adm_new.reason in _WAIT_REASONS  # waiting for GPUs or for quota is normal
+        kind: Literal["Normal", "Warning"] = "Normal" if quiet else "Warning"
         return (Event(kind, adm_new.reason, adm_new.message),)
     return ()
 

@@ -140,3 +140,36 @@ def test_the_operator_survives_an_api_outage_and_picks_up_where_it_was(caplog) -
     assert sum(1 for r in caplog.records if "available again" in r.getMessage()) == 1
     assert not [r for r in caplog.records if r.exc_info], "no tracebacks"
     assert health.outages == 1 and 0.5 <= sum(counted) <= 5.0
+
+
+def test_a_queue_spec_change_triggers_a_round_and_a_status_write_does_not() -> None:
+    api = FakeKubeApi(time.time)
+    api.add_node(gpu_node("n1", 8))
+    api.add_trainingqueue(
+        {"metadata": {"name": "team"}, "spec": {"quotas": [{"gpuType": "*", "nominal": 0}]}}
+    )
+    api.add_trainingjob(trainingjob("bert", queue="team"))
+    op = Operator(api, make_policy("fifo"), RecordingOracle())
+    loop = OperatorLoop(op, api, period_s=60.0, min_interval_s=0.0, watch_timeout_s=1)
+    stop = threading.Event()
+    t = threading.Thread(target=loop.run, args=(stop,), daemon=True)
+    t.start()
+    try:
+        loop.trigger()
+        # the queue owns nothing: bert waits on its quota
+        assert _wait(lambda: (api.status_of("ml", "bert") or {}).get("reason") == "QueueQuota")
+        time.sleep(0.3)  # the watches are connected, the round's own status writes are seen
+        rounds = loop.rounds
+        api.patch_trainingqueue_status("team", {"pendingJobs": 7})  # a status write: no round
+        time.sleep(0.3)
+        assert loop.rounds == rounds
+        # the admin gives the queue 8 GPUs: the spec change wakes the loop, no 60 s wait
+        api.add_trainingqueue(
+            {"metadata": {"name": "team"}, "spec": {"quotas": [{"gpuType": "*", "nominal": 8}]}}
+        )
+        assert _wait(lambda: len(api.job_pods("ml", "bert")) == 2)
+    finally:
+        stop.set()
+        loop.trigger()
+        t.join(timeout=10)
+    assert not t.is_alive()
