@@ -259,6 +259,9 @@ def _assign(
         )
         classes.setdefault(key, []).append(row)
     keys = list(classes)
+    easy = _uncontended(classes, types, capacity)
+    if easy is not None:
+        return easy, {t: 0.0 for t in types}
     var_c: list[int] = []
     var_t: list[int] = []
     obj: list[float] = []
@@ -303,6 +306,38 @@ def _assign(
         for row in members:
             share.setdefault(row.job.name, {})[types[var_t[i]]] = x / len(members)
     return share, price
+
+
+def _uncontended(
+    classes: Mapping[tuple[tuple[float, ...], tuple[int, ...]], Sequence[_Row]],
+    types: Sequence[str],
+    capacity: Mapping[str, float],
+) -> dict[str, dict[str, float]] | None:
+    """The LP's answer without solving it when no type is contended, else None.
+
+    When every class's most valued type (first in ``types`` on ties) has room for all of its members with
+    some to spare, giving each class that type is optimal (each job's best term, no capacity binding) and
+    every capacity row's price is 0. Over half of a loaded run's rounds are like this, and the LP call
+    costs more than the rest of the round.
+    """
+    demand = dict.fromkeys(types, 0.0)
+    pick: dict[tuple[tuple[float, ...], tuple[int, ...]], int] = {}
+    for key, members in classes.items():
+        values, gpus = key
+        best = -1
+        for k in range(len(types)):
+            if values[k] > 0 and gpus[k] > 0 and (best < 0 or values[k] > values[best]):
+                best = k
+        if best >= 0:
+            pick[key] = best
+            demand[types[best]] += gpus[best] * len(members)
+    if any(demand[t] >= capacity.get(t, 0.0) for t in types):
+        return None
+    share: dict[str, dict[str, float]] = {}
+    for key, best in pick.items():
+        for row in classes[key]:
+            share[row.job.name] = {types[best]: 1.0}
+    return share
 
 
 def aware_orders(
