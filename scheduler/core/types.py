@@ -81,7 +81,7 @@ class Job:
     ``checkpoint_progress`` is the progress saved at the last checkpoint: what survives a restart.
     ``observed_throughput`` is what a running job was measured to make on its current allocation (work
     units/s, all replicas; the operator's progress reports, the simulator's true rate), None when not
-    running or not yet measured: policies price moves of a running job by it rather than by a prediction.
+    running or not yet measured: policies price moves of a running job by it as well as by a prediction.
     """
 
     name: str

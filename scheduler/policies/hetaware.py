@@ -317,8 +317,8 @@ def _uncontended(
 
     When every class's most valued type (first in ``types`` on ties) has room for all of its members with
     some to spare, giving each class that type is optimal (each job's best term, no capacity binding) and
-    every capacity row's price is 0. Over half of a loaded run's rounds are like this, and the LP call
-    costs more than the rest of the round.
+    every capacity row's price is 0. Many rounds are like this (54% of a 150-job Gavel run at load 1.5,
+    21% of a 400-job one), and the LP call costs more than the rest of the round.
     """
     demand = dict.fromkeys(types, 0.0)
     pick: dict[tuple[tuple[float, ...], tuple[int, ...]], int] = {}
