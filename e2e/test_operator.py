@@ -317,10 +317,9 @@ MODELS = [
 
 
 def test_mixed_batch_of_20_jobs_all_succeed(cluster: Cluster, stack: Any) -> None:
-    # a policy spec in PERFSCHED_OPERATOR_POLICY; agnostic: this test counts restarts, and an aware policy
-    # may move a running job to a faster GPU type (a restart) when the emulated jobs run far faster than
-    # predicted
-    stack("fifo:backfill=true;heterogeneity=agnostic")
+    # a policy spec in PERFSCHED_OPERATOR_POLICY (heterogeneity-aware by default: this test counts
+    # restarts, and a running job is moved only when the move pays against what it was measured to make)
+    stack("fifo:backfill=true")
     names = []
     with Watcher(cluster.kube) as w:
         for i in range(20):
@@ -485,9 +484,7 @@ def test_unschedulable_and_invalid_jobs_stay_pending_while_others_run(cluster: C
 def test_killing_the_leader_mid_run_loses_nothing_and_duplicates_nothing(
     kube_cluster: KubeCluster, cluster: Cluster, stack: Any
 ) -> None:
-    ops = stack(
-        "fifo", replicas=2, PERFSCHED_OPERATOR_POLICY_CONFIG='{"backfill": true, "heterogeneity": "agnostic"}'
-    )
+    ops = stack("fifo", replicas=2, PERFSCHED_OPERATOR_POLICY_CONFIG='{"backfill": true}')
     coord = __import__("kubernetes").client.CoordinationV1Api(kube_cluster.api)
 
     def holder() -> str:

@@ -79,6 +79,9 @@ class Job:
     ``deadline`` is absolute time on the snapshot clock. An empty ``allowed_gpu_types`` allows any type.
     ``total_work`` and ``progress`` are in ``work_unit``; ``attained_service`` is GPU-seconds received so far.
     ``checkpoint_progress`` is the progress saved at the last checkpoint: what survives a restart.
+    ``observed_throughput`` is what a running job was measured to make on its current allocation (work
+    units/s, all replicas; the operator's progress reports, the simulator's true rate), None when not
+    running or not yet measured: policies price moves of a running job by it as well as by a prediction.
     """
 
     name: str
@@ -110,6 +113,7 @@ class Job:
     sharding: str = ""
     micro_batch_size: int | None = None
     activation_checkpointing: bool = False
+    observed_throughput: float | None = None
 
     @property
     def remaining_work(self) -> float:

@@ -354,6 +354,12 @@ def trainingjob_to_job(
         restarts=status.restarts,
         last_change_time=parse_time(status.last_change_time),
         user=str(meta.get("namespace", "")),
+        # measured where it runs now (reset on every start/move); a waiting job has none
+        observed_throughput=(
+            status.observed_throughput
+            if status.allocation is not None and status.observed_throughput and status.observed_throughput > 0
+            else None
+        ),
     )
 
 

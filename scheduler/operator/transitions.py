@@ -609,14 +609,23 @@ def status_events(
 
 
 def job_for_round(view: JobView, job: Job, now: float) -> Job:
-    """The core Job with what the pods say: progress, checkpoint, attained GPU-seconds."""
+    """The core Job with what the pods say: progress, checkpoint, attained GPU-seconds, and the throughput
+    measured where the gang runs now: what replica 0 reports or, if more, the progress per second of the
+    operator's clock since the gang started (None until it reports, and for a job that does not run)."""
     running = view.state is GangState.RUNNING or view.state is GangState.STARTING
     progress = view.progress if running else view.checkpoint
+    observed = view.observed_throughput if running and view.allocation is not None else None
+    started = job.last_change_time
+    if observed and started is not None and now > started:
+        # a worker whose clock runs faster than ours (the emulator's time scale) reports per its own
+        # second: what the gang made per second of this clock since it started counts too
+        observed = max(observed, (progress - view.start_progress) / (now - started))
     return replace(
         job,
         progress=progress,
         checkpoint_progress=min(view.checkpoint, progress),
         attained_service=attained(view, now),
+        observed_throughput=observed if observed and observed > 0 else None,
     )
 
 

@@ -28,7 +28,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 from scheduler.core.decisions import Action, ActionKind, RoundResult
 from scheduler.core.placement import spread_of
@@ -48,9 +48,16 @@ _EPS = 1e-9
 #: costs=..., explain=False)`` (the engine never reads wait reasons, so it asks for none)
 RoundFn = Callable[..., RoundResult]
 _JOB_FIELDS = tuple(f.name for f in fields(Job))
-_I_PROGRESS, _I_CHECKPOINT, _I_ATTAINED, _I_RESTARTS, _I_CHANGED = (
+_I_PROGRESS, _I_CHECKPOINT, _I_ATTAINED, _I_RESTARTS, _I_CHANGED, _I_OBSERVED = (
     _JOB_FIELDS.index(n)
-    for n in ("progress", "checkpoint_progress", "attained_service", "restarts", "last_change_time")
+    for n in (
+        "progress",
+        "checkpoint_progress",
+        "attained_service",
+        "restarts",
+        "last_change_time",
+        "observed_throughput",
+    )
 )
 
 
@@ -253,7 +260,10 @@ class Engine:
 
     def _view(self, st: _State, now: float) -> Job:
         # the simulator checkpoints on every preemption (the operator's grace period), so what
-        # survives a restart is all progress made; the restart cost is charged in seconds instead
+        # survives a restart is all progress made; the restart cost is charged in seconds instead.
+        # A running job's observed throughput is its true rate where it runs (as the operator's progress
+        # reports measure it), None while it waits
+        observed = st.rate if st.alloc is not None and st.rate > 0 else None
         if st.stale:
             # positional construction from a kept value list is ~4x faster than dataclasses.replace
             # on this 27-field class, and this runs for every running job in every round
@@ -265,8 +275,13 @@ class Engine:
             values[_I_ATTAINED] = st.attained
             values[_I_RESTARTS] = st.record.restarts
             values[_I_CHANGED] = st.changed_at
+            values[_I_OBSERVED] = observed
             st.job = Job(*values)  # type: ignore[arg-type]
             st.stale = False
+        elif st.job.observed_throughput != observed:
+            st.job = replace(st.job, observed_throughput=observed)
+            if st.values:
+                st.values[_I_OBSERVED] = observed
         return st.job
 
     # -- the run --------------------------------------------------------------------------------
@@ -593,6 +608,7 @@ class Engine:
         if action.lost_work > 0:
             st.progress = max(0.0, st.progress - action.lost_work)
             st.stale = True
+        st.rate = 0.0  # until ``_start_changed`` asks the truth where it runs next
         if kind is ActionKind.PREEMPT or action.after is None:
             st.alloc = None
             st.changed_at = now

@@ -148,6 +148,23 @@ def test_elastic_job_keeps_min_and_status_progress() -> None:
     assert (job.priority, job.preemptible) == (5, False)
 
 
+def test_a_running_job_carries_its_observed_throughput_and_a_waiting_one_none() -> None:
+    # policies price a running job's moves by what it was measured to make where it runs
+    running = tj()
+    running["status"] = {
+        "phase": "Running",
+        "observedThroughput": 3.5,
+        "allocation": {"replicas": 4, "gpuType": "V100", "gpusPerReplica": 2, "replicasPerNode": {"n1": 4}},
+    }
+    job = trainingjob_to_job(running, now=NOW)
+    assert isinstance(job, Job) and job.observed_throughput == 3.5
+    # preempted: the figure of its last run stays in the status but says nothing about where it goes next
+    waiting = tj()
+    waiting["status"] = {"phase": "Pending", "observedThroughput": 3.5}
+    job = trainingjob_to_job(waiting, now=NOW)
+    assert isinstance(job, Job) and job.observed_throughput is None
+
+
 def test_custom_model_params() -> None:
     spec = tj(modelParams={"parameters": 1.3e9, "flopsPerSample": 7.8e12})
     del spec["spec"]["model"]

@@ -627,3 +627,34 @@ def test_a_move_to_another_gpu_type_is_counted_as_a_migration_a_resize_in_place_
     out, _ = _outcome(row)
     assert out is not None and out.count == "resize" and out.migration == ("A100", "V100")
     assert out.events and "moving from" in out.events[0].message
+
+
+@pytest.mark.parametrize(
+    ("status", "pods", "observed"),
+    [
+        # replica 0 reports 2.0/s: the policy prices the gang's moves by that
+        (running_status(), (pod(0, report=r0_report(500, 450, 2.0)), pod(1)), 2.0),
+        # a worker whose clock runs fast (the emulator's time scale) reports 0.1/s per its own second, but
+        # the gang went from 300 (its start) to 500 in the 540 s since it started at T0 + 60: 0.37/s
+        (running_status(), (pod(0, report=r0_report(500, 450, 0.1)), pod(1)), 200 / 540),
+        # no report yet since it started: not measured (a policy will not move it)
+        (running_status(), (pod(0), pod(1)), None),
+        # preempted: what it made on its last gang says nothing about the next one
+        (preempted_status(), (), None),
+    ],
+)
+def test_the_round_sees_the_throughput_measured_where_the_gang_runs(
+    status: dict[str, Any], pods: tuple[PodView, ...], observed: float | None
+) -> None:
+    from scheduler.operator.transitions import job_for_round
+
+    obj = trainingjob("bert")
+    obj["metadata"]["creationTimestamp"] = rfc(T0)
+    obj["status"] = status
+    view = observe_job(obj, pods, now=NOW, total_work=1000.0, node_types={"n1": "A100"}, start_timeout_s=300)
+    job = crd.trainingjob_to_job(
+        obj, now=NOW, known_model=lambda m: m == "resnet50", cluster_gpu_types={"A100"}
+    )
+    assert isinstance(job, Job)
+    got = job_for_round(view, job, NOW).observed_throughput
+    assert got == pytest.approx(observed) if observed is not None else got is None

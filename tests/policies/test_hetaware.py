@@ -8,7 +8,7 @@ from scheduler.core.decisions import ActionKind
 from scheduler.core.round import RoundCosts, run_round
 from scheduler.policies import make_policy
 from scheduler.policies.hetaware import move_pays
-from tests.builders import FakeOracle, alloc, job, node, snapshot
+from tests.builders import FakeOracle, alloc, job, node, snapshot, with_
 
 ORDERING = ["fifo", "las", "srsf", "ftf"]
 
@@ -88,7 +88,10 @@ def test_a_running_job_moves_only_when_the_gain_pays(
 ) -> None:
     nodes = [node("v").gpus(1, "V100").build(), node("k").gpus(1, "K80").build()]
     done = 50_000.0
-    j = job("j").work(done + remaining).progress(done, checkpoint=done - lost).build()
+    j = with_(
+        job("j").work(done + remaining).progress(done, checkpoint=done - lost).build(),
+        observed_throughput=1.0,
+    )
     snap = snapshot(nodes, now=100, allocations=[alloc("j", "K80", 1, {"k": 1})])
     oracle = FakeOracle(speed={("j", "K80"): 1.0, ("j", "V100"): v100_speed})
     res = run_round(snap, [j], make_policy("las"), oracle, costs=RoundCosts(restart_cost_s=30))
@@ -98,6 +101,56 @@ def test_a_running_job_moves_only_when_the_gain_pays(
         assert "move from K80 to V100" in next(a.reason for a in res.actions if a.job == "j")
     else:
         assert kinds["j"] == (ActionKind.KEEP, "K80"), why
+
+
+def _one_move_round(j, k80_predicted: float, v100_predicted: float):  # type: ignore[no-untyped-def]
+    nodes = [node("v").gpus(1, "V100").build(), node("k").gpus(1, "K80").build()]
+    snap = snapshot(nodes, now=100, allocations=[alloc("j", "K80", 1, {"k": 1})])
+    oracle = FakeOracle(speed={("j", "K80"): k80_predicted, ("j", "V100"): v100_predicted})
+    res = run_round(snap, [j], make_policy("las"), oracle, costs=RoundCosts(restart_cost_s=30))
+    return next((a.kind, a.after.gpu_type if a.after else None) for a in res.actions if a.job == "j")
+
+
+def test_a_running_job_is_priced_by_its_measured_throughput_not_the_prediction() -> None:
+    # predicted 1/s on its K80 and 5/s on the free V100 (a 5x move that pays), but it was measured at
+    # 4.5/s where it runs: the V100 would be 1.11x, under the 1.25x a move needs, so it stays
+    base = job("j").work(1_000_000).progress(1000, checkpoint=1000)
+    assert _one_move_round(with_(base.build(), observed_throughput=1.0), 1.0, 5.0) == (
+        ActionKind.RESIZE,
+        "V100",
+    )
+    # not measured yet (it just started; the first progress report is seconds away): no move to price
+    assert _one_move_round(base.build(), 1.0, 5.0) == (ActionKind.KEEP, "K80")
+    measured = with_(base.build(), observed_throughput=4.5)
+    assert _one_move_round(measured, 1.0, 5.0) == (ActionKind.KEEP, "K80")
+    # measured slower than predicted (0.5/s): a move must pay against the prediction too (1.25x of
+    # 1/s), so a V100 predicted at 1.2/s is no move although it is 2.4x what was measured
+    slow = with_(base.build(), observed_throughput=0.5)
+    assert _one_move_round(slow, 1.0, 1.2) == (ActionKind.KEEP, "K80")
+
+
+def test_a_running_job_near_its_end_is_never_moved() -> None:
+    # 1/s on its K80, the V100 predicted 2x faster. With 250 units left it finishes in 250 s where it
+    # is, under 10 restart costs (300 s): it stays, though on the V100 it would save 125 s for 30
+    near_end = with_(
+        job("j").work(10_250).progress(10_000, checkpoint=10_000).build(), observed_throughput=1.0
+    )
+    assert _one_move_round(near_end, 1.0, 2.0) == (ActionKind.KEEP, "K80")
+    # with 1000 units left (1000 s where it is) the same move pays
+    longer = with_(job("j").work(11_000).progress(10_000, checkpoint=10_000).build(), observed_throughput=1.0)
+    assert _one_move_round(longer, 1.0, 2.0) == (ActionKind.RESIZE, "V100")
+    # and one measured far faster than predicted (an emulated job at 20/s: 50 s left) stays
+    assert _one_move_round(with_(longer, observed_throughput=20.0), 1.0, 100.0) == (ActionKind.KEEP, "K80")
+
+
+def test_each_restart_raises_the_bar_for_the_next_move() -> None:
+    # 1/s -> 2/s, 2000 units left: the move saves 2000 - 1000 = 1000 s of running; gain over the
+    # 1000 s horizon on the V100 is (2 - 1) x 1000 = 1000 units against a cost of 2 x 30 = 60
+    j = job("j").work(3000).progress(1000, checkpoint=1000).build()
+    assert move_pays(j, 1.0, 2.0, restart_cost_s=30, horizon_s=3600) == (True, 60.0)
+    # after 16 restarts it must gain 17 x 60 = 1020 > 1000: it stays
+    assert move_pays(j, 1.0, 2.0, restart_cost_s=30, horizon_s=3600, restarts=15)[0] is True
+    assert move_pays(j, 1.0, 2.0, restart_cost_s=30, horizon_s=3600, restarts=16)[0] is False
 
 
 def test_move_pays_arithmetic() -> None:
@@ -113,7 +166,7 @@ def test_a_move_never_preempts_and_keeps_the_gpus_when_the_target_is_full() -> N
     # the V100 is held by a job ranked behind ours (LAS queue 2): our job would gain 5x there, but a
     # move is not a reason to evict anyone, so it keeps its K80 and the V100 job keeps running
     nodes = [node("v").gpus(1, "V100").build(), node("k").gpus(1, "K80").build()]
-    ours = job("ours").work(100_000).progress(10, 10).build()
+    ours = with_(job("ours").work(100_000).progress(10, 10).build(), observed_throughput=1.0)
     other = job("other").work(100_000).progress(10, 10).attained(20 * 3600).build()
     snap = snapshot(
         nodes, now=100, allocations=[alloc("ours", "K80", 1, {"k": 1}), alloc("other", "V100", 1, {"v": 1})]

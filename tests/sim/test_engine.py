@@ -227,3 +227,45 @@ def test_a_move_to_a_faster_type_counts_as_a_migration_not_a_preemption() -> Non
     row = summarize(result)
     assert row["migrations_per_job"] == 0.5
     assert row["preemptions_per_job"] == 0.0
+
+
+def test_a_running_job_is_shown_to_the_policy_with_its_true_rate_as_observed_throughput() -> None:
+    from collections.abc import Mapping
+
+    from scheduler.core.decisions import Decision
+    from scheduler.core.protocols import ThroughputOracle
+    from scheduler.core.types import ClusterSnapshot
+    from tests.builders import FakeOracle
+
+    class Recording:
+        """LAS that notes what each round's jobs say about their observed throughput."""
+
+        name = "las"
+
+        def __init__(self) -> None:
+            self.inner = make_policy("las")
+            self.seen: list[tuple[str, bool, float | None]] = []
+
+        def allocate(
+            self, snapshot: ClusterSnapshot, jobs: Sequence[Job], oracle: ThroughputOracle
+        ) -> Mapping[str, Decision]:
+            self.seen += [(j.name, j.name in snapshot.allocations, j.observed_throughput) for j in jobs]
+            return self.inner.allocate(snapshot, jobs, oracle)
+
+    # the policy is told 1 unit/s per GPU; the job really makes 3 (truth): "b" waits behind "a" first
+    nodes = [node("n0").gpus(1, "V100").build()]
+    jobs = [job("a").work(300).submitted(0).build(), job("b").work(300).submitted(1).build()]
+    policy = Recording()
+    engine = Engine(
+        nodes,
+        jobs,
+        policy,
+        FakeOracle(speed={"V100": 1.0}),
+        FakeOracle(speed={"V100": 3.0}),
+        EngineConfig(round_seconds=10, restart_cost_s=0, wake_thresholds_gpu_s=()),
+        run_round=run_round,
+    )
+    engine.run()
+    running = {obs for _, is_running, obs in policy.seen if is_running}
+    waiting = {obs for _, is_running, obs in policy.seen if not is_running}
+    assert running == {3.0} and waiting == {None}, policy.seen
