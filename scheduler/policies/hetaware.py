@@ -70,7 +70,7 @@ import numpy as np
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import ClusterSnapshot, Job
 from scheduler.policies.base import FreeByType, TypeInfo, allowed_types
-from scheduler.policies.goodput import ThroughputTable, size_bounds
+from scheduler.policies.elastic_shares import ThroughputTable, size_bounds
 
 #: default gain horizon (seconds) over which a move to a faster GPU type must pay for itself
 DEFAULT_HORIZON_S = 3600.0

@@ -260,10 +260,15 @@ def test_hetero_aware_policy_moves_a_running_job_to_a_faster_type_its_queue_has_
     # queue a owns 8 A100 and 8 K80 (no cohort). Its 4-GPU job runs on K80 but is 6x faster on A100, where
     # its queue has 8 idle: the policy (aware FIFO) may move it there; pinned to K80 it could not
     queues = (QueueSpec("a", (Quota("A100", 8), Quota("K80", 8))),)
-    j = Job("a-0", 0.0, 1e6, gpus_per_replica=4, queue="a", progress=10.0, checkpoint_progress=10.0)
+    oracle = FakeOracle()
+    on_k80 = oracle.rate(Job("a-0", 0.0, 1.0), "K80") * 4  # measured where it runs (as predicted)
+    j = Job(
+        "a-0", 0.0, 1e6, gpus_per_replica=4, queue="a", progress=10.0, checkpoint_progress=10.0,
+        observed_throughput=on_k80,
+    )  # fmt: skip
     running = alloc("a-0", "K80", 4, {"k80-000": 1})
     snap = ClusterSnapshot(100.0, MIXED, {"a-0": running}, queues)
-    result = run_round(snap, [j], make_policy("fifo"), FakeOracle())
+    result = run_round(snap, [j], make_policy("fifo"), oracle)
     after = result.decisions["a-0"].allocation
     assert after is not None and after.gpu_type == "A100"
     # the same with an agnostic policy: it keeps the type admission counted it on
