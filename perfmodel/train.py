@@ -40,6 +40,7 @@ from perfmodel.features import (
     design_of,
     resolve,
 )
+from perfmodel.llm import LLMJobFeatures
 from perfmodel.measurements import SHIPPABLE, Measurement, merge, read_shared_tidy, write_table
 from perfmodel.predictor import MODEL_FILE, Forest, LearnedModel, ModelMeta, Predictor
 from perfmodel.public import read_public, shippable
@@ -97,19 +98,32 @@ class TrainReport:
     q_high: float
 
 
+def _job_of(m: Measurement) -> JobFeatures:
+    """The job side of a measurement's question: an LLM row (one with a sequence length) as the
+    ``LLMJobFeatures`` a user would submit (its sequence length and sharding), the others as they are."""
+    if m.seq_len > 0:
+        return LLMJobFeatures(
+            m.model,
+            m.dataset,
+            m.batch_size,
+            m.precision,
+            m.params or None,
+            m.flops_per_sample or None,
+            m.stack,
+            sequence_length=m.seq_len,
+            sharding=m.sharding,
+        )
+    return JobFeatures(
+        m.model, m.dataset, m.batch_size, m.precision, m.params or None, m.flops_per_sample or None, m.stack
+    )
+
+
 def rows_of(measurements: Sequence[Measurement]) -> list[tuple[JobFeatures, HardwareFeatures]]:
-    """The (job, placement) question each measurement answers (its precision, stack and exact product)."""
+    """The (job, placement) question each measurement answers (its precision, stack and exact product;
+    for an LLM row also its sequence length and sharding)."""
     return [
         (
-            JobFeatures(
-                m.model,
-                m.dataset,
-                m.batch_size,
-                m.precision,
-                m.params or None,
-                m.flops_per_sample or None,
-                m.stack,
-            ),
+            _job_of(m),
             HardwareFeatures(
                 m.gpu_product or m.gpu_type,
                 m.num_gpus,
