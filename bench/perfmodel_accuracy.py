@@ -22,10 +22,11 @@ measured anchors);
 predicting log time directly; ``spec-ratio`` = the nearest measured configuration of the same model (any
 GPU, same precision where there is one) scaled linearly in GPU count and by the GPUs' peak FLOP/s (at
 the job's precision) and memory-bandwidth ratios (Habitat-style; it cannot predict a model it never
-saw). Errors are relative errors of throughput: MRE = mean, p50 median. Rows with a sequence length
+saw). Errors are relative errors of throughput: MRE = mean, p50 median. Rows of zoo LLMs
 are asked as the LLM jobs a user submits (``LLMJobFeatures`` with their sequence length and sharding;
-``train.rows_of``), which ``Predictor.predict`` answers with ``perfmodel.llm`` where the model is a zoo
-LLM: every split also prints the learned-model rows and the perfmodel.llm rows apart.
+``train.rows_of``; no micro-batch or activation checkpointing, which the tables do not give), and
+``Predictor.predict`` answers them with ``perfmodel.llm``: every split also prints the learned-model
+rows and the perfmodel.llm rows apart.
 
 Run: ``nice python bench/perfmodel_accuracy.py [--shared ../shared/throughput] [--quick]
 [--splits random,logo-gen,lomo]``.

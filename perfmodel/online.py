@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 
 from perfmodel.errors import InvalidInputError
 from perfmodel.features import HardwareFeatures, JobFeatures, Resolved, model_terms
+from perfmodel.llm import is_llm_job
 from perfmodel.predictor import Predictions, Predictor
 
 PRIOR_GPU = 3.0
@@ -82,9 +83,13 @@ RIDGE_STRUCTURE = (0.05 / 2.0) ** 2
 STRUCTURE_MAX = 16.0
 
 
-def _point(r: Resolved, t: float, t1: float, s: float) -> _Point:
+def _point(r: Resolved, t: float, t1: float, s: float, llm_job: bool = False) -> _Point:
     """The row's descriptors from its offline iteration time ``t``, its 1-GPU twin's ``t1`` and the
-    scaling model's all-reduce time ``s``."""
+    scaling model's all-reduce time ``s``. An LLM job (``perfmodel.llm.is_llm_job``) is predicted by
+    perfmodel.llm with its own communication model, so the data-parallel split does not describe it:
+    sync share and departure 0 (its structural level is its compute factor alone)."""
+    if llm_job:
+        return (math.log(r.local_batch), math.log(r.num_gpus), 1.0 if r.num_nodes > 1 else 0.0, 0.0, 0.0)
     return (
         math.log(r.local_batch),
         math.log(r.num_gpus),
@@ -205,6 +210,7 @@ class OnlineCorrector:
             job.batch_size / base,
             twin[0].batch_size / base1,
             model_terms([r], self.predictor.model.physics)[1][0],
+            is_llm_job(job),
         )
         self._dirty = True
         return residual
@@ -263,16 +269,15 @@ class OnlineCorrector:
         ``a = A x exp(d_model)`` scales the compute (``A`` shared by the type's models, ``d_model`` per
         model), ``m`` the scaling model's all-reduce, ``k`` the offline model's learned departure from
         compute + all-reduce (A = m = k = 1, d = 0: the offline model). Least squares of the log error of
-        the observed times (Gauss-Newton; ``log A``, ``d`` and ``log m`` are the unknowns, ``k`` itself,
-        kept >= 0), ridge-pulled to the offline model with the weights of the bias and model levels
-        (``PRIOR_GPU`` observations for ``log A``, ``PRIOR_MODEL_GPU`` for each ``d``) and
-        ``RIDGE_STRUCTURE`` for ``log m`` and ``k - 1``; ``a`` and ``m`` clamped to
+        the observed times (``_gauss_newton``), in two steps: ``m`` and ``k`` with a free compute factor
+        per model, so that only how a model's error changes with its placement informs them (as the
+        trend's slopes are fitted within models: one run of each of several models says nothing about
+        the all-reduce), ridge-pulled by ``RIDGE_STRUCTURE``; then ``A`` and the ``d`` with ``m`` and
+        ``k`` fixed, pulled with the weights of the bias and model levels (``PRIOR_GPU`` observations
+        for ``log A``, ``PRIOR_MODEL_GPU`` for each ``d``). ``a`` and ``m`` are clamped to
         [1/STRUCTURE_MAX, STRUCTURE_MAX], ``k`` to [0, STRUCTURE_MAX].
         """
         n = len(keys) + 3  # log A, one d per model, log m, k
-        ridge = [PRIOR_GPU, *([PRIOR_MODEL_GPU] * len(keys)), RIDGE_STRUCTURE, RIDGE_STRUCTURE]
-        centre = [0.0] * (n - 1) + [1.0]
-        phi = list(centre)
         rows = [
             (1 + col, cw, (1.0 - p[3]) / y, p[3] / y, (math.exp(p[4]) - 1.0) / y)
             for col, jobs in enumerate(models)
@@ -280,26 +285,11 @@ class OnlineCorrector:
             # the observed time in units of U (residuals are log throughput: log(T / observed time))
             for y in (math.exp(p[4] - mean),)
         ]
-        for _ in range(20):
-            jtj = [[ridge[i] if i == j else 0.0 for j in range(n)] for i in range(n)]
-            jtr = [-ridge[i] * (phi[i] - centre[i]) for i in range(n)]
-            m = math.exp(phi[n - 2])
-            for col, cw, xa, xm, xk in rows:
-                ca, cm, ck = math.exp(phi[0] + phi[col]) * xa, m * xm, phi[n - 1] * xk
-                total = ca + cm + ck
-                if total <= 1e-6:
-                    continue
-                grad = ((0, ca / total), (col, ca / total), (n - 2, cm / total), (n - 1, xk / total))
-                f = math.log(total)
-                for i, gi in grad:
-                    jtr[i] -= cw * gi * f
-                    for j, gj in grad:
-                        jtj[i][j] += cw * gi * gj
-            step = _solve(jtj, jtr)
-            phi = [v + max(-1.0, min(1.0, d)) for v, d in zip(phi, step, strict=True)]
-            phi[n - 1] = max(0.0, phi[n - 1])
-            if max(abs(d) for d in step) < 1e-7:
-                break
+        centre = [0.0] * (n - 1) + [1.0]
+        within = [0.0, *([1e-9] * len(keys)), RIDGE_STRUCTURE, RIDGE_STRUCTURE]
+        phi = _gauss_newton(rows, within, centre, list(centre), frozen=(0,))
+        levels = [PRIOR_GPU, *([PRIOR_MODEL_GPU] * len(keys)), 0.0, 0.0]
+        phi = _gauss_newton(rows, levels, centre, [*centre[: n - 2], *phi[n - 2 :]], frozen=(n - 2, n - 1))
         lo, hi = 1.0 / STRUCTURE_MAX, STRUCTURE_MAX
         self._model_compute[("", gpu_type)] = min(hi, max(lo, math.exp(phi[0])))
         for key, d in zip(keys, phi[1:], strict=False):
@@ -403,6 +393,7 @@ class OnlineCorrector:
             job.batch_size / base,
             twin[0].batch_size / base1,
             model_terms([r], self.predictor.model.physics)[1][0],
+            is_llm_job(job),
         )
         return self._correction(r, point, self._jobs.get(self._key_of(job, hw, job_id)))[0]
 
@@ -479,7 +470,7 @@ class OnlineCorrector:
         for k, ((job, hw), jid) in enumerate(zip(rows, ids, strict=True)):
             r = resolved[k]
             t1 = twins[k][0].batch_size / base.samples_per_s[n + k]
-            point = _point(r, job.batch_size / base.samples_per_s[k], t1, syncs[k])
+            point = _point(r, job.batch_size / base.samples_per_s[k], t1, syncs[k], is_llm_job(job))
             st = self._jobs.get(self._key_of(job, hw, jid))
             corr, weight, std = self._correction(r, point, st)
             s = base.samples_per_s[k] * math.exp(corr)
@@ -499,6 +490,47 @@ class OnlineCorrector:
         return Predictions(
             out["s"], out["i"], out["lo"], out["hi"], out["ilo"], out["ihi"], list(base.low_confidence[:n])
         )
+
+
+def _gauss_newton(
+    rows: Sequence[tuple[int, float, float, float, float]],
+    ridge: Sequence[float],
+    centre: Sequence[float],
+    phi: list[float],
+    frozen: Sequence[int] = (),
+) -> list[float]:
+    """Ridge least squares of ``log(a x xa + m x xm + k x xk)`` over weighted ``rows`` (model column,
+    weight, xa, xm, xk) by Gauss-Newton: ``phi`` = [log A, d per model, log m, k] (``a = exp(log A + d)``
+    of the row's model), pulled to ``centre`` by ``ridge``; the ``frozen`` unknowns keep their values and
+    ``k`` stays >= 0. Steps are clipped to 1 per unknown; 20 iterations at most."""
+    n = len(phi)
+    for _ in range(20):
+        jtj = [[ridge[i] if i == j else 0.0 for j in range(n)] for i in range(n)]
+        jtr = [-ridge[i] * (phi[i] - centre[i]) for i in range(n)]
+        m = math.exp(phi[n - 2])
+        for col, cw, xa, xm, xk in rows:
+            ca, cm, ck = math.exp(phi[0] + phi[col]) * xa, m * xm, phi[n - 1] * xk
+            total = ca + cm + ck
+            if total <= 1e-6:
+                continue
+            grad = ((0, ca / total), (col, ca / total), (n - 2, cm / total), (n - 1, xk / total))
+            f = math.log(total)
+            for i, gi in grad:
+                jtr[i] -= cw * gi * f
+                for j, gj in grad:
+                    jtj[i][j] += cw * gi * gj
+        for i in frozen:  # a frozen unknown: its row says "no step"
+            jtj[i] = [1.0 if j == i else 0.0 for j in range(n)]
+            jtr[i] = 0.0
+            for j in range(n):
+                if j != i:
+                    jtj[j][i] = 0.0
+        step = _solve(jtj, jtr)
+        phi = [v + max(-1.0, min(1.0, d)) for v, d in zip(phi, step, strict=True)]
+        phi[n - 1] = max(0.0, phi[n - 1])
+        if max(abs(d) for d in step) < 1e-7:
+            break
+    return phi
 
 
 def _solve(a: list[list[float]], b: list[float]) -> tuple[float, ...]:

@@ -45,7 +45,7 @@ from perfmodel.measurements import SHIPPABLE, Measurement, merge, read_shared_ti
 from perfmodel.predictor import MODEL_FILE, Forest, LearnedModel, ModelMeta, Predictor
 from perfmodel.public import read_public, shippable
 from perfmodel.truth import TABLE_NAME
-from perfmodel.zoo import Family
+from perfmodel.zoo import Family, llm_arch
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +99,11 @@ class TrainReport:
 
 
 def _job_of(m: Measurement) -> JobFeatures:
-    """The job side of a measurement's question: an LLM row (one with a sequence length) as the
-    ``LLMJobFeatures`` a user would submit (its sequence length and sharding), the others as they are."""
-    if m.seq_len > 0:
+    """The job side of a measurement's question: a zoo LLM's row (which ``Predictor.predict`` answers
+    with perfmodel.llm) as the ``LLMJobFeatures`` a user would submit, with its sequence length and
+    sharding (the tables give no micro-batch or activation checkpointing: perfmodel.llm's defaults); the
+    others as they are (LLM rows of models outside the zoo stay with the learned model, as before)."""
+    if m.seq_len > 0 and llm_arch(m.model) is not None:
         return LLMJobFeatures(
             m.model,
             m.dataset,
@@ -120,7 +122,7 @@ def _job_of(m: Measurement) -> JobFeatures:
 
 def rows_of(measurements: Sequence[Measurement]) -> list[tuple[JobFeatures, HardwareFeatures]]:
     """The (job, placement) question each measurement answers (its precision, stack and exact product;
-    for an LLM row also its sequence length and sharding)."""
+    for a zoo LLM's row also its sequence length and sharding)."""
     return [
         (
             _job_of(m),
