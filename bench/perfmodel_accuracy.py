@@ -22,7 +22,11 @@ measured anchors);
 predicting log time directly; ``spec-ratio`` = the nearest measured configuration of the same model (any
 GPU, same precision where there is one) scaled linearly in GPU count and by the GPUs' peak FLOP/s (at
 the job's precision) and memory-bandwidth ratios (Habitat-style; it cannot predict a model it never
-saw). Errors are relative errors of throughput: MRE = mean, p50 median.
+saw). Errors are relative errors of throughput: MRE = mean, p50 median. Rows of zoo LLMs
+are asked as the LLM jobs a user submits (``LLMJobFeatures`` with their sequence length and sharding;
+``train.rows_of``; no micro-batch or activation checkpointing, which the tables do not give), and
+``Predictor.predict`` answers them with ``perfmodel.llm``: every split also prints the learned-model
+rows and the perfmodel.llm rows apart.
 
 Run: ``nice python bench/perfmodel_accuracy.py [--shared ../shared/throughput] [--quick]
 [--splits random,logo-gen,lomo]``.
@@ -43,6 +47,7 @@ import numpy as np
 from perfmodel.anchor import Anchors
 from perfmodel.features import design_of, resolve
 from perfmodel.gpus import spec_ratio
+from perfmodel.llm import is_llm_job
 from perfmodel.measurements import Measurement
 from perfmodel.online import OnlineCorrector
 from perfmodel.predictor import MeasuredInNode
@@ -51,6 +56,8 @@ from perfmodel.train import DEFAULT_ROUNDS, fit, fit_forest, fit_physics, rows_o
 ROOT = Path(__file__).resolve().parents[1]
 # ``--anchors``: serve 'ours' with the measured anchors (``Predictor.load(anchors=True)``).
 ANCHORS = False
+# The online correction's per-GPU-type level: the default first, then the same-run baselines.
+ONLINE_TRENDS = ("structural", "split")
 
 Idx = np.ndarray
 Method = Callable[["Data", Idx], Callable[[Idx], np.ndarray]]
@@ -66,6 +73,8 @@ class Data:
         self.arch = np.asarray([r.spec.architecture for r in self.resolved])
         self.source = np.asarray([m.source.split("+")[0] for m in ms])
         self.model = np.asarray([m.model for m in ms])
+        # Rows ``Predictor.predict`` hands to perfmodel.llm (LLM jobs: their sequence length and sharding).
+        self.llm = np.asarray([is_llm_job(j) for j, _ in self.rows])
 
 
 def rel_err(pred_t: np.ndarray, true_t: np.ndarray) -> np.ndarray:
@@ -188,6 +197,12 @@ def run_split(
             f"    source {src:<19} n={int(k.sum()):<6}"
             + "  ".join(f"{summarise(out[m]['all'][k]):>20}" for m in methods)
         )
+    for label, want in (("learned-model rows", False), ("perfmodel.llm rows", True)):
+        k = d.llm[allt] == want
+        print(
+            f"    {label:<26} n={int(k.sum()):<6}"
+            + "  ".join(f"{summarise(out[m]['all'][k]):>20}" for m in methods)
+        )
     return out
 
 
@@ -199,9 +214,9 @@ def logo_generation(d: Data, methods: Sequence[str], ks: Sequence[int]) -> None:
         run_split(f"leave-one-generation-out: {arch}", d, [(arch, train, test)], methods)
         ours = fit_ours(d, train)
         p = ours.predictor  # type: ignore[attr-defined]
-        for k in ks:
+        for k, trend in ((k, t) for k in ks for t in ONLINE_TRENDS):
             rng = np.random.default_rng(0)
-            corr = OnlineCorrector(p)
+            corr = OnlineCorrector(p, trend=trend)
             groups: dict[tuple[str, str, str, str], list[int]] = defaultdict(list)
             for i in test:
                 m = d.ms[i]
@@ -218,7 +233,8 @@ def logo_generation(d: Data, methods: Sequence[str], ks: Sequence[int]) -> None:
             cold = rel_err(ours(rest), d.t_true[rest])
             spec = rel_err(fit_spec_ratio(d, np.asarray(sorted(observed)))(rest), d.t_true[rest])
             print(
-                f"  {arch} + {k} observed per (model, GPU type): n={rest.size:<5} ours {summarise(e)}"
+                f"  {arch} + {k} observed per (model, GPU type), online trend {trend}: n={rest.size:<5}"
+                f" ours {summarise(e)}"
                 f"   cold on the same rows {summarise(cold)}   spec-ratio from the observed {summarise(spec)}"
             )
             for src in sorted(set(d.source[rest].tolist())):

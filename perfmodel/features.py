@@ -63,6 +63,12 @@ INTERCONNECTS = ("nvlink", "pcie")
 
 _SYNC_EFFICIENCY = 0.7
 _RING_STEP_LATENCY_S = 50e-6
+# Floor of a multi-GPU iteration (``Design.sync_floor``): the ring all-reduce of the gradients at the slowest
+# link's full line rate, times this share. Data parallelism can hide the all-reduce behind the backward
+# pass but cannot move the bytes faster than the link, so an iteration never takes less; the share (1/2)
+# leaves room for 16-bit gradient all-reduce in tuned code and for node networks labelled per NIC where
+# the node has several (the measured tables' fastest multi-node row reaches 0.53 of the floor at 1).
+SYNC_FLOOR_SHARE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -598,7 +604,8 @@ class Design:
 
     ``x_single`` are the features of the same job on one GPU at the same per-GPU batch; ``x`` those of
     the real placement; ``compute``/``sync`` the scaling model's times; ``link_class`` the slowest link
-    (``LINK_*``); ``num_gpus`` the GPU counts.
+    (``LINK_*``); ``num_gpus`` the GPU counts; ``sync_floor`` the least time an iteration can take for its
+    gradient all-reduce (``SYNC_FLOOR_SHARE`` x the ring at the slowest link's line rate; 0 on one GPU).
     """
 
     x: FloatArray
@@ -607,6 +614,7 @@ class Design:
     sync: FloatArray
     link_class: FloatArray
     num_gpus: FloatArray
+    sync_floor: FloatArray
 
     def take(self, index: npt.NDArray[np.int64] | npt.NDArray[np.bool_]) -> Design:
         """The rows at ``index`` (integer positions or a boolean mask)."""
@@ -617,6 +625,7 @@ class Design:
             self.sync[index],
             self.link_class[index],
             self.num_gpus[index],
+            self.sync_floor[index],
         )
 
 
@@ -637,7 +646,12 @@ def design_of_nums(m: FloatArray, phys: Physics = DEFAULT_PHYSICS) -> Design:
     single[:, _NODES] = 1.0
     single[:, _GPN] = 1.0
     both, compute, sync = _features(np.concatenate((m, single)), phys)
-    return Design(both[:k], both[k:], compute[:k], sync[:k], m[:, _LCLASS].copy(), m[:, _N].copy())
+    n = m[:, _N]
+    # Gradient bytes at the floor: 4 for fp32/tf32 jobs, 2 for 16-bit and amp ones (amp keeps fp32
+    # gradients in plain PyTorch, but tuned code all-reduces them in 16 bits: the floor takes the lesser).
+    grad_bytes = np.where(m[:, _BYTES] >= 1.0, 4.0, 2.0)
+    floor = SYNC_FLOOR_SHARE * 2.0 * (n - 1.0) / n * grad_bytes * m[:, _P] / (m[:, _LINK] * 1e9)
+    return Design(both[:k], both[k:], compute[:k], sync[:k], m[:, _LCLASS].copy(), n.copy(), floor)
 
 
 def feature_vector(r: Resolved, phys: Physics = DEFAULT_PHYSICS) -> list[float]:

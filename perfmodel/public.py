@@ -3,8 +3,9 @@
 Five sources, each a gzipped TSV extracted from a public repository (see that directory's README):
 
 - ``nvidia_dle``: NVIDIA DeepLearningExamples READMEs, "Training performance results" tables (DGX-1 /
-  DGX-2 V100, DGX A100 40/80 GB; FP32 or TF32 and mixed precision). Only tables that state the per-GPU
-  batch and report samples (images, sequences, ratings) per second are read, for the models below.
+  DGX-2 V100, DGX A100 40/80 GB; FP32 or TF32 and mixed precision; a column named FP32 on an A100 is
+  TF32, as NVIDIA's containers run FP32 maths there, and is labelled ``tf32``). Only tables that state
+  the per-GPU batch and report samples (images, sequences, ratings) per second are read, for the models below.
   Licence per directory (the repository has no root licence): the nearest LICENSE above the README.
 - ``mlperf``: MLCommons Training results v3.0-v5.0, ResNet-50 and BERT-large on NVIDIA GPUs, the median
   ``tracked_stats.throughput`` of result_0 (samples/s of the whole system) at the submission's global
@@ -123,18 +124,24 @@ def _dle_licence(readme: str) -> str:
 
 
 def _dle_gpu(heading: str) -> tuple[str, str, float] | None:
-    """(GPU type, product, network Gb/s per GPU) of a DGX named in a heading, or None."""
+    """(GPU type, product, node network Gb/s) of a DGX named in a heading, or None. The network is the
+    node's compute fabric, one InfiniBand adapter per GPU pair or GPU: DGX A100 8 x 200 Gb/s HDR, DGX H100
+    8 x 400 Gb/s NDR, DGX-2 8 x 100 Gb/s EDR, DGX-1 4 x 100 Gb/s EDR (NVIDIA's DGX datasheets)."""
     h = heading.upper()
     mem = re.search(r"(\d+)\s*G", h.split("DGX", 1)[-1])
     if "A100" in h:
-        return ("A100", "A100-SXM4-80GB" if mem and mem.group(1) == "80" else "A100-SXM4-40GB", 200.0)
+        return ("A100", "A100-SXM4-80GB" if mem and mem.group(1) == "80" else "A100-SXM4-40GB", 1600.0)
     if "H100" in h:
-        return ("H100", "H100-80GB-HBM3", 400.0)
+        return ("H100", "H100-80GB-HBM3", 3200.0)
     if "DGX-2" in h:
-        return ("V100", "V100-SXM3-32GB", 100.0)
+        return ("V100", "V100-SXM3-32GB", 800.0)
     if "V100" in h or "DGX-1" in h:
-        return ("V100", "V100-SXM2-32GB" if mem and mem.group(1) == "32" else "V100-SXM2-16GB", 100.0)
+        return ("V100", "V100-SXM2-32GB" if mem and mem.group(1) == "32" else "V100-SXM2-16GB", 400.0)
     return None
+
+
+# GPU types of DeepLearningExamples' tables whose FP32 columns really ran on FP32 CUDA cores.
+_PRE_AMPERE = frozenset({"V100", "P100", "T4", "K80"})
 
 
 def _precision_of(header: str) -> str | None:
@@ -204,6 +211,10 @@ def parse_dle(rows: Iterable[dict[str, str]]) -> list[Measurement]:
             if not hl.startswith("throughput") or "speedup" in hl or "tok" in hl or "mels" in hl:
                 continue
             prec = _precision_of(h)
+            if prec == "fp32" and gpu[0] not in _PRE_AMPERE:
+                # NVIDIA's containers run FP32 maths in TF32 on Ampere and newer (its tables name the
+                # column TF32 in most READMEs, FP32 in a few): tensor cores, the ``tf32`` precision.
+                prec = "tf32"
             value = _number(cells[i]) if i < len(cells) else None
             if prec is None or value is None or value <= 0:
                 continue
@@ -293,6 +304,28 @@ def _mlperf_gpu(accelerator: str) -> tuple[str, str] | None:
     return None
 
 
+_NIC_RATE = re.compile(r"(\d+(?:\.\d+)?)\s*Gb(?:ps|E|\s*/\s*s(?:ec)?)?\b", re.I)
+_NIC_COUNT = re.compile(r"(\d+)\s*x\s*(?=[A-Za-z])", re.I)
+
+
+def mlperf_network_gbps(text: str) -> float:
+    """A node's network for the GPUs' traffic in Gb/s from an MLPerf ``host_networking`` text: count x
+    rate of the adapters named for compute ("Storage: 2x ... 400Gb/s, Compute: 8x ConnectX-7 IB NDR
+    400Gb/s" -> 3200), else the largest count x rate among the adapters not named for storage or
+    management; 200 where the text names no rate in Gb/s (GB/s figures are PCIe buses, not networks)."""
+    parts = [p for p in re.split(r"[,;+]| and ", text) if p.strip()]
+    compute = [p for p in parts if "compute" in p.lower()]
+    rest = [p for p in parts if not re.search(r"storage|management", p, re.I)]
+    best = 0.0
+    for part in compute or rest:
+        rate = [m for m in _NIC_RATE.finditer(part) if "GB" not in m.group(0)]
+        if not rate:
+            continue
+        count = _NIC_COUNT.search(part[: rate[0].start()])
+        best = max(best, float(count.group(1) if count else 1) * float(rate[0].group(1)))
+    return best or 200.0
+
+
 def parse_mlperf(rows: Iterable[dict[str, str]]) -> list[Measurement]:
     """MLPerf Training index rows -> measurements (ResNet-50 and BERT on NVIDIA GPUs with a throughput)."""
     out: list[Measurement] = []
@@ -311,7 +344,7 @@ def parse_mlperf(rows: Iterable[dict[str, str]]) -> list[Measurement]:
         n = nodes * per
         text = f"{r['interconnect']} {r['accelerator']}".upper()
         nvlink = "NVLINK" in text or "SXM" in text or gpu[0] in ("B200", "GB200")
-        net = _number(re.sub(r"^\D*", "", r.get("host_networking", "") or "")) or 200.0
+        net = mlperf_network_gbps(r.get("host_networking", "") or "")
         rnd = r["round"]
         out.append(
             Measurement(
@@ -355,10 +388,12 @@ _MPT: dict[str, tuple[int, int]] = {
     "30b": (48, 7168),
     "70b": (80, 8192),
 }
+# (GPU type, product, node network Gb/s): the table does not say; assumed one 200 (A100) or 400 (H100)
+# Gb/s adapter per GPU, as on the DGX-class 8-GPU nodes it names.
 _FOUNDRY_GPUS = {
-    "h100_80gb": ("H100", "H100-80GB-HBM3", 400.0),
-    "a100_80gb": ("A100", "A100-SXM4-80GB", 200.0),
-    "a100_40gb": ("A100", "A100-SXM4-40GB", 200.0),
+    "h100_80gb": ("H100", "H100-80GB-HBM3", 3200.0),
+    "a100_80gb": ("A100", "A100-SXM4-80GB", 1600.0),
+    "a100_40gb": ("A100", "A100-SXM4-40GB", 1600.0),
 }
 _LLM_VOCAB = 50368  # MPT's padded vocabulary
 

@@ -40,11 +40,12 @@ from perfmodel.features import (
     design_of,
     resolve,
 )
+from perfmodel.llm import LLMJobFeatures
 from perfmodel.measurements import SHIPPABLE, Measurement, merge, read_shared_tidy, write_table
 from perfmodel.predictor import MODEL_FILE, Forest, LearnedModel, ModelMeta, Predictor
 from perfmodel.public import read_public, shippable
 from perfmodel.truth import TABLE_NAME
-from perfmodel.zoo import Family
+from perfmodel.zoo import Family, llm_arch
 
 log = logging.getLogger(__name__)
 
@@ -97,19 +98,34 @@ class TrainReport:
     q_high: float
 
 
+def _job_of(m: Measurement) -> JobFeatures:
+    """The job side of a measurement's question: a zoo LLM's row (which ``Predictor.predict`` answers
+    with perfmodel.llm) as the ``LLMJobFeatures`` a user would submit, with its sequence length and
+    sharding (the tables give no micro-batch or activation checkpointing: perfmodel.llm's defaults); the
+    others as they are (LLM rows of models outside the zoo stay with the learned model, as before)."""
+    if m.seq_len > 0 and llm_arch(m.model) is not None:
+        return LLMJobFeatures(
+            m.model,
+            m.dataset,
+            m.batch_size,
+            m.precision,
+            m.params or None,
+            m.flops_per_sample or None,
+            m.stack,
+            sequence_length=m.seq_len,
+            sharding=m.sharding,
+        )
+    return JobFeatures(
+        m.model, m.dataset, m.batch_size, m.precision, m.params or None, m.flops_per_sample or None, m.stack
+    )
+
+
 def rows_of(measurements: Sequence[Measurement]) -> list[tuple[JobFeatures, HardwareFeatures]]:
-    """The (job, placement) question each measurement answers (its precision, stack and exact product)."""
+    """The (job, placement) question each measurement answers (its precision, stack and exact product;
+    for a zoo LLM's row also its sequence length and sharding)."""
     return [
         (
-            JobFeatures(
-                m.model,
-                m.dataset,
-                m.batch_size,
-                m.precision,
-                m.params or None,
-                m.flops_per_sample or None,
-                m.stack,
-            ),
+            _job_of(m),
             HardwareFeatures(
                 m.gpu_product or m.gpu_type,
                 m.num_gpus,

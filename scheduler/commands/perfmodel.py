@@ -249,176 +249,214 @@ def _predict_file(corrector: OnlineCorrector, path: Path, as_json: bool) -> None
         typer.echo(f"perfsched predict: {errors} of {len(rows)} rows could not be predicted", err=True)
 
 
+def _flag_row(**flags: Any) -> dict[str, str]:
+    """The flags of one ``perfsched predict`` question as a CSV-style row (the columns ``_parse`` reads)."""
+
+    def text(value: Any) -> str:
+        return "" if value is None else str(value)
+
+    row = {k: text(v) for k, v in flags.items()}
+    row["activation_checkpointing"] = "true" if flags.get("activation_checkpointing") else ""
+    return row
+
+
+def _llm_fields(llm_plan: Any, p: Predictions) -> dict[str, Any]:
+    """An LLM job's plan (sequence, sharding, accumulation, FLOPs) and its tokens/s; {} for other jobs."""
+    if llm_plan is None:
+        return {}
+    return {
+        "sequence_length": llm_plan.sequence_length,
+        "sharding": str(llm_plan.sharding),
+        "micro_batch": llm_plan.micro_batch,
+        "grad_accumulation": llm_plan.grad_accumulation,
+        "data_parallel": llm_plan.data_parallel,
+        "activation_checkpointing": llm_plan.activation_checkpointing,
+        "params": llm_plan.params_total,
+        "flops_per_token": llm_plan.flops_per_token,
+        "pred_tokens_per_s": p.samples_per_s[0] * llm_plan.sequence_length,
+    }
+
+
+def _predict_one(corrector: OnlineCorrector, row: dict[str, str]) -> tuple[dict[str, Any], Any, Any]:
+    """One question from flags: (the JSON result, the resolved row, the LLM plan or None);
+    ``ConfigError`` naming the flag on bad input."""
+    from perfmodel.errors import PerfModelError
+    from perfmodel.features import resolve
+    from perfmodel.llm import is_llm_job, plan
+
+    try:
+        job, hw = _parse(row)
+        llm_plan = plan(job, hw) if is_llm_job(job) else None
+        r = resolve(job, hw)
+        p = corrector.predict([(job, hw)])
+        memory = _memory(job, hw)
+    except PerfModelError as exc:
+        raise ConfigError(_as_flag_message(str(exc))) from exc
+    result = {
+        "model": r.model,
+        "dataset": r.dataset,
+        "batch_size": r.batch_size,
+        "per_gpu_batch": r.local_batch,
+        "precision": r.precision,
+        "gpu_product": row["gpu_product"],
+        "gpu_type": r.spec.gpu_type,
+        "gpus": r.num_gpus,
+        "gpus_per_node": r.gpus_per_node,
+        "nodes": r.num_nodes,
+        "interconnect": r.interconnect,
+        "network_gbps": r.network_gbps,
+        **_llm_fields(llm_plan, p),
+        **_result_dict(p, 0),
+        **memory,
+    }
+    return result, r, llm_plan
+
+
+def _echo_text(result: dict[str, Any], r: Any, llm_plan: Any) -> None:
+    """``perfsched predict``'s answer in words (``result`` from ``_predict_one``)."""
+    where = f"{r.num_gpus} x {r.spec.gpu_type} ({result['gpu_product']})"
+    nodes = f"{r.num_nodes} node{'s' if r.num_nodes > 1 else ''}"
+    typer.echo(
+        f"{r.model} on {r.dataset or 'its default dataset'}, global batch {r.batch_size} "
+        f"({r.local_batch:g} per GPU), {r.precision}"
+    )
+    typer.echo(
+        f"placement: {where}, {nodes} x {r.gpus_per_node} GPUs, {r.interconnect}, {r.network_gbps:g} Gb/s"
+    )
+    s, lo, hi = (
+        result["pred_samples_per_s"],
+        result["pred_samples_per_s_low"],
+        result["pred_samples_per_s_high"],
+    )
+    typer.echo(f"predicted: {s:.1f} samples/s (80% interval {lo:.1f} - {hi:.1f})")
+    it, ilo, ihi = result["pred_iters_per_s"], result["pred_iters_per_s_low"], result["pred_iters_per_s_high"]
+    typer.echo(f"           {it:.3f} iterations/s ({ilo:.3f} - {ihi:.3f})")
+    if llm_plan is not None:
+        typer.echo(
+            f"LLM: sequence {llm_plan.sequence_length}, {llm_plan.sharding}, micro-batch "
+            f"{llm_plan.micro_batch} x {llm_plan.grad_accumulation} accumulation steps: "
+            f"{result['pred_tokens_per_s']:.0f} tokens/s"
+        )
+    typer.echo(f"memory: {result['memory_message']}")
+    if result["low_confidence"]:
+        typer.echo("note: low confidence (model or GPU not in the catalogue)")
+
+
+# The precisions the predictor takes (``perfmodel.gpus.PRECISIONS``; a test checks the two agree).
+PRECISION_HELP = (
+    "fp32 | tf32 | amp | fp16 | bf16 | fp8. fp32 runs matrix maths on FP32 cores except convolutions, "
+    "which PyTorch runs in TF32 on Ampere and newer; tf32 = TF32 tensor cores everywhere; amp = fp16 "
+    "autocast; fp8 = Transformer Engine FP8."
+)
+
+
+def predict(
+    model: str = typer.Option("", "--model", help="Zoo model name (resnet50, bert, gpt2, ...)."),
+    params: float = typer.Option(None, "--params", help="Parameter count (replaces a zoo model)."),
+    flops_per_sample: float = typer.Option(
+        None, "--flops-per-sample", help="Training FLOPs per sample (with --params)."
+    ),
+    dataset: str = typer.Option("", "--dataset", help="Dataset (cifar10, imagenet, squad, ...)."),
+    batch_size: int = typer.Option(None, "--batch-size", help="Global batch size (all GPUs)."),
+    gpu_product: str = typer.Option(
+        "", "--gpu-product", help="nvidia.com/gpu.product value (or canonical GPU type, e.g. A100)."
+    ),
+    gpus: int = typer.Option(1, "--gpus", help="Number of GPUs."),
+    gpus_per_node: int = typer.Option(None, "--gpus-per-node", help="GPUs per node [default: --gpus]."),
+    interconnect: str = typer.Option(
+        "", "--interconnect", help="nvlink | pcie inside a node [default: nvlink where the GPU has it]."
+    ),
+    network_gbps: float = typer.Option(100.0, "--network-gbps", help="Network between nodes, Gb/s."),
+    precision: str = typer.Option("fp32", "--precision", help=PRECISION_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    input_csv: str = typer.Option(
+        None, "--input", help="CSV of rows to predict (columns named like the flags)."
+    ),
+    observed: str = typer.Option(
+        None, "--observed", help="CSV of observed runs (flag columns + observed_samples_per_s)."
+    ),
+    sequence_length: int = typer.Option(
+        None, "--sequence-length", help="LLM: tokens per sample [default: the zoo model's]."
+    ),
+    sharding: str = typer.Option(
+        "", "--sharding", help="LLM: ddp | fsdp (zero3) | tp<N>xpp<M>[xcp<K>] [default: fsdp]."
+    ),
+    micro_batch: int = typer.Option(
+        None, "--micro-batch", help="LLM: sequences per GPU per forward [default: no accumulation]."
+    ),
+    activation_checkpointing: bool = typer.Option(
+        False, "--activation-checkpointing", help="LLM: recompute activations in the backward pass."
+    ),
+) -> None:
+    """Predict training throughput (samples/s, iterations/s and an ~80% interval) of a job placement,
+    and its peak memory per GPU (``memory_gib_per_gpu``, ``fits``)."""
+    corrector = _load_corrector(Path(observed) if observed else None)
+    if input_csv:
+        _predict_file(corrector, Path(input_csv), as_json)
+        return
+    row = _flag_row(
+        model=model,
+        dataset=dataset,
+        batch_size=batch_size,
+        gpu_product=gpu_product,
+        gpus=gpus,
+        gpus_per_node=gpus_per_node,
+        interconnect=interconnect,
+        network_gbps=network_gbps,
+        precision=precision,
+        params=params,
+        flops_per_sample=flops_per_sample,
+        sequence_length=sequence_length,
+        sharding=sharding,
+        micro_batch=micro_batch,
+        activation_checkpointing=activation_checkpointing,
+    )
+    result, r, llm_plan = _predict_one(corrector, row)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    _echo_text(result, r, llm_plan)
+
+
+def train(
+    shared_dir: str = typer.Option(
+        "../shared/throughput",
+        "--shared-dir",
+        help="Directory with throughput_isolated_tidy.csv.gz.",
+    ),
+    out_dir: str = typer.Option(
+        None,
+        "--out-dir",
+        help="Where to write predictor.json and measurements.csv.gz [default: the package].",
+    ),
+    seed: int = typer.Option(0, "--seed", help="Random seed (same seed and data give the same model)."),
+    threads: int = typer.Option(1, "--threads", help="XGBoost threads (1 = reproducible bytes)."),
+) -> None:
+    """Retrain the shipped predictor from the measured tables (permissively licensed sources only)."""
+    from perfmodel.errors import PerfModelError
+    from perfmodel.train import train as run_train
+
+    if threads <= 0:
+        raise ConfigError(f"--threads must be > 0, got {threads}")
+    if not (Path(shared_dir) / "throughput_isolated_tidy.csv.gz").is_file():
+        raise ConfigError(f"--shared-dir {shared_dir}: throughput_isolated_tidy.csv.gz not found there")
+    try:
+        report = run_train(Path(shared_dir), Path(out_dir) if out_dir else None, seed=seed, nthread=threads)
+    except PerfModelError as exc:
+        raise ConfigError(str(exc)) from exc
+    typer.echo(
+        f"trained on {report.rows} configurations; out-of-fold MRE {100 * report.oof_mre:.1f}%, "
+        f"interval ratios {math.exp(report.q_low):.3f}..{math.exp(report.q_high):.3f}"
+    )
+    typer.echo(f"wrote {report.model_path} and {report.table_path}")
+    sys.stdout.flush()
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("predict")
-    def predict(
-        model: str = typer.Option("", "--model", help="Zoo model name (resnet50, bert, gpt2, ...)."),
-        params: float = typer.Option(None, "--params", help="Parameter count (replaces a zoo model)."),
-        flops_per_sample: float = typer.Option(
-            None, "--flops-per-sample", help="Training FLOPs per sample (with --params)."
-        ),
-        dataset: str = typer.Option("", "--dataset", help="Dataset (cifar10, imagenet, squad, ...)."),
-        batch_size: int = typer.Option(None, "--batch-size", help="Global batch size (all GPUs)."),
-        gpu_product: str = typer.Option(
-            "", "--gpu-product", help="nvidia.com/gpu.product value (or canonical GPU type, e.g. A100)."
-        ),
-        gpus: int = typer.Option(1, "--gpus", help="Number of GPUs."),
-        gpus_per_node: int = typer.Option(None, "--gpus-per-node", help="GPUs per node [default: --gpus]."),
-        interconnect: str = typer.Option(
-            "", "--interconnect", help="nvlink | pcie inside a node [default: nvlink where the GPU has it]."
-        ),
-        network_gbps: float = typer.Option(100.0, "--network-gbps", help="Network between nodes, Gb/s."),
-        precision: str = typer.Option("fp32", "--precision", help="fp32 | amp | fp16 | bf16."),
-        as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-        input_csv: str = typer.Option(
-            None, "--input", help="CSV of rows to predict (columns named like the flags)."
-        ),
-        observed: str = typer.Option(
-            None, "--observed", help="CSV of observed runs (flag columns + observed_samples_per_s)."
-        ),
-        sequence_length: int = typer.Option(
-            None, "--sequence-length", help="LLM: tokens per sample [default: the zoo model's]."
-        ),
-        sharding: str = typer.Option(
-            "", "--sharding", help="LLM: ddp | fsdp (zero3) | tp<N>xpp<M>[xcp<K>] [default: fsdp]."
-        ),
-        micro_batch: int = typer.Option(
-            None, "--micro-batch", help="LLM: sequences per GPU per forward [default: no accumulation]."
-        ),
-        activation_checkpointing: bool = typer.Option(
-            False, "--activation-checkpointing", help="LLM: recompute activations in the backward pass."
-        ),
-    ) -> None:
-        """Predict training throughput (samples/s, iterations/s and an ~80% interval) of a job placement,
-        and its peak memory per GPU (``memory_gib_per_gpu``, ``fits``)."""
-        from perfmodel.errors import PerfModelError
-        from perfmodel.features import resolve
-        from perfmodel.llm import is_llm_job, plan
-
-        corrector = _load_corrector(Path(observed) if observed else None)
-        if input_csv:
-            _predict_file(corrector, Path(input_csv), as_json)
-            return
-        row = {
-            "model": model,
-            "dataset": dataset,
-            "batch_size": "" if batch_size is None else str(batch_size),
-            "gpu_product": gpu_product,
-            "gpus": str(gpus),
-            "gpus_per_node": "" if gpus_per_node is None else str(gpus_per_node),
-            "interconnect": interconnect,
-            "network_gbps": str(network_gbps),
-            "precision": precision,
-            "params": "" if params is None else str(params),
-            "flops_per_sample": "" if flops_per_sample is None else str(flops_per_sample),
-            "sequence_length": "" if sequence_length is None else str(sequence_length),
-            "sharding": sharding,
-            "micro_batch": "" if micro_batch is None else str(micro_batch),
-            "activation_checkpointing": "true" if activation_checkpointing else "",
-        }
-        try:
-            job, hw = _parse(row)
-            llm_plan = plan(job, hw) if is_llm_job(job) else None
-            r = resolve(job, hw)
-            p = corrector.predict([(job, hw)])
-            memory = _memory(job, hw)
-        except PerfModelError as exc:
-            raise ConfigError(_as_flag_message(str(exc))) from exc
-        llm_fields: dict[str, Any] = {}
-        if llm_plan is not None:
-            llm_fields = {
-                "sequence_length": llm_plan.sequence_length,
-                "sharding": str(llm_plan.sharding),
-                "micro_batch": llm_plan.micro_batch,
-                "grad_accumulation": llm_plan.grad_accumulation,
-                "data_parallel": llm_plan.data_parallel,
-                "activation_checkpointing": llm_plan.activation_checkpointing,
-                "params": llm_plan.params_total,
-                "flops_per_token": llm_plan.flops_per_token,
-                "pred_tokens_per_s": p.samples_per_s[0] * llm_plan.sequence_length,
-            }
-        result = {
-            "model": r.model,
-            "dataset": r.dataset,
-            "batch_size": r.batch_size,
-            "per_gpu_batch": r.local_batch,
-            "precision": r.precision,
-            "gpu_product": gpu_product,
-            "gpu_type": r.spec.gpu_type,
-            "gpus": r.num_gpus,
-            "gpus_per_node": r.gpus_per_node,
-            "nodes": r.num_nodes,
-            "interconnect": r.interconnect,
-            "network_gbps": r.network_gbps,
-            **llm_fields,
-            **_result_dict(p, 0),
-            **memory,
-        }
-        if as_json:
-            typer.echo(json.dumps(result, indent=2))
-            return
-        where = f"{r.num_gpus} x {r.spec.gpu_type} ({gpu_product})"
-        nodes = f"{r.num_nodes} node{'s' if r.num_nodes > 1 else ''}"
-        typer.echo(
-            f"{r.model} on {r.dataset or 'its default dataset'}, global batch {r.batch_size} "
-            f"({r.local_batch:g} per GPU), {r.precision}"
-        )
-        typer.echo(
-            f"placement: {where}, {nodes} x {r.gpus_per_node} GPUs, {r.interconnect}, {r.network_gbps:g} Gb/s"
-        )
-        typer.echo(
-            f"predicted: {p.samples_per_s[0]:.1f} samples/s (80% interval {p.low[0]:.1f} - {p.high[0]:.1f})"
-        )
-        typer.echo(
-            f"           {p.iters_per_s[0]:.3f} iterations/s ({p.iters_low[0]:.3f} - {p.iters_high[0]:.3f})"
-        )
-        if llm_plan is not None:
-            typer.echo(
-                f"LLM: sequence {llm_plan.sequence_length}, {llm_plan.sharding}, micro-batch "
-                f"{llm_plan.micro_batch} x {llm_plan.grad_accumulation} accumulation steps: "
-                f"{llm_fields['pred_tokens_per_s']:.0f} tokens/s"
-            )
-        typer.echo(f"memory: {memory['memory_message']}")
-        if p.low_confidence[0]:
-            typer.echo("note: low confidence (model or GPU not in the catalogue)")
-
+    """Add ``predict`` and ``perfmodel train`` to the CLI."""
+    app.command("predict")(predict)
     perfmodel_app = typer.Typer(
         help="The throughput predictor's shipped model: retrain it.", no_args_is_help=True
     )
     app.add_typer(perfmodel_app, name="perfmodel")
-
-    @perfmodel_app.command("train")
-    def train(
-        shared_dir: str = typer.Option(
-            "../shared/throughput",
-            "--shared-dir",
-            help="Directory with throughput_isolated_tidy.csv.gz.",
-        ),
-        out_dir: str = typer.Option(
-            None,
-            "--out-dir",
-            help="Where to write predictor.json and measurements.csv.gz [default: the package].",
-        ),
-        seed: int = typer.Option(0, "--seed", help="Random seed (same seed and data give the same model)."),
-        threads: int = typer.Option(1, "--threads", help="XGBoost threads (1 = reproducible bytes)."),
-    ) -> None:
-        """Retrain the shipped predictor from the measured tables (permissively licensed sources only)."""
-        from perfmodel.errors import PerfModelError
-        from perfmodel.train import train as run_train
-
-        if threads <= 0:
-            raise ConfigError(f"--threads must be > 0, got {threads}")
-        if not (Path(shared_dir) / "throughput_isolated_tidy.csv.gz").is_file():
-            raise ConfigError(f"--shared-dir {shared_dir}: throughput_isolated_tidy.csv.gz not found there")
-        try:
-            report = run_train(
-                Path(shared_dir), Path(out_dir) if out_dir else None, seed=seed, nthread=threads
-            )
-        except PerfModelError as exc:
-            raise ConfigError(str(exc)) from exc
-        typer.echo(
-            f"trained on {report.rows} configurations; out-of-fold MRE {100 * report.oof_mre:.1f}%, "
-            f"interval ratios {math.exp(report.q_low):.3f}..{math.exp(report.q_high):.3f}"
-        )
-        typer.echo(f"wrote {report.model_path} and {report.table_path}")
-        sys.stdout.flush()
+    perfmodel_app.command("train")(train)

@@ -141,3 +141,33 @@ def test_observed_runs_calibrate_predictions(tmp_path: Path, capsys: pytest.Capt
 def test_train_without_measured_tables_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(["perfmodel", "train", "--shared-dir", str(tmp_path)], capsys)
     assert code == 2 and "throughput_isolated_tidy.csv.gz not found" in err
+
+
+def test_help_lists_every_precision_the_model_takes(capsys: pytest.CaptureFixture[str]) -> None:
+    from perfmodel.gpus import PRECISIONS
+
+    code, out, _ = run(["predict", "--help"], capsys)
+    assert code == 0
+    text = " ".join(out.replace("\u2502", " ").split())  # the help is boxed and wrapped to the width
+    assert " | ".join(PRECISIONS) in text
+
+
+@pytest.mark.parametrize("precision", ["tf32", "fp8"])
+def test_every_listed_precision_is_accepted(precision: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(
+        [
+            "predict",
+            "--model",
+            "bert",
+            "--batch-size",
+            "32",
+            "--gpu-product",
+            "H100",
+            "--precision",
+            precision,
+            "--json",
+        ],
+        capsys,
+    )
+    assert code == 0, err
+    assert json.loads(out)["precision"] == precision

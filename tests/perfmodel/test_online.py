@@ -129,12 +129,6 @@ def _one_gpu_time(predictor: Predictor, job: JobFeatures, hw: HardwareFeatures) 
     return local / predictor.predict([one]).samples_per_s[0]
 
 
-@pytest.mark.xfail(
-    reason="issue 12 retrain: with the fitted-physics model (anchors off) the trend over-corrects BERT "
-    "across nodes (8 GPUs -9%, 2 nodes -40%, 4 nodes -17% against cold -31%, -27%, -8%); the bounds "
-    "below were met by the previous model. Open, see the branch report.",
-    strict=False,
-)
 def test_slow_all_reduce_on_a_gpu_type_carries_to_other_models(predictor: Predictor) -> None:
     # A cluster whose all-reduce is 4x slower than the scaling model's: every job there takes
     #   time = T1 + 4 x S   (T1 = offline 1-GPU time at its per-GPU batch, S = modelled all-reduce time),
@@ -155,14 +149,15 @@ def test_slow_all_reduce_on_a_gpu_type_carries_to_other_models(predictor: Predic
     bert1 = (JobFeatures("bert", "squad", 32), HardwareFeatures("A100", 1, 1))
     c.observe(*bert1, truth(*bert1), job_id="bert-1")
     # (GPUs, nodes, most relative error after the observations); cold errors measured with the shipped
-    # model: -7.5%, +49%, +54% (the offline model over-predicts the multi-node rows by half); the
-    # previous correction (a trend in log GPUs and node span only) left -19% on 8 GPUs of one node.
+    # model: -37%, -36%, -16% (earlier models: -7.5%, +49%, +54%); the trend in log GPUs and node span
+    # only left -19% on 8 GPUs of one node, the descriptor trend ("split") -9%.
+    cold_errors = []
     for n, nodes, bound in ((8, 1, 0.05), (16, 2, 0.20), (32, 4, 0.15)):
         q = (JobFeatures("bert", "squad", 32 * n), HardwareFeatures("A100", n, 8, nodes, network_gbps=25.0))
         got = c.predict([q]).samples_per_s[0]
         assert abs(got / truth(*q) - 1) < bound, (n, nodes, got / truth(*q))
-    cold = predictor.predict([q]).samples_per_s[0]
-    assert cold / truth(*q) - 1 > 0.4  # the 4-node row was far off before
+        cold_errors.append(abs(predictor.predict([q]).samples_per_s[0] / truth(*q) - 1))
+    assert max(cold_errors) > 0.25  # some row was far off before the observations
 
 
 def test_trend_does_not_extrapolate_beyond_what_was_observed(predictor: Predictor) -> None:

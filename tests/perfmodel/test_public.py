@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 
 from perfmodel.measurements import Measurement, read_table, write_table
-from perfmodel.public import parse_dle, parse_llm_foundry, parse_mlperf, parse_neusight, shippable
+from perfmodel.public import (
+    mlperf_network_gbps,
+    parse_dle,
+    parse_llm_foundry,
+    parse_mlperf,
+    parse_neusight,
+    shippable,
+)
 
 _DLE_HEAD = (
     "GPUs | Batch size / GPU | Throughput - TF32 | Throughput  - mixed precision | "
@@ -140,3 +147,41 @@ def test_table_round_trips_provenance_and_reads_tables_written_before_it(tmp_pat
         )
     (row,) = read_table(old)
     assert (row.precision, row.stack, row.licence) == ("fp32", "research", "")
+
+
+@pytest.mark.parametrize(
+    ("text", "gbps"),
+    [
+        # the compute fabric, not the storage adapters named first
+        (
+            "Storage: 2x ConnectX-7 IB NDR 400Gb/s, Compute: 8x ConnectX-7 IB NDR 400Gb/s, "
+            "Management: 100Gb/s",
+            3200,
+        ),
+        ("Management: 1 x 25 Gb / Sec Ethernet, Compute: 1 x ConnectX - 6 IB HDR100 100 Gb / Sec", 100),
+        ("2x ConnectX-6 IB HDR 200Gb/Sec", 400),
+        ("1x Ethernet 80Gb/Sec, 8x NVIDIA NDR (400Gb/s)", 3200),
+        ("8x ConnectX-7 IB NDR 400Gb/s + 200Gb/s Ethernet NIC", 3200),
+        ("Intel XXV710 25Gb/s Ethernet", 25),
+        # GB/s figures are PCIe buses; no rate at all: the default
+        ("ROCE2; Data bandwidth for GPU-PCIe: 504 GB/s; PCIe-NIC: 500 GB/s", 200),
+        ("Infiniband, Ethernet", 200),
+        ("", 200),
+    ],
+)
+def test_mlperf_network_is_the_nodes_compute_fabric(text: str, gbps: float) -> None:
+    assert mlperf_network_gbps(text) == gbps
+
+
+def test_dle_fp32_columns_on_ampere_are_tf32_and_dgx_networks_are_per_node() -> None:
+    rows = [
+        _dle(
+            "PyTorch/Recommendation/NCF/README.md",
+            "NCF > Training performance: NVIDIA DGX A100 (8x A100 40GB)",
+            "8 | 131072 | 110.16M | 142.90M | 1.3 | 4.88 | 4.19",
+        )
+    ]
+    rows[0]["header_cells"] = rows[0]["header_cells"].replace("TF32", "FP32")
+    ms = parse_dle(rows)
+    assert {m.precision for m in ms} == {"tf32", "amp"}
+    assert {m.network_gbps for m in ms} == {1600.0}  # DGX A100: 8 x 200 Gb/s
