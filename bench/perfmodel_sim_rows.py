@@ -26,9 +26,9 @@ from scheduler.core.types import Job, PlacementShape
 from scheduler.oracles.predictor import PredictorOracle
 from scheduler.oracles.table import TableOracle
 from scheduler.sim.cluster import load_cluster_spec
-from scheduler.sim.runner import DEFAULT_TRACE
+from scheduler.sim.simulations import DEFAULT_TRACE
+from scheduler.sim.trace_jobs import WorkloadOptions, build_workload
 from scheduler.sim.traces import load_trace, rescale_load
-from scheduler.sim.workload import WorkloadOptions, build_workload
 
 
 def questions(cluster: str, jobs: int, seed: int) -> list[tuple[Job, PlacementShape]]:
