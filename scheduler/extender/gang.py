@@ -14,6 +14,7 @@ every use), and the oldest plans are dropped past 10,000 gangs.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from itertools import compress
 from operator import ne
 
@@ -101,23 +102,17 @@ class GangPlans:
         for pool in (None, fits):
             for t in types:
                 if pool is None:
-                    result = self._indexes.get(t).place(
-                        replicas=ctx.unplaced,
-                        gpus_per_replica=ctx.gpus,
-                        gpu_type=t,
-                        job=ctx.pod.job,
-                        prefer=ctx.placed or None,
-                    )
+                    place: Callable[..., Allocation | Unschedulable] = self._indexes.get(t).place
                 else:
-                    result = place_gang(
-                        [nodes[n] for n in pool if n in nodes and nodes[n].gpu_type == t],
-                        self._cache.free,
-                        replicas=ctx.unplaced,
-                        gpus_per_replica=ctx.gpus,
-                        gpu_type=t,
-                        job=ctx.pod.job,
-                        prefer=ctx.placed or None,
-                    )
+                    nodes_of_t = [nodes[n] for n in pool if n in nodes and nodes[n].gpu_type == t]
+                    place = partial(place_gang, nodes_of_t, self._cache.free)
+                result = place(
+                    replicas=ctx.unplaced,
+                    gpus_per_replica=ctx.gpus,
+                    gpu_type=t,
+                    job=ctx.pod.job,
+                    prefer=ctx.placed or None,
+                )
                 if isinstance(result, Allocation):
                     if any(map(is_fit, result.nodes)):
                         self._plans[ctx.gang_key] = (result, dict(ctx.placed))

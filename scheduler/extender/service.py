@@ -165,54 +165,62 @@ class ExtenderService:
             return decide(pod_context(self.cache, pod_obj))
 
     # --- verbs --------------------------------------------------------------------------------------
-    def filter(self, body: bytes, start: float) -> Reply:
+    def _answer(
+        self,
+        verb: str,
+        body: bytes,
+        start: float,
+        decide: Callable[[], bytes],
+        fallback: Callable[[str], bytes],
+    ) -> Reply:
+        """``decide()``'s reply; 4xx for a malformed request; for any other error (counted and logged)
+        ``fallback(message)``, a reply kube-scheduler can use."""
         try:
-            args = wire.parse_extender_args(_json(body))
-            outcome = self._decide(args.pod, lambda ctx: self._filter(ctx, args.names, args.node_objects))
+            reply = decide()
         except (BadRequest, wire.WireError, ConfigError) as exc:
-            return self.bad("filter", start, exc)
+            return self.bad(verb, start, exc)
         except Exception as exc:
-            self.failed("filter", exc, body)
-            self.done("filter", start, 200)
-            error = f"perfsched: internal error in filter: {wire.quote(str(exc))}"
-            empty = dict.fromkeys(("Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes"))
-            return 200, orjson.dumps({**empty, "Error": error})
-        self._nodes_in.observe(len(args.names))
-        self._nodes_passed.observe(len(outcome.passed))
-        for reason, n in outcome.categories.items():
-            metrics.EXTENDER_REJECTIONS.labels(reason).inc(n)
-        self.done("filter", start, 200)
-        return 200, _filter_reply(outcome, args)
-
-    def prioritize(self, body: bytes, start: float) -> Reply:
-        try:
-            args = wire.parse_extender_args(_json(body))
-        except (BadRequest, wire.WireError) as exc:
-            return self.bad("prioritize", start, exc)
-        try:
-            keys, scores = self._decide(args.pod, lambda ctx: self._score(ctx, args.names, args.node_objects))
-        except ConfigError as exc:
-            return self.bad("prioritize", start, exc)
-        except Exception as exc:
-            self.failed("prioritize", exc, body)
-            keys, scores = [None] * len(args.names), {None: 0}
-        reply = _host_priority_list(args.names, keys, scores)
-        self.done("prioritize", start, 200)
+            self.failed(verb, exc, body)
+            reply = fallback(f"perfsched: internal error in {verb}: {wire.quote(str(exc))}")
+        self.done(verb, start, 200)
         return 200, reply
 
+    def filter(self, body: bytes, start: float) -> Reply:
+        def decide() -> bytes:
+            args = wire.parse_extender_args(_json(body))
+            outcome = self._decide(args.pod, lambda ctx: self._filter(ctx, args.names, args.node_objects))
+            self._nodes_in.observe(len(args.names))
+            self._nodes_passed.observe(len(outcome.passed))
+            for reason, n in outcome.categories.items():
+                metrics.EXTENDER_REJECTIONS.labels(reason).inc(n)
+            return _filter_reply(outcome, args)
+
+        empty = dict.fromkeys(("Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes"))
+        return self._answer(
+            "filter", body, start, decide, lambda error: orjson.dumps({**empty, "Error": error})
+        )
+
+    def prioritize(self, body: bytes, start: float) -> Reply:
+        names: list[str] = []  # kube-scheduler ignores prioritize errors: neutral scores on a failure
+
+        def decide() -> bytes:
+            args = wire.parse_extender_args(_json(body))
+            names[:] = args.names
+            keys, scores = self._decide(args.pod, lambda ctx: self._score(ctx, args.names, args.node_objects))
+            return _host_priority_list(args.names, keys, scores)
+
+        neutral = lambda _error: _host_priority_list(names, [None] * len(names), {None: 0})  # noqa: E731
+        return self._answer("prioritize", body, start, decide, neutral)
+
     def preempt(self, body: bytes, start: float) -> Reply:
-        try:
+        def decide() -> bytes:
             args = wire.parse_preemption_args(_json(body))
             victims = preempt.candidates(args)
             kept = self._decide(args.Pod, lambda ctx: preempt.keep(self.cache, ctx, victims))
-        except (BadRequest, wire.WireError, ConfigError) as exc:
-            return self.bad("preempt", start, exc)
-        except Exception as exc:
-            self.failed("preempt", exc, body)
-            self.done("preempt", start, 200)
-            return 200, orjson.dumps({"NodeNameToMetaVictims": {}})  # evict nobody on our account
-        self.done("preempt", start, 200)
-        return 200, orjson.dumps(preempt.reply(args, kept))
+            return orjson.dumps(preempt.reply(args, kept))
+
+        # on a failure, evict nobody on our account
+        return self._answer("preempt", body, start, decide, lambda _: b'{"NodeNameToMetaVictims":{}}')
 
     async def bind(self, body: bytes, start: float) -> Reply:
         try:
