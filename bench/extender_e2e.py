@@ -37,16 +37,15 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from kube_scheduler_baseline import NAMESPACE, bench_nodes, pod_body, start_extender  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
 from kubernetes import watch  # noqa: E402
 
-from scheduler.core.types import Interconnect, Node  # noqa: E402
 from scheduler.devcluster.cluster import DevCluster, UpOptions  # noqa: E402
 from scheduler.devcluster.configs import SchedulerTuning  # noqa: E402
-from scheduler.devcluster.process import ProcessRecord, is_running, spawn  # noqa: E402
+from scheduler.devcluster.process import ProcessRecord, is_running  # noqa: E402
 from scheduler.k8s import bootstrap, connect  # noqa: E402
 
-NAMESPACE = "bench"
 GANG_SIZE = 8
 
 
@@ -70,43 +69,12 @@ class Run:
         return round(statistics.median(self.gang_span_s), 3) if self.gang_span_s else 0.0
 
 
-def _nodes(n: int) -> list[Node]:
-    return [
-        Node(
-            name=f"bench-{i}",
-            gpu_type="V100",
-            gpus=8,
-            gpu_product="Tesla-V100-SXM2-16GB",
-            rack=f"rack-{i // 20}",
-            nvlink_domain=f"nvl-{i}",
-            interconnect=Interconnect.NVLINK,
-        )
-        for i in range(n)
-    ]
-
-
 def _pod(name: str, scheduler_name: str, gang: str = "", replica: int = 0) -> dict[str, Any]:
-    labels: dict[str, str] = {}
-    annotations: dict[str, str] = {}
-    if gang:
-        labels = {"perfsched.dev/job-name": gang, "perfsched.dev/generation": "1"}
-        labels["perfsched.dev/replica-index"] = str(replica)
-        annotations = {"perfsched.dev/world-size": str(GANG_SIZE)}
-    return {
-        "metadata": {"name": name, "labels": labels, "annotations": annotations},
-        "spec": {
-            "schedulerName": scheduler_name,
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "10m"}},
-                }
-            ],
-        },
-    }
+    if not gang:
+        return pod_body(name, scheduler_name)
+    labels = {"perfsched.dev/job-name": gang, "perfsched.dev/generation": "1"}
+    labels["perfsched.dev/replica-index"] = str(replica)
+    return pod_body(name, scheduler_name, labels, {"perfsched.dev/world-size": str(GANG_SIZE)})
 
 
 def _trainingjob(name: str) -> dict[str, Any]:
@@ -169,7 +137,7 @@ def run(
     scheduler_name = "perfsched" if with_extender else "default-scheduler"
     with tempfile.TemporaryDirectory(prefix="perfsched-e2e-bench-") as tmp:
         dc = DevCluster(Path(tmp) / "dc")
-        state = dc.up(UpOptions(nodes=_nodes(nodes), schedulers=(), timeout_s=300))
+        state = dc.up(UpOptions(nodes=bench_nodes(nodes), schedulers=(), timeout_s=300))
         extender: ProcessRecord | None = None
         try:
             api = connect.api_client(state.kubeconfig)
@@ -265,31 +233,13 @@ def _start_extender(
     dc: DevCluster, state: Any, tmp: Path, profile: str, nodes: int, tree: str = ""
 ) -> ProcessRecord:
     """Start ``perfsched extender`` (from source tree ``tree`` if given) and wait until it is ready."""
-    import httpx
-
-    port = state.ports["extender"]
     argv = [sys.executable]
     if profile:  # the event loop's thread, where the extender spends its CPU; written when it exits
         Path(profile).mkdir(parents=True, exist_ok=True)
         argv += ["-m", "cProfile", "-o", str(Path(profile).resolve() / f"extender-{nodes}.prof")]
-    argv += ["-m", "scheduler.cli", "extender", "--host", "127.0.0.1", "--port", str(port)]
+    argv += ["-m", "scheduler.cli", "extender", "--host", "127.0.0.1", "--port", str(state.ports["extender"])]
     argv += ["--kubeconfig", state.kubeconfig]
-    env = {"PYTHONPATH": tree} if tree else None
-    _proc, record = spawn(
-        "extender", argv, tmp / "dc" / "logs" / "extender.log", env, Path(tree) if tree else None
-    )
-    dc.add_process(record)
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"extender not ready; see {record.log_path}")
-        time.sleep(0.25)
-    return record
+    return start_extender(dc, state, argv, tmp / "dc" / "logs" / "extender.log", tree)
 
 
 def main() -> None:
