@@ -3,12 +3,14 @@
 Shell-side logic without I/O over the ``ClusterCache`` (callers hold its lock). The plan is, in order:
 the operator's plan (the ``perfsched.dev/planned-node`` annotations of the gang's unplaced pods) while it
 still fits; else a plan this extender made earlier for the gang, minus the replicas placed since, while
-it still fits; else a fresh placement with the core's algorithm (``FreeIndex.place`` / ``place_gang``,
-so the extender places gangs exactly as the policies and the simulator do) over the whole cache
-(replicas already bound count as ``prefer``) and, if none of those nodes is among kube-scheduler's
-candidates, over the candidates only. Memo: ``GangPlans`` keeps the last plan per gang; its one
-invalidation rule is that a plan is used only while it still fits the cache's free GPUs (checked on
-every use), and the oldest plans are dropped past 10,000 gangs.
+it still fits and one of its nodes is among kube-scheduler's candidates (kube-scheduler offers a sample
+of the nodes, 10% of 5,000: a plan outside every sample would keep the gang waiting); else a fresh
+placement with the core's algorithm (``FreeIndex.place`` / ``place_gang``, so the extender places gangs
+exactly as the policies and the simulator do) over the whole cache (replicas already bound count as
+``prefer``) and, if none of those nodes is among kube-scheduler's candidates, over the candidates only.
+Memo: ``GangPlans`` keeps the last plan per gang; its one invalidation rule is that a plan is used only
+while it still fits the cache's free GPUs and is offered (checked on every use), and the oldest plans
+are dropped past 10,000 gangs.
 """
 
 from __future__ import annotations
@@ -93,7 +95,7 @@ class GangPlans:
         """Where the gang's unplaced replicas (this pod included) go; ``fits``: the candidates one replica
         fits on (``is_fit`` answers membership)."""
         assert ctx.gang_key is not None
-        kept = self._operator_plan(ctx) or self._earlier_plan(ctx)
+        kept = self._operator_plan(ctx) or self._earlier_plan(ctx, is_fit)
         if kept is not None:
             return kept
         reason: Unschedulable | None = None  # the whole-cluster reason: a candidates-only pool is smaller
@@ -138,8 +140,8 @@ class GangPlans:
             return None
         return Allocation.of(ctx.pod.job, types.pop(), ctx.gpus, ctx.planned)
 
-    def _earlier_plan(self, ctx: PodContext) -> Allocation | None:
-        """Our own earlier plan, minus the replicas placed since, if it still fits."""
+    def _earlier_plan(self, ctx: PodContext, is_fit: Callable[[str], bool]) -> Allocation | None:
+        """Our own earlier plan, minus the replicas placed since, if it still fits and is offered."""
         assert ctx.gang_key is not None
         memo = self._plans.get(ctx.gang_key)
         if memo is None or memo[0].gpus_per_replica != ctx.gpus:
@@ -151,6 +153,8 @@ class GangPlans:
                 left[name] = max(0, left[name] - max(0, r - placed_then.get(name, 0)))
         left = {n: r for n, r in left.items() if r > 0}
         if sum(left.values()) < ctx.unplaced or not self._fits_now(left, ctx.gpus, ctx.gpu_type):
+            return None
+        if not any(map(is_fit, left)):
             return None
         return Allocation.of(ctx.pod.job, old.gpu_type, ctx.gpus, left)
 
