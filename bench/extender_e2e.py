@@ -4,13 +4,14 @@ Same run, same machine, same client limits: for each node count, a dev cluster (
 kube-apiserver, KWOK nodes of 8 GPUs) gets its one-GPU pods and its gangs (TrainingJob-labelled pods,
 8 x 1-GPU replicas each) created *before* the scheduler starts; then one real kube-scheduler schedules
 them all, once with the ``default-scheduler`` profile (no extender) and once with the ``perfsched``
-profile calling ``perfsched extender`` for filter, prioritize and bind. Both schedulers get the same
-raised client QPS/burst (default 1000/2000), so neither is capped by its API client.
+profile calling ``perfsched extender`` for filter and prioritize (and bind with ``--extender-binds``).
+Both schedulers get the same raised client QPS/burst (default 1000/2000), so neither is capped by its
+API client.
 
 Bind times are taken by a watch in this process (local monotonic clock, not the 1 s resolution of
 ``PodScheduled``): pods/s = (pods - 1) / (last bind - first bind); per gang, the seconds from its first
-replica's bind to its last. ``--profile DIR`` samples the extender with py-spy during its run
-(``--py-spy PATH``; a speedscope JSON per node count).
+replica's bind to its last. ``--profile DIR`` runs the extender under cProfile (its event loop's
+thread, where it spends its CPU; ``DIR/extender-<nodes>.prof``, read with ``python -m pstats``).
 
 Run: ``python bench/extender_e2e.py [--nodes 500,5000] [--pods 2000] [--gangs 10] [--qps 1000]
 [--burst 2000] [--json]``; prints both runs and their ratio, and writes ``bench/results/extender_e2e.json``.
@@ -24,30 +25,28 @@ import os
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from kube_scheduler_baseline import NAMESPACE, bench_nodes, pod_body, start_extender  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
 from kubernetes import watch  # noqa: E402
 
 from perfsched_dev.devcluster.cluster import DevCluster, UpOptions  # noqa: E402
 from perfsched_dev.devcluster.configs import SchedulerTuning  # noqa: E402
-from perfsched_dev.devcluster.process import spawn  # noqa: E402
+from perfsched_dev.devcluster.process import ProcessRecord, is_running  # noqa: E402
 from perfsched_dev.k8s import bootstrap  # noqa: E402
-from scheduler.core.types import Interconnect, Node  # noqa: E402
 from scheduler.k8s import connect  # noqa: E402
 
-NAMESPACE = "bench"
 GANG_SIZE = 8
 
 
@@ -71,43 +70,12 @@ class Run:
         return round(statistics.median(self.gang_span_s), 3) if self.gang_span_s else 0.0
 
 
-def _nodes(n: int) -> list[Node]:
-    return [
-        Node(
-            name=f"bench-{i}",
-            gpu_type="V100",
-            gpus=8,
-            gpu_product="Tesla-V100-SXM2-16GB",
-            rack=f"rack-{i // 20}",
-            nvlink_domain=f"nvl-{i}",
-            interconnect=Interconnect.NVLINK,
-        )
-        for i in range(n)
-    ]
-
-
 def _pod(name: str, scheduler_name: str, gang: str = "", replica: int = 0) -> dict[str, Any]:
-    labels: dict[str, str] = {}
-    annotations: dict[str, str] = {}
-    if gang:
-        labels = {"perfsched.dev/job-name": gang, "perfsched.dev/generation": "1"}
-        labels["perfsched.dev/replica-index"] = str(replica)
-        annotations = {"perfsched.dev/world-size": str(GANG_SIZE)}
-    return {
-        "metadata": {"name": name, "labels": labels, "annotations": annotations},
-        "spec": {
-            "schedulerName": scheduler_name,
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 0,
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "10m"}},
-                }
-            ],
-        },
-    }
+    if not gang:
+        return pod_body(name, scheduler_name)
+    labels = {"perfsched.dev/job-name": gang, "perfsched.dev/generation": "1"}
+    labels["perfsched.dev/replica-index"] = str(replica)
+    return pod_body(name, scheduler_name, labels, {"perfsched.dev/world-size": str(GANG_SIZE)})
 
 
 def _trainingjob(name: str) -> dict[str, Any]:
@@ -170,8 +138,8 @@ def run(
     scheduler_name = "perfsched" if with_extender else "default-scheduler"
     with tempfile.TemporaryDirectory(prefix="perfsched-e2e-bench-") as tmp:
         dc = DevCluster(Path(tmp) / "dc")
-        state = dc.up(UpOptions(nodes=_nodes(nodes), schedulers=(), timeout_s=300))
-        spy: subprocess.Popen[bytes] | None = None
+        state = dc.up(UpOptions(nodes=bench_nodes(nodes), schedulers=(), timeout_s=300))
+        extender: ProcessRecord | None = None
         try:
             api = connect.api_client(state.kubeconfig)
             core = k8s.CoreV1Api(api)
@@ -186,7 +154,7 @@ def run(
             with ThreadPoolExecutor(max_workers=8) as pool:
                 list(pool.map(lambda body: core.create_namespaced_pod(NAMESPACE, body), bodies))
             if with_extender:
-                spy = _start_extender(dc, state, Path(tmp), profile, nodes, tree)
+                extender = _start_extender(dc, state, Path(tmp), profile, nodes, tree)
             binds = BindWatch(api)
             cpu0 = _cpu_seconds(dc)
             t0 = time.monotonic()
@@ -202,9 +170,11 @@ def run(
             calls = _extender_calls(state.ports["extender"]) if with_extender else {}
             api.close()
         finally:
-            if spy is not None:
-                spy.send_signal(signal.SIGINT)  # py-spy writes its profile on an interrupt
-                spy.wait(timeout=120)
+            if extender is not None and profile:  # SIGINT: uvicorn exits and cProfile writes the profile
+                os.kill(extender.pid, signal.SIGINT)
+                deadline = time.monotonic() + 120
+                while is_running(extender) and time.monotonic() < deadline:
+                    time.sleep(0.2)
             dc.down()
             if logs:
                 shutil.copytree(
@@ -262,44 +232,15 @@ def _extender_calls(port: int) -> dict[str, list[float]]:
 
 def _start_extender(
     dc: DevCluster, state: Any, tmp: Path, profile: str, nodes: int, tree: str = ""
-) -> subprocess.Popen[bytes] | None:
+) -> ProcessRecord:
     """Start ``perfsched extender`` (from source tree ``tree`` if given) and wait until it is ready."""
-    import httpx
-
-    port = state.ports["extender"]
-    argv = [sys.executable, "-m", "scheduler.cli", "extender", "--host", "127.0.0.1", "--port", str(port)]
+    argv = [sys.executable]
+    if profile:  # the event loop's thread, where the extender spends its CPU; written when it exits
+        Path(profile).mkdir(parents=True, exist_ok=True)
+        argv += ["-m", "cProfile", "-o", str(Path(profile).resolve() / f"extender-{nodes}.prof")]
+    argv += ["-m", "scheduler.cli", "extender", "--host", "127.0.0.1", "--port", str(state.ports["extender"])]
     argv += ["--kubeconfig", state.kubeconfig]
-    env = {"PYTHONPATH": tree} if tree else None
-    _proc, record = spawn(
-        "extender", argv, tmp / "dc" / "logs" / "extender.log", env, Path(tree) if tree else None
-    )
-    dc.add_process(record)
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"extender not ready; see {record.log_path}")
-        time.sleep(0.25)
-    if not profile:
-        return None
-    out = Path(profile)
-    out.mkdir(parents=True, exist_ok=True)
-    spy_argv = [
-        os.environ.get("PY_SPY", "py-spy"),
-        "record",
-        "--pid",
-        str(record.pid),
-        "--rate",
-        "250",
-        "--gil",
-    ]
-    spy_argv += ["--format", "speedscope", "-o", str(out / f"extender-{nodes}.json")]
-    log = (out / f"py-spy-{nodes}.log").open("wb")
-    return subprocess.Popen(spy_argv, stdout=log, stderr=subprocess.STDOUT)
+    return start_extender(dc, state, argv, tmp / "dc" / "logs" / "extender.log", tree)
 
 
 def main() -> None:
@@ -309,12 +250,17 @@ def main() -> None:
     ap.add_argument("--gangs", type=int, default=10, help="gangs of 8 x 1-GPU replicas")
     ap.add_argument("--qps", type=float, default=1000.0, help="client QPS of both kube-schedulers")
     ap.add_argument("--burst", type=int, default=2000, help="client burst of both kube-schedulers")
-    ap.add_argument("--profile", default="", help="directory for py-spy profiles of the extender")
+    ap.add_argument("--profile", default="", help="directory for cProfile profiles of the extender")
     ap.add_argument("--logs", default="", help="directory to keep the clusters' logs in")
-    ap.add_argument("--before", default="", help="also run the extender of this source tree (before/after)")
+    ap.add_argument("--before", default="", help="also run this tree's extender, binding (before/after)")
+    ap.add_argument(
+        "--extender-binds",
+        action="store_true",
+        help="register the extender's bind verb (default: kube-scheduler binds, as the chart does)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    tuning = SchedulerTuning(qps=args.qps, burst=args.burst)
+    tuning = SchedulerTuning(qps=args.qps, burst=args.burst, extender_binds=args.extender_binds)
     node_counts = [int(n) for n in args.nodes.split(",")]
     pod_counts = [int(p) for p in args.pods.split(",")]
     pod_counts += [pod_counts[-1]] * (len(node_counts) - len(pod_counts))
@@ -333,7 +279,9 @@ def main() -> None:
         rows[-1]["gang_median_s"] = {"bare": bare.gang_median_s, "extender": ext.gang_median_s}
         _print(bare, ext, tuning)
         if args.before:
-            old = run(nodes, pods, args.gangs, True, tuning, "", args.logs, args.before)
+            # as the extender was run before kube-scheduler could bind alone: the extender binds
+            binds = replace(tuning, extender_binds=True)
+            old = run(nodes, pods, args.gangs, True, binds, "", args.logs, args.before)
             rows[-1]["before"] = asdict(old)
             print(
                 f"  extender from {args.before}: {old.pods_per_s:.1f} pods/s, "
@@ -343,7 +291,8 @@ def main() -> None:
                 f"    CPU {old.cpu_ms_per_pod.get('extender', 0):.2f} ms per pod; calls {old.extender_calls}"
             )
     load.append(os.getloadavg()[0])
-    record = {"qps": args.qps, "burst": args.burst, "runs": rows, "load_avg_1m": [round(x, 2) for x in load]}
+    record = {"qps": args.qps, "burst": args.burst, "extender_binds": args.extender_binds, "runs": rows}
+    record["load_avg_1m"] = [round(x, 2) for x in load]
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     (out / "extender_e2e.json").write_text(json.dumps(record, indent=2))
@@ -355,7 +304,8 @@ def main() -> None:
 def _print(bare: Run, ext: Run, tuning: SchedulerTuning) -> None:
     print(
         f"{bare.pods} pods ({bare.pods - bare.gangs * GANG_SIZE} one-GPU + {bare.gangs} gangs of "
-        f"{GANG_SIZE} x 1 GPU) on {bare.nodes} KWOK nodes, client qps {tuning.qps:g}/burst {tuning.burst}:"
+        f"{GANG_SIZE} x 1 GPU) on {bare.nodes} KWOK nodes, client qps {tuning.qps:g}/burst {tuning.burst}, "
+        f"{'extender' if tuning.extender_binds else 'kube-scheduler'} binds:"
     )
     for label, r in (("without extender", bare), ("with perfsched extender", ext)):
         print(

@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -35,7 +36,7 @@ from kubernetes import client as k8s
 
 from perfsched_dev.devcluster.cluster import DevCluster, UpOptions
 from perfsched_dev.devcluster.configs import SchedulerTuning
-from perfsched_dev.devcluster.process import spawn
+from perfsched_dev.devcluster.process import ProcessRecord, spawn
 from perfsched_dev.k8s import bootstrap
 from scheduler.core.types import Interconnect, Node
 from scheduler.k8s import connect
@@ -57,7 +58,8 @@ class BenchResult:
     setup_s: float
 
 
-def _nodes(n: int) -> list[Node]:
+def bench_nodes(n: int) -> list[Node]:
+    """``n`` KWOK nodes of 8 V100s, one NVLink domain each, 20 to a rack."""
     return [
         Node(
             name=f"bench-{i}",
@@ -72,9 +74,15 @@ def _nodes(n: int) -> list[Node]:
     ]
 
 
-def _pod(i: int, scheduler_name: str) -> dict[str, object]:
+def pod_body(
+    name: str,
+    scheduler_name: str,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A pause pod asking for one GPU."""
     return {
-        "metadata": {"name": f"p-{i}"},
+        "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
         "spec": {
             "schedulerName": scheduler_name,
             "restartPolicy": "Never",
@@ -91,6 +99,32 @@ def _pod(i: int, scheduler_name: str) -> dict[str, object]:
             ],
         },
     }
+
+
+def start_extender(
+    dc: DevCluster,
+    state: Any,
+    argv: Sequence[str],
+    log_path: Path,
+    tree: str = "",
+    health_path: str = "/readyz",
+) -> ProcessRecord:
+    """Start an extender (``argv``, from source tree ``tree`` if given) at the cluster's extender port,
+    have ``dc.down`` stop it, and wait until ``health_path`` answers 200."""
+    port = state.ports["extender"]
+    env = {"PYTHONPATH": tree} if tree else None
+    _proc, record = spawn("extender", list(argv), log_path, env, Path(tree) if tree else None)
+    dc.add_process(record)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}{health_path}", timeout=2).status_code == 200:
+                return record
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"extender not ready; see {record.log_path}")
+        time.sleep(0.25)
 
 
 def _unbound(core: k8s.CoreV1Api) -> int:
@@ -128,7 +162,7 @@ def run_scheduling_bench(
     with tempfile.TemporaryDirectory(prefix="perfsched-bench-") as tmp:
         dc = DevCluster(Path(tmp) / "dc")
         t0 = time.monotonic()
-        state = dc.up(UpOptions(nodes=_nodes(num_nodes), schedulers=(), timeout_s=180))
+        state = dc.up(UpOptions(nodes=bench_nodes(num_nodes), schedulers=(), timeout_s=180))
         try:
             api = connect.api_client(state.kubeconfig)
             core = k8s.CoreV1Api(api)
@@ -136,31 +170,15 @@ def run_scheduling_bench(
             with ThreadPoolExecutor(max_workers=16) as pool:
                 list(
                     pool.map(
-                        lambda i: core.create_namespaced_pod(NAMESPACE, _pod(i, scheduler_name)),
+                        lambda i: core.create_namespaced_pod(NAMESPACE, pod_body(f"p-{i}", scheduler_name)),
                         range(num_pods),
                     )
                 )
             if extender_argv is not None:
-                port = state.ports["extender"]
-                _proc, record = spawn(
-                    "extender",
-                    list(extender_argv(port, state.kubeconfig)),
-                    Path(tmp) / "dc" / "logs" / "extender.log",
+                argv = extender_argv(state.ports["extender"], state.kubeconfig)
+                start_extender(
+                    dc, state, argv, Path(tmp) / "dc" / "logs" / "extender.log", "", extender_health_path
                 )
-                dc.add_process(record)
-                deadline = time.monotonic() + 120
-                while True:
-                    try:
-                        if (
-                            httpx.get(f"http://127.0.0.1:{port}{extender_health_path}", timeout=2).status_code
-                            == 200
-                        ):
-                            break
-                    except httpx.HTTPError:
-                        pass
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"extender not healthy; see {record.log_path}")
-                    time.sleep(0.25)
             setup_s = time.monotonic() - t0
             t_start = time.monotonic()
             dc.start_scheduler(sched, tuning)

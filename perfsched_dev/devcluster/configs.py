@@ -38,6 +38,8 @@ class SchedulerTuning:
     pod_max_backoff_s: int = 2
     extender_weight: int = 1
     extender_timeout_s: float = 5.0
+    #: the extender creates the Bindings (``bindVerb``); False: kube-scheduler binds (the chart's default)
+    extender_binds: bool = True
 
 
 def kubeconfig_text(server: str, token: str, ca_pem: bytes, user: str = ADMIN_USER) -> str:
@@ -86,7 +88,7 @@ def perfsched_scheduler_config(
             "filterVerb": "filter",
             "prioritizeVerb": "prioritize",
             "preemptVerb": "preempt",
-            "bindVerb": "bind",
+            **({"bindVerb": "bind"} if tuning.extender_binds else {}),
             "weight": tuning.extender_weight,
             "httpTimeout": f"{tuning.extender_timeout_s:g}s",
             "nodeCacheCapable": True,

@@ -3,15 +3,19 @@
 Shell module. Routes (FastAPI's own router; each a thin call into ``service.ExtenderService``):
 ``POST /filter``, ``/prioritize``, ``/bind``, ``/preempt`` (wire format in ``scheduler.extender.wire``),
 ``GET /healthz``, ``/readyz`` (503 until the cache has listed every kind once; 200 through an API outage,
-as the cache still answers), ``/metrics``. Bodies are size-limited (413). Nothing is built at import time.
+as the cache still answers), ``/metrics``. Bodies are size-limited (413). While the app runs, a task
+records bound gang replicas in their TrainingJob's ``status.placement`` twice a second. Nothing is built
+at import time.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -27,6 +31,8 @@ from scheduler.k8s.cache import ClusterCache, Kind
 from scheduler.settings import Settings
 
 _JSON = "application/json"
+#: how often bound gang replicas are recorded in their TrainingJob's ``status.placement``
+_PLACEMENT_PERIOD_S = 0.5
 
 __all__ = ["Binder", "create_app"]
 
@@ -64,7 +70,16 @@ def create_app(
     """
     service = ExtenderService(settings, cache, oracle, binder)
     limit = settings.extender_max_body_bytes
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(_every, _PLACEMENT_PERIOD_S, service.record_placements, service)
+            yield
+            tasks.cancel_scope.cancel()
+
     app = FastAPI(
+        lifespan=lifespan,
         title="perfsched scheduler extender",
         version="v1",
         description="k8s.io/kube-scheduler/extender/v1 webhook: filter, prioritize, bind and preempt "
@@ -99,6 +114,15 @@ def create_app(
 
     app.openapi = custom_openapi  # type: ignore[method-assign]
     return app
+
+
+async def _every(period_s: float, call: Callable[[], Awaitable[None]], service: ExtenderService) -> None:
+    while True:
+        await anyio.sleep(period_s)
+        try:
+            await call()
+        except Exception as exc:  # a bug: counted and logged; the next round tries again
+            service.failed("placement", exc, b"")
 
 
 def _route(

@@ -3,17 +3,22 @@
 Shell-side logic without I/O over the ``ClusterCache`` (callers hold its lock). The plan is, in order:
 the operator's plan (the ``perfsched.dev/planned-node`` annotations of the gang's unplaced pods) while it
 still fits; else a plan this extender made earlier for the gang, minus the replicas placed since, while
-it still fits; else a fresh placement with the core's algorithm (``FreeIndex.place`` / ``place_gang``,
-so the extender places gangs exactly as the policies and the simulator do) over the whole cache
-(replicas already bound count as ``prefer``) and, if none of those nodes is among kube-scheduler's
-candidates, over the candidates only. Memo: ``GangPlans`` keeps the last plan per gang; its one
-invalidation rule is that a plan is used only while it still fits the cache's free GPUs (checked on
-every use), and the oldest plans are dropped past 10,000 gangs.
+it still fits and one of its nodes is among kube-scheduler's candidates; else a fresh placement with the
+core's algorithm (``FreeIndex.place`` / ``place_gang``, so the extender places gangs exactly as the
+policies and the simulator do) over the whole cache (replicas already bound count as ``prefer``) and, if
+none of those nodes is among kube-scheduler's candidates, over the candidates only. kube-scheduler
+offers a sample of the nodes (10% of 5,000): a plan outside every sample would keep the gang waiting,
+so an earlier plan that still fits but is not offered is made again among the candidates only (the
+whole cache would prefer the same nodes again, and at 5,000 nodes that placement costs ~10 ms).
+Memo: ``GangPlans`` keeps the last plan per gang; its one invalidation rule is that a plan is used only
+while it still fits the cache's free GPUs and is offered (checked on every use), and the oldest plans
+are dropped past 10,000 gangs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from itertools import compress
 from operator import ne
 
@@ -24,6 +29,8 @@ from scheduler.extender.context import PodContext
 from scheduler.k8s.cache import ClusterCache
 
 _MAX_PLANS = 10_000
+#: kube-scheduler may offer other nodes on its next attempt
+_NOT_OFFERED = Unschedulable("its placement is on nodes kube-scheduler did not offer this time")
 
 
 class FreeIndexes:
@@ -92,32 +99,29 @@ class GangPlans:
         """Where the gang's unplaced replicas (this pod included) go; ``fits``: the candidates one replica
         fits on (``is_fit`` answers membership)."""
         assert ctx.gang_key is not None
-        kept = self._operator_plan(ctx) or self._earlier_plan(ctx)
+        earlier = self._earlier_plan(ctx)
+        kept = self._operator_plan(ctx) or (earlier if earlier and any(map(is_fit, earlier.nodes)) else None)
         if kept is not None:
             return kept
-        reason: Unschedulable | None = None  # the whole-cluster reason: a candidates-only pool is smaller
+        # the whole-cluster reason (a candidates-only pool is smaller); with an earlier plan that still
+        # fits but is not offered, a whole-cluster placement would prefer the same nodes: candidates only
+        reason = _NOT_OFFERED if earlier is not None else None
         nodes = self._cache.nodes
         types = _candidate_types(ctx, fits, nodes)
-        for pool in (None, fits):
+        for pool in (fits,) if earlier is not None else (None, fits):
             for t in types:
                 if pool is None:
-                    result = self._indexes.get(t).place(
-                        replicas=ctx.unplaced,
-                        gpus_per_replica=ctx.gpus,
-                        gpu_type=t,
-                        job=ctx.pod.job,
-                        prefer=ctx.placed or None,
-                    )
+                    place: Callable[..., Allocation | Unschedulable] = self._indexes.get(t).place
                 else:
-                    result = place_gang(
-                        [nodes[n] for n in pool if n in nodes and nodes[n].gpu_type == t],
-                        self._cache.free,
-                        replicas=ctx.unplaced,
-                        gpus_per_replica=ctx.gpus,
-                        gpu_type=t,
-                        job=ctx.pod.job,
-                        prefer=ctx.placed or None,
-                    )
+                    nodes_of_t = [nodes[n] for n in pool if n in nodes and nodes[n].gpu_type == t]
+                    place = partial(place_gang, nodes_of_t, self._cache.free)
+                result = place(
+                    replicas=ctx.unplaced,
+                    gpus_per_replica=ctx.gpus,
+                    gpu_type=t,
+                    job=ctx.pod.job,
+                    prefer=ctx.placed or None,
+                )
                 if isinstance(result, Allocation):
                     if any(map(is_fit, result.nodes)):
                         self._plans[ctx.gang_key] = (result, dict(ctx.placed))
@@ -126,9 +130,8 @@ class GangPlans:
                         return result
                 elif reason is None:
                     reason = result
-            if reason is None:
-                # the cluster has room, only not among these candidates: kube-scheduler may retry others
-                reason = Unschedulable("its placement is on nodes kube-scheduler did not offer this time")
+            if reason is None:  # the cluster has room, only not among these candidates
+                reason = _NOT_OFFERED
         if reason is None:
             reason = Unschedulable(f"no candidate node of GPU type {ctx.gpu_type or 'any'} fits one replica")
         return reason

@@ -76,12 +76,7 @@ def reply(args: wire.ExtenderPreemptionArgs, kept: Mapping[str, list[str]]) -> d
     full = args.NodeNameToVictims or {}
     out: dict[str, object] = {}
     for node, uids in kept.items():
-        pdb = (
-            meta[node].NumPDBViolations
-            if node in meta
-            else full[node].NumPDBViolations
-            if node in full
-            else 0
-        )
+        sent = meta.get(node) or full.get(node)
+        pdb = sent.NumPDBViolations if sent is not None else 0
         out[node] = {"Pods": [{"UID": u} for u in uids], "NumPDBViolations": pdb}
     return {"NodeNameToMetaVictims": out}

@@ -35,7 +35,6 @@ from scheduler.extender.gang import GangPlans
 from scheduler.extender.nodes import NodeIndex
 from scheduler.extender.scoring import Scorer, Weights
 from scheduler.k8s.cache import ClusterCache
-from scheduler.k8s.codec import PodInfo
 from scheduler.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -106,7 +105,9 @@ class ExtenderService:
         self._record_placement = settings.extender_record_placement
         # a Binding waits on the API server and etcd (tens to hundreds of ms under load): binds/s is
         # threads / that latency; no more threads than pooled connections (no TLS handshake per bind)
-        self._api_threads = anyio.CapacityLimiter(_API_THREADS)
+        self._api = anyio.CapacityLimiter(_API_THREADS)
+        #: placements recorded that the TrainingJob watch has not shown yet: (job, pod) -> node
+        self._sent: dict[tuple[str, str], str] = {}
         index = NodeIndex(cache)
         memory = oracle if isinstance(oracle, MemoryOracle) else None
         self._filter = Filter(index, GangPlans(cache), memory)
@@ -164,54 +165,62 @@ class ExtenderService:
             return decide(pod_context(self.cache, pod_obj))
 
     # --- verbs --------------------------------------------------------------------------------------
-    def filter(self, body: bytes, start: float) -> Reply:
+    def _answer(
+        self,
+        verb: str,
+        body: bytes,
+        start: float,
+        decide: Callable[[], bytes],
+        fallback: Callable[[str], bytes],
+    ) -> Reply:
+        """``decide()``'s reply; 4xx for a malformed request; for any other error (counted and logged)
+        ``fallback(message)``, a reply kube-scheduler can use."""
         try:
-            args = wire.parse_extender_args(_json(body))
-            outcome = self._decide(args.pod, lambda ctx: self._filter(ctx, args.names, args.node_objects))
+            reply = decide()
         except (BadRequest, wire.WireError, ConfigError) as exc:
-            return self.bad("filter", start, exc)
+            return self.bad(verb, start, exc)
         except Exception as exc:
-            self.failed("filter", exc, body)
-            self.done("filter", start, 200)
-            error = f"perfsched: internal error in filter: {wire.quote(str(exc))}"
-            empty = dict.fromkeys(("Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes"))
-            return 200, orjson.dumps({**empty, "Error": error})
-        self._nodes_in.observe(len(args.names))
-        self._nodes_passed.observe(len(outcome.passed))
-        for reason, n in outcome.categories.items():
-            metrics.EXTENDER_REJECTIONS.labels(reason).inc(n)
-        self.done("filter", start, 200)
-        return 200, _filter_reply(outcome, args)
-
-    def prioritize(self, body: bytes, start: float) -> Reply:
-        try:
-            args = wire.parse_extender_args(_json(body))
-        except (BadRequest, wire.WireError) as exc:
-            return self.bad("prioritize", start, exc)
-        try:
-            keys, scores = self._decide(args.pod, lambda ctx: self._score(ctx, args.names, args.node_objects))
-        except ConfigError as exc:
-            return self.bad("prioritize", start, exc)
-        except Exception as exc:
-            self.failed("prioritize", exc, body)
-            keys, scores = [None] * len(args.names), {None: 0}
-        reply = _host_priority_list(args.names, keys, scores)
-        self.done("prioritize", start, 200)
+            self.failed(verb, exc, body)
+            reply = fallback(f"perfsched: internal error in {verb}: {wire.quote(str(exc))}")
+        self.done(verb, start, 200)
         return 200, reply
 
+    def filter(self, body: bytes, start: float) -> Reply:
+        def decide() -> bytes:
+            args = wire.parse_extender_args(_json(body))
+            outcome = self._decide(args.pod, lambda ctx: self._filter(ctx, args.names, args.node_objects))
+            self._nodes_in.observe(len(args.names))
+            self._nodes_passed.observe(len(outcome.passed))
+            for reason, n in outcome.categories.items():
+                metrics.EXTENDER_REJECTIONS.labels(reason).inc(n)
+            return _filter_reply(outcome, args)
+
+        empty = dict.fromkeys(("Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes"))
+        return self._answer(
+            "filter", body, start, decide, lambda error: orjson.dumps({**empty, "Error": error})
+        )
+
+    def prioritize(self, body: bytes, start: float) -> Reply:
+        names: list[str] = []  # kube-scheduler ignores prioritize errors: neutral scores on a failure
+
+        def decide() -> bytes:
+            args = wire.parse_extender_args(_json(body))
+            names[:] = args.names
+            keys, scores = self._decide(args.pod, lambda ctx: self._score(ctx, args.names, args.node_objects))
+            return _host_priority_list(args.names, keys, scores)
+
+        neutral = lambda _error: _host_priority_list(names, [None] * len(names), {None: 0})  # noqa: E731
+        return self._answer("prioritize", body, start, decide, neutral)
+
     def preempt(self, body: bytes, start: float) -> Reply:
-        try:
+        def decide() -> bytes:
             args = wire.parse_preemption_args(_json(body))
             victims = preempt.candidates(args)
             kept = self._decide(args.Pod, lambda ctx: preempt.keep(self.cache, ctx, victims))
-        except (BadRequest, wire.WireError, ConfigError) as exc:
-            return self.bad("preempt", start, exc)
-        except Exception as exc:
-            self.failed("preempt", exc, body)
-            self.done("preempt", start, 200)
-            return 200, orjson.dumps({"NodeNameToMetaVictims": {}})  # evict nobody on our account
-        self.done("preempt", start, 200)
-        return 200, orjson.dumps(preempt.reply(args, kept))
+            return orjson.dumps(preempt.reply(args, kept))
+
+        # on a failure, evict nobody on our account
+        return self._answer("preempt", body, start, decide, lambda _: b'{"NodeNameToMetaVictims":{}}')
 
     async def bind(self, body: bytes, start: float) -> Reply:
         try:
@@ -227,8 +236,8 @@ class ExtenderService:
         return 200, orjson.dumps({"Error": error})
 
     async def _bind(self, args: wire.ExtenderBindingArgs, binder: Binder, body: bytes) -> str:
-        """Reserve the pod's GPUs on the node, create the Binding, record the gang's placement; the
-        error to answer ("" when bound)."""
+        """Reserve the pod's GPUs on the node and create the Binding; the error to answer ("" when
+        bound). The gang's placement is recorded by ``record_placements`` once the watch shows it."""
         ns, name, node = args.PodNamespace, args.PodName, args.Node
         pod = self.cache.pod(ns, name)
         if pod is not None and pod.uid and args.PodUID and pod.uid != args.PodUID:
@@ -244,7 +253,7 @@ class ExtenderService:
             metrics.EXTENDER_BINDS.labels("error").inc()
             return refused
         try:
-            await run_sync(binder.bind, ns, name, args.PodUID, node, limiter=self._api_threads)
+            await run_sync(binder.bind, ns, name, args.PodUID, node, limiter=self._api)
         except PermanentError as exc:
             self.cache.forget(ns, name)
             metrics.EXTENDER_BINDS.labels("error").inc()
@@ -255,30 +264,34 @@ class ExtenderService:
             self.failed("bind", exc, body, bug=False)
             return f"perfsched: binding {ns}/{name} to {node} failed: {wire.quote(str(exc))}"
         metrics.EXTENDER_BINDS.labels("success").inc()
-        if pod is None and self._record_placement:  # bound before the watch showed it: wait for it a little
-            pod = await self._seen_pod(ns, name, args.PodUID)
-        if pod is not None and pod.job and self._record_placement:
-            job_ns, _, job_name = pod.job.partition("/")
-            try:
-                await run_sync(
-                    binder.record_placement, job_ns, job_name, {name: node}, limiter=self._api_threads
-                )
-                metrics.EXTENDER_PLACEMENT_RECORDS.labels("success").inc()
-            except Exception as exc:  # best effort (the pod's nodeName is the truth): counted and logged
-                metrics.EXTENDER_PLACEMENT_RECORDS.labels("error").inc()
-                self.failed("bind", exc, body, bug=False)
         return ""
 
-    async def _seen_pod(self, ns: str, name: str, uid: str, wait_s: float = 2.0) -> PodInfo | None:
-        """The pod once the cache's watch shows it (None after ``wait_s``): kube-scheduler can bind a pod
-        created a moment ago, and its gang's placement is recorded from the pod's job label."""
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            await anyio.sleep(0.05)
-            pod = self.cache.pod(ns, name)
-            if pod is not None and (not uid or not pod.uid or pod.uid == uid):
-                return pod
-        return None
+    async def record_placements(self) -> None:
+        """Merge the bound replicas of each TrainingJob that its ``status.placement`` does not show yet
+        (as the cache's watches see both) into it, one patch per job; whoever bound them (kube-scheduler
+        or this extender). Level-triggered: a record that failed, or was missed while the extender was
+        down, is made on a later call; one sent is not sent again until the watch shows it or it changes."""
+        if self._binder is None or not self._record_placement:
+            return
+        due: dict[str, dict[str, str]] = {}
+        with self.cache.lock:
+            for pod in self.cache.bound_gang_pods():
+                info = self.cache.jobs.get(pod.job)
+                recorded = info.status.placement.get(pod.name) if info is not None else None
+                if recorded == pod.node_name:
+                    self._sent.pop((pod.job, pod.name), None)
+                elif info is not None and self._sent.get((pod.job, pod.name)) != pod.node_name:
+                    due.setdefault(pod.job, {})[pod.name] = pod.node_name
+        for job, placement in due.items():
+            namespace, _, name = job.partition("/")
+            try:
+                await run_sync(self._binder.record_placement, namespace, name, placement, limiter=self._api)
+            except Exception as exc:  # best effort (pods' nodeName is the truth): counted, logged, retried
+                metrics.EXTENDER_PLACEMENT_RECORDS.labels("error").inc()
+                self.failed("placement", exc, orjson.dumps({job: placement}), bug=False)
+                continue
+            metrics.EXTENDER_PLACEMENT_RECORDS.labels("success").inc()
+            self._sent.update({(job, pod): node for pod, node in placement.items()})
 
 
 def _filter_reply(outcome: FilterOutcome, args: wire.ParsedArgs) -> bytes:

@@ -181,6 +181,12 @@ class ClusterCache:
             pods, key=lambda p: (p.replica_index if p.replica_index is not None else 1 << 30, p.name)
         )
 
+    def bound_gang_pods(self) -> list[PodInfo]:
+        """Every pod of a TrainingJob's gang that is bound to a node (whose placement gets recorded)."""
+        with self.lock:
+            pods = (self._pods.get(k) for keys in self._gangs.values() for k in keys)
+            return [p for p in pods if p is not None and p.node_name]
+
     def assumed_node(self, namespace: str, name: str) -> str | None:
         """The node a pod was assumed onto by a bind the watch has not confirmed yet, if any."""
         with self.lock:

@@ -135,7 +135,10 @@ def test_kube_scheduler_profile_calls_the_extender_service(render: Render) -> No
     # Service name . namespace . svc : port of the extender Service rendered above
     svc = by_kind(docs, "Service")["ps-perfsched-extender"]
     assert ext["urlPrefix"] == f"http://ps-perfsched-extender.{NS}.svc:{svc['spec']['ports'][0]['port']}"
-    assert (ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"]) == ("filter", "prioritize", "bind")
+    assert (ext["filterVerb"], ext["prioritizeVerb"]) == ("filter", "prioritize")
+    assert "bindVerb" not in ext  # kube-scheduler binds unless extender.bind is set
+    (ext,) = scheduler_config(render("extender.bind=true"))["extenders"]
+    assert ext["bindVerb"] == "bind"
     assert ext["nodeCacheCapable"] is True
     assert ext["weight"] > 0  # kube-scheduler refuses a prioritize extender without a positive weight
     assert ext["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]

@@ -1,12 +1,15 @@
-"""Bind: creates the Binding, is idempotent, records the gang placement, and never over-commits a node."""
+"""Bind: creates the Binding, is idempotent and never over-commits a node; bound gang replicas are recorded
+in their TrainingJob's placement, whoever bound them."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 from fastapi.testclient import TestClient
 
+from scheduler import metrics
 from scheduler.core.errors import PermanentError
 from scheduler.k8s.cache import Kind
 from tests.extender.conftest import FakeBinder
@@ -21,7 +24,7 @@ def bind(client: TestClient, pod: str, node: str, uid: str = "", ns: str = "team
     return str(r.json()["Error"])
 
 
-def test_bind_creates_the_binding_and_records_the_placement(
+def test_bind_creates_the_binding_and_reserves_the_gpus(
     client_for: Callable[..., TestClient], binder: FakeBinder
 ) -> None:
     cache = fed_cache(
@@ -30,7 +33,6 @@ def test_bind_creates_the_binding_and_records_the_placement(
     client = client_for(cache)
     assert bind(client, "tj-w0", "n1") == ""
     assert binder.binds == [("team-a", "tj-w0", "uid-team-a-tj-w0", "n1")]
-    assert binder.placements == [("team-a", "tj", {"tj-w0": "n1"})]
     assert cache.free["n1"] == 6  # reserved until the watch shows the pod bound: 8 - 2
 
 
@@ -109,15 +111,6 @@ def test_stale_cache_entry_with_another_uid_is_not_trusted(
     assert binder.binds == [("team-a", "p", "new-uid", "n1")]
 
 
-def test_placement_record_failure_does_not_fail_the_bind(
-    client_for: Callable[..., TestClient], binder: FakeBinder
-) -> None:
-    binder.record_error = RuntimeError("status subresource missing")
-    cache = fed_cache([kube_node("n1", "A100", 8)], [kube_pod("tj-w0", 2, job="tj")], [kube_tj("tj")])
-    assert bind(client_for(cache), "tj-w0", "n1") == ""
-    assert len(binder.binds) == 1
-
-
 def test_the_watch_confirming_the_bind_replaces_the_reservation(
     client_for: Callable[..., TestClient], binder: FakeBinder
 ) -> None:
@@ -127,17 +120,45 @@ def test_the_watch_confirming_the_bind_replaces_the_reservation(
     assert cache.free["n1"] == 4 and cache.assumed_node("team-a", "p") is None
 
 
-def test_a_pod_bound_before_the_watch_showed_it_still_gets_its_placement_recorded(
+def test_bound_gang_replicas_are_recorded_in_the_placement_once(
     client_for: Callable[..., TestClient], binder: FakeBinder
 ) -> None:
-    # kube-scheduler binds a gang replica created a moment ago: the cache has the TrainingJob but not yet
-    # the pod; the watch delivers it 0.2 s later, while the extender waits for it to record the placement
-    cache = fed_cache([kube_node("n1", "A100", 8)], [], [kube_tj("tj")])
-    late = threading.Timer(0.2, cache.apply, (Kind.PODS, "ADDED", kube_pod("tj-w0", 2, job="tj", replica=0)))
-    late.start()
-    try:
-        assert bind(client_for(cache), "tj-w0", "n1") == ""
-    finally:
-        late.join()
-    assert binder.binds == [("team-a", "tj-w0", "uid-team-a-tj-w0", "n1")]
-    assert binder.placements == [("team-a", "tj", {"tj-w0": "n1"})]
+    # kube-scheduler (or the extender) bound two replicas; the TrainingJob shows one of them already
+    pods = [kube_pod(f"tj-w{r}", 2, job="tj", replica=r, node="n1") for r in range(2)]
+    pods.append(kube_pod("tj-w2", 2, job="tj", replica=2))  # not bound yet
+    pods.append(kube_pod("solo", 2, node="n1"))  # no TrainingJob: nothing to record
+    cache = fed_cache([kube_node("n1", "A100", 8)], pods, [kube_tj("tj", placement={"tj-w0": "n1"})])
+    with client_for(cache) as client:
+        wait_until(lambda: binder.placements == [("team-a", "tj", {"tj-w1": "n1"})])
+        time.sleep(0.6)  # another round: a record the watch has not shown yet is not sent again
+        assert binder.placements == [("team-a", "tj", {"tj-w1": "n1"})]
+        # the third replica binds and the watch shows the first record: only the new one is sent
+        cache.apply(Kind.PODS, "MODIFIED", kube_pod("tj-w2", 2, job="tj", replica=2, node="n1"))
+        cache.apply(Kind.TRAININGJOBS, "MODIFIED", kube_tj("tj", placement={"tj-w0": "n1", "tj-w1": "n1"}))
+        wait_until(lambda: len(binder.placements) == 2)
+        assert binder.placements[1] == ("team-a", "tj", {"tj-w2": "n1"})
+        assert client.get("/healthz").status_code == 200
+
+
+def test_a_failed_placement_record_is_counted_and_made_again(
+    client_for: Callable[..., TestClient], binder: FakeBinder
+) -> None:
+    binder.record_error = RuntimeError("status subresource missing")
+    pods = [kube_pod("tj-w0", 2, job="tj", replica=0, node="n1")]
+    cache = fed_cache([kube_node("n1", "A100", 8)], pods, [kube_tj("tj")])
+    before = _errors("placement")
+    with client_for(cache):
+        wait_until(lambda: _errors("placement") >= before + 2)  # retried on the next round
+        binder.record_error = None
+        wait_until(lambda: binder.placements == [("team-a", "tj", {"tj-w0": "n1"})])
+
+
+def _errors(verb: str) -> float:
+    return metrics.REGISTRY.get_sample_value("perfsched_extender_errors_total", {"verb": verb}) or 0.0
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)

@@ -241,6 +241,24 @@ def test_later_replicas_follow_the_bound_ones(client_for: Callable[..., TestClie
     assert passed and all(cache.nodes[n].rack == "r1" for n in passed)
 
 
+def test_an_earlier_plan_outside_kube_schedulers_sample_is_made_again_among_it(
+    client_for: Callable[..., TestClient],
+) -> None:
+    """kube-scheduler offers a sample of the nodes (10% of 5,000): a plan none of whose nodes is offered
+    would keep the gang waiting for a sample that may never come, so the gang is placed among the
+    candidates instead; while the plan is offered, it holds."""
+    nodes, pods = gang_cluster(big_free=False)
+    gang = gang_pods()
+    cache = fed_cache(nodes, pods + gang, [kube_tj("tj", replicas=4, gpus=2)])
+    client = client_for(cache)
+    body = client.post("/filter", json={"Pod": gang[0], "NodeNames": GANG_NAMES}).json()
+    assert body["NodeNames"] == ["n1", "n2"]  # the plan: NVLink domain d1
+    body = client.post("/filter", json={"Pod": gang[1], "NodeNames": ["n2", "m1", "m2"]}).json()
+    assert body["NodeNames"] == ["n2"]  # part of the plan is offered: it holds
+    body = client.post("/filter", json={"Pod": gang[1], "NodeNames": ["m1", "m2"]}).json()
+    assert body["NodeNames"] and set(body["NodeNames"]) <= {"m1", "m2"}
+
+
 def test_operator_plan_is_followed_while_it_fits(client_for: Callable[..., TestClient]) -> None:
     nodes, pods = gang_cluster(big_free=False)
     # the operator planned two replicas on m1 and two on m2 (rack r2): followed, although d1 is tighter
