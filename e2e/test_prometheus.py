@@ -196,7 +196,7 @@ def test_prometheus_scrapes_every_series_the_dashboard_uses(
     assert phases.get("Succeeded") == 1.0
     assert phases.get("Pending", 0) + phases.get("Admitted", 0) == 1.0  # "waits" is still waiting
     verbs = {r["metric"]["verb"] for r in query("sum by (verb) (perfsched_extender_requests_total)")}
-    assert {"filter", "bind"} <= verbs
+    assert {"filter", "prioritize"} <= verbs  # kube-scheduler binds (the chart's default)
     leader = query("max(perfsched_operator_leader)")
     assert float(leader[0]["value"][1]) == 1.0
     # the alerts load and evaluate in a real Prometheus; none fires on this healthy run

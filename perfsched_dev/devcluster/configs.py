@@ -38,8 +38,9 @@ class SchedulerTuning:
     pod_max_backoff_s: int = 2
     extender_weight: int = 1
     extender_timeout_s: float = 5.0
-    #: the extender creates the Bindings (``bindVerb``); False: kube-scheduler binds (the chart's default)
-    extender_binds: bool = True
+    #: False (the chart's default): kube-scheduler binds; True: the extender creates the Bindings
+    #: (``bindVerb``, the chart's ``extender.bind: true``)
+    extender_binds: bool = False
 
 
 def kubeconfig_text(server: str, token: str, ca_pem: bytes, user: str = ADMIN_USER) -> str:
@@ -76,9 +77,10 @@ def perfsched_scheduler_config(
     Extenders are top-level in this API: they apply to every profile of the process. The default
     profile therefore lives in a second process (``default_scheduler_config``), so pods that never
     asked for perfsched are not sent to the extender, as with perfsched installed beside a cluster's
-    own scheduler. The extender binds (``bindVerb``), sees node names only (``nodeCacheCapable``) and
-    is consulted only for pods requesting ``nvidia.com/gpu``; NodeResourcesFit still counts the GPUs
-    (``ignoredByScheduler: false``), so preemption candidates stay consistent.
+    own scheduler. As the chart's default, kube-scheduler binds (``extender_binds`` adds ``bindVerb``);
+    the extender sees node names only (``nodeCacheCapable``) and is consulted only for pods requesting
+    ``nvidia.com/gpu``; NodeResourcesFit still counts the GPUs (``ignoredByScheduler: false``), so
+    preemption candidates stay consistent.
     """
     config = _base_config(kubeconfig, tuning)
     config["profiles"] = [{"schedulerName": PERFSCHED_SCHEDULER_NAME}]

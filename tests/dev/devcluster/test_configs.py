@@ -18,9 +18,16 @@ def test_perfsched_profile_calls_the_extender_for_gpu_pods_only() -> None:
     assert [p["schedulerName"] for p in cfg["profiles"]] == ["perfsched"]
     (ext,) = cfg["extenders"]
     assert ext["urlPrefix"] == "http://127.0.0.1:8123"  # no trailing slash: verbs are appended with '/'
-    assert (ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"], ext["preemptVerb"]) == (
-        "filter", "prioritize", "bind", "preempt",
-    )  # fmt: skip
+    assert (ext["filterVerb"], ext["prioritizeVerb"], ext["preemptVerb"]) == (
+        "filter",
+        "prioritize",
+        "preempt",
+    )
+    assert "bindVerb" not in ext  # kube-scheduler binds, as the chart installs it
+    binding = configs.perfsched_scheduler_config(
+        "/k", "http://x", configs.SchedulerTuning(extender_binds=True)
+    )
+    assert binding["extenders"][0]["bindVerb"] == "bind"
     assert ext["nodeCacheCapable"] is True
     assert ext["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]
     assert ext["weight"] > 0  # kube-scheduler rejects a prioritizeVerb without a positive weight
