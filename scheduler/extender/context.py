@@ -18,7 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.core.types import Job
+from scheduler.core.decisions import Unschedulable
+from scheduler.core.node_fit import check_node
+from scheduler.core.types import Job, Node
 from scheduler.k8s.cache import ClusterCache
 from scheduler.k8s.codec import PodInfo, decode_pod
 
@@ -46,6 +48,12 @@ class PodContext:
     def in_gang(self) -> bool:
         """Whether the pod's nodes depend on a gang plan (a lone pod's do not)."""
         return self.gang_key is not None and (self.replicas > 1 or bool(self.placed or self.planned))
+
+    def fit_on(self, node: Node, free: int) -> Unschedulable | None:
+        """Why one replica does not fit on ``node`` with ``free`` GPUs (the core's ``check_node``)."""
+        return check_node(
+            node, free, gpus_per_replica=self.gpus, gpu_type=self.gpu_type, allowed_gpu_types=self.allowed
+        )
 
     def anchors(self, nodes: Mapping[str, Any]) -> list[str]:
         """The nodes locality is measured against: the gang's placed nodes, else the pod's planned node."""

@@ -27,12 +27,13 @@ from __future__ import annotations
 import logging
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import or_
 from typing import Any
 
+from scheduler import metrics
 from scheduler.core.placement import LocalityLevel, locality_level, spread_of
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import Allocation, Interconnect, Node, PlacementShape
@@ -89,8 +90,6 @@ class Scorer:
         weights: Weights,
         *,
         predict_cache_size: int = 4096,
-        on_predict: Callable[[int, int, int], None] | None = None,
-        on_predict_error: Callable[[Exception], None] | None = None,
     ) -> None:
         self._index = index
         self._oracle = oracle
@@ -100,8 +99,7 @@ class Scorer:
         self._scores: dict[tuple[Any, ...], dict[Any, int]] = {}
         self._levels: dict[tuple[Any, ...], dict[str, int]] = {}
         self._shapes: dict[tuple[Any, ...], PlacementShape] = {}
-        self._on_predict = on_predict
-        self._on_predict_error = on_predict_error
+        self._rows_hit = self._rows = 0  # predictions asked for since start, and how many the memo held
 
     def __call__(
         self, ctx: PodContext, names: Sequence[str], node_objects: Sequence[Any] | None
@@ -317,15 +315,13 @@ class Scorer:
             else:
                 memo.move_to_end(key)
                 out[key] = v
+        self._count(len(out), len(misses))
         if misses:
             assert self._oracle is not None
             try:
                 values = self._oracle.throughput([(job, s) for _, s in misses])
-            except Exception as exc:  # counted and logged by the callback; scoring goes on by packing
-                if self._on_predict is not None:
-                    self._on_predict(len(misses), len(out), len(misses))
-                if self._on_predict_error is not None:
-                    self._on_predict_error(exc)
+            except Exception as exc:  # counted and logged; scoring goes on by packing
+                metrics.EXTENDER_ERRORS.labels("predict").inc()
                 log.warning("throughput prediction failed for %s: %s; scoring by packing only", job.name, exc)
                 return None
             for (key, _), v in zip(misses, values, strict=False):
@@ -333,9 +329,16 @@ class Scorer:
                 memo[key] = out[key] = val
             while len(memo) > self._predict_cache_size:
                 memo.popitem(last=False)
-        if self._on_predict is not None:
-            self._on_predict(len(misses), len(by_key) - len(misses), len(misses))
         return out
+
+    def _count(self, hits: int, misses: int) -> None:
+        """The predictor metrics: oracle calls, rows hit and missed, hit ratio since start."""
+        metrics.EXTENDER_PREDICTOR_CALLS.inc(1 if misses else 0)
+        metrics.EXTENDER_PREDICTOR_ROWS.labels("hit").inc(hits)
+        metrics.EXTENDER_PREDICTOR_ROWS.labels("miss").inc(misses)
+        self._rows_hit, self._rows = self._rows_hit + hits, self._rows + hits + misses
+        if self._rows:
+            metrics.EXTENDER_PREDICTOR_HIT_RATIO.set(self._rows_hit / self._rows)
 
 
 def _level_of(key: Any) -> LocalityLevel:

@@ -66,21 +66,6 @@ class BadRequest(Exception):
         self.status = status
 
 
-class _Predictions:
-    """Bookkeeping for the predictor metrics (calls, rows hit and missed, hit ratio since start)."""
-
-    def __init__(self) -> None:
-        self.hits = self.total = 0
-
-    def __call__(self, sent: int, hits: int, misses: int) -> None:
-        metrics.EXTENDER_PREDICTOR_CALLS.inc(1 if sent else 0)
-        metrics.EXTENDER_PREDICTOR_ROWS.labels("hit").inc(hits)
-        metrics.EXTENDER_PREDICTOR_ROWS.labels("miss").inc(misses)
-        self.hits, self.total = self.hits + hits, self.total + hits + misses
-        if self.total:
-            metrics.EXTENDER_PREDICTOR_HIT_RATIO.set(self.hits / self.total)
-
-
 def _json(body: bytes) -> Any:
     if not body:
         raise BadRequest("request body is empty: expected a JSON object")
@@ -120,8 +105,6 @@ class ExtenderService:
                 packing=settings.extender_weight_packing,
             ),
             predict_cache_size=settings.extender_predict_cache_size,
-            on_predict=_Predictions(),
-            on_predict_error=lambda exc: metrics.EXTENDER_ERRORS.labels("predict").inc(),
         )
         self._latency = {
             v: metrics.EXTENDER_REQUEST_SECONDS.labels(v) for v in ("filter", "prioritize", "bind", "preempt")
@@ -227,44 +210,41 @@ class ExtenderService:
             args = wire.parse_binding_args(_json(body))
         except (BadRequest, wire.WireError) as exc:
             return self.bad("bind", start, exc)
-        if self._binder is None:
-            metrics.EXTENDER_BINDS.labels("error").inc()
-            error = "perfsched: this extender was started without a binder"
-        else:
-            error = await self._bind(args, self._binder, body)
+        outcome, error = await self._bind(args, body)
+        metrics.EXTENDER_BINDS.labels(outcome).inc()
         self.done("bind", start, 200)
         return 200, orjson.dumps({"Error": error})
 
-    async def _bind(self, args: wire.ExtenderBindingArgs, binder: Binder, body: bytes) -> str:
-        """Reserve the pod's GPUs on the node and create the Binding; the error to answer ("" when
-        bound). The gang's placement is recorded by ``record_placements`` once the watch shows it."""
+    async def _bind(self, args: wire.ExtenderBindingArgs, body: bytes) -> tuple[str, str]:
+        """Reserve the pod's GPUs on the node and create the Binding; the outcome (the binds metric's
+        label) and the error to answer ("" when bound). The gang's placement is recorded by
+        ``record_placements`` once the watch shows it."""
+        if self._binder is None:
+            return "error", "perfsched: this extender was started without a binder"
         ns, name, node = args.PodNamespace, args.PodName, args.Node
         pod = self.cache.pod(ns, name)
         if pod is not None and pod.uid and args.PodUID and pod.uid != args.PodUID:
             pod = None  # the cache holds an older pod of the same name
         if pod is not None and pod.node_name:
             if pod.node_name == node:
-                metrics.EXTENDER_BINDS.labels("success").inc()
-                return ""  # idempotent: it is already there
-            metrics.EXTENDER_BINDS.labels("error").inc()
-            return f"perfsched: pod {ns}/{name} is already bound to {pod.node_name}"
+                return "success", ""  # idempotent: it is already there
+            return "error", f"perfsched: pod {ns}/{name} is already bound to {pod.node_name}"
         refused = self.cache.reserve(ns, name, args.PodUID, node, pod.gpus if pod is not None else 0)
         if refused is not None:
-            metrics.EXTENDER_BINDS.labels("error").inc()
-            return refused
+            return "error", refused
         try:
-            await run_sync(binder.bind, ns, name, args.PodUID, node, limiter=self._api)
+            await run_sync(self._binder.bind, ns, name, args.PodUID, node, limiter=self._api)
         except PermanentError as exc:
             self.cache.forget(ns, name)
-            metrics.EXTENDER_BINDS.labels("error").inc()
-            return f"perfsched: {wire.quote(str(exc))}"
+            return "error", f"perfsched: {wire.quote(str(exc))}"
         except Exception as exc:  # a failure a retry may fix (Binder's contract): counted, logged, answered
             self.cache.forget(ns, name)
-            metrics.EXTENDER_BINDS.labels("temporary_error").inc()
             self.failed("bind", exc, body, bug=False)
-            return f"perfsched: binding {ns}/{name} to {node} failed: {wire.quote(str(exc))}"
-        metrics.EXTENDER_BINDS.labels("success").inc()
-        return ""
+            return (
+                "temporary_error",
+                f"perfsched: binding {ns}/{name} to {node} failed: {wire.quote(str(exc))}",
+            )
+        return "success", ""
 
     async def record_placements(self) -> None:
         """Merge the bound replicas of each TrainingJob that its ``status.placement`` does not show yet
