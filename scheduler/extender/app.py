@@ -26,7 +26,7 @@ from pydantic.json_schema import models_json_schema
 from scheduler import metrics
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.extender import wire
-from scheduler.extender.service import BadRequest, Binder, ExtenderService, Reply
+from scheduler.extender.service import Binder, ExtenderService, Reply
 from scheduler.k8s.cache import ClusterCache, Kind
 from scheduler.settings import Settings
 
@@ -45,19 +45,19 @@ __all__ = ["Binder", "create_app"]
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
-    """The request body; ``BadRequest`` (413) over ``limit`` bytes, (400) for a bad Content-Length."""
+    """The request body; ``WireError`` (413) over ``limit`` bytes, (400) for a bad Content-Length."""
     length = request.headers.get("content-length")
     if length is not None:
         if not length.isdigit():
-            raise BadRequest(f"Content-Length header is not a number: {wire.quote(length, 64)}")
+            raise wire.WireError(f"Content-Length header is not a number: {wire.quote(length, 64)}")
         if int(length) > limit:
-            raise BadRequest(f"request body of {length} bytes is over the limit of {limit} bytes", 413)
+            raise wire.WireError(f"request body of {length} bytes is over the limit of {limit} bytes", 413)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise BadRequest(f"request body is over the limit of {limit} bytes", 413)
+            raise wire.WireError(f"request body is over the limit of {limit} bytes", 413)
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -96,8 +96,7 @@ def create_app(
     for verb, _, _ in _VERBS:
         # a plain route on FastAPI's router: kube-scheduler waits on every call, and the service parses
         # and checks the body itself, so FastAPI's parameter machinery would only cost time
-        call = getattr(service, verb)
-        app.router.add_route(f"/{verb}", _route(verb, call, service, limit), methods=["POST"], name=verb)
+        app.router.add_route(f"/{verb}", _route(verb, service, limit), methods=["POST"], name=verb)
     _add_probes(app, cache, registry or metrics.REGISTRY)
 
     def custom_openapi() -> dict[str, Any]:
@@ -121,14 +120,14 @@ async def _every(period_s: float, call: Callable[[], Awaitable[None]], service: 
             service.failed("placement", exc, b"")
 
 
-def _route(
-    verb: str, call: Callable[[bytes, float], Reply | Awaitable[Reply]], service: ExtenderService, limit: int
-) -> Callable[[Request], Awaitable[Response]]:
+def _route(verb: str, service: ExtenderService, limit: int) -> Callable[[Request], Awaitable[Response]]:
+    call: Callable[[bytes, float], Reply | Awaitable[Reply]] = getattr(service, verb)
+
     async def route(request: Request) -> Response:
         start = time.perf_counter()
         try:
             body = await _read_body(request, limit)
-        except BadRequest as exc:
+        except wire.WireError as exc:
             status, reply = service.bad(verb, start, exc)
         else:
             result = call(body, start)

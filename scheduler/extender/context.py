@@ -15,7 +15,7 @@ same verdict per node class (``filter_signature``) and the same score per node c
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.core.decisions import Unschedulable
@@ -36,9 +36,11 @@ class PodContext:
     gpu_type: str | None
     allowed: frozenset[str]
     gang_key: tuple[str, str] | None
-    replicas: int  # gang size (1 for a lone pod)
-    placed: dict[str, int]  # node -> replicas of the gang already bound or assumed there (not this pod)
-    planned: dict[str, int]  # node -> unplaced gang replicas (incl. this pod) the operator planned there
+    replicas: int = 1  # gang size (1 for a lone pod)
+    #: node -> replicas of the gang already bound or assumed there (not this pod)
+    placed: dict[str, int] = field(default_factory=dict)
+    #: node -> unplaced gang replicas (incl. this pod) the operator planned there
+    planned: dict[str, int] = field(default_factory=dict)
 
     @property
     def unplaced(self) -> int:
@@ -112,9 +114,6 @@ def pod_context(cache: ClusterCache, pod_obj: Mapping[str, Any]) -> PodContext:
         gpu_type=pod.gpu_type or None,
         allowed=job.allowed_gpu_types if job is not None else frozenset(),
         gang_key=(pod.job, pod.generation) if pod.job else None,
-        replicas=1,
-        placed={},
-        planned={},
     )
     if pod.job:
         _gang_state(cache, ctx)

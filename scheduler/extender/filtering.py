@@ -28,7 +28,7 @@ from typing import Any
 from scheduler.core.decisions import Unschedulable
 from scheduler.core.placement import compact_shape
 from scheduler.core.protocols import MemoryOracle
-from scheduler.core.types import Node, PlacementShape
+from scheduler.core.types import Node
 from scheduler.extender.context import PodContext, filter_signature
 from scheduler.extender.gang import GangPlans, describe_plan
 from scheduler.extender.nodes import FREE_BITS, FREE_MASK, NodeIndex, names_itself
@@ -69,17 +69,16 @@ def class_verdict(ctx: PodContext, node: Node, free: int, memory: MemoryOracle |
         return why.reason, why.resolvable, _category(node, free, ctx)
     if memory is None or ctx.job is None or not node.gpu_type:
         return None
-    (fit,) = memory.memory_fit([(ctx.job, gang_shape(ctx, node))])
+    # what the memory check asks about: the whole gang on nodes like ``node`` (compact)
+    total = max(1, ctx.replicas) * ctx.gpus
+    shape = compact_shape(
+        node.gpu_type, total, max(ctx.gpus, node.gpus), node.interconnect, node.network_gbps
+    )
+    (fit,) = memory.memory_fit([(ctx.job, shape)])
     if fit is None or fit.fits:
         return None
     # waiting does not help: this node's GPUs are too small for the job as it is configured
     return f"perfsched: node {node.name}: TrainingJob {ctx.pod.job} {fit.message}", False, R_MEMORY
-
-
-def gang_shape(ctx: PodContext, node: Node) -> PlacementShape:
-    """What the memory check asks about: the whole gang on nodes like ``node`` (compact)."""
-    total = max(1, ctx.replicas) * ctx.gpus
-    return compact_shape(node.gpu_type, total, max(ctx.gpus, node.gpus), node.interconnect, node.network_gbps)
 
 
 def _category(node: Node, free: int, ctx: PodContext) -> str:
@@ -153,7 +152,7 @@ class Filter:
         in_plan = set(plan.nodes).__contains__
         outside = list(filterfalse(in_plan, fits))
         if outside:
-            where = describe_plan(plan, self._index.nodes)
+            where = describe_plan(plan, self._index.cache.nodes)
             reason = (
                 f"perfsched: gang {ctx.pod.job} ({ctx.replicas} x {ctx.gpus} GPUs) is placed on {where}; "
                 "this node is outside that placement"
@@ -195,7 +194,7 @@ class Filter:
         self, ctx: PodContext, name: str, key: int | None, node_objects: Sequence[Any] | None, i: int
     ) -> Verdict:
         if key is not None:
-            return class_verdict(ctx, self._index.nodes[name], key & FREE_MASK, self._memory)
+            return class_verdict(ctx, self._index.cache.nodes[name], key & FREE_MASK, self._memory)
         node = request_node(node_objects, i)
         if node is None:
             reason = f"perfsched: node {name} is not in the extender's cache yet (watch lag); retry"

@@ -33,7 +33,7 @@ from scheduler.extender.context import PodContext, pod_context
 from scheduler.extender.filtering import Filter, FilterOutcome
 from scheduler.extender.gang import GangPlans
 from scheduler.extender.nodes import NodeIndex
-from scheduler.extender.scoring import Scorer, Weights
+from scheduler.extender.scoring import Scorer
 from scheduler.k8s.cache import ClusterCache
 from scheduler.settings import Settings
 
@@ -58,21 +58,13 @@ class Binder(Protocol):
     def record_placement(self, namespace: str, job_name: str, placement: dict[str, str]) -> None: ...
 
 
-class BadRequest(Exception):
-    """The request is malformed (4xx); the message names the field."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 def _json(body: bytes) -> Any:
     if not body:
-        raise BadRequest("request body is empty: expected a JSON object")
+        raise wire.WireError("request body is empty: expected a JSON object")
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+        raise wire.WireError(f"request body is not valid JSON: {exc}") from None
 
 
 class ExtenderService:
@@ -96,35 +88,17 @@ class ExtenderService:
         index = NodeIndex(cache)
         memory = oracle if isinstance(oracle, MemoryOracle) else None
         self._filter = Filter(index, GangPlans(cache), memory)
-        self._score = Scorer(
-            index,
-            oracle,
-            Weights(
-                throughput=settings.extender_weight_throughput,
-                locality=settings.extender_weight_locality,
-                packing=settings.extender_weight_packing,
-            ),
-            predict_cache_size=settings.extender_predict_cache_size,
-        )
-        self._latency = {
-            v: metrics.EXTENDER_REQUEST_SECONDS.labels(v) for v in ("filter", "prioritize", "bind", "preempt")
-        }
-        self._ok = {v: metrics.EXTENDER_REQUESTS.labels(v, "200") for v in self._latency}
-        self._nodes_in = metrics.EXTENDER_FILTER_NODES.labels("in")
-        self._nodes_passed = metrics.EXTENDER_FILTER_NODES.labels("passed")
+        self._score = Scorer(index, oracle, settings)
 
     # --- bookkeeping --------------------------------------------------------------------------------
     def done(self, verb: str, start: float, status: int) -> None:
         """Count one answered call and its latency."""
-        self._latency[verb].observe(time.perf_counter() - start)
-        if status == 200:
-            self._ok[verb].inc()
-        else:
-            metrics.EXTENDER_REQUESTS.labels(verb, str(status)).inc()
+        metrics.EXTENDER_REQUEST_SECONDS.labels(verb).observe(time.perf_counter() - start)
+        metrics.EXTENDER_REQUESTS.labels(verb, str(status)).inc()
 
-    def bad(self, verb: str, start: float, exc: Exception) -> Reply:
+    def bad(self, verb: str, start: float, exc: ConfigError) -> Reply:
         """A 4xx answer for a malformed request."""
-        status = exc.status if isinstance(exc, BadRequest) else 400
+        status = exc.status if isinstance(exc, wire.WireError) else 400
         message = wire.quote(str(exc), 1024)
         log.info("bad %s request: %s", verb, message, extra={"verb": verb, "status": status})
         self.done(verb, start, status)
@@ -160,7 +134,7 @@ class ExtenderService:
         ``fallback(message)``, a reply kube-scheduler can use."""
         try:
             reply = decide()
-        except (BadRequest, wire.WireError, ConfigError) as exc:
+        except ConfigError as exc:  # a malformed request (``wire.WireError``) or pod (``CodecError``)
             return self.bad(verb, start, exc)
         except Exception as exc:
             self.failed(verb, exc, body)
@@ -172,8 +146,8 @@ class ExtenderService:
         def decide() -> bytes:
             args = wire.parse_extender_args(_json(body))
             outcome = self._decide(args.pod, lambda ctx: self._filter(ctx, args.names, args.node_objects))
-            self._nodes_in.observe(len(args.names))
-            self._nodes_passed.observe(len(outcome.passed))
+            metrics.EXTENDER_FILTER_NODES.labels("in").observe(len(args.names))
+            metrics.EXTENDER_FILTER_NODES.labels("passed").observe(len(outcome.passed))
             for reason, n in outcome.categories.items():
                 metrics.EXTENDER_REJECTIONS.labels(reason).inc(n)
             return _filter_reply(outcome, args)
@@ -208,7 +182,7 @@ class ExtenderService:
     async def bind(self, body: bytes, start: float) -> Reply:
         try:
             args = wire.parse_binding_args(_json(body))
-        except (BadRequest, wire.WireError) as exc:
+        except wire.WireError as exc:
             return self.bad("bind", start, exc)
         outcome, error = await self._bind(args, body)
         metrics.EXTENDER_BINDS.labels(outcome).inc()

@@ -7,7 +7,8 @@ golden tests) and validate the small bodies (bind, preempt); ``parse_extender_ar
 prioritize body's structure by hand instead, because validating thousands of full Node objects with
 pydantic would cost more than the whole decision. Go decodes replies case-insensitively and
 ``TestCompatibility`` sends all-lowercase keys too, so the parsers accept either spelling.
-Every parser raises ``WireError`` with a message naming the field; the app turns it into HTTP 400.
+Every parser raises ``WireError`` (a ``ConfigError``) with a message naming the field; the app turns it
+into HTTP 400.
 """
 
 from __future__ import annotations
@@ -18,9 +19,15 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from scheduler.core.errors import ConfigError
 
-class WireError(ValueError):
-    """A request body does not have the extender wire shape; the message names the field."""
+
+class WireError(ConfigError):
+    """A malformed request (HTTP ``status``: 400, or 413 over the size limit); the message names the field."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class _Go(BaseModel):
