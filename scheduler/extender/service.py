@@ -89,6 +89,12 @@ class ExtenderService:
         memory = oracle if isinstance(oracle, MemoryOracle) else None
         self._filter = Filter(index, GangPlans(cache), memory)
         self._score = Scorer(index, oracle, settings)
+        # every verb's series from the start (a dashboard shows 0, not "no data", before the first call)
+        for verb in ("filter", "prioritize", "bind", "preempt"):
+            metrics.EXTENDER_REQUEST_SECONDS.labels(verb)
+            metrics.EXTENDER_REQUESTS.labels(verb, "200")
+        for stage in ("in", "passed"):
+            metrics.EXTENDER_FILTER_NODES.labels(stage)
 
     # --- bookkeeping --------------------------------------------------------------------------------
     def done(self, verb: str, start: float, status: int) -> None:
