@@ -83,7 +83,8 @@ class ExtenderService:
         # a Binding waits on the API server and etcd (tens to hundreds of ms under load): binds/s is
         # threads / that latency; no more threads than pooled connections (no TLS handshake per bind)
         self._api = anyio.CapacityLimiter(_API_THREADS)
-        #: placements recorded that the TrainingJob watch has not shown yet: (job, pod) -> node
+        #: placements recorded that the TrainingJob watch has not shown yet: (job, pod) -> node; only
+        #: bound pods of TrainingJobs in the cache (``record_placements`` drops the rest every round)
         self._sent: dict[tuple[str, str], str] = {}
         index = NodeIndex(cache)
         memory = oracle if isinstance(oracle, MemoryOracle) else None
@@ -234,14 +235,18 @@ class ExtenderService:
         if self._binder is None or not self._record_placement:
             return
         due: dict[str, dict[str, str]] = {}
+        waiting: dict[tuple[str, str], str] = {}  # sent, and not shown by the watch yet
         with self.cache.lock:
             for pod in self.cache.bound_gang_pods():
                 info = self.cache.jobs.get(pod.job)
-                recorded = info.status.placement.get(pod.name) if info is not None else None
-                if recorded == pod.node_name:
-                    self._sent.pop((pod.job, pod.name), None)
-                elif info is not None and self._sent.get((pod.job, pod.name)) != pod.node_name:
+                if info is None or info.status.placement.get(pod.name) == pod.node_name:
+                    continue
+                if self._sent.get((pod.job, pod.name)) == pod.node_name:
+                    waiting[pod.job, pod.name] = pod.node_name
+                else:
                     due.setdefault(pod.job, {})[pod.name] = pod.node_name
+        # what is sent stays only while it waits: a record shown, a pod gone or a job deleted is dropped
+        self._sent = waiting
         for job, placement in due.items():
             namespace, _, name = job.partition("/")
             try:
