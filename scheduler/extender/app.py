@@ -26,11 +26,18 @@ from pydantic.json_schema import models_json_schema
 from scheduler import metrics
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.extender import wire
-from scheduler.extender.service import BadRequest, Binder, ExtenderService, Reply
+from scheduler.extender.service import Binder, ExtenderService, Reply
 from scheduler.k8s.cache import ClusterCache, Kind
 from scheduler.settings import Settings
 
 _JSON = "application/json"
+#: the verbs, each with the wire types of its request and reply
+_VERBS = (
+    ("filter", "ExtenderArgs", "ExtenderFilterResult"),
+    ("prioritize", "ExtenderArgs", "HostPriorityList"),
+    ("bind", "ExtenderBindingArgs", "ExtenderBindingResult"),
+    ("preempt", "ExtenderPreemptionArgs", "ExtenderPreemptionResult"),
+)
 #: how often bound gang replicas are recorded in their TrainingJob's ``status.placement``
 _PLACEMENT_PERIOD_S = 0.5
 
@@ -38,19 +45,19 @@ __all__ = ["Binder", "create_app"]
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
-    """The request body; ``BadRequest`` (413) over ``limit`` bytes, (400) for a bad Content-Length."""
+    """The request body; ``WireError`` (413) over ``limit`` bytes, (400) for a bad Content-Length."""
     length = request.headers.get("content-length")
     if length is not None:
         if not length.isdigit():
-            raise BadRequest(f"Content-Length header is not a number: {wire.quote(length, 64)}")
+            raise wire.WireError(f"Content-Length header is not a number: {wire.quote(length, 64)}")
         if int(length) > limit:
-            raise BadRequest(f"request body of {length} bytes is over the limit of {limit} bytes", 413)
+            raise wire.WireError(f"request body of {length} bytes is over the limit of {limit} bytes", 413)
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise BadRequest(f"request body is over the limit of {limit} bytes", 413)
+            raise wire.WireError(f"request body is over the limit of {limit} bytes", 413)
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -85,32 +92,20 @@ def create_app(
         description="k8s.io/kube-scheduler/extender/v1 webhook: filter, prioritize, bind and preempt "
         "by predicted throughput.",
     )
-    app.state.service = service
     app.state.cache = cache
-
-    for verb, call in (
-        ("filter", service.filter),
-        ("prioritize", service.prioritize),
-        ("bind", service.bind),
-        ("preempt", service.preempt),
-    ):
+    for verb, _, _ in _VERBS:
         # a plain route on FastAPI's router: kube-scheduler waits on every call, and the service parses
         # and checks the body itself, so FastAPI's parameter machinery would only cost time
-        app.router.add_route(f"/{verb}", _route(verb, call, service, limit), methods=["POST"], name=verb)
+        app.router.add_route(f"/{verb}", _route(verb, service, limit), methods=["POST"], name=verb)
     _add_probes(app, cache, registry or metrics.REGISTRY)
-    schemas = _openapi_schemas()
 
     def custom_openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            from fastapi.openapi.utils import get_openapi
-
-            spec = get_openapi(
-                title=app.title, version=app.version, description=app.description, routes=app.routes
-            )
-            spec.setdefault("components", {}).setdefault("schemas", {}).update(schemas)
-            spec.setdefault("paths", {}).update(_verb_paths())
-            app.openapi_schema = spec
-        return app.openapi_schema
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        spec = FastAPI.openapi(app)  # the probes' paths; sets app.openapi_schema, which this completes
+        spec.setdefault("components", {}).setdefault("schemas", {}).update(_openapi_schemas())
+        spec.setdefault("paths", {}).update(_verb_paths())
+        return spec
 
     app.openapi = custom_openapi  # type: ignore[method-assign]
     return app
@@ -125,14 +120,14 @@ async def _every(period_s: float, call: Callable[[], Awaitable[None]], service: 
             service.failed("placement", exc, b"")
 
 
-def _route(
-    verb: str, call: Callable[[bytes, float], Reply | Awaitable[Reply]], service: ExtenderService, limit: int
-) -> Callable[[Request], Awaitable[Response]]:
+def _route(verb: str, service: ExtenderService, limit: int) -> Callable[[Request], Awaitable[Response]]:
+    call: Callable[[bytes, float], Reply | Awaitable[Reply]] = getattr(service, verb)
+
     async def route(request: Request) -> Response:
         start = time.perf_counter()
         try:
             body = await _read_body(request, limit)
-        except BadRequest as exc:
+        except wire.WireError as exc:
             status, reply = service.bad(verb, start, exc)
         else:
             result = call(body, start)
@@ -180,19 +175,13 @@ def _openapi_schemas() -> dict[str, Any]:
     models += [wire.ExtenderBindingArgs, wire.ExtenderBindingResult]
     models += [wire.ExtenderPreemptionArgs, wire.ExtenderPreemptionResult]
     _, top = models_json_schema([(m, "validation") for m in models], ref_template=_ref("{model}")["$ref"])
-    defs: dict[str, Any] = top.get("$defs", {})
-    return defs
+    return dict(top.get("$defs", {}))
 
 
 def _verb_paths() -> dict[str, Any]:
     """The OpenAPI paths of the four verbs (plain routes, which FastAPI does not describe itself)."""
     paths: dict[str, Any] = {}
-    for verb, request, reply in (
-        ("filter", "ExtenderArgs", "ExtenderFilterResult"),
-        ("prioritize", "ExtenderArgs", "HostPriorityList"),
-        ("bind", "ExtenderBindingArgs", "ExtenderBindingResult"),
-        ("preempt", "ExtenderPreemptionArgs", "ExtenderPreemptionResult"),
-    ):
+    for verb, request, reply in _VERBS:
         schema = {"type": "array", "items": _ref("HostPriority")} if verb == "prioritize" else _ref(reply)
         responses = {
             200: {"description": reply, "content": {_JSON: {"schema": schema}}},

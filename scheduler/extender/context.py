@@ -15,10 +15,12 @@ same verdict per node class (``filter_signature``) and the same score per node c
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler.core.types import Job
+from scheduler.core.decisions import Unschedulable
+from scheduler.core.node_fit import check_node
+from scheduler.core.types import Job, Node
 from scheduler.k8s.cache import ClusterCache
 from scheduler.k8s.codec import PodInfo, decode_pod
 
@@ -34,9 +36,11 @@ class PodContext:
     gpu_type: str | None
     allowed: frozenset[str]
     gang_key: tuple[str, str] | None
-    replicas: int  # gang size (1 for a lone pod)
-    placed: dict[str, int]  # node -> replicas of the gang already bound or assumed there (not this pod)
-    planned: dict[str, int]  # node -> unplaced gang replicas (incl. this pod) the operator planned there
+    replicas: int = 1  # gang size (1 for a lone pod)
+    #: node -> replicas of the gang already bound or assumed there (not this pod)
+    placed: dict[str, int] = field(default_factory=dict)
+    #: node -> unplaced gang replicas (incl. this pod) the operator planned there
+    planned: dict[str, int] = field(default_factory=dict)
 
     @property
     def unplaced(self) -> int:
@@ -46,6 +50,12 @@ class PodContext:
     def in_gang(self) -> bool:
         """Whether the pod's nodes depend on a gang plan (a lone pod's do not)."""
         return self.gang_key is not None and (self.replicas > 1 or bool(self.placed or self.planned))
+
+    def fit_on(self, node: Node, free: int) -> Unschedulable | None:
+        """Why one replica does not fit on ``node`` with ``free`` GPUs (the core's ``check_node``)."""
+        return check_node(
+            node, free, gpus_per_replica=self.gpus, gpu_type=self.gpu_type, allowed_gpu_types=self.allowed
+        )
 
     def anchors(self, nodes: Mapping[str, Any]) -> list[str]:
         """The nodes locality is measured against: the gang's placed nodes, else the pod's planned node."""
@@ -104,9 +114,6 @@ def pod_context(cache: ClusterCache, pod_obj: Mapping[str, Any]) -> PodContext:
         gpu_type=pod.gpu_type or None,
         allowed=job.allowed_gpu_types if job is not None else frozenset(),
         gang_key=(pod.job, pod.generation) if pod.job else None,
-        replicas=1,
-        placed={},
-        planned={},
     )
     if pod.job:
         _gang_state(cache, ctx)

@@ -26,10 +26,9 @@ from operator import is_, itemgetter, not_
 from typing import Any
 
 from scheduler.core.decisions import Unschedulable
-from scheduler.core.node_fit import check_node
 from scheduler.core.placement import compact_shape
 from scheduler.core.protocols import MemoryOracle
-from scheduler.core.types import Node, PlacementShape
+from scheduler.core.types import Node
 from scheduler.extender.context import PodContext, filter_signature
 from scheduler.extender.gang import GangPlans, describe_plan
 from scheduler.extender.nodes import FREE_BITS, FREE_MASK, NodeIndex, names_itself
@@ -65,24 +64,21 @@ class FilterOutcome:
 def class_verdict(ctx: PodContext, node: Node, free: int, memory: MemoryOracle | None = None) -> Verdict:
     """Whether one replica of the pod fits on ``node`` (or any node of its class) with ``free`` GPUs, and
     (with ``memory``) whether its job fits in the GPU memory of such nodes at the gang's size."""
-    why = check_node(
-        node, free, gpus_per_replica=ctx.gpus, gpu_type=ctx.gpu_type, allowed_gpu_types=ctx.allowed
-    )
+    why = ctx.fit_on(node, free)
     if why is not None:
         return why.reason, why.resolvable, _category(node, free, ctx)
     if memory is None or ctx.job is None or not node.gpu_type:
         return None
-    (fit,) = memory.memory_fit([(ctx.job, gang_shape(ctx, node))])
+    # what the memory check asks about: the whole gang on nodes like ``node`` (compact)
+    total = max(1, ctx.replicas) * ctx.gpus
+    shape = compact_shape(
+        node.gpu_type, total, max(ctx.gpus, node.gpus), node.interconnect, node.network_gbps
+    )
+    (fit,) = memory.memory_fit([(ctx.job, shape)])
     if fit is None or fit.fits:
         return None
     # waiting does not help: this node's GPUs are too small for the job as it is configured
     return f"perfsched: node {node.name}: TrainingJob {ctx.pod.job} {fit.message}", False, R_MEMORY
-
-
-def gang_shape(ctx: PodContext, node: Node) -> PlacementShape:
-    """What the memory check asks about: the whole gang on nodes like ``node`` (compact)."""
-    total = max(1, ctx.replicas) * ctx.gpus
-    return compact_shape(node.gpu_type, total, max(ctx.gpus, node.gpus), node.interconnect, node.network_gbps)
 
 
 def _category(node: Node, free: int, ctx: PodContext) -> str:
@@ -156,7 +152,7 @@ class Filter:
         in_plan = set(plan.nodes).__contains__
         outside = list(filterfalse(in_plan, fits))
         if outside:
-            where = describe_plan(plan, self._index.nodes)
+            where = describe_plan(plan, self._index.cache.nodes)
             reason = (
                 f"perfsched: gang {ctx.pod.job} ({ctx.replicas} x {ctx.gpus} GPUs) is placed on {where}; "
                 "this node is outside that placement"
@@ -179,27 +175,26 @@ class Filter:
             memo = self._memo[sig] = {}
         rep = self._index.rep
         own: set[int | None] = set()  # keys whose names each get a verdict of their own
-        for key in counts:
+        by_verdict: Counter[Verdict] = Counter()
+        for key, n in counts.items():
             if key is None or names_itself(rep[key >> FREE_BITS]):
                 own.add(key)
-            elif key not in memo:
+                continue
+            if key not in memo:
                 memo[key] = class_verdict(ctx, rep[key >> FREE_BITS], key & FREE_MASK, self._memory)
-        if not own:
-            per_name = list(map(memo.__getitem__, keys))  # type: ignore[arg-type]
-            by_verdict: Counter[Verdict] = Counter()
-            for key, n in counts.items():
-                by_verdict[memo[key]] += n  # type: ignore[index]
-            return per_name, by_verdict
-        per_name = [None if k in own else memo[k] for k in keys]  # type: ignore[index]
-        for i in [i for i, k in enumerate(keys) if k in own]:
-            per_name[i] = self._own_verdict(ctx, names[i], keys[i], node_objects, i)
-        return per_name, Counter(per_name)
+            by_verdict[memo[key]] += n
+        per_name: list[Verdict] = list(map(memo.get, keys))  # type: ignore[arg-type]  # own keys: None
+        if own:  # (a pass over the names only when some need it)
+            for i in [i for i, k in enumerate(keys) if k in own]:
+                per_name[i] = verdict = self._own_verdict(ctx, names[i], keys[i], node_objects, i)
+                by_verdict[verdict] += 1
+        return per_name, by_verdict
 
     def _own_verdict(
         self, ctx: PodContext, name: str, key: int | None, node_objects: Sequence[Any] | None, i: int
     ) -> Verdict:
         if key is not None:
-            return class_verdict(ctx, self._index.nodes[name], key & FREE_MASK, self._memory)
+            return class_verdict(ctx, self._index.cache.nodes[name], key & FREE_MASK, self._memory)
         node = request_node(node_objects, i)
         if node is None:
             reason = f"perfsched: node {name} is not in the extender's cache yet (watch lag); retry"

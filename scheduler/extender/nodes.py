@@ -11,7 +11,7 @@ never reused, so anything memoised per class number stays true for the life of t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from scheduler.core.types import Node
@@ -44,7 +44,7 @@ class NodeIndex:
     """Per node: its class key; per class: a representative node; per layout: locality groups."""
 
     def __init__(self, cache: ClusterCache) -> None:
-        self._cache = cache
+        self.cache = cache
         self._class_ids: dict[tuple[Any, ...], int] = {}
         #: class number -> a node of that class (any one: they are alike in all a decision reads)
         self.rep: list[Node] = []
@@ -56,18 +56,8 @@ class NodeIndex:
             for name in list(cache.nodes):
                 self._changed(name)
 
-    @property
-    def nodes(self) -> Mapping[str, Node]:
-        """The cache's nodes by name."""
-        return self._cache.nodes
-
-    @property
-    def nodes_version(self) -> int:
-        """The cache's node layout version (changes when a node is added, changed or removed)."""
-        return self._cache.nodes_version
-
     def _changed(self, name: str) -> None:
-        node = self._cache.nodes.get(name)
+        node = self.cache.nodes.get(name)
         if node is None:
             self.key.pop(name, None)
             return
@@ -76,7 +66,7 @@ class NodeIndex:
         if cid is None:
             cid = self._class_ids[cls] = len(self.rep)
             self.rep.append(node)
-        self.key[name] = (cid << FREE_BITS) | min(FREE_MASK, self._cache.free.get(name, 0))
+        self.key[name] = (cid << FREE_BITS) | min(FREE_MASK, self.cache.free.get(name, 0))
 
     def keys(self, names: Sequence[str]) -> list[int | None]:
         """The key of each name (None: the cache does not know the node), in order, at C speed."""
@@ -84,10 +74,10 @@ class NodeIndex:
 
     def groups(self) -> dict[tuple[str, str], list[str]]:
         """("domain" | "rack" | "zone", label) -> node names; rebuilt when the cache's nodes change."""
-        version = self._cache.nodes_version
+        version = self.cache.nodes_version
         if self._groups[0] != version:
             groups: dict[tuple[str, str], list[str]] = {}
-            for node in self._cache.nodes.values():
+            for node in self.cache.nodes.values():
                 for kind, label in (("domain", node.nvlink_domain), ("rack", node.rack), ("zone", node.zone)):
                     if label:
                         groups.setdefault((kind, label), []).append(node.name)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from scheduler.core.node_fit import check_node
 from scheduler.extender import wire
 from scheduler.extender.context import PodContext
 from scheduler.k8s.cache import ClusterCache
@@ -29,15 +28,12 @@ def candidates(args: wire.ExtenderPreemptionArgs) -> Candidates:
         for node, v in args.NodeNameToVictims.items():
             victims: list[tuple[str, int | None]] = []
             for i, pod in enumerate(v.Pods or []):
+                field = f"NodeNameToVictims[{wire.quote(node, 64)}].Pods[{i}]"
                 meta = pod.get("metadata") if isinstance(pod, dict) else None
                 uid = meta.get("uid") if isinstance(meta, dict) else None
                 if not isinstance(uid, str) or not uid:
-                    raise wire.WireError(
-                        f"NodeNameToVictims[{wire.quote(node, 64)}].Pods[{i}].metadata.uid: missing"
-                    )
-                victims.append(
-                    (uid, pod_gpu_request(pod, f"NodeNameToVictims[{wire.quote(node, 64)}].Pods[{i}]"))
-                )
+                    raise wire.WireError(f"{field}.metadata.uid: missing")
+                victims.append((uid, pod_gpu_request(pod, field)))
             out[node] = victims
     return out
 
@@ -59,13 +55,7 @@ def keep(
                 p = cache.pod_by_uid(uid)
                 gpus = p.gpus if p is not None and p.node_name == name else 0
             freed += gpus
-        room = cache.free.get(name, 0) + freed
-        if (
-            check_node(
-                node, room, gpus_per_replica=ctx.gpus, gpu_type=ctx.gpu_type, allowed_gpu_types=ctx.allowed
-            )
-            is None
-        ):
+        if ctx.fit_on(node, cache.free.get(name, 0) + freed) is None:
             kept[name] = [u for u, _ in victims]
     return kept
 

@@ -18,7 +18,7 @@ Memo tables, one invalidation rule each:
 - ``_scores`` (pod score signature, node layout version, classes present) -> score per class: cleared at
   1,024 entries; an answer that left out a failed prediction is never stored;
 - ``_levels`` (node layout version, anchors) -> locality bits per node name: cleared at 256 entries;
-- ``_shapes`` (node class attributes, GPUs, replicas) -> placement shape of a gang with nothing bound
+- ``_shapes`` (node class, GPUs, replicas) -> placement shape of a gang with nothing bound
   yet: pure, cleared at 4,096 entries.
 """
 
@@ -27,18 +27,20 @@ from __future__ import annotations
 import logging
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import or_
 from typing import Any
 
+from scheduler import metrics
 from scheduler.core.placement import LocalityLevel, locality_level, spread_of
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import Allocation, Interconnect, Node, PlacementShape
 from scheduler.extender.context import PodContext, job_key, score_signature
 from scheduler.extender.filtering import request_node
 from scheduler.extender.nodes import FREE_MASK, NodeIndex, class_of
+from scheduler.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -53,15 +55,8 @@ _LOCALITY_SCORE = {
 #: replicas on it, in one int
 _LEVEL_SHIFT = 40
 _PLACED_SHIFT = 44
-
-
-@dataclass(frozen=True, slots=True)
-class Weights:
-    """Weights of the three prioritize terms (any non-negative scale; they are normalised)."""
-
-    throughput: float = 6.0
-    locality: float = 3.0
-    packing: float = 1.0
+#: score class key -> a node of that class and its free GPUs
+_Reps = dict[Any, tuple[Node, int]]
 
 
 @dataclass(slots=True)
@@ -82,26 +77,21 @@ class _Terms:
 class Scorer:
     """Prioritize over a ``NodeIndex`` and a ``ThroughputOracle`` (see the module docstring)."""
 
-    def __init__(
-        self,
-        index: NodeIndex,
-        oracle: ThroughputOracle | None,
-        weights: Weights,
-        *,
-        predict_cache_size: int = 4096,
-        on_predict: Callable[[int, int, int], None] | None = None,
-        on_predict_error: Callable[[Exception], None] | None = None,
-    ) -> None:
+    def __init__(self, index: NodeIndex, oracle: ThroughputOracle | None, settings: Settings) -> None:
         self._index = index
         self._oracle = oracle
-        self._weights = weights
+        #: the weights of the throughput, locality and packing terms (any non-negative scale; normalised)
+        self._weights = (
+            settings.extender_weight_throughput,
+            settings.extender_weight_locality,
+            settings.extender_weight_packing,
+        )
         self._predictions: OrderedDict[tuple[Any, ...], float] = OrderedDict()
-        self._predict_cache_size = predict_cache_size
+        self._predict_cache_size = settings.extender_predict_cache_size
         self._scores: dict[tuple[Any, ...], dict[Any, int]] = {}
         self._levels: dict[tuple[Any, ...], dict[str, int]] = {}
         self._shapes: dict[tuple[Any, ...], PlacementShape] = {}
-        self._on_predict = on_predict
-        self._on_predict_error = on_predict_error
+        self._rows_hit = self._rows = 0  # predictions asked for since start, and how many the memo held
 
     def __call__(
         self, ctx: PodContext, names: Sequence[str], node_objects: Sequence[Any] | None
@@ -109,19 +99,19 @@ class Scorer:
         """A score class per name and a score per class: ``names[i]`` scores ``scores[keys[i]]``."""
         if ctx.gpus <= 0:  # not ours: neutral
             return [None] * len(names), {None: 0}
-        nodes = self._index.nodes
-        w = self._weights
+        nodes = self._index.cache.nodes
+        w_tp, w_loc, _ = self._weights
         anchors = ctx.anchors(nodes)
-        use_tp = w.throughput > 0 and ctx.job is not None and self._oracle is not None
-        terms = _Terms(anchors, bool(anchors) and w.locality > 0, use_tp, use_tp and bool(ctx.placed))
+        use_tp = w_tp > 0 and ctx.job is not None and self._oracle is not None
+        terms = _Terms(anchors, bool(anchors) and w_loc > 0, use_tp, use_tp and bool(ctx.placed))
         keys: list[Any] = self._index.keys(names)
-        reps: dict[Any, tuple[Node, int]] = {}
+        reps: _Reps = {}
         known = None not in keys
         if not known:
             keys = self._request_keys(names, node_objects, keys, reps)
         if terms.relative:
             keys = self._relative_keys(ctx, terms, names, keys, reps, known)
-        memo_key = (score_signature(ctx, anchors), self._index.nodes_version, frozenset(keys))
+        memo_key = (score_signature(ctx, anchors), self._index.cache.nodes_version, frozenset(keys))
         scores = self._scores.get(memo_key) if known else None
         if scores is not None:
             return keys, scores
@@ -139,11 +129,7 @@ class Scorer:
         return keys, scores
 
     def _request_keys(
-        self,
-        names: Sequence[str],
-        node_objects: Sequence[Any] | None,
-        keys: list[Any],
-        reps: dict[Any, tuple[Node, int]],
+        self, names: Sequence[str], node_objects: Sequence[Any] | None, keys: list[Any], reps: _Reps
     ) -> list[Any]:
         """Key the names the cache does not know by the request's Node objects (None: neither knows)."""
         keys = list(keys)
@@ -157,13 +143,7 @@ class Scorer:
         return keys
 
     def _relative_keys(
-        self,
-        ctx: PodContext,
-        terms: _Terms,
-        names: Sequence[str],
-        keys: list[Any],
-        reps: dict[Any, tuple[Node, int]],
-        known: bool,
+        self, ctx: PodContext, terms: _Terms, names: Sequence[str], keys: list[Any], reps: _Reps, known: bool
     ) -> list[Any]:
         """Fold each node's locality level (and the gang's replicas on it) into its key."""
         bits = self._level_bits(terms.anchors)
@@ -176,7 +156,9 @@ class Scorer:
         for name, key in zip(names, keys, strict=True):
             if type(key) is tuple:
                 node, f = reps[key]
-                level = locality_level([*terms.anchors, node.name], {**self._index.nodes, node.name: node})
+                level = locality_level(
+                    [*terms.anchors, node.name], {**self._index.cache.nodes, node.name: node}
+                )
                 key = (*key, level, 0)
                 reps.setdefault(key, (node, f))
             elif key is not None:
@@ -188,11 +170,11 @@ class Scorer:
         """Node name -> its locality level relative to the anchors (the core's ``locality_level``) as
         key bits; names absent are at cluster level. Nodes that share the anchors' NVLink domain, rack or
         zone are grouped by where they are, and the level is asked once per group."""
-        memo_key = (self._index.nodes_version, tuple(anchors))
+        memo_key = (self._index.cache.nodes_version, tuple(anchors))
         hit = self._levels.get(memo_key)
         if hit is not None:
             return hit
-        nodes = self._index.nodes
+        nodes = self._index.cache.nodes
         groups = self._index.groups()
         first = nodes[anchors[0]]
         near: dict[str, None] = dict.fromkeys(anchors)
@@ -216,31 +198,27 @@ class Scorer:
         self._levels[memo_key] = bits
         return bits
 
-    def _score_classes(
-        self, ctx: PodContext, terms: _Terms, reps: Mapping[Any, tuple[Node, int]]
-    ) -> tuple[dict[Any, int], bool]:
+    def _score_classes(self, ctx: PodContext, terms: _Terms, reps: _Reps) -> tuple[dict[Any, int], bool]:
         """A score per class; and whether every term asked for was computed (False: a prediction failed
         and the throughput term was left out, so the answer must not be memoised)."""
-        w = self._weights
+        w_tp, w_loc, w_pack = self._weights
         g = ctx.gpus
         tp: dict[Any, float] | None = None
         complete = True
         if terms.use_tp:
             shapes = {key: self._shape(ctx, node, f) for key, (node, f) in reps.items()}
             tp, complete = self._throughput_term(ctx, shapes)
-        total_w = (
-            w.packing + (w.locality if terms.use_loc else 0.0) + (w.throughput if tp is not None else 0.0)
-        )
+        total_w = w_pack + (w_loc if terms.use_loc else 0.0) + (w_tp if tp is not None else 0.0)
         out: dict[Any, int] = {}
         for key, (node, f) in reps.items():
             if total_w <= 0 or node.gpus <= 0:
                 out[key] = 0
                 continue
-            s = w.packing * 10.0 * (1.0 - max(0, f - g) / node.gpus)
+            s = w_pack * 10.0 * (1.0 - max(0, f - g) / node.gpus)
             if terms.use_loc:
-                s += w.locality * _LOCALITY_SCORE[_level_of(key)]
+                s += w_loc * _LOCALITY_SCORE[_level_of(key)]
             if tp is not None:
-                s += w.throughput * tp[key]
+                s += w_tp * tp[key]
             out[key] = min(10, max(0, math.floor(s / total_w + 0.5)))
         return out, complete
 
@@ -253,14 +231,7 @@ class Scorer:
         here = min(rest, max(1, free // g)) if g > 0 else 1
         memo_key: tuple[Any, ...] | None = None
         if not ctx.placed:  # nothing bound yet: the shape depends on the node's class, not its name
-            memo_key = (
-                node.gpu_type,
-                node.gpus,
-                node.interconnect,
-                node.network_gbps,
-                bool(node.nvlink_domain),
-            )
-            memo_key = (*memo_key, g, rest, here)
+            memo_key = (class_of(node), g, rest, here)
             hit = self._shapes.get(memo_key)
             if hit is not None:
                 return hit
@@ -268,7 +239,7 @@ class Scorer:
         per_node[node.name] = per_node.get(node.name, 0) + here
         rest -= here
         alloc = Allocation.of(ctx.pod.job or ctx.pod.key, node.gpu_type, g, per_node)
-        nodes = self._index.nodes
+        nodes = self._index.cache.nodes
         shape = spread_of(alloc, nodes if node.name in nodes else {**nodes, node.name: node})
         if rest > 0:
             per_extra = max(1, node.gpus // g)
@@ -317,15 +288,13 @@ class Scorer:
             else:
                 memo.move_to_end(key)
                 out[key] = v
+        self._count(len(out), len(misses))
         if misses:
             assert self._oracle is not None
             try:
                 values = self._oracle.throughput([(job, s) for _, s in misses])
-            except Exception as exc:  # counted and logged by the callback; scoring goes on by packing
-                if self._on_predict is not None:
-                    self._on_predict(len(misses), len(out), len(misses))
-                if self._on_predict_error is not None:
-                    self._on_predict_error(exc)
+            except Exception as exc:  # counted and logged; scoring goes on by packing
+                metrics.EXTENDER_ERRORS.labels("predict").inc()
                 log.warning("throughput prediction failed for %s: %s; scoring by packing only", job.name, exc)
                 return None
             for (key, _), v in zip(misses, values, strict=False):
@@ -333,9 +302,16 @@ class Scorer:
                 memo[key] = out[key] = val
             while len(memo) > self._predict_cache_size:
                 memo.popitem(last=False)
-        if self._on_predict is not None:
-            self._on_predict(len(misses), len(by_key) - len(misses), len(misses))
         return out
+
+    def _count(self, hits: int, misses: int) -> None:
+        """The predictor metrics: oracle calls, rows hit and missed, hit ratio since start."""
+        metrics.EXTENDER_PREDICTOR_CALLS.inc(1 if misses else 0)
+        metrics.EXTENDER_PREDICTOR_ROWS.labels("hit").inc(hits)
+        metrics.EXTENDER_PREDICTOR_ROWS.labels("miss").inc(misses)
+        self._rows_hit, self._rows = self._rows_hit + hits, self._rows + hits + misses
+        if self._rows:
+            metrics.EXTENDER_PREDICTOR_HIT_RATIO.set(self._rows_hit / self._rows)
 
 
 def _level_of(key: Any) -> LocalityLevel:

@@ -33,7 +33,7 @@ from scheduler.extender.context import PodContext, pod_context
 from scheduler.extender.filtering import Filter, FilterOutcome
 from scheduler.extender.gang import GangPlans
 from scheduler.extender.nodes import NodeIndex
-from scheduler.extender.scoring import Scorer, Weights
+from scheduler.extender.scoring import Scorer
 from scheduler.k8s.cache import ClusterCache
 from scheduler.settings import Settings
 
@@ -58,36 +58,13 @@ class Binder(Protocol):
     def record_placement(self, namespace: str, job_name: str, placement: dict[str, str]) -> None: ...
 
 
-class BadRequest(Exception):
-    """The request is malformed (4xx); the message names the field."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-class _Predictions:
-    """Bookkeeping for the predictor metrics (calls, rows hit and missed, hit ratio since start)."""
-
-    def __init__(self) -> None:
-        self.hits = self.total = 0
-
-    def __call__(self, sent: int, hits: int, misses: int) -> None:
-        metrics.EXTENDER_PREDICTOR_CALLS.inc(1 if sent else 0)
-        metrics.EXTENDER_PREDICTOR_ROWS.labels("hit").inc(hits)
-        metrics.EXTENDER_PREDICTOR_ROWS.labels("miss").inc(misses)
-        self.hits, self.total = self.hits + hits, self.total + hits + misses
-        if self.total:
-            metrics.EXTENDER_PREDICTOR_HIT_RATIO.set(self.hits / self.total)
-
-
 def _json(body: bytes) -> Any:
     if not body:
-        raise BadRequest("request body is empty: expected a JSON object")
+        raise wire.WireError("request body is empty: expected a JSON object")
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+        raise wire.WireError(f"request body is not valid JSON: {exc}") from None
 
 
 class ExtenderService:
@@ -106,42 +83,29 @@ class ExtenderService:
         # a Binding waits on the API server and etcd (tens to hundreds of ms under load): binds/s is
         # threads / that latency; no more threads than pooled connections (no TLS handshake per bind)
         self._api = anyio.CapacityLimiter(_API_THREADS)
-        #: placements recorded that the TrainingJob watch has not shown yet: (job, pod) -> node
+        #: placements recorded that the TrainingJob watch has not shown yet: (job, pod) -> node; only
+        #: bound pods of TrainingJobs in the cache (``record_placements`` drops the rest every round)
         self._sent: dict[tuple[str, str], str] = {}
         index = NodeIndex(cache)
         memory = oracle if isinstance(oracle, MemoryOracle) else None
         self._filter = Filter(index, GangPlans(cache), memory)
-        self._score = Scorer(
-            index,
-            oracle,
-            Weights(
-                throughput=settings.extender_weight_throughput,
-                locality=settings.extender_weight_locality,
-                packing=settings.extender_weight_packing,
-            ),
-            predict_cache_size=settings.extender_predict_cache_size,
-            on_predict=_Predictions(),
-            on_predict_error=lambda exc: metrics.EXTENDER_ERRORS.labels("predict").inc(),
-        )
-        self._latency = {
-            v: metrics.EXTENDER_REQUEST_SECONDS.labels(v) for v in ("filter", "prioritize", "bind", "preempt")
-        }
-        self._ok = {v: metrics.EXTENDER_REQUESTS.labels(v, "200") for v in self._latency}
-        self._nodes_in = metrics.EXTENDER_FILTER_NODES.labels("in")
-        self._nodes_passed = metrics.EXTENDER_FILTER_NODES.labels("passed")
+        self._score = Scorer(index, oracle, settings)
+        # every verb's series from the start (a dashboard shows 0, not "no data", before the first call)
+        for verb in ("filter", "prioritize", "bind", "preempt"):
+            metrics.EXTENDER_REQUEST_SECONDS.labels(verb)
+            metrics.EXTENDER_REQUESTS.labels(verb, "200")
+        for stage in ("in", "passed"):
+            metrics.EXTENDER_FILTER_NODES.labels(stage)
 
     # --- bookkeeping --------------------------------------------------------------------------------
     def done(self, verb: str, start: float, status: int) -> None:
         """Count one answered call and its latency."""
-        self._latency[verb].observe(time.perf_counter() - start)
-        if status == 200:
-            self._ok[verb].inc()
-        else:
-            metrics.EXTENDER_REQUESTS.labels(verb, str(status)).inc()
+        metrics.EXTENDER_REQUEST_SECONDS.labels(verb).observe(time.perf_counter() - start)
+        metrics.EXTENDER_REQUESTS.labels(verb, str(status)).inc()
 
-    def bad(self, verb: str, start: float, exc: Exception) -> Reply:
+    def bad(self, verb: str, start: float, exc: ConfigError) -> Reply:
         """A 4xx answer for a malformed request."""
-        status = exc.status if isinstance(exc, BadRequest) else 400
+        status = exc.status if isinstance(exc, wire.WireError) else 400
         message = wire.quote(str(exc), 1024)
         log.info("bad %s request: %s", verb, message, extra={"verb": verb, "status": status})
         self.done(verb, start, status)
@@ -177,7 +141,7 @@ class ExtenderService:
         ``fallback(message)``, a reply kube-scheduler can use."""
         try:
             reply = decide()
-        except (BadRequest, wire.WireError, ConfigError) as exc:
+        except ConfigError as exc:  # a malformed request (``wire.WireError``) or pod (``CodecError``)
             return self.bad(verb, start, exc)
         except Exception as exc:
             self.failed(verb, exc, body)
@@ -189,8 +153,8 @@ class ExtenderService:
         def decide() -> bytes:
             args = wire.parse_extender_args(_json(body))
             outcome = self._decide(args.pod, lambda ctx: self._filter(ctx, args.names, args.node_objects))
-            self._nodes_in.observe(len(args.names))
-            self._nodes_passed.observe(len(outcome.passed))
+            metrics.EXTENDER_FILTER_NODES.labels("in").observe(len(args.names))
+            metrics.EXTENDER_FILTER_NODES.labels("passed").observe(len(outcome.passed))
             for reason, n in outcome.categories.items():
                 metrics.EXTENDER_REJECTIONS.labels(reason).inc(n)
             return _filter_reply(outcome, args)
@@ -225,46 +189,43 @@ class ExtenderService:
     async def bind(self, body: bytes, start: float) -> Reply:
         try:
             args = wire.parse_binding_args(_json(body))
-        except (BadRequest, wire.WireError) as exc:
+        except wire.WireError as exc:
             return self.bad("bind", start, exc)
-        if self._binder is None:
-            metrics.EXTENDER_BINDS.labels("error").inc()
-            error = "perfsched: this extender was started without a binder"
-        else:
-            error = await self._bind(args, self._binder, body)
+        outcome, error = await self._bind(args, body)
+        metrics.EXTENDER_BINDS.labels(outcome).inc()
         self.done("bind", start, 200)
         return 200, orjson.dumps({"Error": error})
 
-    async def _bind(self, args: wire.ExtenderBindingArgs, binder: Binder, body: bytes) -> str:
-        """Reserve the pod's GPUs on the node and create the Binding; the error to answer ("" when
-        bound). The gang's placement is recorded by ``record_placements`` once the watch shows it."""
+    async def _bind(self, args: wire.ExtenderBindingArgs, body: bytes) -> tuple[str, str]:
+        """Reserve the pod's GPUs on the node and create the Binding; the outcome (the binds metric's
+        label) and the error to answer ("" when bound). The gang's placement is recorded by
+        ``record_placements`` once the watch shows it."""
+        if self._binder is None:
+            return "error", "perfsched: this extender was started without a binder"
         ns, name, node = args.PodNamespace, args.PodName, args.Node
         pod = self.cache.pod(ns, name)
         if pod is not None and pod.uid and args.PodUID and pod.uid != args.PodUID:
             pod = None  # the cache holds an older pod of the same name
         if pod is not None and pod.node_name:
             if pod.node_name == node:
-                metrics.EXTENDER_BINDS.labels("success").inc()
-                return ""  # idempotent: it is already there
-            metrics.EXTENDER_BINDS.labels("error").inc()
-            return f"perfsched: pod {ns}/{name} is already bound to {pod.node_name}"
+                return "success", ""  # idempotent: it is already there
+            return "error", f"perfsched: pod {ns}/{name} is already bound to {pod.node_name}"
         refused = self.cache.reserve(ns, name, args.PodUID, node, pod.gpus if pod is not None else 0)
         if refused is not None:
-            metrics.EXTENDER_BINDS.labels("error").inc()
-            return refused
+            return "error", refused
         try:
-            await run_sync(binder.bind, ns, name, args.PodUID, node, limiter=self._api)
+            await run_sync(self._binder.bind, ns, name, args.PodUID, node, limiter=self._api)
         except PermanentError as exc:
             self.cache.forget(ns, name)
-            metrics.EXTENDER_BINDS.labels("error").inc()
-            return f"perfsched: {wire.quote(str(exc))}"
+            return "error", f"perfsched: {wire.quote(str(exc))}"
         except Exception as exc:  # a failure a retry may fix (Binder's contract): counted, logged, answered
             self.cache.forget(ns, name)
-            metrics.EXTENDER_BINDS.labels("temporary_error").inc()
             self.failed("bind", exc, body, bug=False)
-            return f"perfsched: binding {ns}/{name} to {node} failed: {wire.quote(str(exc))}"
-        metrics.EXTENDER_BINDS.labels("success").inc()
-        return ""
+            return (
+                "temporary_error",
+                f"perfsched: binding {ns}/{name} to {node} failed: {wire.quote(str(exc))}",
+            )
+        return "success", ""
 
     async def record_placements(self) -> None:
         """Merge the bound replicas of each TrainingJob that its ``status.placement`` does not show yet
@@ -274,14 +235,18 @@ class ExtenderService:
         if self._binder is None or not self._record_placement:
             return
         due: dict[str, dict[str, str]] = {}
+        waiting: dict[tuple[str, str], str] = {}  # sent, and not shown by the watch yet
         with self.cache.lock:
             for pod in self.cache.bound_gang_pods():
                 info = self.cache.jobs.get(pod.job)
-                recorded = info.status.placement.get(pod.name) if info is not None else None
-                if recorded == pod.node_name:
-                    self._sent.pop((pod.job, pod.name), None)
-                elif info is not None and self._sent.get((pod.job, pod.name)) != pod.node_name:
+                if info is None or info.status.placement.get(pod.name) == pod.node_name:
+                    continue
+                if self._sent.get((pod.job, pod.name)) == pod.node_name:
+                    waiting[pod.job, pod.name] = pod.node_name
+                else:
                     due.setdefault(pod.job, {})[pod.name] = pod.node_name
+        # what is sent stays only while it waits: a record shown, a pod gone or a job deleted is dropped
+        self._sent = waiting
         for job, placement in due.items():
             namespace, _, name = job.partition("/")
             try:

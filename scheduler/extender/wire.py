@@ -7,24 +7,34 @@ golden tests) and validate the small bodies (bind, preempt); ``parse_extender_ar
 prioritize body's structure by hand instead, because validating thousands of full Node objects with
 pydantic would cost more than the whole decision. Go decodes replies case-insensitively and
 ``TestCompatibility`` sends all-lowercase keys too, so the parsers accept either spelling.
-Every parser raises ``WireError`` with a message naming the field; the app turns it into HTTP 400.
+Every parser raises ``WireError`` (a ``ConfigError``) with a message naming the field; the app turns it
+into HTTP 400.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from scheduler.core.errors import ConfigError
 
-class WireError(ValueError):
-    """A request body does not have the extender wire shape; the message names the field."""
+
+class WireError(ConfigError):
+    """A malformed request (HTTP ``status``: 400, or 413 over the size limit); the message names the field."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class _Go(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+_M = TypeVar("_M", bound=_Go)
 
 
 class NodeList(_Go):
@@ -217,10 +227,7 @@ def parse_binding_args(body: object) -> ExtenderBindingArgs:
     """A bind body, its names checked against Kubernetes' limits; raises ``WireError`` naming the field."""
     if isinstance(body, dict):
         body = {k if k in _BIND_KEYS else _BIND_KEYS_LOWER.get(k.lower(), k): v for k, v in body.items()}
-    try:
-        args = ExtenderBindingArgs.model_validate(body)
-    except ValidationError as exc:
-        raise WireError(f"ExtenderBindingArgs: {describe(exc)}") from None
+    args = _validate(ExtenderBindingArgs, body)
     check_name("PodName", args.PodName)
     check_name("PodNamespace", args.PodNamespace, "namespace")
     check_name("PodUID", args.PodUID, "uid")
@@ -230,10 +237,7 @@ def parse_binding_args(body: object) -> ExtenderBindingArgs:
 
 def parse_preemption_args(body: object) -> ExtenderPreemptionArgs:
     """A preempt body (its pod checked as ``request_pod`` does); raises ``WireError`` naming the field."""
-    try:
-        args = ExtenderPreemptionArgs.model_validate(body)
-    except ValidationError as exc:
-        raise WireError(f"ExtenderPreemptionArgs: {describe(exc)}") from None
+    args = _validate(ExtenderPreemptionArgs, body)
     request_pod({"Pod": args.Pod})
     return args
 
@@ -242,13 +246,13 @@ _BIND_KEYS = frozenset(ExtenderBindingArgs.model_fields)
 _BIND_KEYS_LOWER = {k.lower(): k for k in _BIND_KEYS}
 
 
-def describe(exc: ValidationError) -> str:
-    """A pydantic error as ``Field.path: message`` parts, at most three."""
-    parts = []
-    for err in exc.errors()[:3]:
-        loc = ".".join(str(p) for p in err["loc"]) or "body"
-        parts.append(f"{loc}: {err['msg']}")
-    return "; ".join(parts)
+def _validate(model: type[_M], body: object) -> _M:
+    """``body`` as ``model``; else ``WireError`` naming the model and up to three ``Field.path: message``."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        parts = [f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()[:3]]
+        raise WireError(f"{model.__name__}: {'; '.join(parts)}") from None
 
 
 def _kind(value: object) -> str:

@@ -18,7 +18,7 @@ from scheduler.core.errors import ConfigError
 C = TypeVar("C")
 
 #: how an ordering policy picks each job's GPU type: ``aware`` from the throughput matrix
-#: (``scheduler.policies.hetaware``), ``agnostic`` by free GPUs only (the same-run baseline)
+#: (``scheduler.policies.type_planner``), ``agnostic`` by free GPUs only (the same-run baseline)
 Heterogeneity = Literal["aware", "agnostic"]
 HETEROGENEITY_CHOICES: tuple[str, ...] = ("aware", "agnostic")
 

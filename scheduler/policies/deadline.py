@@ -29,7 +29,7 @@ from scheduler.core.types import ClusterSnapshot, Job
 from scheduler.policies.base import type_infos
 from scheduler.policies.config import parse_config, require
 from scheduler.policies.elastic import min_replicas_of, rank_types
-from scheduler.policies.elastic_shares import Share, ThroughputTable, grow_by_marginal_gain, used_by_type
+from scheduler.policies.elastic_shares import PredictedThroughputs, Share, grow_by_marginal_gain, used_by_type
 from scheduler.policies.greedy import Request, greedy_allocate
 
 
@@ -65,7 +65,9 @@ class DeadlinePolicy:
     ) -> Mapping[str, Decision]:
         infos = type_infos(snapshot)
         live = [j for j in jobs if j.remaining_work > 0]
-        table = ThroughputTable(oracle, live, infos, lambda j: range(min_replicas_of(j), j.max_replicas + 1))
+        table = PredictedThroughputs(
+            oracle, live, infos, lambda j: range(min_replicas_of(j), j.max_replicas + 1)
+        )
         ranking = rank_types(live, infos, table)
         live, norm, types_of, extra = ranking.runnable, ranking.best, ranking.types_of, ranking.unrunnable
 
@@ -117,7 +119,7 @@ class DeadlinePolicy:
         snapshot: ClusterSnapshot,
         live: Sequence[Job],
         pinned: set[str],
-        table: ThroughputTable,
+        table: PredictedThroughputs,
         avail: dict[str, int],
         shares: dict[str, Share],
         extra: dict[str, Decision],
@@ -161,7 +163,7 @@ class DeadlinePolicy:
         return admitted, best_effort, notes
 
     def _may_grow(
-        self, current: Mapping[str, Share], table: ThroughputTable
+        self, current: Mapping[str, Share], table: PredictedThroughputs
     ) -> Callable[[Job, str, int, int], bool]:
         """Whether a job may grow from ``r_from`` to ``r_to`` replicas of a type: not when it is running
         and non-preemptible; a running job's resize in place must repay its restart cost within the
@@ -187,7 +189,7 @@ class DeadlinePolicy:
         pinned: set[str],
         shares: Mapping[str, Share],
         notes: Mapping[str, str],
-        table: ThroughputTable,
+        table: PredictedThroughputs,
         extra: dict[str, Decision],
     ) -> list[Request]:
         """Admitted jobs by deadline, then best-effort ones, each asking for its share (admitted jobs
@@ -224,7 +226,7 @@ class DeadlinePolicy:
     def _meets(self, job: Job, thr: float, left: float) -> bool:
         return thr > 0 and job.remaining_work / thr * self.config.slack <= left
 
-    def _min_meeting(self, job: Job, t: str, table: ThroughputTable, now: float) -> int | None:
+    def _min_meeting(self, job: Job, t: str, table: PredictedThroughputs, now: float) -> int | None:
         left = (job.deadline or now) - now
         for r in range(min_replicas_of(job), job.max_replicas + 1):
             if self._meets(job, table.get(job.name, t, r), left):
@@ -235,7 +237,7 @@ class DeadlinePolicy:
         self,
         snapshot: ClusterSnapshot,
         job: Job,
-        table: ThroughputTable,
+        table: PredictedThroughputs,
         avail: Mapping[str, int],
         left: float,
     ) -> tuple[tuple[str, int] | None, bool]:

@@ -27,8 +27,8 @@ from scheduler.core.types import ClusterSnapshot, Job
 from scheduler.policies.base import TypeInfo, allowed_types, type_infos
 from scheduler.policies.config import parse_config, require
 from scheduler.policies.elastic_shares import (
+    PredictedThroughputs,
     Share,
-    ThroughputTable,
     grow_by_marginal_gain,
     shrink_for,
     used_by_type,
@@ -63,7 +63,9 @@ class TypeRanking:
     unrunnable: dict[str, Decision]
 
 
-def rank_types(live: Sequence[Job], infos: Mapping[str, TypeInfo], table: ThroughputTable) -> TypeRanking:
+def rank_types(
+    live: Sequence[Job], infos: Mapping[str, TypeInfo], table: PredictedThroughputs
+) -> TypeRanking:
     """Rank the allowed GPU types of every job by predicted throughput at its minimum replica count.
 
     A job predicted to make no progress on any allowed type gets an unresolvable decision instead.
@@ -111,7 +113,9 @@ class ElasticPolicy:
     ) -> Mapping[str, Decision]:
         infos = type_infos(snapshot)
         live = [j for j in jobs if j.remaining_work > 0]
-        table = ThroughputTable(oracle, live, infos, lambda j: range(min_replicas_of(j), j.max_replicas + 1))
+        table = PredictedThroughputs(
+            oracle, live, infos, lambda j: range(min_replicas_of(j), j.max_replicas + 1)
+        )
         ranking = rank_types(live, infos, table)
         live, norm, types_of, extra = ranking.runnable, ranking.best, ranking.types_of, ranking.unrunnable
         free = {t: info.capacity for t, info in infos.items()}

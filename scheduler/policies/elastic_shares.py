@@ -1,7 +1,7 @@
-"""Throughput tables and marginal-gain sharing used by the performance-aware policies.
+"""Predicted-throughput tables and marginal-gain sharing used by the performance-aware policies.
 
-Pure. ``ThroughputTable`` asks the oracle once per round for every (job, GPU type, replica count) a
-policy may consider, on the compact shape of that many GPUs of that type. ``grow_by_marginal_gain``
+Pure. ``PredictedThroughputs`` asks the oracle once per round for every (job, GPU type, replica count)
+a policy may consider, on the compact shape of that many GPUs of that type. ``grow_by_marginal_gain``
 hands out free GPUs one step at a time to the job whose normalised throughput (speed-up over its own
 baseline) rises most per GPU: diminishing returns make this spread GPUs across jobs (Pollux's goodput
 view, with the oracle's throughput standing in for goodput).
@@ -18,7 +18,7 @@ from scheduler.core.types import ClusterSnapshot, Job, PlacementShape
 from scheduler.policies.base import TypeInfo, allowed_types, batch_throughput
 
 
-class ThroughputTable:
+class PredictedThroughputs:
     """Predicted throughput of each job per (GPU type, replicas), from one batched oracle call."""
 
     def __init__(
@@ -89,7 +89,7 @@ def grow_by_marginal_gain(
     jobs: Sequence[Job],
     shares: MutableMapping[str, Share],
     free: MutableMapping[str, int],
-    table: ThroughputTable,
+    table: PredictedThroughputs,
     norm: Mapping[str, float],
     *,
     may_start: Callable[[Job], bool],
@@ -158,7 +158,7 @@ def shrink_for(
     jobs: Sequence[Job],
     shares: MutableMapping[str, Share],
     free: MutableMapping[str, int],
-    table: ThroughputTable,
+    table: PredictedThroughputs,
     norm: Mapping[str, float],
     types: Sequence[str],
     *,

@@ -4,7 +4,7 @@ Pure. Jobs are served in order of priority (higher first, unless ``use_priority`
 time, then name. Strict FIFO (the default) starts no job behind one that cannot start, so a big job at the
 head is never starved; ``backfill: true`` lets later jobs that fit start in the meantime. Running jobs
 are never preempted. ``heterogeneity: aware`` (the default) picks each job's GPU type from the
-throughput matrix (``scheduler.policies.hetaware``); ``agnostic``: the allowed type with the most free
+throughput matrix (``scheduler.policies.type_planner``); ``agnostic``: the allowed type with the most free
 GPUs. Elastic jobs take as many replicas as fit, down to their minimum.
 
 Follows the FIFO baseline used by Tiresias (NSDI'19) and Gavel (OSDI'20). Differs: the backfill is
@@ -25,8 +25,8 @@ from scheduler.core.types import ClusterSnapshot, Job, Node
 from scheduler.policies.base import FreeByType, replica_options, type_infos
 from scheduler.policies.config import Heterogeneity, parse_config
 from scheduler.policies.greedy import Request, greedy_allocate
-from scheduler.policies.hetaware import DEFAULT_HORIZON_S, aware_orders
 from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_type
+from scheduler.policies.type_planner import DEFAULT_HORIZON_S, aware_orders
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ alone on its asked GPUs of its fastest allowed type, and T_shared is the time si
 remaining work at the throughput it gets now (its current allocation; for a waiting job, the best
 it could get if started now). Jobs with the largest rho go first; preemptive with a margin on rho so
 near-equal jobs do not evict each other every round. ``heterogeneity: aware`` (the default) picks each
-job's GPU type from the throughput matrix (``scheduler.policies.hetaware``); ``agnostic``: the allowed
+job's GPU type from the throughput matrix (``scheduler.policies.type_planner``); ``agnostic``: the allowed
 type with the most free GPUs.
 
 Follows Mahajan et al., "Themis: Fair and Efficient GPU Cluster Scheduling", NSDI 2020. Differs: no
@@ -26,9 +26,9 @@ from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import ClusterSnapshot, Job, PlacementShape
 from scheduler.policies.base import FreeByType, allowed_types, replica_options, type_infos
 from scheduler.policies.config import Heterogeneity, parse_config, require
-from scheduler.policies.elastic_shares import ThroughputTable, size_bounds
+from scheduler.policies.elastic_shares import PredictedThroughputs, size_bounds
 from scheduler.policies.greedy import Request, greedy_allocate
-from scheduler.policies.hetaware import DEFAULT_HORIZON_S, aware_orders
+from scheduler.policies.type_planner import DEFAULT_HORIZON_S, aware_orders
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +76,7 @@ class FtfPolicy:
             (j, spread_of(snapshot.allocations[j.name], node_map)) for j in running
         ]
         # one oracle call: the table plus each running job's current placement
-        table = ThroughputTable(oracle, live, infos, size_bounds, extra=cur_q)
+        table = PredictedThroughputs(oracle, live, infos, size_bounds, extra=cur_q)
         current = dict(zip((j.name for j in running), table.extra_answers, strict=True))
         keyed: list[tuple[float, float, str, Job, tuple[str, ...]]] = []
         extra: dict[str, Decision] = {}

@@ -13,7 +13,7 @@ margin on the deficit.
 
 **A fairness policy, not a JCT policy.** Use it when every job should get the same share of its best
 speed (its FTF rho is low); for average JCT use an ordering policy with ``heterogeneity: aware``
-(``las``, ``srsf``: ``scheduler.policies.hetaware``), which beat it on every benchmark cell of
+(``las``, ``srsf``: ``scheduler.policies.type_planner``), which beat it on every benchmark cell of
 ``bench/decision_quality.py``. Why it loses to LAS on average JCT (measured, issue 11):
 
 - the objective is max-min fairness over *every* active job, queue included: each gets the same
@@ -50,7 +50,7 @@ from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import ClusterSnapshot, Job
 from scheduler.policies.base import replica_options, type_infos
 from scheduler.policies.config import parse_config, require
-from scheduler.policies.elastic_shares import ThroughputTable, size_bounds
+from scheduler.policies.elastic_shares import PredictedThroughputs, size_bounds
 from scheduler.policies.greedy import Request, greedy_allocate
 
 Objective = Literal["max_min_fairness", "max_total_throughput"]
@@ -175,7 +175,7 @@ class HeteroPolicy:
         infos = type_infos(snapshot)
         types = list(infos)
         live = [j for j in jobs if j.remaining_work > 0]
-        table = ThroughputTable(oracle, live, infos, size_bounds)
+        table = PredictedThroughputs(oracle, live, infos, size_bounds)
         raw = np.array([[table.peak(j, t)[1] for t in types] for j in live], dtype=float).reshape(
             len(live), len(types)
         )

@@ -5,7 +5,7 @@ Jobs fall into queues by thresholds on it (default 1 and 10 GPU-hours: queue 0 b
 10, queue 2 above); lower queues go first, FIFO (submit time) inside a queue. Preemptive between
 queues: a job in a lower queue evicts running jobs of higher queues when it does not fit otherwise;
 jobs in the same queue never evict each other. ``heterogeneity: aware`` (the default) picks each job's
-GPU type from the throughput matrix (``scheduler.policies.hetaware``); ``agnostic``: the allowed type
+GPU type from the throughput matrix (``scheduler.policies.type_planner``); ``agnostic``: the allowed type
 with the most free GPUs, as Tiresias does. With
 ``promote_knob: K`` a waiting job whose time spent waiting exceeds K times its time spent running goes
 back to queue 0 (Tiresias's starvation guard).
@@ -34,8 +34,8 @@ from scheduler.core.types import ClusterSnapshot, Job, Node
 from scheduler.policies.base import FreeByType, replica_options, type_infos
 from scheduler.policies.config import Heterogeneity, parse_config, require
 from scheduler.policies.greedy import Request, greedy_allocate
-from scheduler.policies.hetaware import DEFAULT_HORIZON_S, aware_orders
 from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_type
+from scheduler.policies.type_planner import DEFAULT_HORIZON_S, aware_orders
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ throughput on the job's fastest allowed GPU type (one batched oracle call per ro
 too big for a type's capacity is judged there at the largest size that fits). Jobs with the
 least remaining service go first; preemptive: a job evicts running jobs with more remaining service
 (by more than ``preempt_margin_gpu_s``). ``heterogeneity: aware`` (the default) picks each job's GPU
-type from the throughput matrix (``scheduler.policies.hetaware``); ``agnostic``: the allowed type with
+type from the throughput matrix (``scheduler.policies.type_planner``); ``agnostic``: the allowed type with
 the most free GPUs (remaining service still comes from the fastest type).
 
 Follows the SRSF baseline of Tiresias (NSDI'19) and the survey's "SRSF with execution-time error"
@@ -26,10 +26,10 @@ from scheduler.core.round import IncrementalRound
 from scheduler.core.types import ClusterSnapshot, Job, Node
 from scheduler.policies.base import FreeByType, allowed_types, replica_options, type_infos
 from scheduler.policies.config import Heterogeneity, parse_config, require
-from scheduler.policies.elastic_shares import ThroughputTable, size_bounds
+from scheduler.policies.elastic_shares import PredictedThroughputs, size_bounds
 from scheduler.policies.greedy import Request, greedy_allocate
-from scheduler.policies.hetaware import DEFAULT_HORIZON_S, aware_orders
 from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_type
+from scheduler.policies.type_planner import DEFAULT_HORIZON_S, aware_orders
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +64,7 @@ class SrsfPolicy:
     ) -> Mapping[str, Decision]:
         infos = type_infos(snapshot)
         live = [j for j in jobs if j.remaining_work > 0]
-        table = ThroughputTable(oracle, live, infos, size_bounds)
+        table = PredictedThroughputs(oracle, live, infos, size_bounds)
         keyed: list[tuple[float, float, str, Job, tuple[str, ...]]] = []
         extra: dict[str, Decision] = {}
         for j in live:
@@ -137,7 +137,7 @@ class SrsfPolicy:
             return replicas * job.gpus_per_replica * (max(0.0, job.total_work - progress) / best)
 
         def batch_keys(new: Sequence[Job]) -> list[tuple[tuple[float, float, str], float] | None]:
-            table = ThroughputTable(oracle, new, infos, size_bounds)
+            table = PredictedThroughputs(oracle, new, infos, size_bounds)
             for j in new:
                 peaks = {t: table.peak(j, t) for t in allowed_types(j, infos)}
                 speeds = sorted(((v, t) for t, (_, v) in peaks.items()), key=lambda x: (-x[0], x[1]))

@@ -7,11 +7,14 @@ import threading
 import time
 from collections.abc import Callable
 
+import anyio
 from fastapi.testclient import TestClient
 
 from scheduler import metrics
 from scheduler.core.errors import PermanentError
+from scheduler.extender.service import ExtenderService
 from scheduler.k8s.cache import Kind
+from scheduler.settings import Settings
 from tests.extender.conftest import FakeBinder
 from tests.extender.kube import fed_cache, kube_node, kube_pod, kube_tj
 
@@ -151,6 +154,25 @@ def test_a_failed_placement_record_is_counted_and_made_again(
         wait_until(lambda: _errors("placement") >= before + 2)  # retried on the next round
         binder.record_error = None
         wait_until(lambda: binder.placements == [("team-a", "tj", {"tj-w0": "n1"})])
+
+
+def test_placements_sent_for_a_deleted_training_job_are_forgotten(binder: FakeBinder) -> None:
+    # what was sent and not yet shown is remembered only for TrainingJobs still in the cache: deleting
+    # one drops its entries, and a TrainingJob made again under the same name gets its placement recorded
+    pods = [kube_pod(f"tj-w{r}", 2, job="tj", replica=r, node="n1") for r in range(2)]
+    cache = fed_cache([kube_node("n1", "A100", 8)], pods, [kube_tj("tj")])
+    service = ExtenderService(Settings(), cache, None, binder)
+    anyio.run(service.record_placements)
+    sent = ("team-a", "tj", {"tj-w0": "n1", "tj-w1": "n1"})
+    assert binder.placements == [sent]
+    anyio.run(service.record_placements)  # the watch has not shown it yet: not sent again
+    assert binder.placements == [sent] and len(service._sent) == 2
+    cache.apply(Kind.TRAININGJOBS, "DELETED", kube_tj("tj"))
+    anyio.run(service.record_placements)
+    assert service._sent == {}
+    cache.apply(Kind.TRAININGJOBS, "ADDED", kube_tj("tj"))
+    anyio.run(service.record_placements)
+    assert binder.placements == [sent, sent]
 
 
 def _errors(verb: str) -> float:

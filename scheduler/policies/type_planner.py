@@ -70,7 +70,7 @@ import numpy as np
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import ClusterSnapshot, Job
 from scheduler.policies.base import FreeByType, TypeInfo, allowed_types
-from scheduler.policies.elastic_shares import ThroughputTable, size_bounds
+from scheduler.policies.elastic_shares import PredictedThroughputs, size_bounds
 
 #: default gain horizon (seconds) over which a move to a faster GPU type must pay for itself
 DEFAULT_HORIZON_S = 3600.0
@@ -132,7 +132,7 @@ class TypePlanner:
         self,
         snapshot: ClusterSnapshot,
         infos: Mapping[str, TypeInfo],
-        table: ThroughputTable,
+        table: PredictedThroughputs,
         *,
         horizon_s: float = DEFAULT_HORIZON_S,
     ) -> None:
@@ -347,7 +347,7 @@ def aware_orders(
     ranked: Sequence[Job],
     *,
     horizon_s: float = DEFAULT_HORIZON_S,
-    table: ThroughputTable | None = None,
+    table: PredictedThroughputs | None = None,
 ) -> dict[str, tuple[str, ...]]:
     """``TypePlanner(...).orders(ranked)``, asking the oracle (one batched call) unless ``table`` is given.
 
@@ -356,5 +356,5 @@ def aware_orders(
     if len(infos) <= 1:
         return {}
     if table is None:
-        table = ThroughputTable(oracle, [j for j in ranked if j.remaining_work > 0], infos, size_bounds)
+        table = PredictedThroughputs(oracle, [j for j in ranked if j.remaining_work > 0], infos, size_bounds)
     return TypePlanner(snapshot, infos, table, horizon_s=horizon_s).orders(ranked)

@@ -7,7 +7,7 @@ import pytest
 from scheduler.core.decisions import ActionKind
 from scheduler.core.round import RoundCosts, run_round
 from scheduler.policies import make_policy
-from scheduler.policies.hetaware import move_pays
+from scheduler.policies.type_planner import move_pays
 from tests.builders import FakeOracle, alloc, job, node, snapshot, with_
 
 ORDERING = ["fifo", "las", "srsf", "ftf"]
