@@ -118,8 +118,8 @@ _KINDS = ("domain", "rack", "zone")
 class _Layout:
     """What ``FreeIndex`` derives from the nodes alone (not from what is free): shared between indexes.
 
-    ``slots`` is a cache filled lazily (whole replicas per type and replica size); it depends on the
-    nodes only, so sharing it is safe.
+    ``slots`` (whole replicas per type and replica size) and ``multi`` (the groups of two nodes or
+    more, for gang search) are caches filled lazily; they depend on the nodes only, so sharing is safe.
     """
 
     nodes: dict[str, Node]  # schedulable nodes with GPUs, sorted by name
@@ -131,14 +131,22 @@ class _Layout:
     bucket_sizes: dict[tuple[str, bool], int]  # (gpu type, nvlink?) -> number of free-count buckets
     slot_of: dict[str, tuple[int, str, tuple[str, bool]]]  # node -> (capacity, gpu type, bucket key)
     slots: dict[tuple[str, int], int]
-    # the groups of two nodes or more, per (gpu type, kind), in ``groups`` order
+    multi: list[_Groups]  # a cache: the groups of two nodes or more, built when first needed
+
+
+@dataclass(frozen=True, slots=True)
+class _Groups:
+    """The NVLink domains, racks and zones of two nodes or more, as gang placement searches them."""
+
+    # per (gpu type, kind), in ``_Layout.groups`` order
     kind_groups: dict[tuple[str, str], list[tuple[_GroupKey, list[str]]]]
-    node_groups: dict[str, tuple[_GroupKey, ...]]  # node -> the groups of two nodes or more it is in
+    node_groups: dict[str, list[_GroupKey]]  # node -> the groups it is in
     # group -> the labels its nodes carry (domains, racks, zones) and whether one of them is NVLink
     group_labels: dict[_GroupKey, tuple[frozenset[str], frozenset[str], frozenset[str], bool]]
-    # (gpu type, kind, label) -> the groups of two nodes or more holding a node with that label
+    # (gpu type, kind, label) -> the groups holding a node with that label
     groups_with: dict[_GroupKey, list[_GroupKey]]
     group_order: dict[_GroupKey, tuple[int, int]]  # (1 + kind index, position among the kind's groups)
+    type_groups: dict[str, dict[_GroupKey, list[str]]]  # gpu type -> its groups
 
 
 def compact_shape(
@@ -172,7 +180,7 @@ def _build_layout(nodes: Sequence[Node]) -> _Layout:
         types.setdefault(node.gpu_type, []).append(node.name)
         type_cap[node.gpu_type] = type_cap.get(node.gpu_type, 0) + cap
         max_free[node.gpu_type] = max(max_free.get(node.gpu_type, 0), cap)
-        for kind, label in zip(_KINDS, _labels(node), strict=True):
+        for kind, label in (("domain", node.nvlink_domain), ("rack", node.rack), ("zone", node.zone)):
             if label:
                 groups.setdefault((node.gpu_type, kind, label), []).append(node.name)
     bucket_sizes: dict[tuple[str, bool], int] = {}
@@ -181,48 +189,34 @@ def _build_layout(nodes: Sequence[Node]) -> _Layout:
         key = (node.gpu_type, node.interconnect is Interconnect.NVLINK)
         bucket_sizes.setdefault(key, max_free[node.gpu_type] + 1)
         slot_of[name] = (node.capacity_for_jobs, node.gpu_type, key)
+    return _Layout(by_name, types, type_cap, max_free, groups, bucket_sizes, slot_of, {}, [])
+
+
+def _build_groups(layout: _Layout) -> _Groups:
     kind_groups: dict[tuple[str, str], list[tuple[_GroupKey, list[str]]]] = {}
-    node_groups: dict[str, tuple[_GroupKey, ...]] = {}
+    node_groups: dict[str, list[_GroupKey]] = {}
     group_labels: dict[_GroupKey, tuple[frozenset[str], frozenset[str], frozenset[str], bool]] = {}
     groups_with: dict[_GroupKey, list[_GroupKey]] = {}
-    for gkey, names in groups.items():
+    for gkey, names in layout.groups.items():
         if len(names) < 2:
             continue
         kind_groups.setdefault((gkey[0], gkey[1]), []).append((gkey, names))
-        members = [by_name[n] for n in names]
+        members = [layout.nodes[n] for n in names]
         for n in names:
-            node_groups[n] = (*node_groups.get(n, ()), gkey)
-        labels = tuple(
-            frozenset(v for v in vals if v) for vals in zip(*(_labels(m) for m in members), strict=True)
-        )
-        group_labels[gkey] = (
-            labels[0],
-            labels[1],
-            labels[2],
-            any(m.interconnect is Interconnect.NVLINK for m in members),
-        )
-        for kind, kind_labels in zip(_KINDS, labels, strict=True):
+            node_groups.setdefault(n, []).append(gkey)
+        doms = frozenset(m.nvlink_domain for m in members if m.nvlink_domain)
+        racks = frozenset(m.rack for m in members if m.rack)
+        zones = frozenset(m.zone for m in members if m.zone)
+        nvlink = any(m.interconnect is Interconnect.NVLINK for m in members)
+        group_labels[gkey] = (doms, racks, zones, nvlink)
+        for kind, kind_labels in zip(_KINDS, (doms, racks, zones), strict=True):
             for label in kind_labels:
                 groups_with.setdefault((gkey[0], kind, label), []).append(gkey)
-    return _Layout(
-        by_name,
-        types,
-        type_cap,
-        max_free,
-        groups,
-        bucket_sizes,
-        slot_of,
-        {},
-        kind_groups,
-        node_groups,
-        group_labels,
-        groups_with,
-        {
-            g: (1 + _KINDS.index(kind), i)
-            for (_, kind), gs in kind_groups.items()
-            for i, (g, _) in enumerate(gs)
-        },
-    )
+    order = {
+        g: (1 + _KINDS.index(kind), i) for (_, kind), gs in kind_groups.items() for i, (g, _) in enumerate(gs)
+    }
+    by_type = {t: {g: ns for k in _KINDS for g, ns in kind_groups.get((t, k), ())} for t in layout.types}
+    return _Groups(kind_groups, node_groups, group_labels, groups_with, order, by_type)
 
 
 def _labels(node: Node) -> tuple[str, str, str]:
@@ -258,6 +252,7 @@ class FreeIndex:
         "_groups",
         "_layout",
         "_max_free",
+        "_multi",
         "_nodes",
         "_slots",
         "_type_cap",
@@ -287,12 +282,24 @@ class FreeIndex:
             self._free[name] = f
             self._type_free[gpu_type] += f
             self._buckets[key][f].append(name)  # names arrive sorted
-        # free GPUs per group of two nodes or more, kept current by ``_set_free``
-        self._group_free: dict[_GroupKey, int] = {
-            gkey: sum(self._free[n] for n in names)
-            for groups in layout.kind_groups.values()
-            for gkey, names in groups
-        }
+        # the groups of two nodes or more and their free GPUs, kept current by ``_set_free`` once built
+        self._multi: _Groups | None = None
+        self._group_free: dict[_GroupKey, int] = {}
+
+    def _multi_groups(self) -> _Groups:
+        multi = self._multi
+        if multi is None:
+            layout = self._layout
+            if not layout.multi:
+                layout.multi.append(_build_groups(layout))
+            multi = self._multi = layout.multi[0]
+            free = self._free
+            self._group_free = {
+                gkey: sum(map(free.__getitem__, names))
+                for gs in multi.kind_groups.values()
+                for gkey, names in gs
+            }
+        return multi
 
     # ----------------------------------------------------------------- queries
     @property
@@ -344,8 +351,9 @@ class FreeIndex:
         bisect.insort(buckets[new], name)
         self._free[name] = new
         self._type_free[node.gpu_type] += new - old
-        for gkey in self._layout.node_groups.get(name, ()):
-            self._group_free[gkey] += new - old
+        if self._multi is not None:
+            for gkey in self._multi.node_groups.get(name, ()):
+                self._group_free[gkey] += new - old
         self._version += 1
 
     def commit(self, alloc: Allocation) -> None:
@@ -507,7 +515,7 @@ class FreeIndex:
                 chosen[name] = s
                 remaining -= s
             i += 1
-        group_free = sum(self._free[n] for n in names)
+        group_free = sum(map(self._free.__getitem__, names))
         leftover = sum(self._free[n] for n in chosen) - replicas * gpr
         return chosen, leftover, group_free
 
@@ -516,7 +524,7 @@ class FreeIndex:
     ) -> list[_Candidate]:
         need = replicas * gpr
         out: list[_Candidate] = []
-        for (_, _, label), names in self._layout.kind_groups.get((gpu_type, kind), ()):
+        for (_, _, label), names in self._multi_groups().kind_groups.get((gpu_type, kind), ()):
             if self._group_free[(gpu_type, kind, label)] < need:
                 continue
             cand = self._group_candidate(label, names, replicas, gpr, prefer)
@@ -655,7 +663,7 @@ class FreeIndex:
         does not already lose to the best candidate so far, so a gang on a few racks costs those racks.
         """
         need = replicas * gpr
-        layout = self._layout
+        layout = self._multi_groups()
         best: tuple[_PreferKey, tuple[int, int], _Candidate] | None = None
 
         def consider(cand: _Candidate | None, order: tuple[int, int]) -> None:
@@ -682,7 +690,8 @@ class FreeIndex:
             lab if lab and all(other[k] == lab for other in labels) else ""
             for k, lab in enumerate(labels[0] if labels else ("", "", ""))
         ]
-        lone = gang[0] if len(gang) == 1 else None
+        # the gang's one node, if it could hold the whole gang alone (a level of its own)
+        lone = gang[0] if len(gang) == 1 and self._free[gang[0]] >= need else None
         lone_nvlink = lone is not None and self._nodes[lone].interconnect is Interconnect.NVLINK
 
         def bound(gkey: _GroupKey) -> tuple[int, int, int, int, int]:
@@ -712,7 +721,7 @@ class FreeIndex:
             consider(self._group_candidate(gkey[2], names, replicas, gpr, prefer), layout.group_order[gkey])
             return True
 
-        groups = {gkey: names for k in _KINDS for gkey, names in layout.kind_groups.get((gpu_type, k), ())}
+        groups = layout.type_groups.get(gpu_type, {})
         related = groups
         if gang:  # the groups that may hold the gang's nodes or share a label with all of them
             near = [
