@@ -13,6 +13,9 @@ Within a level, fewer nodes win, then best fit: the least GPUs left over on the 
 (so big holes stay whole for big gangs), then the smallest group, then node names (deterministic).
 ``FreeIndex`` keeps per GPU type and interconnect a bucket of node names per free-GPU count, so a
 single-node best fit is a walk over at most "GPUs per node" buckets rather than a loop over all nodes.
+With ``prefer`` (a gang's replicas already placed), reusing more of the gang's nodes ranks right after
+the level; that search packs only the groups whose lower-bound key can still win and walks the buckets
+for the whole type, so its cost follows the gang and its racks, not the cluster.
 """
 
 from __future__ import annotations
