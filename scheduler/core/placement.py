@@ -13,14 +13,19 @@ Within a level, fewer nodes win, then best fit: the least GPUs left over on the 
 (so big holes stay whole for big gangs), then the smallest group, then node names (deterministic).
 ``FreeIndex`` keeps per GPU type and interconnect a bucket of node names per free-GPU count, so a
 single-node best fit is a walk over at most "GPUs per node" buckets rather than a loop over all nodes.
+With ``prefer`` (a gang's replicas already placed), reusing more of the gang's nodes ranks right after
+the level; that search packs only the groups whose lower-bound key can still win and walks the buckets
+for the whole type, so its cost follows the gang and its racks, not the cluster.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping, Sequence
+import heapq
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from itertools import islice
 
 from scheduler.core.decisions import Unschedulable
 from scheduler.core.types import Allocation, Interconnect, Node, PlacementShape
@@ -108,12 +113,16 @@ class _Candidate:
         )
 
 
+_GroupKey = tuple[str, str, str]  # (gpu type, kind, label); kind in "domain" | "rack" | "zone"
+_KINDS = ("domain", "rack", "zone")
+
+
 @dataclass(frozen=True, slots=True)
 class _Layout:
     """What ``FreeIndex`` derives from the nodes alone (not from what is free): shared between indexes.
 
-    ``slots`` is a cache filled lazily (whole replicas per type and replica size); it depends on the
-    nodes only, so sharing it is safe.
+    ``slots`` (whole replicas per type and replica size) and ``multi`` (the groups of two nodes or
+    more, for gang search) are caches filled lazily; they depend on the nodes only, so sharing is safe.
     """
 
     nodes: dict[str, Node]  # schedulable nodes with GPUs, sorted by name
@@ -125,6 +134,22 @@ class _Layout:
     bucket_sizes: dict[tuple[str, bool], int]  # (gpu type, nvlink?) -> number of free-count buckets
     slot_of: dict[str, tuple[int, str, tuple[str, bool]]]  # node -> (capacity, gpu type, bucket key)
     slots: dict[tuple[str, int], int]
+    multi: list[_Groups]  # a cache: the groups of two nodes or more, built when first needed
+
+
+@dataclass(frozen=True, slots=True)
+class _Groups:
+    """The NVLink domains, racks and zones of two nodes or more, as gang placement searches them."""
+
+    # per (gpu type, kind), in ``_Layout.groups`` order
+    kind_groups: dict[tuple[str, str], list[tuple[_GroupKey, list[str]]]]
+    node_groups: dict[str, list[_GroupKey]]  # node -> the groups it is in
+    # group -> the labels its nodes carry (domains, racks, zones) and whether one of them is NVLink
+    group_labels: dict[_GroupKey, tuple[frozenset[str], frozenset[str], frozenset[str], bool]]
+    # (gpu type, kind, label) -> the groups holding a node with that label
+    groups_with: dict[_GroupKey, list[_GroupKey]]
+    group_order: dict[_GroupKey, tuple[int, int]]  # (1 + kind index, position among the kind's groups)
+    type_groups: dict[str, dict[_GroupKey, list[str]]]  # gpu type -> its groups
 
 
 def compact_shape(
@@ -167,7 +192,38 @@ def _build_layout(nodes: Sequence[Node]) -> _Layout:
         key = (node.gpu_type, node.interconnect is Interconnect.NVLINK)
         bucket_sizes.setdefault(key, max_free[node.gpu_type] + 1)
         slot_of[name] = (node.capacity_for_jobs, node.gpu_type, key)
-    return _Layout(by_name, types, type_cap, max_free, groups, bucket_sizes, slot_of, {})
+    return _Layout(by_name, types, type_cap, max_free, groups, bucket_sizes, slot_of, {}, [])
+
+
+def _build_groups(layout: _Layout) -> _Groups:
+    kind_groups: dict[tuple[str, str], list[tuple[_GroupKey, list[str]]]] = {}
+    node_groups: dict[str, list[_GroupKey]] = {}
+    group_labels: dict[_GroupKey, tuple[frozenset[str], frozenset[str], frozenset[str], bool]] = {}
+    groups_with: dict[_GroupKey, list[_GroupKey]] = {}
+    for gkey, names in layout.groups.items():
+        if len(names) < 2:
+            continue
+        kind_groups.setdefault((gkey[0], gkey[1]), []).append((gkey, names))
+        members = [layout.nodes[n] for n in names]
+        for n in names:
+            node_groups.setdefault(n, []).append(gkey)
+        doms = frozenset(m.nvlink_domain for m in members if m.nvlink_domain)
+        racks = frozenset(m.rack for m in members if m.rack)
+        zones = frozenset(m.zone for m in members if m.zone)
+        nvlink = any(m.interconnect is Interconnect.NVLINK for m in members)
+        group_labels[gkey] = (doms, racks, zones, nvlink)
+        for kind, kind_labels in zip(_KINDS, (doms, racks, zones), strict=True):
+            for label in kind_labels:
+                groups_with.setdefault((gkey[0], kind, label), []).append(gkey)
+    order = {
+        g: (1 + _KINDS.index(kind), i) for (_, kind), gs in kind_groups.items() for i, (g, _) in enumerate(gs)
+    }
+    by_type = {t: {g: ns for k in _KINDS for g, ns in kind_groups.get((t, k), ())} for t in layout.types}
+    return _Groups(kind_groups, node_groups, group_labels, groups_with, order, by_type)
+
+
+def _labels(node: Node) -> tuple[str, str, str]:
+    return (node.nvlink_domain, node.rack, node.zone)
 
 
 #: the last layout built, keyed by its node tuple: the simulator and the policies of one round index
@@ -195,8 +251,11 @@ class FreeIndex:
     __slots__ = (
         "_buckets",
         "_free",
+        "_group_free",
         "_groups",
+        "_layout",
         "_max_free",
+        "_multi",
         "_nodes",
         "_slots",
         "_type_cap",
@@ -207,6 +266,7 @@ class FreeIndex:
 
     def __init__(self, nodes: Sequence[Node], free: Mapping[str, int] | None = None) -> None:
         layout = _layout_of(nodes)
+        self._layout = layout
         self._nodes = layout.nodes
         self._types = layout.types
         self._type_cap = layout.type_cap
@@ -225,6 +285,24 @@ class FreeIndex:
             self._free[name] = f
             self._type_free[gpu_type] += f
             self._buckets[key][f].append(name)  # names arrive sorted
+        # the groups of two nodes or more and their free GPUs, kept current by ``_set_free`` once built
+        self._multi: _Groups | None = None
+        self._group_free: dict[_GroupKey, int] = {}
+
+    def _multi_groups(self) -> _Groups:
+        multi = self._multi
+        if multi is None:
+            layout = self._layout
+            if not layout.multi:
+                layout.multi.append(_build_groups(layout))
+            multi = self._multi = layout.multi[0]
+            free = self._free
+            self._group_free = {
+                gkey: sum(map(free.__getitem__, names))
+                for gs in multi.kind_groups.values()
+                for gkey, names in gs
+            }
+        return multi
 
     # ----------------------------------------------------------------- queries
     @property
@@ -276,6 +354,9 @@ class FreeIndex:
         bisect.insort(buckets[new], name)
         self._free[name] = new
         self._type_free[node.gpu_type] += new - old
+        if self._multi is not None:
+            for gkey in self._multi.node_groups.get(name, ()):
+                self._group_free[gkey] += new - old
         self._version += 1
 
     def commit(self, alloc: Allocation) -> None:
@@ -437,7 +518,7 @@ class FreeIndex:
                 chosen[name] = s
                 remaining -= s
             i += 1
-        group_free = sum(self._free[n] for n in names)
+        group_free = sum(map(self._free.__getitem__, names))
         leftover = sum(self._free[n] for n in chosen) - replicas * gpr
         return chosen, leftover, group_free
 
@@ -446,24 +527,29 @@ class FreeIndex:
     ) -> list[_Candidate]:
         need = replicas * gpr
         out: list[_Candidate] = []
-        for (t, k, label), names in self._groups.items():
-            if t != gpu_type or k != kind or len(names) < 2:
+        for (_, _, label), names in self._multi_groups().kind_groups.get((gpu_type, kind), ()):
+            if self._group_free[(gpu_type, kind, label)] < need:
                 continue
-            if sum(self._free[n] for n in names) < need:
-                continue
-            packed = self._pack(names, replicas, gpr, prefer)
-            if packed is None:
-                continue
-            chosen, leftover, group_free = packed
-            level = locality_level(list(chosen) + list(prefer), self._nodes)
-            out.append(_Candidate(chosen, level, leftover, group_free, label))
+            cand = self._group_candidate(label, names, replicas, gpr, prefer)
+            if cand is not None:
+                out.append(cand)
         return out
+
+    def _group_candidate(
+        self, label: str, names: Sequence[str], replicas: int, gpr: int, prefer: Mapping[str, int]
+    ) -> _Candidate | None:
+        packed = self._pack(names, replicas, gpr, prefer)
+        if packed is None:
+            return None
+        chosen, leftover, group_free = packed
+        level = locality_level(list(chosen) + list(prefer), self._nodes)
+        return _Candidate(chosen, level, leftover, group_free, label)
 
     def _cluster_candidate(
         self, gpu_type: str, replicas: int, gpr: int, prefer: Mapping[str, int]
     ) -> _Candidate | None:
         if prefer:
-            packed = self._pack(self._types[gpu_type], replicas, gpr, prefer)
+            packed = self._pack_type_prefer(gpu_type, replicas, gpr, prefer)
         else:
             packed = self._pack_by_buckets(gpu_type, replicas, gpr)
         if packed is None:
@@ -528,32 +614,144 @@ class FreeIndex:
                 return min(groups, key=_Candidate.key)
         return self._cluster_candidate(gpu_type, replicas, gpr, {})
 
+    def _pack_type_prefer(
+        self, gpu_type: str, replicas: int, gpr: int, prefer: Mapping[str, int]
+    ) -> tuple[dict[str, int], int, int] | None:
+        """``_pack`` over every node of the type, reading the free-count buckets instead of sorting the
+        nodes: the same choice, at a cost that grows with the gang and the node size, not the cluster."""
+        lists = [b for b in (self._buckets.get((gpu_type, nv)) for nv in (True, False)) if b is not None]
+        if sum((f // gpr) * len(names) for b in lists for f, names in enumerate(b)) < replicas:
+            return None
+        gang = {n for n in prefer if n in self._nodes and self._nodes[n].gpu_type == gpu_type}
+
+        def holding(s: int) -> Iterator[str]:
+            """The nodes outside the gang with room for exactly ``s`` replicas, by name."""
+            runs = [names for b in lists for names in b[s * gpr : (s + 1) * gpr] if names]
+            merged: Iterable[str] = runs[0] if len(runs) == 1 else heapq.merge(*runs)
+            return (n for n in merged if n not in gang)
+
+        chosen: dict[str, int] = {}
+        remaining = replicas
+        own = sorted((-(self._free[n] // gpr), n) for n in gang if self._free[n] >= gpr)
+        for i, (neg, name) in enumerate(own):
+            if -neg >= remaining:  # best fit for the last piece among the gang's nodes not taken yet
+                chosen[min((-neg2, n2) for neg2, n2 in own[i:] if -neg2 >= remaining)[1]] = remaining
+                remaining = 0
+                break
+            chosen[name] = -neg
+            remaining += neg
+        for s in range((max(len(b) for b in lists) - 1) // gpr, 0, -1):
+            if remaining <= 0:
+                break
+            for name in holding(s):
+                if s >= remaining:
+                    # best fit: the first node of the smallest fuller level below this one, else this node
+                    smaller = (first for s2 in range(remaining, s) for first in islice(holding(s2), 1))
+                    chosen[next(smaller, name)] = remaining
+                    remaining = 0
+                    break
+                chosen[name] = s
+                remaining -= s
+        leftover = sum(self._free[n] for n in chosen) - replicas * gpr
+        return chosen, leftover, self._type_free[gpu_type]
+
     def _place_with_prefer(
         self, replicas: int, gpr: int, gpu_type: str, prefer: Mapping[str, int]
     ) -> _Candidate | None:
+        """The least by ``_prefer_key`` of the single nodes (the gang's own and the best fits), every
+        NVLink domain, rack and zone packed by ``_pack``, and the whole type packed the same way.
+
+        A group is packed only when a lower bound of its key (its level from the labels it holds, the
+        gang's nodes in it, the fewest nodes and least leftover any placement needs, its free GPUs)
+        does not already lose to the best candidate so far, so a gang on a few racks costs those racks.
+        """
         need = replicas * gpr
-        cands: list[_Candidate] = []
+        layout = self._multi_groups()
+        best: tuple[_PreferKey, tuple[int, int], _Candidate] | None = None
+
+        def consider(cand: _Candidate | None, order: tuple[int, int]) -> None:
+            nonlocal best
+            if cand is not None:
+                key = _prefer_key(cand, prefer)
+                if best is None or (key, order) < best[:2]:
+                    best = (key, order, cand)
+
         singles = [n for n in prefer if n in self._nodes and self._nodes[n].gpu_type == gpu_type]
-        for nvlink in (True, False):
-            best = self._best_single(gpu_type, nvlink, need)
-            if best is not None:
-                singles.append(best)
-        for name in dict.fromkeys(singles):
+        best_fit = [b for b in (self._best_single(gpu_type, nv, need) for nv in (True, False)) if b]
+        singles += best_fit
+        for i, name in enumerate(dict.fromkeys(singles)):
             if self._free[name] >= need:
                 c = self._single(name, replicas, gpr)
                 level = locality_level([name, *prefer], self._nodes)
-                cands.append(_Candidate(c.per_node, level, c.leftover, c.group_free, c.group))
-        for kind in ("domain", "rack", "zone"):
-            cands.extend(self._group_candidates(kind, gpu_type, replicas, gpr, prefer))
-        whole = self._cluster_candidate(gpu_type, replicas, gpr, prefer)
-        if whole is not None:
-            cands.append(whole)
-        if not cands:
-            return None
-        # Staying on the gang's nodes beats a tighter-looking spot elsewhere at the same level.
-        return min(
-            cands, key=lambda c: (c.key()[0], -sum(1 for n in c.per_node if n in prefer), *c.key()[1:])
-        )
+                consider(_Candidate(c.per_node, level, c.leftover, c.group_free, c.group), (0, i))
+        # no placement uses fewer nodes, nor (on one node) leaves less over, than these
+        fewest = max(-(-replicas // (self._max_free[gpu_type] // gpr)), 1 if best_fit else 2)
+        least_left = min(self._free[n] for n in best_fit) - need if fewest == 1 else 0
+        gang = [n for n in prefer if n in self._nodes]
+        labels = [_labels(self._nodes[n]) for n in gang]
+        common = [
+            lab if lab and all(other[k] == lab for other in labels) else ""
+            for k, lab in enumerate(labels[0] if labels else ("", "", ""))
+        ]
+        # the gang's one node, if it could hold the whole gang alone (a level of its own)
+        lone = gang[0] if len(gang) == 1 and self._free[gang[0]] >= need else None
+        lone_nvlink = lone is not None and self._nodes[lone].interconnect is Interconnect.NVLINK
+
+        def bound(gkey: _GroupKey) -> tuple[int, int, int, int, int]:
+            doms, racks, zones, has_nvlink = layout.group_labels[gkey]
+            if not gang:
+                level = 0 if has_nvlink or doms else 1
+            else:
+                lone_in = lone is not None and gkey in layout.node_groups.get(lone, ())
+                level = (
+                    0
+                    if (common[0] and common[0] in doms) or (lone_in and lone_nvlink)
+                    else 1
+                    if lone_in
+                    else 2
+                    if common[1] and common[1] in racks
+                    else 3
+                    if common[2] and common[2] in zones
+                    else 4
+                )
+            own = sum(1 for n in gang if gkey in layout.node_groups.get(n, ()))
+            return (level, -own, fewest, least_left, self._group_free[gkey])
+
+        def pack(gkey: _GroupKey, names: Sequence[str], lower: tuple[int, int, int, int, int]) -> bool:
+            """Pack the group unless its bound loses already; False: it lost (and so do larger bounds)."""
+            if best is not None and lower > best[0][:5]:
+                return False
+            consider(self._group_candidate(gkey[2], names, replicas, gpr, prefer), layout.group_order[gkey])
+            return True
+
+        groups = layout.type_groups.get(gpu_type, {})
+        related = groups
+        if gang:  # the groups that may hold the gang's nodes or share a label with all of them
+            near = [
+                layout.groups_with.get((gpu_type, k, lab), []) for k, lab in zip(_KINDS, common, strict=True)
+            ]
+            near += [[g for g in layout.node_groups.get(n, ()) if g in groups] for n in gang]
+            related = {g: groups[g] for g in dict.fromkeys(g for gs in near for g in gs)}
+        pending = sorted((bound(g), layout.group_order[g], g) for g in related if self._group_free[g] >= need)
+        for lower, _, gkey in pending:
+            if not pack(gkey, related[gkey], lower):
+                break
+        consider(self._cluster_candidate(gpu_type, replicas, gpr, prefer), (len(_KINDS) + 1, 0))
+        if gang and (best is None or (4, 0, fewest, least_left) <= best[0][:4]):
+            # the other groups can only place the gang across the cluster, reusing none of its nodes
+            for gkey, names in groups.items():
+                if gkey not in related and self._group_free[gkey] >= need:
+                    pack(gkey, names, (4, 0, fewest, least_left, self._group_free[gkey]))
+        return None if best is None else best[2]
+
+
+_PreferKey = tuple[int, int, int, int, int, str, tuple[str, ...]]
+
+
+def _prefer_key(cand: _Candidate, prefer: Mapping[str, int]) -> _PreferKey:
+    """Level first; staying on the gang's nodes beats a tighter-looking spot elsewhere at that level."""
+    level, nodes, leftover, group_free, group, names = cand.key()
+    return (level, -sum(1 for n in cand.per_node if n in prefer), nodes, leftover, group_free, group, names)
 
 
 def place_gang(
