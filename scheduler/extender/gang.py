@@ -9,7 +9,7 @@ policies and the simulator do) over the whole cache (replicas already bound coun
 none of those nodes is among kube-scheduler's candidates, over the candidates only. kube-scheduler
 offers a sample of the nodes (10% of 5,000): a plan outside every sample would keep the gang waiting,
 so an earlier plan that still fits but is not offered is made again among the candidates only (the
-whole cache would prefer the same nodes again, and at 5,000 nodes that placement costs ~10 ms).
+whole cache would prefer the same nodes again).
 Memo: ``GangPlans`` keeps the last plan per gang; its one invalidation rule is that a plan is used only
 while it still fits the cache's free GPUs and is offered (checked on every use), and the oldest plans
 are dropped past 10,000 gangs.
