@@ -19,7 +19,8 @@ before the shadow time (when those nodes are free enough). A starving job does n
 waits for its held nodes (once running spread out, ``consolidate`` moves it when they free). Differs from
 EASY: run times are predicted from the oracle (not user estimates); the shadow time is per node and
 topology-aware (a gang's speed depends on how many nodes it spans) but GPUs left over on the held nodes are
-not offered to longer jobs; jobs ahead of the starving one in the policy's order are not held back.
+not offered to longer jobs; jobs ahead of the starving one in the policy's order are not held back, and
+GPUs that a job behind it frees on the held nodes by preemption are not held.
 """
 
 from __future__ import annotations
@@ -55,10 +56,10 @@ class Request(NamedTuple):
 class Reservation(NamedTuple):
     """EASY backfilling for starving jobs (see the module docstring); immutable.
 
-    ``starving``: names of waiting jobs the policy deems starving; ``runtime_s(job, gpu_type, gpus)``:
-    predicted seconds for ``job`` to finish its remaining work on ``gpus`` GPUs of ``gpu_type``
-    (``math.inf`` when it cannot run there); ``now``: the snapshot's clock; ``prefetch`` (optional):
-    ask ``runtime_s``'s oracle about many (job, type, GPUs) at once.
+    ``starving``: names of jobs the policy deems starving (waiting, or running spread out);
+    ``runtime_s(job, gpu_type, gpus)``: predicted seconds for ``job`` to finish its remaining work on
+    ``gpus`` GPUs of ``gpu_type`` (``math.inf`` when it cannot run there); ``now``: the snapshot's
+    clock; ``prefetch`` (optional): ask ``runtime_s``'s oracle about many (job, type, GPUs) at once.
     """
 
     starving: Collection[str]
