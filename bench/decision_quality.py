@@ -45,10 +45,13 @@ ORACLES = {"table": ("table", 0.0), "mre0.25": ("table", 0.25), "predictor": ("p
 
 
 def specs_for(scenario: str, policies: tuple[str, ...]) -> list[str]:
-    """Policy spec strings of a scenario: each ordering policy aware and agnostic, then the extras."""
+    """Policy spec strings of a scenario: each ordering policy aware and agnostic, then the extras; a
+    spec with a config (``las:starvation_factor=null``) is run as given."""
     out: list[str] = []
     for p in policies:
-        if p in ORDERING:
+        if ":" in p and p.partition(":")[0] in ORDERING:
+            out.append(p)
+        elif p in ORDERING:
             out += [p, f"{p}:heterogeneity=agnostic"]
         elif p in SCENARIOS[scenario]["extra"]:
             out.append(p)
@@ -68,9 +71,8 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
 def run_one(scenario: str, load: float, oracle: str, spec: str, jobs: int, seed: int) -> dict[str, Any]:
     sc = SCENARIOS[scenario]
     kind, mre = ORACLES[oracle]
-    name, config = parse_spec(spec)
     req = SimulationRequest(
-        policies=(name,),
+        policies=(spec,),
         cluster=sc["cluster"],
         load=load,
         max_jobs=jobs,
@@ -78,7 +80,6 @@ def run_one(scenario: str, load: float, oracle: str, spec: str, jobs: int, seed:
         oracle=kind,
         mres=(mre,),
         seed=seed,
-        policy_configs={name: config},
     )
     row = dict(run_simulations(req).report["results"][0])
     row.update(scenario=scenario, oracle=oracle, spec=spec)

@@ -6,11 +6,27 @@ Pure. Every policy ranks jobs its own way and then hands an ordered list of ``Re
 it untouched (no migration); preemptive policies may evict running jobs ranked behind the requester
 (``preempt_for``). ``try_place`` and ``preempt_for`` are public because the simulator's incremental
 rounds (``scheduler.policies.incremental``) run exactly this code on their own free-GPU index.
+
+Anti-starvation (optional, ``Reservation``): EASY backfilling, after Lifka, "The ANL/IBM SP scheduling
+system" (JSSPP 1995) and Mu'alem & Feitelson, "Utilization, predictability, workloads, and user runtime
+estimates in scheduling the IBM SP2 with backfilling" (IEEE TPDS 2001), at the granularity of nodes. The
+first *starving* job in the walk (the policy says which) that cannot start compactly, or runs spread over
+more nodes than its gang needs, gets a reservation: the nodes of one allowed GPU type that are predicted
+to free up first enough to hold it compactly (running jobs' predicted finish times from the throughput
+oracle; its own GPUs count as free), on the type where it is predicted to finish first. Their free GPUs
+are held from then on in the walk; a waiting job behind it may take them only when predicted to finish
+before the shadow time (when those nodes are free enough). A starving job does not start spread out: it
+waits for its held nodes (once running spread out, ``consolidate`` moves it when they free). Differs from
+EASY: run times are predicted from the oracle (not user estimates); the shadow time is per node and
+topology-aware (a gang's speed depends on how many nodes it spans) but GPUs left over on the held nodes are
+not offered to longer jobs; jobs ahead of the starving one in the policy's order are not held back, and
+GPUs that a job behind it frees on the held nodes by preemption are not held.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import NamedTuple
 
 from scheduler.core.decisions import Decision, Unschedulable
@@ -35,6 +51,34 @@ class Request(NamedTuple):
     rank: float = 0.0
     note: str = ""
     keep_current: bool = True
+
+
+class Reservation(NamedTuple):
+    """EASY backfilling for starving jobs (see the module docstring); immutable.
+
+    ``starving``: names of jobs the policy deems starving (waiting, or running spread out);
+    ``runtime_s(job, gpu_type, gpus)``: predicted seconds for ``job`` to finish its remaining work on
+    ``gpus`` GPUs of ``gpu_type`` (``math.inf`` when it cannot run there); ``now``: the snapshot's
+    clock; ``prefetch`` (optional): ask ``runtime_s``'s oracle about many (job, type, GPUs) at once.
+    """
+
+    starving: Collection[str]
+    runtime_s: Callable[[Job, str, int], float]
+    now: float
+    prefetch: Callable[[Sequence[tuple[Job, str, int]]], None] | None = None
+
+
+class _Hold(NamedTuple):
+    """An active reservation: ``nodes`` of ``gpu_type`` held for ``job`` until ``shadow`` (the predicted
+    time they are free enough); ``alloc``: the placeholder allocation (named ``alloc_name``) taking their
+    free GPUs on the walk's index, None when none is free there now."""
+
+    job: str
+    gpu_type: str
+    shadow: float
+    nodes: tuple[str, ...]
+    alloc_name: str
+    alloc: Allocation | None
 
 
 _NO_VICTIMS = Unschedulable("no lower-ranked running jobs to preempt")
@@ -108,6 +152,8 @@ def greedy_allocate(
     strict: bool = False,
     preempt_margin: float = 0.0,
     extra: Mapping[str, Decision] | None = None,
+    reservation: Reservation | None = None,
+    consolidate: Callable[[Job, Allocation, Allocation], bool] | None = None,
 ) -> dict[str, Decision]:
     """Walk ``requests`` in order and place each gang; returns a decision for every job in ``jobs``.
 
@@ -118,7 +164,11 @@ def greedy_allocate(
       ``preempt_margin``) are evicted, least urgent first, until it fits; evictions that turn out not to
       be needed are undone;
     - ``strict``: once a job cannot start, no job behind it starts (strict FIFO);
-    - jobs with no request get ``extra``'s decision, else none (waiting, or preempted when running).
+    - jobs with no request get ``extra``'s decision, else none (waiting, or preempted when running);
+    - ``reservation``: EASY backfilling behind the first starving job that cannot start (module docstring);
+    - ``consolidate(job, current, tighter)``: a running gang spread over several nodes that keeps its
+      request is moved, when its turn comes, to a placement of the same type and size on fewer nodes
+      if this says the move pays (the policy prices it); otherwise it keeps its GPUs.
     """
     index = FreeIndex(snapshot.nodes, snapshot.free_by_node())
     decisions, reserved = _settle_running(index, snapshot, jobs)
@@ -130,6 +180,8 @@ def greedy_allocate(
     preempted_by: dict[str, str] = {}
     short_memo: _ShortMemo = {}
     blocked_by: str | None = None
+    hold: _Hold | None = None
+    by_name: dict[str, Job] = {}
     ahead = 0
     for req in requests:
         job = req.job
@@ -140,8 +192,20 @@ def greedy_allocate(
         types_ = tuple(t for t in req.gpu_types if t in allowed) if allowed else tuple(req.gpu_types)
         pending_victims.pop(name, None)
         cur = reserved.get(name)
+        starving = reservation is not None and hold is None and name in reservation.starving
         if cur is not None and _keeps_current(req, cur, types_):
-            decisions[name] = Decision(name, cur, req.note)
+            moved = _tighter(index, req, cur, consolidate) if consolidate is not None else None
+            if moved is not None:
+                index.commit(moved)
+                reserved[name] = moved
+                note = f"moved to {moved.num_nodes} node(s) from {cur.num_nodes}"
+                decisions[name] = Decision(name, moved, f"{req.note}; {note}" if req.note else note)
+            else:
+                decisions[name] = Decision(name, cur, req.note)
+                if starving and reservation is not None and cur.num_nodes > _compact_nodes(index, cur):
+                    # a starving gang running spread out: hold nodes for it to move to when they free up
+                    by_name = by_name or {j.name: j for j in jobs}
+                    hold = _hold_for(index, req, (cur.gpu_type,), reserved, decisions, by_name, reservation)
             ahead += 1
             continue
         if blocked_by is not None and cur is None:
@@ -150,8 +214,25 @@ def greedy_allocate(
             )
             ahead += 1
             continue
+        lifted = False
+        if (
+            hold is not None
+            and cur is None
+            and reservation is not None
+            and hold.alloc is not None
+            and _done_by(req, hold, reservation)  # EASY: finishes before the held nodes are needed
+        ):
+            index.release(hold.alloc)
+            lifted = True
         res = _place_or_keep(index, req, cur, types_, reserved, short_memo)
-        if not isinstance(res, Allocation) and preemptive and types_:
+        if (
+            starving
+            and isinstance(res, Allocation)
+            and cur is None
+            and res.num_nodes > _compact_nodes(index, res)
+        ):
+            res = _SHORT_OF_GPUS  # a starving gang waits for a compact placement (held below)
+        elif not isinstance(res, Allocation) and preemptive and types_:
             res = preempt_for(
                 index, req, types_, reserved, pending_victims, victims_by_type, preempt_margin, preempted_by
             )
@@ -161,10 +242,35 @@ def greedy_allocate(
             decisions[name] = Decision(name, res, req.note)
         else:
             decisions[name] = _waiting_decision(req, res, ahead, preempted_by)
+            if starving and reservation is not None and cur is None and res.resolvable:
+                by_name = by_name or {j.name: j for j in jobs}
+                hold = _hold_for(index, req, types_, reserved, decisions, by_name, reservation)
+                if hold is not None:
+                    d = decisions[name]
+                    decisions[name] = Decision(
+                        name,
+                        None,
+                        f"{d.reason}; starving: {hold.gpu_type} GPUs on {', '.join(hold.nodes)} held for "
+                        f"it, predicted free in {max(0.0, hold.shadow - reservation.now) / 3600:.2f} h",
+                        unresolvable=d.unresolvable,
+                    )
+            elif hold is not None and cur is None and not lifted and hold.gpu_type in types_:
+                d = decisions[name]
+                decisions[name] = Decision(
+                    name,
+                    None,
+                    f"{d.reason}; {hold.gpu_type} GPUs on {', '.join(hold.nodes)} held for starving job "
+                    f"{hold.job}",
+                    unresolvable=d.unresolvable,
+                )
             if strict and blocked_by is None and res.resolvable:
                 blocked_by = name
             if not res.resolvable:
+                if lifted and hold is not None:
+                    hold = _rehold(index, hold)
                 continue  # a job that can never run is not "ahead" of anyone
+        if lifted and hold is not None:
+            hold = _rehold(index, hold)
         ahead += 1
     for j in jobs:
         if j.name not in decisions:
@@ -173,6 +279,124 @@ def greedy_allocate(
                 dec if dec is not None else Decision(j.name, None, "not selected by the policy")
             )
     return decisions
+
+
+def _tighter(
+    index: FreeIndex,
+    req: Request,
+    cur: Allocation,
+    consolidate: Callable[[Job, Allocation, Allocation], bool],
+) -> Allocation | None:
+    """A placement of ``cur``'s gang (same type and size) on fewer nodes that ``consolidate`` approves,
+    not committed (``cur`` is then released on ``index``); None when there is none (``cur`` stays)."""
+    if cur.num_nodes <= 1:
+        return None
+    index.release(cur)
+    res = try_place(index, req._replace(replicas=(cur.replicas,)), (cur.gpu_type,))
+    if isinstance(res, Allocation) and res.num_nodes < cur.num_nodes and consolidate(req.job, cur, res):
+        return res
+    index.commit(cur)
+    return None
+
+
+def _compact_nodes(index: FreeIndex, alloc: Allocation) -> int:
+    """The fewest nodes of ``alloc``'s type that can hold its gang (the largest node's capacity)."""
+    per_node = max(1, index.largest_node(alloc.gpu_type) // max(1, alloc.gpus_per_replica))
+    return max(1, -(-alloc.replicas // per_node))
+
+
+def _done_by(req: Request, hold: _Hold, reservation: Reservation) -> bool:
+    """Whether a waiting job behind the hold is predicted to finish, at every size it may start at, on
+    the held type before the held nodes are needed (EASY backfilling's condition)."""
+    gpr = req.job.gpus_per_replica
+    return all(
+        reservation.now + reservation.runtime_s(req.job, hold.gpu_type, r * gpr) <= hold.shadow
+        for r in req.replicas
+    )
+
+
+def _rehold(index: FreeIndex, hold: _Hold) -> _Hold:
+    """Hold again what is free on the held nodes after a backfilled job took its share."""
+    per_node = {n: index.free_of(n) for n in hold.nodes if index.free_of(n) > 0}
+    alloc = Allocation.of(hold.alloc_name, hold.gpu_type, 1, per_node) if per_node else None
+    if alloc is not None:
+        index.commit(alloc)
+    return hold._replace(alloc=alloc)
+
+
+def _hold_for(
+    index: FreeIndex,
+    req: Request,
+    types_: Sequence[str],
+    reserved: Mapping[str, Allocation],
+    decisions: Mapping[str, Decision],
+    by_name: Mapping[str, Job],
+    reservation: Reservation,
+) -> _Hold | None:
+    """Hold, for a starving gang, the nodes of one allowed type that free up first enough to hold it
+    compactly (its own GPUs count as free); the type is the one where it is predicted to finish first.
+    The free GPUs on those nodes are committed on ``index`` now; None when no type can ever hold it."""
+    job = req.job
+    gpr = job.gpus_per_replica
+    replicas = min(req.replicas)
+    need = replicas * gpr
+    ends: dict[str, list[tuple[float, int]]] = {}  # node -> (predicted end, GPUs) of what runs there
+    holders = list(reserved.values()) + [
+        d.allocation
+        for d in decisions.values()
+        if d.allocation is not None and d.allocation.job not in reserved
+    ]
+    if reservation.prefetch is not None:
+        reservation.prefetch(
+            [
+                (by_name[a.job], a.gpu_type, a.total_gpus)
+                for a in holders
+                if a.job in by_name and a.job != job.name
+            ]
+        )
+    for a in holders:
+        if a.job == job.name:
+            end = reservation.now  # its own GPUs are free for the move
+        else:
+            other = by_name.get(a.job)
+            run = math.inf if other is None else reservation.runtime_s(other, a.gpu_type, a.total_gpus)
+            end = reservation.now + run
+        for node_name, r in a.replicas_per_node:
+            ends.setdefault(node_name, []).append((end, r * a.gpus_per_replica))
+    best: tuple[float, float, str, tuple[str, ...]] | None = None
+    for t in types_:
+        run = reservation.runtime_s(job, t, need)
+        if not math.isfinite(run):
+            continue
+        per_node_cap = index.largest_node(t)
+        k = -(-replicas // max(1, per_node_cap // max(1, gpr)))  # nodes a compact gang spans
+        want = min(need, (per_node_cap // max(1, gpr)) * gpr)  # GPUs it needs on each of them
+        when: list[tuple[float, str]] = []
+        for node_name, node in index.nodes.items():
+            if node.gpu_type != t or node.capacity_for_jobs < want:
+                continue
+            free = index.free_of(node_name)
+            at = reservation.now
+            for end, g in sorted(ends.get(node_name, ())):
+                if free >= want:
+                    break
+                free += g
+                at = end
+            if free >= want:
+                when.append((at, node_name))
+        if len(when) < k:
+            continue
+        when.sort()
+        shadow = when[k - 1][0]
+        if not math.isfinite(shadow):
+            continue
+        cand = (shadow + run, shadow, t, tuple(n for _, n in when[:k]))
+        if best is None or cand[:3] < best[:3]:
+            best = cand
+    if best is None:
+        return None
+    _, shadow, t, nodes = best
+    return _rehold(index, _Hold(job.name, t, shadow, nodes, f"hold for {job.name}", None))
 
 
 #: ``greedy_allocate``'s memo of "short of GPUs": (replicas, GPUs per replica, types) -> (index

@@ -10,8 +10,29 @@ with the most free GPUs, as Tiresias does. With
 ``promote_knob: K`` a waiting job whose time spent waiting exceeds K times its time spent running goes
 back to queue 0 (Tiresias's starvation guard).
 
+Consolidation, ``consolidate: true`` (the default): a running gang spread over several nodes moves to a
+placement of the same type and size on fewer nodes when one is free at its turn and the oracle's speed-up
+pays the restart (``type_planner.move_pays``). Without it, an 8-GPU job restarted on scattered GPUs keeps
+them for its whole run: on the benchmark's clusters the largest jobs ran at 1/8 of their speed for
+hundreds of hours (docs/performance.md, "Long gangs").
+
+Anti-starvation, ``starvation_factor: K`` (off by default, ``null``; opt in with e.g. 1): a job
+waiting, or running spread over more nodes than its gang needs, is starving once the time it has lost
+(time since submission minus what its progress would have taken on its fastest allowed type, compactly
+placed, from the oracle) exceeds K times its own predicted run time there. A starving job goes ahead of
+queue 0 (Tiresias's promotion, with the threshold tied to the job's own length instead of a constant; it
+keeps its queue's rank, so it evicts no job its queue could not: promotion with eviction rights thrashed,
+21 preemptions per job in one benchmark cell) and the first starving job that still cannot run compactly
+gets an EASY backfilling reservation of nodes on the shared greedy walk
+(``scheduler.policies.greedy.Reservation``): jobs behind it may take GPUs on those nodes only when
+predicted to finish before the nodes are needed. It is off by default because the benchmark did not
+choose it (docs/performance.md, "Long gangs"); K bounds a job's slowdown to about K + 1 plus the wait
+for the held nodes.
+
 Follows Gu et al., "Tiresias: A GPU Cluster Manager for Distributed Deep Learning", NSDI 2019
-(discretized 2D-LAS). Differs: the promote knob is off by default and compares the job's whole
+(discretized 2D-LAS; its placement consolidation becomes ``consolidate``), and for the reservation,
+EASY backfilling (Mu'alem & Feitelson, IEEE TPDS 2001).
+Differs: the promote knob is off by default and compares the job's whole
 waiting and running time (now - submit vs attained GPU-seconds / GPUs) rather than the time since its
 last preemption, which a stateless policy does not know; no placement-consolidation profiler
 (placement is the core's topology-aware best fit); state is recomputed from the snapshot every round
@@ -28,33 +49,41 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.core.decisions import Decision
+from scheduler.core.placement import spread_of
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.round import IncrementalRound
-from scheduler.core.types import ClusterSnapshot, Job, Node
-from scheduler.policies.base import FreeByType, replica_options, type_infos
+from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node
+from scheduler.policies.base import FreeByType, TypeInfo, batch_throughput, replica_options, type_infos
 from scheduler.policies.config import Heterogeneity, parse_config, require
-from scheduler.policies.greedy import Request, greedy_allocate
+from scheduler.policies.greedy import Request, Reservation, greedy_allocate
 from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_type
-from scheduler.policies.type_planner import DEFAULT_HORIZON_S, aware_orders
+from scheduler.policies.type_planner import DEFAULT_HORIZON_S, aware_orders, move_pays
 
 
 @dataclass(frozen=True, slots=True)
 class LasConfig:
     """``thresholds_gpu_hours``: queue boundaries on attained service, strictly increasing;
     ``heterogeneity``: ``aware`` picks GPU types from the throughput matrix, ``agnostic`` by free GPUs;
-    ``horizon_s``: how far ahead a move to a faster GPU type must pay its restart (aware only)."""
+    ``horizon_s``: how far ahead a move to a faster GPU type must pay its restart (aware only);
+    ``starvation_factor``: a waiting job that has waited more than this many times its own predicted
+    run time is starving (back to queue 0, GPUs reserved for it; None: off); ``consolidate``: move a
+    running gang spread over several nodes to fewer nodes when the predicted speed-up pays the restart."""
 
     thresholds_gpu_hours: tuple[float, ...] = (1.0, 10.0)
     preemptive: bool = True
     promote_knob: float | None = None
     heterogeneity: Heterogeneity = "aware"
     horizon_s: float = DEFAULT_HORIZON_S
+    starvation_factor: float | None = None
+    consolidate: bool = True
 
     def __post_init__(self) -> None:
         t = self.thresholds_gpu_hours
         require(all(x > 0 for x in t), "thresholds_gpu_hours", f"must be positive, got {list(t)}")
         require(all(a < b for a, b in itertools.pairwise(t)), "thresholds_gpu_hours", "must increase")
         require(self.promote_knob is None or self.promote_knob > 0, "promote_knob", "must be > 0")
+        k = self.starvation_factor
+        require(k is None or (k >= 0 and math.isfinite(k)), "starvation_factor", "must be >= 0 or null")
 
 
 class LasPolicy:
@@ -64,6 +93,8 @@ class LasPolicy:
 
     def __init__(self, config: LasConfig | None = None) -> None:
         self.config = config or LasConfig()
+        #: the simulator runs a round at every completion when the policy may move running jobs
+        self.moves_running = self.config.consolidate or self.config.starvation_factor is not None
         self._bounds = [h * 3600.0 for h in self.config.thresholds_gpu_hours]
 
     @classmethod
@@ -90,9 +121,17 @@ class LasPolicy:
         infos = type_infos(snapshot)
         free = FreeByType(snapshot, oracle)
         running = snapshot.allocations
+        reservation: Reservation | None = None
+        starving: frozenset[str] = frozenset()
+        if self.config.starvation_factor is not None:
+            runtime = _Runtimes(oracle, infos)
+            starving = _starving(jobs, running, snapshot.now, self.config.starvation_factor, runtime)
+            reservation = Reservation(starving, runtime, snapshot.now, runtime.prefetch)
+        # starving jobs go first (in submission order) but keep their queue's rank: they may take free
+        # and held GPUs ahead of everyone, not evict jobs their own queue could not (no preemption churn)
+        queue = {j.name: self.queue_of(j, None if j.name in running else snapshot.now) for j in jobs}
         keyed = sorted(
-            ((self.queue_of(j, None if j.name in running else snapshot.now), j.submit_time, j.name), j)
-            for j in jobs
+            ((-1 if j.name in starving else queue[j.name], j.submit_time, j.name), j) for j in jobs
         )
         orders: dict[str, tuple[str, ...]] = {}
         if self.config.heterogeneity == "aware":  # LAS ranks by attained service; the oracle picks types
@@ -104,20 +143,32 @@ class LasPolicy:
                 j,
                 orders.get(j.name) or free.order(j, infos),
                 replica_options(j),
-                rank=float(q),
-                note=notes[q],
+                rank=float(queue[j.name]),
+                note=notes[queue[j.name]] + ("; starving" if j.name in starving else ""),
             )
-            for (q, _, _), j in keyed
+            for _, j in keyed
         ]
-        return greedy_allocate(snapshot, jobs, requests, preemptive=self.config.preemptive)
+        consolidate = None
+        if self.config.consolidate:
+            consolidate = _Consolidation(snapshot, oracle, self.config.horizon_s)
+        return greedy_allocate(
+            snapshot,
+            jobs,
+            requests,
+            preemptive=self.config.preemptive,
+            reservation=reservation,
+            consolidate=consolidate,
+        )
 
     def incremental(
         self, nodes: Sequence[Node], oracle: ThroughputOracle, jobs: Sequence[Job]
     ) -> IncrementalRound | None:
         """The simulator's fast path (``scheduler.policies.incremental``): one GPU type, rigid preemptible
-        jobs and no promote knob (whose queues move with the clock); None otherwise."""
+        jobs, no promote knob and no starvation rule (whose queues move with the clock); None otherwise."""
         del oracle
         gpu_type = single_type(nodes)
+        if self.config.starvation_factor is not None or self.config.consolidate:
+            return None
         if self.config.promote_knob is not None or gpu_type is None or not simple_jobs(jobs, gpu_type):
             return None
         bounds = self._bounds
@@ -147,3 +198,90 @@ class LasPolicy:
             rank_of=rank_of,
             steady_until=steady_until,
         )
+
+
+class _Consolidation:
+    """``greedy_allocate``'s ``consolidate``: whether moving a running gang to a tighter placement pays
+    (the oracle's speed on each placement's real spread, priced by ``type_planner.move_pays``)."""
+
+    def __init__(self, snapshot: ClusterSnapshot, oracle: ThroughputOracle, horizon_s: float) -> None:
+        self._nodes = {n.name: n for n in snapshot.nodes}
+        self._oracle = oracle
+        self._restart_s = snapshot.restart_cost_s
+        self._horizon_s = horizon_s
+
+    def __call__(self, job: Job, current: Allocation, tighter: Allocation) -> bool:
+        cur, new = batch_throughput(
+            self._oracle, [(job, spread_of(current, self._nodes)), (job, spread_of(tighter, self._nodes))]
+        )
+        pays, _ = move_pays(
+            job, cur, new, restart_cost_s=self._restart_s, horizon_s=self._horizon_s, restarts=job.restarts
+        )
+        return pays
+
+
+class _Runtimes:
+    """Predicted seconds for a job to finish its remaining work on N GPUs of a type (one round's memo
+    of oracle answers; ``math.inf`` where the oracle predicts no progress)."""
+
+    def __init__(self, oracle: ThroughputOracle, infos: Mapping[str, TypeInfo]) -> None:
+        self._oracle = oracle
+        self._infos = infos
+        self._tp: dict[tuple[str, str, int], float] = {}
+
+    @property
+    def types(self) -> Mapping[str, TypeInfo]:
+        """The GPU types with schedulable capacity, keyed by name."""
+        return self._infos
+
+    def prefetch(self, queries: Sequence[tuple[Job, str, int]]) -> None:
+        """Ask the oracle once, batched, for every (job, type, GPUs) not asked yet."""
+        todo = [(j, t, g) for j, t, g in queries if (j.name, t, g) not in self._tp and t in self._infos]
+        answers = batch_throughput(self._oracle, [(j, self._infos[t].shape(g)) for j, t, g in todo])
+        for (j, t, g), tp in zip(todo, answers, strict=True):
+            self._tp[(j.name, t, g)] = tp
+
+    def throughput(self, job: Job, gpu_type: str, gpus: int) -> float:
+        key = (job.name, gpu_type, gpus)
+        if key not in self._tp:
+            self.prefetch([(job, gpu_type, gpus)])
+        return self._tp.get(key, 0.0)
+
+    def __call__(self, job: Job, gpu_type: str, gpus: int) -> float:
+        tp = self.throughput(job, gpu_type, gpus)
+        return job.remaining_work / tp if tp > 0 else math.inf
+
+
+def _starving(
+    jobs: Sequence[Job],
+    running: Mapping[str, Allocation],
+    now: float,
+    factor: float,
+    runtime: _Runtimes,
+) -> frozenset[str]:
+    """Jobs that have lost more than ``factor`` times their own predicted run time: time since submission
+    minus the time their progress would have taken on their fastest allowed type at their smallest
+    compact gang, against their total work there. Waiting jobs, and running gangs spread over more nodes
+    than they need (a spread gang can run many times slower); a compact running job is never starving."""
+    cands: list[Job] = []
+    for j in jobs:
+        if j.remaining_work <= 0 or j.min_gpus <= 0:
+            continue
+        a = running.get(j.name)
+        if a is not None:
+            info = runtime.types.get(a.gpu_type)
+            per_node = max(1, (info.node_gpus if info else 1) // max(1, a.gpus_per_replica))
+            if a.num_nodes <= -(-a.replicas // per_node):
+                continue
+        if now - j.submit_time > 0:
+            cands.append(j)
+    runtime.prefetch([(j, t, j.min_gpus) for j in cands for t in runtime.types if j.allows(t)])
+    out: set[str] = set()
+    for j in cands:
+        best = max((runtime.throughput(j, t, j.min_gpus) for t in runtime.types if j.allows(t)), default=0.0)
+        if best <= 0:
+            continue
+        lost = now - j.submit_time - j.progress / best
+        if lost > factor * j.total_work / best:
+            out.add(j.name)
+    return frozenset(out)

@@ -328,7 +328,10 @@ class Engine:
             costs=RoundCosts(restart_cost_s=cfg.restart_cost_s, resize_cost_s=cfg.resize_cost_s),
             # With one GPU type, only rigid jobs and nobody waiting, a completion leaves every policy
             # nothing to do (no one to start, no one to preempt for, no size or type to change).
-            one_type=len({n.gpu_type for n in self.nodes}) == 1,
+            # a policy that may move running jobs (``moves_running = True``, e.g. LAS consolidating
+            # spread gangs) needs a round at every completion even when nobody waits
+            one_type=len({n.gpu_type for n in self.nodes}) == 1
+            and not getattr(self.policy, "moves_running", False),
             wall0=time.perf_counter(),
             cpu0=time.process_time(),
         )

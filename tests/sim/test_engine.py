@@ -131,18 +131,30 @@ def test_job_larger_than_the_cluster_never_finishes_and_the_run_ends() -> None:
     assert (summary["jobs"], summary["unfinished"]) == (1, 1)
 
 
-@pytest.mark.parametrize("policy", ["fifo", "las", "srsf"])
-def test_skipping_idle_rounds_changes_no_result(policy: str) -> None:
+@pytest.mark.parametrize(
+    ("policy", "config"), [("fifo", None), ("las", {"consolidate": False}), ("srsf", None)]
+)
+def test_skipping_idle_rounds_changes_no_result(policy: str, config: dict[str, object] | None) -> None:
     # 40 jobs of 1-4 GPUs on 8 GPUs with gaps, so the cluster is sometimes idle and sometimes contended
     jobs = [
         job(f"j{i}").replicas(1 + i % 4).work(50.0 + 37 * (i % 7)).submitted(15.0 * i).build()
         for i in range(40)
     ]
-    on = _run(jobs, 8, policy, round_seconds=60.0, restart_cost_s=3.0)
-    off = _run(jobs, 8, policy, round_seconds=60.0, restart_cost_s=3.0, skip_idle_rounds=False)
+    on = _run(jobs, 8, policy, config, round_seconds=60.0, restart_cost_s=3.0)
+    off = _run(jobs, 8, policy, config, round_seconds=60.0, restart_cost_s=3.0, skip_idle_rounds=False)
     assert on.skipped_rounds > 0
     assert off.skipped_rounds == 0 and off.rounds == on.rounds + on.skipped_rounds
     assert _jct(on) == _jct(off)
+
+
+def test_a_policy_that_moves_running_jobs_gets_a_round_at_every_completion() -> None:
+    # LAS consolidates spread gangs, so a completion with nobody waiting may still change something
+    jobs = [
+        job(f"j{i}").replicas(1 + i % 4).work(50.0 + 37 * (i % 7)).submitted(15.0 * i).build()
+        for i in range(40)
+    ]
+    result = _run(jobs, 8, "las", round_seconds=60.0, restart_cost_s=3.0)
+    assert result.skipped_rounds == 0
 
 
 def test_a_running_job_wakes_at_every_boundary_it_crosses() -> None:
