@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from scheduler.core.types import Job, MemoryFit, PlacementShape
 
 if TYPE_CHECKING:
-    from perfmodel.features import JobFeatures
+    from perfmodel.features import HardwareFeatures, JobFeatures
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,20 @@ def job_features(job: Job) -> JobFeatures:
     )
 
 
+def hardware_features(shape: PlacementShape) -> HardwareFeatures:
+    """perfmodel's view of a placement (the memory fit's and the throughput predictor's)."""
+    from perfmodel.features import HardwareFeatures
+
+    return HardwareFeatures(
+        gpu_type=shape.gpu_type,
+        num_gpus=shape.num_gpus,
+        gpus_per_node=shape.gpus_per_node,
+        num_nodes=shape.num_nodes,
+        interconnect=shape.interconnect.value,
+        network_gbps=shape.network_gbps,
+    )
+
+
 class MemoryFitter:
     """``memory_fit`` for any oracle: peak memory per GPU from ``perfmodel.memory``, cached."""
 
@@ -67,21 +81,13 @@ class MemoryFitter:
 
     def one(self, job: Job, shape: PlacementShape) -> MemoryFit | None:
         from perfmodel.errors import PerfModelError
-        from perfmodel.features import HardwareFeatures
         from perfmodel.memory import estimate_job
 
         feats = job_features(job)
         key = (feats.key, type(feats).__name__, shape)
         if key in self._cache:
             return self._cache[key]
-        hw = HardwareFeatures(
-            gpu_type=shape.gpu_type,
-            num_gpus=shape.num_gpus,
-            gpus_per_node=shape.gpus_per_node,
-            num_nodes=shape.num_nodes,
-            interconnect=shape.interconnect.value,
-            network_gbps=shape.network_gbps,
-        )
+        hw = hardware_features(shape)
         result: MemoryFit | None
         try:
             est = estimate_job(feats, hw)

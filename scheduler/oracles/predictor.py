@@ -36,16 +36,7 @@ def job_features(job: Job) -> JobFeatures:
 
 def hardware_features(shape: PlacementShape) -> HardwareFeatures:
     """The predictor's view of a placement."""
-    from perfmodel.features import HardwareFeatures
-
-    return HardwareFeatures(
-        gpu_type=shape.gpu_type,
-        num_gpus=shape.num_gpus,
-        gpus_per_node=shape.gpus_per_node,
-        num_nodes=shape.num_nodes,
-        interconnect=shape.interconnect.value,
-        network_gbps=shape.network_gbps,
-    )
+    return memory.hardware_features(shape)
 
 
 class PredictorOracle(ThroughputOracle, MemoryOracle):
