@@ -7,17 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.cli import main
+from tests.perfmodel.test_cli_predict import run
 
 LLAMA = ["predict", "--model", "llama3-8b", "--batch-size", "64", "--precision", "bf16"]
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    out = capsys.readouterr()
-    code = exc.value.code
-    return (0 if code is None else int(code)), out.out, out.err
 
 
 def test_llm_json_reports_tokens_memory_and_fit(capsys: pytest.CaptureFixture[str]) -> None:
