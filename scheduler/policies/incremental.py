@@ -20,11 +20,13 @@ A job that passed the test but could not be placed marks its group as failed unt
 FIFO walks waiting jobs in order up to the first that cannot start, as ``greedy_allocate`` does.
 
 Consolidation (``consolidate``, LAS's default rule): ``greedy_allocate`` offers each running gang, at
-its turn in the walk, a move to a placement of the same size on fewer nodes (``greedy._tighter``, which
-does nothing for a gang on one node). So the walk also visits, at their own rank, the running gangs on
-several nodes that were not evicted earlier in the round, and runs ``_tighter`` on each with the
-policy's rule; the rule prices the move with the job as ``run_round`` would see it and the round's
-snapshot, looked up through the caller's ``RoundView`` only when a tighter placement is free. A move
+its turn in the walk, a move to a placement of the same size on fewer nodes (``greedy._tighter``). Only a
+gang *spread* over more nodes than the fewest that can hold it can have one. So the walk also visits, at
+their own rank, the spread running gangs that were not evicted earlier in the round, and runs
+``_tighter`` on each with the policy's rule, unless the GPUs free then (plus its own) hold it on no fewer
+nodes, where ``_tighter`` finds nothing; the rule prices the move with the job as ``run_round`` would
+see it and the round's snapshot, looked up through the caller's ``RoundView`` only when a tighter
+placement is free. A move
 counts as a change of the free-GPU index (groups marked failed are tried again); a moved gang is never
 a victim later in the walk (every job walked after it ranks no more urgent, so may not evict it).
 """
@@ -100,7 +102,8 @@ class GreedyRounds:
     ) -> None:
         self._index = FreeIndex(nodes)
         self._consolidate = consolidate
-        self._multi: set[str] = set()  # running gangs on several nodes (with ``consolidate``)
+        self._spread: set[str] = set()  # running gangs on more nodes than they need (with ``consolidate``)
+        self._type_nodes = tuple(n for n, node in self._index.nodes.items() if node.gpu_type == gpu_type)
         self._type = gpu_type
         self._types = (gpu_type,)
         self._key_of = key_of
@@ -140,7 +143,7 @@ class GreedyRounds:
         if alloc is not None:
             self._index.release(alloc)
             del self._gpus[name]
-            self._multi.discard(name)
+            self._spread.discard(name)
             self._forget(name)
         self._unwait(job)
         self._new = [j for j in self._new if j.name != name]
@@ -235,7 +238,7 @@ class GreedyRounds:
         if self._steady is not None:
             self._renew(now, running)  # the cache is exact from here on
         victims = _Victims(self, now, running)
-        gangs = _Gangs(self, victims, view) if self._multi else None
+        gangs = _Gangs(self, victims, view) if self._spread else None
         placed, preempted_by = self._walk(victims, gangs)
         return self._settle(victims, placed, preempted_by, gangs.moved if gangs is not None else {})
 
@@ -407,7 +410,7 @@ class GreedyRounds:
             new = placed.pop(v, None)
             if new is None:
                 del self._gpus[v]
-                self._multi.discard(v)
+                self._spread.discard(v)
                 self._forget(v)
                 out[v] = None
                 # waiting, its progress and attained service stay as now: its key stays this round's
@@ -429,15 +432,32 @@ class GreedyRounds:
         """Record that running job ``name`` holds ``alloc`` (already taken on the index)."""
         self._alloc[name] = alloc
         self._gpus[name] = alloc.total_gpus
-        if self._consolidate is not None and alloc.num_nodes > 1:
-            self._multi.add(name)
+        if self._consolidate is not None and self._is_spread(alloc):
+            self._spread.add(name)
         else:
-            self._multi.discard(name)
+            self._spread.discard(name)
+
+    def _is_spread(self, alloc: Allocation) -> bool:
+        """Whether a gang runs on more nodes than the fewest of its type that can hold it (the largest
+        node's GPUs, as ``greedy_allocate`` counts them); no placement of any other gang has fewer nodes."""
+        per_node = max(1, self._index.largest_node(alloc.gpu_type) // max(1, alloc.gpus_per_replica))
+        return alloc.num_nodes > max(1, -(-alloc.replicas // per_node))
+
+    def _fits_on_fewer_nodes(self, alloc: Allocation) -> bool:
+        """Whether the gang of running ``alloc`` has a placement on fewer nodes in the GPUs free now plus
+        its own (if not, ``greedy._tighter`` finds none: it places only where that placement exists)."""
+        index = self._index
+        if index.type_free(alloc.gpu_type) == 0:
+            return False  # its own GPUs only: its fullest num_nodes - 1 nodes hold fewer replicas
+        gpr = alloc.gpus_per_replica
+        own = dict(alloc.replicas_per_node)
+        slots = [index.free_of(n) // gpr + own.get(n, 0) for n in self._type_nodes]
+        return sum(heapq.nlargest(alloc.num_nodes - 1, slots)) >= alloc.replicas
 
 
 class _Gangs:
-    """One round's running gangs on several nodes, in the walk's order, each offered ``greedy_allocate``'s
-    consolidation at its turn (``visit``). Reads its ``GreedyRounds``' state (same module)."""
+    """One round's spread running gangs (``GreedyRounds._is_spread``), in the walk's order, each offered
+    ``greedy_allocate``'s consolidation at its turn (``visit``). Reads its ``GreedyRounds``' state."""
 
     __slots__ = ("_at", "_order", "_rounds", "_rule", "_view", "moved", "victims")
 
@@ -445,7 +465,7 @@ class _Gangs:
         self._rounds = rounds
         self.victims = victims
         self._view = view
-        self._order = sorted([(victims.run_key(n)[0], n) for n in rounds._multi])
+        self._order = sorted([(victims.run_key(n)[0], n) for n in rounds._spread])
         self._at = 0
         self._rule: ConsolidateFn | None = None
         self.moved: dict[str, Allocation] = {}
@@ -476,6 +496,8 @@ class _Gangs:
             return False
         rounds = self._rounds
         cur = rounds._alloc[name]
+        if not rounds._fits_on_fewer_nodes(cur):
+            return False  # what ``_tighter`` concludes, without releasing and placing it
         req = Request(rounds._jobs[name], rounds._types, (cur.replicas,), rank=self.victims.run_key(name)[1])
         moved = _tighter(index, req, cur, self._pays)
         if moved is None:
