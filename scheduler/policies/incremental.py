@@ -26,9 +26,9 @@ their own rank, the spread running gangs that were not evicted earlier in the ro
 ``_tighter`` on each with the policy's rule, unless the GPUs free then (plus its own) hold it on no fewer
 nodes, where ``_tighter`` finds nothing; the rule prices the move with the job as ``run_round`` would
 see it and the round's snapshot, looked up through the caller's ``RoundView`` only when a tighter
-placement is free. A move
-counts as a change of the free-GPU index (groups marked failed are tried again); a moved gang is never
-a victim later in the walk (every job walked after it ranks no more urgent, so may not evict it).
+placement is free. A move counts as a change of the free-GPU index (groups marked failed are tried
+again); a moved gang is never a victim later in the walk (every job walked after it ranks no more
+urgent, so may not evict it).
 """
 
 from __future__ import annotations
@@ -305,6 +305,8 @@ class GreedyRounds:
                     break  # strict FIFO: nobody behind the head starts
             elif best_shape is not None:
                 failed[best_shape] = changes_made
+        while gangs is not None and gangs.before(None):  # after a strict FIFO stop: running jobs still walk
+            gangs.visit(index, preempted_by)
         return placed, preempted_by
 
     def _next_waiting(
@@ -438,8 +440,8 @@ class GreedyRounds:
             self._spread.discard(name)
 
     def _is_spread(self, alloc: Allocation) -> bool:
-        """Whether a gang runs on more nodes than the fewest of its type that can hold it (the largest
-        node's GPUs, as ``greedy_allocate`` counts them); no placement of any other gang has fewer nodes."""
+        """Whether a gang runs on more nodes than the fewest of its type that can hold it (counted by the
+        largest node's GPUs, as ``greedy_allocate`` does): no placement of the gang has fewer."""
         per_node = max(1, self._index.largest_node(alloc.gpu_type) // max(1, alloc.gpus_per_replica))
         return alloc.num_nodes > max(1, -(-alloc.replicas // per_node))
 
