@@ -1,5 +1,5 @@
-"""The seams of the scheduling core, as ``typing.Protocol``s: policies, throughput oracles, the measured
-throughput table behind the simulator's truth, and clocks.
+"""The seams of the scheduling core, as ``typing.Protocol``s: policies (and their optional ``MovesRunning``
+capability), throughput oracles, the measured throughput table behind the simulator's truth, and clocks.
 
 Pure: protocols only. Real implementations (the ``perfmodel`` predictor behind ``scheduler.oracles``,
 the wall clock) and fakes for tests live elsewhere and are passed in.
@@ -51,6 +51,19 @@ class Policy(Protocol):
     def allocate(
         self, snapshot: ClusterSnapshot, jobs: Sequence[Job], oracle: ThroughputOracle
     ) -> Mapping[str, Decision]: ...
+
+
+@runtime_checkable
+class MovesRunning(Protocol):
+    """Optional capability of a ``Policy``: it may move a running job when nothing arrived and nobody waits.
+
+    A policy with ``moves_running`` true may change a running job's allocation in a round where only
+    another job's completion happened and no job waits (e.g. ``las`` with ``consolidate`` moving a spread
+    gang onto GPUs just freed). A policy without the attribute, or with it false, never does, on a cluster
+    of one GPU type with rigid jobs, so a caller (the simulator) may skip such rounds.
+    """
+
+    moves_running: bool
 
 
 class MeasuredThroughput(Protocol):

@@ -18,7 +18,8 @@ with a reason naming the queue and the limit. Without queues this step is skippe
 ``IncrementalRound`` is the optional fast path of a policy for callers that see every change (the
 simulator): a stateful object, made by ``policy.incremental(...)``, that gives the same allocations as
 ``run_round`` while only looking at what changed since the last round (see the protocol's docstring).
-``IncrementalPolicy`` declares that optional capability of a policy.
+``IncrementalPolicy`` declares that optional capability of a policy; ``RoundView`` is what the round may
+look up of the round its caller would otherwise hand ``run_round``.
 """
 
 from __future__ import annotations
@@ -44,6 +45,18 @@ class PolicyInvariantError(PermanentError):
     """A policy returned decisions that break a scheduling invariant (a bug in that policy)."""
 
 
+class RoundView(Protocol):
+    """What an incremental round may look up, when it needs it, of the round its caller would otherwise
+    hand ``run_round``: a job as ``run_round`` would be given it now (progress, restarts, measured
+    throughput), and the snapshot as the policy would see it (``restart_cost_s`` filled in)."""
+
+    def job(self, name: str) -> Job:
+        """The active job ``name`` as ``run_round`` would be given it."""
+
+    def snapshot(self) -> ClusterSnapshot:
+        """The round's snapshot as ``run_round`` hands it to the policy."""
+
+
 class IncrementalRound(Protocol):
     """A policy's incremental round: ``run_round``'s allocations for a caller that reports every change.
 
@@ -52,7 +65,8 @@ class IncrementalRound(Protocol):
     ``run_round``; None means "not for this cluster or these jobs"). The caller starts with an empty
     cluster and then reports each job when it arrives (``add``) and when it leaves while holding or
     waiting for GPUs (``remove``: done or failed); every round it calls ``round`` with the progress and
-    attained service of each running job at ``now`` and applies the changes it returns. The contract: the
+    attained service of each running job at ``now`` (and a ``RoundView`` for whatever else the policy
+    reads, e.g. LAS pricing a consolidation) and applies the changes it returns. The contract: the
     returned changes are exactly the allocations that differ between ``run_round(snapshot, jobs, policy,
     oracle)`` and what runs now, for the snapshot and jobs the caller would otherwise have built, so
     results are identical (the simulator's ``check_incremental`` mode runs both and compares every
@@ -67,7 +81,9 @@ class IncrementalRound(Protocol):
     def remove(self, name: str) -> None:
         """A job left (finished or failed); its GPUs, if any, are free."""
 
-    def round(self, now: float, running: Mapping[str, tuple[float, float]]) -> dict[str, Allocation | None]:
+    def round(
+        self, now: float, running: Mapping[str, tuple[float, float]], view: RoundView
+    ) -> dict[str, Allocation | None]:
         """The jobs whose allocation changes this round (None: stops running), given each running job's
         ``(progress, attained_service)`` at ``now``; the object assumes the caller applies them."""
 

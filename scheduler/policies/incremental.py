@@ -18,6 +18,17 @@ on each exactly ``greedy_allocate``'s code (``try_place``, ``preempt_for``) on t
 A job that passed the test but could not be placed marks its group as failed until the index changes
 (every later job of the group would try the same placements with a subset of the same victims). Strict
 FIFO walks waiting jobs in order up to the first that cannot start, as ``greedy_allocate`` does.
+
+Consolidation (``consolidate``, LAS's default rule): ``greedy_allocate`` offers each running gang, at
+its turn in the walk, a move to a placement of the same size on fewer nodes (``greedy._tighter``). Only a
+gang *spread* over more nodes than the fewest that can hold it can have one. So the walk also visits, at
+their own rank, the spread running gangs that were not evicted earlier in the round, and runs
+``_tighter`` on each with the policy's rule, unless the GPUs free then (plus its own) hold it on no fewer
+nodes, where ``_tighter`` finds nothing; the rule prices the move with the job as ``run_round`` would
+see it and the round's snapshot, looked up through the caller's ``RoundView`` only when a tighter
+placement is free. A move counts as a change of the free-GPU index (groups marked failed are tried
+again); a moved gang is never a victim later in the walk (every job walked after it ranks no more
+urgent, so may not evict it).
 """
 
 from __future__ import annotations
@@ -30,8 +41,9 @@ from typing import Any
 
 from scheduler.core.decisions import Unschedulable
 from scheduler.core.placement import FreeIndex
-from scheduler.core.types import Allocation, Job, Node
-from scheduler.policies.greedy import Request, preempt_for, try_place
+from scheduler.core.round import RoundView
+from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node
+from scheduler.policies.greedy import Request, _tighter, preempt_for, try_place
 
 #: the policy's order key of a job (compared as tuples, ending with the unique job name) and its rank
 #: (what preemption compares), from the job, its progress and its attained service; None: the policy
@@ -40,6 +52,8 @@ KeyFn = Callable[[Job, float, float], "tuple[tuple[Any, ...], float] | None"]
 #: ``steady_until(job, attained, rank, gpus, now)``: a time before which the running job's rank surely
 #: stays ``rank`` (for ranks that move in steps, like LAS queues)
 SteadyFn = Callable[[Job, float, float, int, float], float]
+#: ``greedy_allocate``'s ``consolidate(job, current, tighter)`` rule
+ConsolidateFn = Callable[[Job, Allocation, Allocation], bool]
 
 
 def single_type(nodes: Sequence[Node]) -> str | None:
@@ -66,7 +80,9 @@ class GreedyRounds:
 
     ``key_of`` gives a waiting or running job's order key and rank; ``batch_keys`` (optional) keys many
     newly arrived jobs at once (policies that ask an oracle batch them); ``preemptive``, ``margin`` and
-    ``strict`` are ``greedy_allocate``'s arguments; ``rank_of`` (optional): ``key_of``'s rank alone, cheaper.
+    ``strict`` are ``greedy_allocate``'s arguments; ``rank_of`` (optional): ``key_of``'s rank alone, cheaper;
+    ``consolidate`` (optional): the policy's ``greedy_allocate`` ``consolidate`` rule for a round's
+    snapshot (module docstring).
     """
 
     def __init__(
@@ -82,8 +98,12 @@ class GreedyRounds:
         rank_of: Callable[[Job, float, float], float] | None = None,
         falling_ranks: bool = False,
         steady_until: SteadyFn | None = None,
+        consolidate: Callable[[ClusterSnapshot], ConsolidateFn] | None = None,
     ) -> None:
         self._index = FreeIndex(nodes)
+        self._consolidate = consolidate
+        self._spread: set[str] = set()  # running gangs on more nodes than they need (with ``consolidate``)
+        self._type_nodes = tuple(n for n, node in self._index.nodes.items() if node.gpu_type == gpu_type)
         self._type = gpu_type
         self._types = (gpu_type,)
         self._key_of = key_of
@@ -123,6 +143,7 @@ class GreedyRounds:
         if alloc is not None:
             self._index.release(alloc)
             del self._gpus[name]
+            self._spread.discard(name)
             self._forget(name)
         self._unwait(job)
         self._new = [j for j in self._new if j.name != name]
@@ -210,18 +231,21 @@ class GreedyRounds:
             self._enwait(job, keyed)
 
     # ------------------------------------------------------------------------------------ the round
-    def round(self, now: float, running: Mapping[str, tuple[float, float]]) -> dict[str, Allocation | None]:
+    def round(
+        self, now: float, running: Mapping[str, tuple[float, float]], view: RoundView
+    ) -> dict[str, Allocation | None]:
         self._take_arrivals()
         if self._steady is not None:
             self._renew(now, running)  # the cache is exact from here on
         victims = _Victims(self, now, running)
-        placed, preempted_by = self._walk(victims)
-        return self._settle(victims, placed, preempted_by)
+        gangs = _Gangs(self, victims, view) if self._spread else None
+        placed, preempted_by = self._walk(victims, gangs)
+        return self._settle(victims, placed, preempted_by, gangs.moved if gangs is not None else {})
 
-    def _walk(self, victims: _Victims) -> tuple[dict[str, Allocation], dict[str, str]]:
-        """Walk, in the policy's order, the waiting jobs that may change anything (``_next_waiting``)
-        and the jobs evicted in this round, placing each as ``greedy_allocate`` would; returns the jobs
-        placed and those preempted (-> by whom)."""
+    def _walk(self, victims: _Victims, gangs: _Gangs | None) -> tuple[dict[str, Allocation], dict[str, str]]:
+        """Walk, in the policy's order, the waiting jobs that may change anything (``_next_waiting``),
+        the jobs evicted in this round and the running gangs that may consolidate (``gangs``), placing
+        each as ``greedy_allocate`` would; returns the jobs placed and those preempted (-> by whom)."""
         index = self._index
         gpu_type = self._type
         preemptive = self._preemptive
@@ -255,6 +279,11 @@ class GreedyRounds:
                 else:
                     heapq.heappop(evicted)  # a no-op: it stays preempted
                     continue
+            if gangs is not None and gangs.before(best_key):
+                pos = gangs.key()
+                if gangs.visit(index, preempted_by):
+                    changes_made += 1
+                continue
             if best_key is None:
                 break
             pos = best_key
@@ -276,6 +305,8 @@ class GreedyRounds:
                     break  # strict FIFO: nobody behind the head starts
             elif best_shape is not None:
                 failed[best_shape] = changes_made
+        while gangs is not None and gangs.before(None):  # after a strict FIFO stop: running jobs still walk
+            gangs.visit(index, preempted_by)
         return placed, preempted_by
 
     def _next_waiting(
@@ -362,25 +393,32 @@ class GreedyRounds:
         return res
 
     def _settle(
-        self, victims: _Victims, placed: dict[str, Allocation], preempted_by: Mapping[str, str]
+        self,
+        victims: _Victims,
+        placed: dict[str, Allocation],
+        preempted_by: Mapping[str, str],
+        moved: Mapping[str, Allocation],
     ) -> dict[str, Allocation | None]:
-        """Record the round's placements and evictions as the state for the next round; returns what
-        changed (job -> new allocation, None when preempted)."""
+        """Record the round's placements, evictions and consolidation moves as the state for the next
+        round; returns what changed (job -> new allocation, None when preempted)."""
         jobs = self._jobs
         wait = self._wait
         out: dict[str, Allocation | None] = {}
+        for name, alloc in moved.items():
+            self._hold(name, alloc)
+            out[name] = alloc
         for v in preempted_by:
             old = self._alloc.pop(v)
             new = placed.pop(v, None)
             if new is None:
                 del self._gpus[v]
+                self._spread.discard(v)
                 self._forget(v)
                 out[v] = None
                 # waiting, its progress and attained service stay as now: its key stays this round's
                 self._enwait(jobs[v], victims.run_key(v))
             else:
-                self._alloc[v] = new
-                self._gpus[v] = new.total_gpus
+                self._hold(v, new)
                 self._cache(v, victims.run_rank[v], -math.inf)
                 if new != old:
                     out[v] = new
@@ -388,10 +426,92 @@ class GreedyRounds:
             # its rank when it starts is its waiting rank (nothing it is ranked by moved while it waited)
             self._cache(name, wait[name][1], -math.inf)
             self._unwait(jobs[name])
-            self._alloc[name] = alloc
-            self._gpus[name] = alloc.total_gpus
+            self._hold(name, alloc)
             out[name] = alloc
         return out
+
+    def _hold(self, name: str, alloc: Allocation) -> None:
+        """Record that running job ``name`` holds ``alloc`` (already taken on the index)."""
+        self._alloc[name] = alloc
+        self._gpus[name] = alloc.total_gpus
+        if self._consolidate is not None and self._is_spread(alloc):
+            self._spread.add(name)
+        else:
+            self._spread.discard(name)
+
+    def _is_spread(self, alloc: Allocation) -> bool:
+        """Whether a gang runs on more nodes than the fewest of its type that can hold it (counted by the
+        largest node's GPUs, as ``greedy_allocate`` does): no placement of the gang has fewer."""
+        per_node = max(1, self._index.largest_node(alloc.gpu_type) // max(1, alloc.gpus_per_replica))
+        return alloc.num_nodes > max(1, -(-alloc.replicas // per_node))
+
+    def _fits_on_fewer_nodes(self, alloc: Allocation) -> bool:
+        """Whether the gang of running ``alloc`` has a placement on fewer nodes in the GPUs free now plus
+        its own (if not, ``greedy._tighter`` finds none: it places only where that placement exists)."""
+        index = self._index
+        if index.type_free(alloc.gpu_type) == 0:
+            return False  # its own GPUs only: its fullest num_nodes - 1 nodes hold fewer replicas
+        gpr = alloc.gpus_per_replica
+        own = dict(alloc.replicas_per_node)
+        slots = [index.free_of(n) // gpr + own.get(n, 0) for n in self._type_nodes]
+        return sum(heapq.nlargest(alloc.num_nodes - 1, slots)) >= alloc.replicas
+
+
+class _Gangs:
+    """One round's spread running gangs (``GreedyRounds._is_spread``), in the walk's order, each offered
+    ``greedy_allocate``'s consolidation at its turn (``visit``). Reads its ``GreedyRounds``' state."""
+
+    __slots__ = ("_at", "_order", "_rounds", "_rule", "_view", "moved", "victims")
+
+    def __init__(self, rounds: GreedyRounds, victims: _Victims, view: RoundView) -> None:
+        self._rounds = rounds
+        self.victims = victims
+        self._view = view
+        self._order = sorted([(victims.run_key(n)[0], n) for n in rounds._spread])
+        self._at = 0
+        self._rule: ConsolidateFn | None = None
+        self.moved: dict[str, Allocation] = {}
+
+    def _pays(self, job: Job, current: Allocation, tighter: Allocation) -> bool:
+        """The policy's rule, asked with the job as ``run_round`` would see it (built when first needed)."""
+        rule = self._rule
+        if rule is None:
+            make = self._rounds._consolidate
+            assert make is not None  # gangs are only tracked with a rule
+            rule = self._rule = make(self._view.snapshot())
+        return rule(self._view.job(job.name), current, tighter)
+
+    def before(self, key: tuple[Any, ...] | None) -> bool:
+        """Whether the next gang's turn comes before ``key`` (None: the end of the walk)."""
+        return self._at < len(self._order) and (key is None or self._order[self._at][0] < key)
+
+    def key(self) -> tuple[Any, ...]:
+        """The next gang's order key."""
+        return self._order[self._at][0]
+
+    def visit(self, index: FreeIndex, preempted_by: Mapping[str, str]) -> bool:
+        """The next gang's turn: move it to fewer nodes as ``greedy_allocate`` would (committed on
+        ``index``); whether it moved. A gang evicted earlier in the round is walked as a waiting job."""
+        name = self._order[self._at][1]
+        self._at += 1
+        if name in preempted_by:
+            return False
+        rounds = self._rounds
+        cur = rounds._alloc[name]
+        if not rounds._fits_on_fewer_nodes(cur):
+            return False  # what ``_tighter`` concludes, without releasing and placing it
+        req = Request(rounds._jobs[name], rounds._types, (cur.replicas,), rank=self.victims.run_key(name)[1])
+        moved = _tighter(index, req, cur, self._pays)
+        if moved is None:
+            return False
+        index.commit(moved)
+        self.moved[name] = moved
+        victims = self.victims
+        if name in victims.reserved:
+            victims.reserved[name] = moved
+        if name in victims.pending:
+            victims.pending[name] = moved
+        return True
 
 
 class _Victims:

@@ -93,8 +93,9 @@ class LasPolicy:
 
     def __init__(self, config: LasConfig | None = None) -> None:
         self.config = config or LasConfig()
-        #: the simulator runs a round at every completion when the policy may move running jobs
-        self.moves_running = self.config.consolidate or self.config.starvation_factor is not None
+        #: ``scheduler.core.protocols.MovesRunning``: consolidation and the starvation reservation may
+        #: move a running gang when another job completes, so the simulator runs those rounds
+        self.moves_running: bool = self.config.consolidate or self.config.starvation_factor is not None
         self._bounds = [h * 3600.0 for h in self.config.thresholds_gpu_hours]
 
     @classmethod
@@ -164,10 +165,10 @@ class LasPolicy:
         self, nodes: Sequence[Node], oracle: ThroughputOracle, jobs: Sequence[Job]
     ) -> IncrementalRound | None:
         """The simulator's fast path (``scheduler.policies.incremental``): one GPU type, rigid preemptible
-        jobs, no promote knob and no starvation rule (whose queues move with the clock); None otherwise."""
-        del oracle
+        jobs, no promote knob and no starvation rule (whose queues move with the clock); None otherwise.
+        ``consolidate`` runs in it with the same rule (``_Consolidation``)."""
         gpu_type = single_type(nodes)
-        if self.config.starvation_factor is not None or self.config.consolidate:
+        if self.config.starvation_factor is not None:
             return None
         if self.config.promote_knob is not None or gpu_type is None or not simple_jobs(jobs, gpu_type):
             return None
@@ -177,6 +178,11 @@ class LasPolicy:
             del progress
             q = bisect.bisect_right(bounds, attained)  # ``queue_of`` without the knob
             return (q, job.submit_time, job.name), float(q)
+
+        horizon_s = self.config.horizon_s
+
+        def consolidation(snapshot: ClusterSnapshot) -> _Consolidation:  # ``allocate``'s rule
+            return _Consolidation(snapshot, oracle, horizon_s)
 
         def rank_of(job: Job, progress: float, attained: float) -> float:
             return float(bisect.bisect_right(bounds, attained))
@@ -197,6 +203,7 @@ class LasPolicy:
             preemptive=self.config.preemptive,
             rank_of=rank_of,
             steady_until=steady_until,
+            consolidate=consolidation if self.config.consolidate else None,
         )
 
 

@@ -15,10 +15,11 @@ When the policy offers an incremental round (``scheduler.core.round.IncrementalR
 ``srsf`` and ``fifo`` on one GPU type with rigid jobs) and ``EngineConfig.incremental`` is on, the engine
 reports arrivals and departures to it and asks it each round for the jobs whose allocation changes,
 instead of building every active job and calling ``run_round``: the same allocations (so the same
-results) at the cost of what changed. ``check_incremental`` also runs ``run_round`` every round and
-raises ``IncrementalMismatch`` if the two disagree (the tests keep it on). A round in which a running job
-has reached its total work before its completion event (float rounding) goes back to ``run_round`` for
-the rest of the run.
+results) at the cost of what changed (it looks up jobs and the snapshot through a ``RoundView`` only
+when the policy needs them, e.g. LAS pricing a consolidation). ``check_incremental`` also runs
+``run_round`` every round and raises ``IncrementalMismatch`` if the two disagree (the tests keep it on).
+A round in which a running job has reached its total work before its completion event (float rounding)
+goes back to ``run_round`` for the rest of the run.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field, fields, replace
 from scheduler.core.decisions import Action, ActionKind, RoundResult
 from scheduler.core.placement import spread_of
 from scheduler.core.planner import is_migration, single_action
-from scheduler.core.protocols import Policy, ThroughputOracle
+from scheduler.core.protocols import MovesRunning, Policy, ThroughputOracle
 from scheduler.core.queues import QueueSpec
 from scheduler.core.round import IncrementalPolicy, IncrementalRound, RoundCosts
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node
@@ -190,6 +191,30 @@ class _Run:
     session: IncrementalRound | None = None
 
 
+class _RoundView:
+    """``scheduler.core.round.RoundView`` of the round at ``now``: what ``_decide`` gives ``run_round``."""
+
+    __slots__ = ("_engine", "_now", "_run")
+
+    def __init__(self, engine: Engine, run: _Run, now: float) -> None:
+        self._engine = engine
+        self._run = run
+        self._now = now
+
+    def job(self, name: str) -> Job:
+        return self._engine._view(self._run.active[name], self._now)
+
+    def snapshot(self) -> ClusterSnapshot:
+        engine = self._engine
+        return ClusterSnapshot(
+            now=self._now,
+            nodes=engine.nodes,
+            allocations=dict(self._run.allocs),
+            queues=engine.queues,
+            restart_cost_s=engine.config.restart_cost_s,
+        )
+
+
 class Engine:
     """One simulation run: ``Engine(...).run()`` returns an ``EngineResult``.
 
@@ -327,11 +352,11 @@ class Engine:
             thresholds=tuple(sorted(t for t in cfg.wake_thresholds_gpu_s if t > 0)),
             costs=RoundCosts(restart_cost_s=cfg.restart_cost_s, resize_cost_s=cfg.resize_cost_s),
             # With one GPU type, only rigid jobs and nobody waiting, a completion leaves every policy
-            # nothing to do (no one to start, no one to preempt for, no size or type to change).
-            # a policy that may move running jobs (``moves_running = True``, e.g. LAS consolidating
-            # spread gangs) needs a round at every completion even when nobody waits
+            # nothing to do (no one to start, no one to preempt for, no size or type to change), except
+            # one that declares it may move running jobs (``MovesRunning``, e.g. LAS consolidating
+            # spread gangs): that one gets a round at every completion even when nobody waits
             one_type=len({n.gpu_type for n in self.nodes}) == 1
-            and not getattr(self.policy, "moves_running", False),
+            and not (isinstance(self.policy, MovesRunning) and self.policy.moves_running),
             wall0=time.perf_counter(),
             cpu0=time.process_time(),
         )
@@ -440,7 +465,7 @@ class Engine:
         result.rounds += 1
         if r.session is not None and progress is not None:
             t0 = time.perf_counter()
-            changes = r.session.round(now, progress)
+            changes = r.session.round(now, progress, _RoundView(self, r, now))
             actions = self._actions_for(changes, now)
             if self.config.check_incremental:
                 self._check(actions, r.active, r.allocs, now, r.costs)

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler.core.protocols import MovesRunning
 from scheduler.core.round import run_round
 from scheduler.core.types import Job, PlacementShape
 from scheduler.policies import make_policy
@@ -155,6 +156,19 @@ def test_a_policy_that_moves_running_jobs_gets_a_round_at_every_completion() -> 
     ]
     result = _run(jobs, 8, "las", round_seconds=60.0, restart_cost_s=3.0)
     assert result.skipped_rounds == 0
+
+
+def test_policies_declare_whether_they_move_running_jobs() -> None:
+    assert isinstance(make_policy("las"), MovesRunning) and make_policy("las").moves_running
+    assert not make_policy("las", {"consolidate": False}).moves_running
+    assert make_policy("las", {"consolidate": False, "starvation_factor": 1.0}).moves_running
+    assert not isinstance(make_policy("fifo"), MovesRunning)  # never moves a running job on a quiet round
+    # without consolidation, LAS's idle completion rounds are skipped like any other policy's
+    jobs = [
+        job(f"j{i}").replicas(1 + i % 4).work(50.0 + 37 * (i % 7)).submitted(15.0 * i).build()
+        for i in range(40)
+    ]
+    assert _run(jobs, 8, "las", {"consolidate": False}, round_seconds=60.0).skipped_rounds > 0
 
 
 def test_a_running_job_wakes_at_every_boundary_it_crosses() -> None:

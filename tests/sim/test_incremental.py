@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.core.protocols import ThroughputOracle
-from scheduler.core.round import IncrementalRound, run_round
+from scheduler.core.round import IncrementalRound, RoundView, run_round
 from scheduler.core.types import Allocation, Job, Node, PlacementShape
 from scheduler.policies import make_policy
 from scheduler.sim.engine import Engine, EngineConfig, EngineResult, IncrementalMismatch
@@ -32,9 +32,18 @@ class Speeds:
         return [(1.0 + int(j.name[1:]) % 3) * shape.num_gpus for j, shape in queries]
 
 
+class SpreadSpeeds:
+    """``Speeds`` halved on every node a gang spans beyond the first (so LAS's consolidation pays)."""
+
+    def throughput(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[float]:
+        return [
+            (1.0 + int(j.name[1:]) % 3) * shape.num_gpus / 2 ** (shape.num_nodes - 1) for j, shape in queries
+        ]
+
+
 POLICIES: list[tuple[str, dict[str, Any] | None]] = [
-    # queue boundaries at 36 and 180 GPU-seconds; consolidation (on by default) moves running gangs,
-    # which the fast path does not model, so it declines with it (see the next test)
+    # queue boundaries at 36 and 180 GPU-seconds; consolidation (on by default) moves spread gangs
+    ("las", {"thresholds_gpu_hours": [0.01, 0.05]}),
     ("las", {"thresholds_gpu_hours": [0.01, 0.05], "consolidate": False}),
     ("las", {"thresholds_gpu_hours": [0.02], "preemptive": False, "consolidate": False}),
     ("srsf", None),
@@ -45,9 +54,15 @@ POLICIES: list[tuple[str, dict[str, Any] | None]] = [
 
 
 def _run(
-    nodes: Sequence[Node], jobs: Sequence[Job], policy: str, config: Mapping[str, Any] | None, **cfg: Any
+    nodes: Sequence[Node],
+    jobs: Sequence[Job],
+    policy: str,
+    config: Mapping[str, Any] | None,
+    oracle: ThroughputOracle | None = None,
+    **cfg: Any,
 ) -> EngineResult:
     pol = make_policy(policy, config)
+    speeds = oracle or Speeds()
     thresholds = tuple(h * 3600.0 for h in (config or {}).get("thresholds_gpu_hours", ()))
     if policy == "las" and not thresholds:
         thresholds = (3600.0, 36000.0)
@@ -55,8 +70,8 @@ def _run(
         nodes,
         jobs,
         pol,
-        Speeds(),
-        Speeds(),
+        speeds,
+        speeds,
         EngineConfig(wake_thresholds_gpu_s=thresholds, **cfg),
         run_round=run_round,
     ).run()
@@ -98,6 +113,7 @@ NODES = {
     st.sampled_from(sorted(NODES)),
     st.sampled_from([0.0, 45.0]),
     st.sampled_from([0.0, 7.0]),
+    st.booleans(),
 )
 def test_incremental_rounds_match_run_round(
     rows: list[tuple[int, int, int, int, int]],
@@ -105,6 +121,7 @@ def test_incremental_rounds_match_run_round(
     nodes_name: str,
     round_seconds: float,
     restart_cost: float,
+    spread_slows: bool,
 ) -> None:
     nodes = NODES[nodes_name]
     largest = max(n.gpus for n in nodes)
@@ -121,8 +138,9 @@ def test_incremental_rounds_match_run_round(
     ]
     policy, config = POLICIES[which]
     cfg = {"round_seconds": round_seconds, "restart_cost_s": restart_cost}
-    checked = _run(nodes, jobs, policy, config, check_incremental=True, **cfg)
-    plain = _run(nodes, jobs, policy, config, incremental=False, **cfg)
+    oracle = SpreadSpeeds() if spread_slows else Speeds()
+    checked = _run(nodes, jobs, policy, config, oracle, check_incremental=True, **cfg)
+    plain = _run(nodes, jobs, policy, config, oracle, incremental=False, **cfg)
     # the fast path decided every round (and the check compared each with run_round)
     assert checked.incremental_rounds == checked.rounds
     assert plain.incremental_rounds == 0
@@ -151,8 +169,7 @@ def _small_jobs() -> list[Job]:
         (cluster(("V100", 1, 4)), [*_small_jobs(), job("j8").replicas(1, 2).build()], "fifo", None),
         # the promote knob moves queues with the clock: declines
         (cluster(("V100", 1, 4)), _small_jobs(), "las", {"promote_knob": 2.0, "consolidate": False}),
-        # LAS's default consolidation and the starvation reservation move and hold GPUs: declines
-        (cluster(("V100", 1, 4)), _small_jobs(), "las", None),
+        # the starvation reservation holds GPUs: declines
         (cluster(("V100", 1, 4)), _small_jobs(), "las", {"starvation_factor": 1.0, "consolidate": False}),
         # a policy without an incremental round
         (cluster(("V100", 1, 4)), _small_jobs(), "ftf", None),
@@ -167,6 +184,27 @@ def test_engine_uses_run_round_where_the_fast_path_declines(
     assert all(r.finish is not None for r in result.records)
 
 
+def test_las_consolidation_runs_in_the_incremental_rounds() -> None:
+    # two 4-GPU nodes: j0 and j1 take 3 GPUs each, so the 2-GPU gang j2 starts spread over both nodes;
+    # when j1 finishes, j2 moves onto one node (twice as fast there) in an incremental round
+    jobs = [
+        job("j0").replicas(3).work(6000.0).submitted(0.0).build(),
+        job("j1").replicas(3).work(300.0).submitted(0.0).build(),
+        job("j2").replicas(2).work(6000.0).submitted(1.0).build(),
+    ]
+    nodes = cluster(("V100", 2, 4))
+    cfg: dict[str, Any] = {"round_seconds": 0.0, "restart_cost_s": 5.0}
+    checked = _run(nodes, jobs, "las", None, SpreadSpeeds(), check_incremental=True, **cfg)
+    plain = _run(nodes, jobs, "las", None, SpreadSpeeds(), incremental=False, **cfg)
+    assert checked.incremental_rounds == checked.rounds > 0
+    assert [r.migrations for r in checked.records] == [0, 0, 1]
+    assert _records(checked) == _records(plain)
+    # without consolidation j2 stays spread and finishes later
+    still = _run(nodes, jobs, "las", {"consolidate": False}, SpreadSpeeds(), **cfg)
+    assert still.records[2].finish is not None and checked.records[2].finish is not None
+    assert checked.records[2].finish < still.records[2].finish
+
+
 class _WrongRound:
     """An incremental round that never starts anything (what a bug would look like)."""
 
@@ -176,7 +214,9 @@ class _WrongRound:
     def remove(self, name: str) -> None:
         pass
 
-    def round(self, now: float, running: Mapping[str, tuple[float, float]]) -> dict[str, Allocation | None]:
+    def round(
+        self, now: float, running: Mapping[str, tuple[float, float]], view: RoundView
+    ) -> dict[str, Allocation | None]:
         return {}
 
 
@@ -225,7 +265,7 @@ def test_a_job_done_before_its_completion_event_sends_the_rest_of_the_run_to_run
 
 
 @pytest.fixture(scope="module")
-def philly_slice() -> tuple[list[Job], Any]:
+def philly_slice() -> tuple[Sequence[Job], Any]:
     from perfmodel.truth import GroundTruth
     from scheduler.sim.trace_jobs import WorkloadOptions, build_workload
     from scheduler.sim.traces import load_trace, rescale_load
@@ -239,10 +279,16 @@ def philly_slice() -> tuple[list[Job], Any]:
 
 @pytest.mark.parametrize(
     ("policy", "config"),
-    [("las", {"consolidate": False}), ("srsf", None), ("fifo", {"backfill": True}), ("fifo", None)],
+    [
+        ("las", None),
+        ("las", {"consolidate": False}),
+        ("srsf", None),
+        ("fifo", {"backfill": True}),
+        ("fifo", None),
+    ],
 )
 def test_incremental_rounds_match_run_round_on_a_philly_slice(
-    philly_slice: tuple[list[Job], Any], policy: str, config: dict[str, Any] | None
+    philly_slice: tuple[Sequence[Job], Any], policy: str, config: dict[str, Any] | None
 ) -> None:
     from scheduler.oracles.table import TableOracle
 
@@ -267,4 +313,6 @@ def test_incremental_rounds_match_run_round_on_a_philly_slice(
     assert checked.incremental_rounds == checked.rounds > 0
     if policy != "fifo":
         assert sum(r.preemptions for r in checked.records) > 0  # the slice exercises preemption
+    if config is None and policy == "las":
+        assert sum(r.migrations for r in checked.records) > 0  # and LAS's consolidation
     assert _records(checked) == _records(run(incremental=False))
