@@ -13,8 +13,15 @@ Bind times are taken by a watch in this process (local monotonic clock, not the 
 replica's bind to its last. ``--profile DIR`` runs the extender under cProfile (its event loop's
 thread, where it spends its CPU; ``DIR/extender-<nodes>.prof``, read with ``python -m pstats``).
 
-Run: ``python bench/extender_e2e.py [--nodes 500,5000] [--pods 2000] [--gangs 10] [--qps 1000]
+Run: ``python bench/extender_e2e.py [--nodes 500,5000] [--pods 2000] [--gangs 10] [--repeat 3] [--qps 1000]
 [--burst 2000] [--json]``; prints both runs and their ratio, and writes ``bench/results/extender_e2e.json``.
+
+The VM this runs on is shared, so one pair's ratio moves a lot: ``--repeat N`` runs N (bare, extender)
+pairs per node count, rotating which goes first, and prints each pair's ratio (only
+ratios within a pair, never across pairs), their median, and the median CPU ms per pod of each component
+(kube-scheduler, extender, kube-apiserver, etcd, kwok; user + system time from ``/proc/<pid>/stat``
+between the scheduler's start and the last bind). ``--before TREE`` adds a third run to each pair: the
+extender of that source tree (e.g. a ``git archive`` of the last commit), against the same bare run.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -252,11 +260,22 @@ def main() -> None:
     ap.add_argument("--burst", type=int, default=2000, help="client burst of both kube-schedulers")
     ap.add_argument("--profile", default="", help="directory for cProfile profiles of the extender")
     ap.add_argument("--logs", default="", help="directory to keep the clusters' logs in")
-    ap.add_argument("--before", default="", help="also run this tree's extender, binding (before/after)")
+    ap.add_argument("--before", default="", help="also run this tree's extender in each pair (before/after)")
+    ap.add_argument(
+        "--before-binds",
+        action="store_true",
+        help="the --before tree's extender binds (trees from before kube-scheduler could bind alone)",
+    )
     ap.add_argument(
         "--extender-binds",
         action="store_true",
         help="register the extender's bind verb (default: kube-scheduler binds, as the chart does)",
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="pairs (bare, extender) per node count, rotating which goes first",
     )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -267,29 +286,40 @@ def main() -> None:
     load = [os.getloadavg()[0]]
     rows = []
     for nodes, pods in zip(node_counts, pod_counts, strict=False):
-        bare = run(nodes, pods, args.gangs, False, tuning, "", args.logs)
-        ext = run(nodes, pods, args.gangs, True, tuning, args.profile, args.logs)
-        rows.append(
-            {
+        pairs = []
+        before = replace(tuning, extender_binds=tuning.extender_binds or args.before_binds)
+        for rep in range(args.repeat):
+            runs = {
+                "bare": partial(run, nodes, pods, args.gangs, False, tuning, "", args.logs),
+                "extender": partial(run, nodes, pods, args.gangs, True, tuning, args.profile, args.logs),
+            }
+            if args.before:
+                runs["before"] = partial(
+                    run, nodes, pods, args.gangs, True, before, "", args.logs, args.before
+                )
+            # rotate which goes first, so a load drift during the pair favours none of them
+            order = list(runs)[rep % len(runs) :] + list(runs)[: rep % len(runs)]
+            done = {name: runs[name]() for name in order}
+            bare, ext = done["bare"], done["extender"]
+            pair: dict[str, Any] = {
                 "bare": asdict(bare),
                 "extender": asdict(ext),
                 "ratio": round(ext.pods_per_s / bare.pods_per_s, 3),
+                "gang_median_s": {"bare": bare.gang_median_s, "extender": ext.gang_median_s},
             }
-        )
-        rows[-1]["gang_median_s"] = {"bare": bare.gang_median_s, "extender": ext.gang_median_s}
-        _print(bare, ext, tuning)
-        if args.before:
-            # as the extender was run before kube-scheduler could bind alone: the extender binds
-            binds = replace(tuning, extender_binds=True)
-            old = run(nodes, pods, args.gangs, True, binds, "", args.logs, args.before)
-            rows[-1]["before"] = asdict(old)
-            print(
-                f"  extender from {args.before}: {old.pods_per_s:.1f} pods/s, "
-                f"ratio {old.pods_per_s / bare.pods_per_s:.2f}"
-            )
-            print(
-                f"    CPU {old.cpu_ms_per_pod.get('extender', 0):.2f} ms per pod; calls {old.extender_calls}"
-            )
+            print(f"[{nodes} nodes, pair {rep + 1} of {args.repeat}, run order {', '.join(order)}]")
+            _print(bare, ext, tuning)
+            if args.before:
+                old = done["before"]
+                pair["before"] = asdict(old)
+                pair["before_ratio"] = round(old.pods_per_s / bare.pods_per_s, 3)
+                print(f"  extender from {args.before}: {old.pods_per_s:.1f} pods/s", end=", ")
+                cpu = old.cpu_ms_per_pod.get("extender", 0)
+                print(
+                    f"ratio {pair['before_ratio']:.2f}; CPU {cpu:.2f} ms per pod; calls {old.extender_calls}"
+                )
+            pairs.append(pair)
+        rows.append(_summary(nodes, pods, pairs))
     load.append(os.getloadavg()[0])
     record = {"qps": args.qps, "burst": args.burst, "extender_binds": args.extender_binds, "runs": rows}
     record["load_avg_1m"] = [round(x, 2) for x in load]
@@ -299,6 +329,37 @@ def main() -> None:
     print(f"1-min load average {load[0]:.1f} -> {load[1]:.1f} ({os.cpu_count()} CPUs)")
     if args.json:
         print(json.dumps(record, indent=2))
+
+
+def _summary(nodes: int, pods: int, pairs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The pairs of one node count with their median ratio and median CPU ms per pod by component."""
+    ratios = [p["ratio"] for p in pairs]
+    cpu: dict[str, dict[str, float]] = {}
+    for side in ("bare", "extender", "before"):
+        if not all(side in p for p in pairs):
+            continue
+        comps = sorted({c for p in pairs for c in p[side]["cpu_ms_per_pod"]})
+        cpu[side] = {
+            c: round(statistics.median(p[side]["cpu_ms_per_pod"].get(c, 0.0) for p in pairs), 3)
+            for c in comps
+        }
+    summary = {"nodes": nodes, "pods": pods, "ratios": ratios, "median_ratio": statistics.median(ratios)}
+    summary["median_cpu_ms_per_pod"] = cpu
+    if "before" in cpu:
+        before = [p["before_ratio"] for p in pairs]
+        summary["median_before_ratio"] = statistics.median(before)
+        print(f"== {nodes} nodes, --before tree: ratios {', '.join(f'{r:.2f}' for r in before)}", end="; ")
+        print(f"median {summary['median_before_ratio']:.2f}")
+    print(
+        f"== {nodes} nodes: ratios with/without extender {', '.join(f'{r:.2f}' for r in ratios)}; "
+        f"median {summary['median_ratio']:.2f} (target >= 0.80)"
+    )
+    for side, label in (("bare", "without"), ("extender", "with"), ("before", "with the --before")):
+        if side not in cpu:
+            continue
+        parts = ", ".join(f"{k} {v:.2f}" for k, v in cpu[side].items())
+        print(f"   median CPU ms per pod {label} extender: {parts} (total {sum(cpu[side].values()):.2f})")
+    return {**summary, "pairs": pairs}
 
 
 def _print(bare: Run, ext: Run, tuning: SchedulerTuning) -> None:

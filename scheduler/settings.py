@@ -1,7 +1,7 @@
 """perfsched's runtime settings: one pydantic-settings object read from ``PERFSCHED_*`` variables.
 
 Validated at start-up; a bad value fails fast with a message naming the variable. Each shell (extender,
-operator, emulator) reads the fields it needs from the same object. Edge module (pydantic).
+operator, training worker) reads the fields it needs from the same object. Edge module (pydantic).
 """
 
 from __future__ import annotations
@@ -46,15 +46,6 @@ class Settings(BaseSettings):
     #: serve HTTPS with this PEM certificate and key (both or neither; kube-scheduler's ``enableHTTPS``)
     extender_tls_cert_file: str = ""
     extender_tls_key_file: str = ""
-
-    # --- workload emulator (perfsched_dev/emulator, `perfsched emulate`) ----------------------------------
-    #: emulated seconds per wall-clock second (60: an hour of training per minute)
-    emulator_time_scale: float = Field(default=1.0, gt=0)
-    #: emulated seconds between checkpoints (a restart loses the progress since the last one)
-    emulator_checkpoint_interval_seconds: float = Field(default=300.0, ge=0)
-    #: wall seconds between progress annotations of a running gang, and between emulator steps
-    emulator_report_interval_seconds: float = Field(default=2.0, gt=0)
-    emulator_tick_seconds: float = Field(default=1.0, gt=0)
 
     # --- training workers (scheduler.worker.ProgressReporter, set from the downward API) ---------------
     pod_name: str = ""

@@ -63,6 +63,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Play the training processes of TrainingJob pods: progress at the true throughput, then exit 0."""
 
+        from perfsched_dev.emulator.settings import load_emulator_settings
         from perfsched_dev.emulator.table_driven import Emulator, EmulatorConfig, ground_truth_throughput
         from scheduler.core.errors import ConfigError
         from scheduler.k8s.connect import api_client
@@ -71,18 +72,19 @@ def register(app: typer.Typer) -> None:
 
         settings = load_settings()
         configure_logging(settings)
+        own = load_emulator_settings()
         try:
             config = EmulatorConfig(
-                time_scale=time_scale if time_scale is not None else settings.emulator_time_scale,
+                time_scale=time_scale if time_scale is not None else own.time_scale,
                 checkpoint_interval_s=(
                     checkpoint_interval
                     if checkpoint_interval is not None
-                    else settings.emulator_checkpoint_interval_seconds
+                    else own.checkpoint_interval_seconds
                 ),
                 report_interval_s=report_interval
                 if report_interval is not None
-                else settings.emulator_report_interval_seconds,
-                tick_s=settings.emulator_tick_seconds,
+                else own.report_interval_seconds,
+                tick_s=own.tick_seconds,
                 namespace=namespace if namespace is not None else settings.namespace,
             )
         except ValueError as exc:

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from itertools import islice
+from operator import attrgetter
 
 from scheduler.core.decisions import Unschedulable
 from scheduler.core.types import Allocation, Interconnect, Node, PlacementShape
@@ -170,28 +171,34 @@ def compact_shape(
 
 
 def _build_layout(nodes: Sequence[Node]) -> _Layout:
+    # one pass over the nodes, each node's capacity read once (the extender builds a layout per gang
+    # call over kube-scheduler's candidates, so this runs per request there)
     by_name: dict[str, Node] = {}
+    caps: dict[str, int] = {}
     types: dict[str, list[str]] = {}
     type_cap: dict[str, int] = {}
     max_free: dict[str, int] = {}
     groups: dict[tuple[str, str, str], list[str]] = {}
-    for node in sorted(nodes, key=lambda n: n.name):
+    for node in sorted(nodes, key=attrgetter("name")):
         cap = node.capacity_for_jobs
         if cap <= 0:
             continue
-        by_name[node.name] = node
-        types.setdefault(node.gpu_type, []).append(node.name)
-        type_cap[node.gpu_type] = type_cap.get(node.gpu_type, 0) + cap
-        max_free[node.gpu_type] = max(max_free.get(node.gpu_type, 0), cap)
+        name, gpu_type = node.name, node.gpu_type
+        by_name[name] = node
+        caps[name] = cap
+        types.setdefault(gpu_type, []).append(name)
+        type_cap[gpu_type] = type_cap.get(gpu_type, 0) + cap
+        if cap > max_free.get(gpu_type, 0):
+            max_free[gpu_type] = cap
         for kind, label in (("domain", node.nvlink_domain), ("rack", node.rack), ("zone", node.zone)):
             if label:
-                groups.setdefault((node.gpu_type, kind, label), []).append(node.name)
+                groups.setdefault((gpu_type, kind, label), []).append(name)
     bucket_sizes: dict[tuple[str, bool], int] = {}
     slot_of: dict[str, tuple[int, str, tuple[str, bool]]] = {}
     for name, node in by_name.items():
         key = (node.gpu_type, node.interconnect is Interconnect.NVLINK)
         bucket_sizes.setdefault(key, max_free[node.gpu_type] + 1)
-        slot_of[name] = (node.capacity_for_jobs, node.gpu_type, key)
+        slot_of[name] = (caps[name], node.gpu_type, key)
     return _Layout(by_name, types, type_cap, max_free, groups, bucket_sizes, slot_of, {}, [])
 
 
@@ -382,7 +389,8 @@ class FreeIndex:
         key = (gpu_type, gpr)
         cached = self._slots.get(key)
         if cached is None:
-            cached = sum(self._nodes[n].capacity_for_jobs // gpr for n in self._types.get(gpu_type, ()))
+            slot_of = self._layout.slot_of
+            cached = sum(slot_of[n][0] // gpr for n in self._types.get(gpu_type, ()))
             self._slots[key] = cached
         return cached
 

@@ -87,6 +87,9 @@ def create_app(
 
     app = FastAPI(
         lifespan=lifespan,
+        # the extender's metrics are Prometheus (``/metrics``); FastAPI's native OpenTelemetry would look
+        # up the global providers on every call, ~half the cost of an empty route (kube-scheduler waits)
+        telemetry={"tracing": False, "metrics": False, "logs": False},
         title="perfsched scheduler extender",
         version="v1",
         description="k8s.io/kube-scheduler/extender/v1 webhook: filter, prioritize, bind and preempt "
