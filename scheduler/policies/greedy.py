@@ -170,50 +170,77 @@ def greedy_allocate(
       request is moved, when its turn comes, to a placement of the same type and size on fewer nodes
       if this says the move pays (the policy prices it); otherwise it keeps its GPUs.
     """
-    index = FreeIndex(snapshot.nodes, snapshot.free_by_node())
-    decisions, reserved = _settle_running(index, snapshot, jobs)
-    rank_of = {r.job.name: r.rank for r in requests}
-    for name in [n for n in reserved if n not in rank_of]:
-        index.release(reserved.pop(name))  # no request: it stops this round, its GPUs are free now
-    pending_victims = dict(reserved)  # running, preemptible, not yet walked
-    victims_by_type = _victims_by_type(pending_victims, rank_of)
-    preempted_by: dict[str, str] = {}
-    short_memo: _ShortMemo = {}
-    blocked_by: str | None = None
-    hold: _Hold | None = None
-    by_name: dict[str, Job] = {}
-    ahead = 0
+    walk = _Walk(snapshot, jobs, requests, reservation)
     for req in requests:
-        job = req.job
-        name = job.name
-        if name in decisions:  # finished or pinned
-            continue
-        allowed = job.allowed_gpu_types
-        types_ = tuple(t for t in req.gpu_types if t in allowed) if allowed else tuple(req.gpu_types)
-        pending_victims.pop(name, None)
-        cur = reserved.get(name)
-        starving = reservation is not None and hold is None and name in reservation.starving
-        if cur is not None and _keeps_current(req, cur, types_):
-            moved = _tighter(index, req, cur, consolidate) if consolidate is not None else None
-            if moved is not None:
-                index.commit(moved)
-                reserved[name] = moved
-                note = f"moved to {moved.num_nodes} node(s) from {cur.num_nodes}"
-                decisions[name] = Decision(name, moved, f"{req.note}; {note}" if req.note else note)
-            else:
-                decisions[name] = Decision(name, cur, req.note)
-                if starving and reservation is not None and cur.num_nodes > _compact_nodes(index, cur):
-                    # a starving gang running spread out: hold nodes for it to move to when they free up
-                    by_name = by_name or {j.name: j for j in jobs}
-                    hold = _hold_for(index, req, (cur.gpu_type,), reserved, decisions, by_name, reservation)
-            ahead += 1
-            continue
-        if blocked_by is not None and cur is None:
-            decisions[name] = Decision(
-                name, None, f"blocked behind job {blocked_by} at the head of the queue"
+        if req.job.name not in walk.decisions:  # else finished or pinned
+            walk.step(req, preemptive, strict, preempt_margin, consolidate)
+    decisions = walk.decisions
+    for j in jobs:
+        if j.name not in decisions:
+            dec = (extra or {}).get(j.name)
+            decisions[j.name] = (
+                dec if dec is not None else Decision(j.name, None, "not selected by the policy")
             )
-            ahead += 1
-            continue
+    return decisions
+
+
+class _Walk:
+    """``greedy_allocate``'s state while it walks the requests (mutable, one per call)."""
+
+    def __init__(
+        self,
+        snapshot: ClusterSnapshot,
+        jobs: Sequence[Job],
+        requests: Sequence[Request],
+        reservation: Reservation | None,
+    ) -> None:
+        self.index = FreeIndex(snapshot.nodes, snapshot.free_by_node())
+        self.decisions, self.reserved = _settle_running(self.index, snapshot, jobs)
+        self.rank_of = {r.job.name: r.rank for r in requests}
+        for name in [n for n in self.reserved if n not in self.rank_of]:
+            self.index.release(self.reserved.pop(name))  # no request: it stops this round, GPUs free now
+        self.pending_victims = dict(self.reserved)  # running, preemptible, not yet walked
+        self.victims_by_type = _victims_by_type(self.pending_victims, self.rank_of)
+        self.preempted_by: dict[str, str] = {}
+        self.short_memo: _ShortMemo = {}
+        self.blocked_by: str | None = None
+        self.hold: _Hold | None = None
+        self.jobs = jobs
+        self.by_name: dict[str, Job] = {}
+        self.reservation = reservation
+        self.ahead = 0
+
+    def _hold(self, req: Request, types_: tuple[str, ...], reservation: Reservation) -> _Hold | None:
+        self.by_name = self.by_name or {j.name: j for j in self.jobs}
+        return _hold_for(self.index, req, types_, self.reserved, self.decisions, self.by_name, reservation)
+
+    def step(
+        self,
+        req: Request,
+        preemptive: bool,
+        strict: bool,
+        preempt_margin: float,
+        consolidate: Callable[[Job, Allocation, Allocation], bool] | None,
+    ) -> None:
+        """Decide ``req``'s job: keep (or consolidate) its GPUs, place it, preempt for it, or wait."""
+        name = req.job.name
+        allowed = req.job.allowed_gpu_types
+        types_ = tuple(t for t in req.gpu_types if t in allowed) if allowed else tuple(req.gpu_types)
+        self.pending_victims.pop(name, None)
+        cur = self.reserved.get(name)
+        reservation = self.reservation
+        starving = reservation is not None and self.hold is None and name in reservation.starving
+        if cur is not None and _keeps_current(req, cur, types_):
+            self._keep(req, cur, starving, consolidate)
+            self.ahead += 1
+            return
+        if self.blocked_by is not None and cur is None:
+            self.decisions[name] = Decision(
+                name, None, f"blocked behind job {self.blocked_by} at the head of the queue"
+            )
+            self.ahead += 1
+            return
+        hold = self.hold
         lifted = False
         if (
             hold is not None
@@ -222,63 +249,97 @@ def greedy_allocate(
             and hold.alloc is not None
             and _done_by(req, hold, reservation)  # EASY: finishes before the held nodes are needed
         ):
-            index.release(hold.alloc)
+            self.index.release(hold.alloc)
             lifted = True
-        res = _place_or_keep(index, req, cur, types_, reserved, short_memo)
+        res = _place_or_keep(self.index, req, cur, types_, self.reserved, self.short_memo)
         if (
             starving
             and isinstance(res, Allocation)
             and cur is None
-            and res.num_nodes > _compact_nodes(index, res)
+            and res.num_nodes > _compact_nodes(self.index, res)
         ):
             res = _SHORT_OF_GPUS  # a starving gang waits for a compact placement (held below)
         elif not isinstance(res, Allocation) and preemptive and types_:
             res = preempt_for(
-                index, req, types_, reserved, pending_victims, victims_by_type, preempt_margin, preempted_by
+                self.index,
+                req,
+                types_,
+                self.reserved,
+                self.pending_victims,
+                self.victims_by_type,
+                preempt_margin,
+                self.preempted_by,
             )
         if isinstance(res, Allocation):
-            index.commit(res)
-            reserved[name] = res
-            decisions[name] = Decision(name, res, req.note)
+            self.index.commit(res)
+            self.reserved[name] = res
+            self.decisions[name] = Decision(name, res, req.note)
         else:
-            decisions[name] = _waiting_decision(req, res, ahead, preempted_by)
-            if starving and reservation is not None and cur is None and res.resolvable:
-                by_name = by_name or {j.name: j for j in jobs}
-                hold = _hold_for(index, req, types_, reserved, decisions, by_name, reservation)
-                if hold is not None:
-                    d = decisions[name]
-                    decisions[name] = Decision(
-                        name,
-                        None,
-                        f"{d.reason}; starving: {hold.gpu_type} GPUs on {', '.join(hold.nodes)} held for "
-                        f"it, predicted free in {max(0.0, hold.shadow - reservation.now) / 3600:.2f} h",
-                        unresolvable=d.unresolvable,
-                    )
-            elif hold is not None and cur is None and not lifted and hold.gpu_type in types_:
-                d = decisions[name]
-                decisions[name] = Decision(
+            self._wait(req, res, types_, cur, starving, lifted)
+            if strict and self.blocked_by is None and res.resolvable:
+                self.blocked_by = name
+            if not res.resolvable:
+                if lifted and self.hold is not None:
+                    self.hold = _rehold(self.index, self.hold)
+                return  # a job that can never run is not "ahead" of anyone
+        if lifted and self.hold is not None:
+            self.hold = _rehold(self.index, self.hold)
+        self.ahead += 1
+
+    def _keep(
+        self,
+        req: Request,
+        cur: Allocation,
+        starving: bool,
+        consolidate: Callable[[Job, Allocation, Allocation], bool] | None,
+    ) -> None:
+        """A running job that keeps its request: consolidated if that pays, else it keeps its GPUs."""
+        name = req.job.name
+        moved = _tighter(self.index, req, cur, consolidate) if consolidate is not None else None
+        if moved is not None:
+            self.index.commit(moved)
+            self.reserved[name] = moved
+            note = f"moved to {moved.num_nodes} node(s) from {cur.num_nodes}"
+            self.decisions[name] = Decision(name, moved, f"{req.note}; {note}" if req.note else note)
+            return
+        self.decisions[name] = Decision(name, cur, req.note)
+        reservation = self.reservation
+        if starving and reservation is not None and cur.num_nodes > _compact_nodes(self.index, cur):
+            # a starving gang running spread out: hold nodes for it to move to when they free up
+            self.hold = self._hold(req, (cur.gpu_type,), reservation)
+
+    def _wait(
+        self,
+        req: Request,
+        res: Unschedulable,
+        types_: tuple[str, ...],
+        cur: Allocation | None,
+        starving: bool,
+        lifted: bool,
+    ) -> None:
+        """The job waits: its reason, and a hold for it when it is the first starving job."""
+        name = req.job.name
+        self.decisions[name] = d = _waiting_decision(req, res, self.ahead, self.preempted_by)
+        reservation = self.reservation
+        hold = self.hold
+        if starving and reservation is not None and cur is None and res.resolvable:
+            self.hold = hold = self._hold(req, types_, reservation)
+            if hold is not None:
+                self.decisions[name] = Decision(
                     name,
                     None,
-                    f"{d.reason}; {hold.gpu_type} GPUs on {', '.join(hold.nodes)} held for starving job "
-                    f"{hold.job}",
+                    f"{d.reason}; starving: {hold.gpu_type} GPUs on {', '.join(hold.nodes)} held for "
+                    f"it, predicted free in {max(0.0, hold.shadow - reservation.now) / 3600:.2f} h",
                     unresolvable=d.unresolvable,
                 )
-            if strict and blocked_by is None and res.resolvable:
-                blocked_by = name
-            if not res.resolvable:
-                if lifted and hold is not None:
-                    hold = _rehold(index, hold)
-                continue  # a job that can never run is not "ahead" of anyone
-        if lifted and hold is not None:
-            hold = _rehold(index, hold)
-        ahead += 1
-    for j in jobs:
-        if j.name not in decisions:
-            dec = (extra or {}).get(j.name)
-            decisions[j.name] = (
-                dec if dec is not None else Decision(j.name, None, "not selected by the policy")
+        elif hold is not None and cur is None and not lifted and hold.gpu_type in types_:
+            self.decisions[name] = Decision(
+                name,
+                None,
+                f"{d.reason}; {hold.gpu_type} GPUs on {', '.join(hold.nodes)} held for starving job "
+                f"{hold.job}",
+                unresolvable=d.unresolvable,
             )
-    return decisions
 
 
 def _tighter(
