@@ -35,7 +35,7 @@ checkpointing, which the tables do not give), and ``Predictor.predict`` answers 
 every split also prints the learned-model rows and the perfmodel.llm rows apart.
 
 Run: ``nice python bench/perfmodel_accuracy.py [--shared ../shared/throughput] [--quick]
-[--splits random,logo-gen,lomo]``.
+[--splits random,logo-gen,lomo] [--draws 10]``.
 """
 
 from __future__ import annotations
