@@ -189,7 +189,7 @@ def test_a_model_seen_at_two_batch_sizes_carries_to_its_other_configurations(pre
 
     def truth(job: JobFeatures, hw: HardwareFeatures) -> float:
         local = job.batch_size / hw.num_gpus
-        return predictor.predict([(job, hw)]).samples_per_s[0] * 1.8 * (local / 32) ** -0.2
+        return float(predictor.predict([(job, hw)]).samples_per_s[0] * 1.8 * (local / 32) ** -0.2)
 
     c = OnlineCorrector(predictor)
     for b in (8, 64):
