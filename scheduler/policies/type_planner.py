@@ -30,22 +30,28 @@ on its asked GPUs of type t, one batched oracle call):
    size do not cause moves. A job with less than ``MIN_REMAINING_RESTARTS`` (10) restart costs of work
    left where it runs never moves, nor does one not yet measured where it runs (the operator's first
    progress report comes seconds after a start; the simulator measures at once).
-   X[j, c], on the type a job runs on, is the larger of the prediction and the job's *measured*
-   throughput there (``Job.observed_throughput``: the operator's progress reports, the simulator's true
-   rate): with the prediction alone, a predictor that under-rates the current type (or a job that runs
-   far faster than predicted, as emulated jobs do) makes moves look better than they are; with the
-   measurement alone, a predictor that over-rates every type turns into moves, since its (inflated)
-   speed elsewhere is compared with a true one here (measured: migrations per job 0.60 -> 1.09 under
-   ``--oracle predictor``). So a move must pay against both; and "nearly done" is judged by the
-   measured remaining time. Moves that do not pay get no LP variable; those that pay carry their cost
-   (R X[j, t] + lost) / (max X[j] h) in the objective, so the LP only moves a job where the move is worth
-   more than it costs to the job and to the jobs it would displace.
+   **Measured level, predicted ratios.** When the job is *measured* (``Job.observed_throughput``: the
+   operator's progress reports, the simulator's true rate) faster than predicted where it runs, its
+   whole row X[j, .] is scaled by measured / predicted: the move is decided on the predictor's ratio
+   between types at the measured level. Comparing the measurement here with raw predictions elsewhere
+   (the previous rule) blocks every move of a job the predictor under-rates on all types (on one
+   Philly draw a shufflenet on 8 P100s stayed there 526 h; the truth moves it to V100s within a day),
+   and taking the measurement as the speed everywhere would move jobs on the predictor's level errors
+   (migrations per job 0.60 -> 1.09 under ``--oracle predictor``). Measured slower than predicted, the
+   prediction stands (a spread gang is slow where it is, not faster elsewhere). "Nearly done" is
+   judged by the measured remaining time. Moves that do not pay get no LP variable; those that pay
+   carry their cost (R X[j, t] + lost) / (max X[j] h) in the objective, so the LP only moves a job
+   where the move is worth more than it costs to the job and to the jobs it would displace.
 5. **Lists.** Each job's types, most wanted first: the type its LP row gives most of, then by value per
    GPU minus the type's LP price (the dual of its capacity row), so a job that did not compete this
    round still queues for the type where it is cheapest relative to what others would make of it.
    A running job that the LP moves asks only for its LP type (``greedy_allocate`` keeps its current
    GPUs when that type has no room, and a move never preempts anyone; a hop to a second-best type would
-   often be followed by another); any other running job lists its current type first, so it keeps it.
+   often be followed by another); any other running job lists its current type first, so it keeps it,
+   and after it only the types where it runs at least as fast: a job that a higher-ranked one evicts
+   does not restart on a slower type in the same round (that move pays nowhere: it evicted a job of a
+   lower queue on the way down and came back up within seconds, three restarts where one does); it
+   waits and is planned as a waiting job next round.
    Types where a job is predicted to make no progress are left out; a job predicted to make none
    anywhere keeps the free-GPU order.
 
@@ -165,7 +171,8 @@ class TypePlanner:
             # (inflated) speed elsewhere with a measurement here
             here = self.table.get(job.name, current, cur_alloc.replicas)
             if here > 0:
-                speed[current] *= max(1.0, observed / here)
+                level = max(1.0, observed / here)
+                speed = {t: v * level for t, v in speed.items()}
             elif cur_alloc.total_gpus == gpus[current]:
                 speed[current] = max(speed[current], observed)
         best = max(speed.values())
@@ -237,7 +244,13 @@ class TypePlanner:
                     out[name] = (best_move,)
                     continue
             if row.current is not None:
-                out[name] = (row.current, *sorted((t for t in row.speed if t != row.current), key=key))
+                # a running job's fallbacks (used only when a higher-ranked job evicts it this round)
+                # are the types where it runs at least as fast: a restart on a slower type is a move
+                # that no price pays for (it came back up within seconds, evicting another job on the
+                # way down); it waits instead and is planned as a waiting job next round
+                here = row.speed.get(row.current, 0.0)
+                rest = sorted((t for t in row.speed if t != row.current and row.speed[t] >= here), key=key)
+                out[name] = (row.current, *rest)
                 continue
             out[name] = tuple(sorted(row.speed, key=key))
         return out
