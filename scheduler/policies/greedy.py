@@ -154,6 +154,7 @@ def greedy_allocate(
     extra: Mapping[str, Decision] | None = None,
     reservation: Reservation | None = None,
     consolidate: Callable[[Job, Allocation, Allocation], bool] | None = None,
+    no_cascade: bool = False,
 ) -> dict[str, Decision]:
     """Walk ``requests`` in order and place each gang; returns a decision for every job in ``jobs``.
 
@@ -168,7 +169,11 @@ def greedy_allocate(
     - ``reservation``: EASY backfilling behind the first starving job that cannot start (module docstring);
     - ``consolidate(job, current, tighter)``: a running gang spread over several nodes that keeps its
       request is moved, when its turn comes, to a placement of the same type and size on fewer nodes
-      if this says the move pays (the policy prices it); otherwise it keeps its GPUs.
+      if this says the move pays (the policy prices it); otherwise it keeps its GPUs;
+    - ``no_cascade``: a running job evicted in this walk may restart at once on free GPUs, but may evict
+      others in turn only on the GPU type it was evicted from (no eviction cascade onto another type:
+      on Gavel's cluster a job evicted from a P100 evicted a queue-2 job from a K80, and both moved
+      back within seconds when the newcomer moved up; one queue-2 job was evicted 54 times).
     """
     index = FreeIndex(snapshot.nodes, snapshot.free_by_node())
     decisions, reserved = _settle_running(index, snapshot, jobs)
@@ -233,9 +238,21 @@ def greedy_allocate(
         ):
             res = _SHORT_OF_GPUS  # a starving gang waits for a compact placement (held below)
         elif not isinstance(res, Allocation) and preemptive and types_:
-            res = preempt_for(
-                index, req, types_, reserved, pending_victims, victims_by_type, preempt_margin, preempted_by
-            )
+            evict_on = types_
+            if no_cascade and name in preempted_by and name in snapshot.allocations:
+                was = snapshot.allocations[name].gpu_type
+                evict_on = tuple(t for t in types_ if t == was)
+            if evict_on:
+                res = preempt_for(
+                    index,
+                    req,
+                    evict_on,
+                    reserved,
+                    pending_victims,
+                    victims_by_type,
+                    preempt_margin,
+                    preempted_by,
+                )
         if isinstance(res, Allocation):
             index.commit(res)
             reserved[name] = res

@@ -147,11 +147,11 @@ def test_a_running_job_near_its_end_is_never_moved() -> None:
     assert _one_move_round(with_(longer, observed_throughput=20.0), 1.0, 100.0) == (ActionKind.KEEP, "K80")
 
 
-def test_an_evicted_job_waits_rather_than_restart_on_a_slower_type() -> None:
+def test_an_evicted_job_does_not_evict_another_job_on_another_type() -> None:
     # "low" (LAS queue 1) runs on the only V100 and is 2x slower on a K80; "old" (queue 2) runs on the
     # only K80. A new job that can run only on the V100 evicts "low". Restarting "low" on the K80 at
-    # once would evict "old" too and move "low" back up when a V100 frees (three restarts where one
-    # does): it waits, and "old" keeps its K80
+    # once would evict "old" too, and both moved back when a V100 freed (on Gavel's cluster one
+    # queue-2 job was evicted 54 times so): no eviction cascade onto another type, "low" waits
     nodes = [node("v").gpus(1, "V100").build(), node("k").gpus(1, "K80").build()]
     low = with_(job("low").work(1e6).progress(10, 10).attained(2 * 3600).build(), observed_throughput=2.0)
     old = with_(job("old").work(1e6).progress(10, 10).attained(20 * 3600).build(), observed_throughput=1.0)
@@ -245,3 +245,15 @@ def test_a_job_running_on_a_cordoned_type_moves_like_a_waiting_one(name: str) ->
     snap = snapshot(nodes, now=10, allocations=[alloc("running", "P100", 1, {"p": 1})])
     res = run_round(snap, [running, waiting], make_policy(name), FakeOracle())
     assert sorted(placed(res).values()) == ["K80", "V100"]
+
+
+def test_an_evicted_job_restarts_at_once_on_free_gpus_of_another_type() -> None:
+    # as above, but the K80 is free: "low" runs on there rather than wait (nobody is evicted for it)
+    nodes = [node("v").gpus(1, "V100").build(), node("k").gpus(1, "K80").build()]
+    low = with_(job("low").work(1e6).progress(10, 10).attained(2 * 3600).build(), observed_throughput=2.0)
+    new = job("new").work(1e6).submitted(50).build()
+    snap = snapshot(nodes, now=100, allocations=[alloc("low", "V100", 1, {"v": 1})])
+    speeds = {("low", "V100"): 2.0, ("low", "K80"): 1.0, ("new", "V100"): 9.0, ("new", "K80"): 0.0}
+    res = run_round(snap, [low, new], make_policy("las"), FakeOracle(speed=speeds), costs=RoundCosts(30))
+    kinds = {a.job: (a.kind, a.after.gpu_type if a.after else None) for a in res.actions}
+    assert kinds == {"new": (ActionKind.START, "V100"), "low": (ActionKind.RESIZE, "K80")}
