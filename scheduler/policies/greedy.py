@@ -154,6 +154,7 @@ def greedy_allocate(
     extra: Mapping[str, Decision] | None = None,
     reservation: Reservation | None = None,
     consolidate: Callable[[Job, Allocation, Allocation], bool] | None = None,
+    no_cascade: bool = False,
 ) -> dict[str, Decision]:
     """Walk ``requests`` in order and place each gang; returns a decision for every job in ``jobs``.
 
@@ -168,9 +169,13 @@ def greedy_allocate(
     - ``reservation``: EASY backfilling behind the first starving job that cannot start (module docstring);
     - ``consolidate(job, current, tighter)``: a running gang spread over several nodes that keeps its
       request is moved, when its turn comes, to a placement of the same type and size on fewer nodes
-      if this says the move pays (the policy prices it); otherwise it keeps its GPUs.
+      if this says the move pays (the policy prices it); otherwise it keeps its GPUs;
+    - ``no_cascade``: a running job evicted in this walk may restart at once on free GPUs, but may evict
+      others in turn only on the GPU type it was evicted from (no eviction cascade onto another type:
+      on Gavel's cluster a job evicted from a P100 evicted a queue-2 job from a K80, and both moved
+      back within seconds when the newcomer moved up; one queue-2 job was evicted 54 times).
     """
-    walk = _Walk(snapshot, jobs, requests, reservation)
+    walk = _Walk(snapshot, jobs, requests, reservation, no_cascade)
     for req in requests:
         if req.job.name not in walk.decisions:  # else finished or pinned
             walk.step(req, preemptive, strict, preempt_margin, consolidate)
@@ -193,7 +198,10 @@ class _Walk:
         jobs: Sequence[Job],
         requests: Sequence[Request],
         reservation: Reservation | None,
+        no_cascade: bool,
     ) -> None:
+        self.allocations = snapshot.allocations
+        self.no_cascade = no_cascade
         self.index = FreeIndex(snapshot.nodes, snapshot.free_by_node())
         self.decisions, self.reserved = _settle_running(self.index, snapshot, jobs)
         self.rank_of = {r.job.name: r.rank for r in requests}
@@ -260,16 +268,21 @@ class _Walk:
         ):
             res = _SHORT_OF_GPUS  # a starving gang waits for a compact placement (held below)
         elif not isinstance(res, Allocation) and preemptive and types_:
-            res = preempt_for(
-                self.index,
-                req,
-                types_,
-                self.reserved,
-                self.pending_victims,
-                self.victims_by_type,
-                preempt_margin,
-                self.preempted_by,
-            )
+            evict_on = types_
+            if self.no_cascade and name in self.preempted_by and name in self.allocations:
+                was = self.allocations[name].gpu_type
+                evict_on = tuple(t for t in types_ if t == was)
+            if evict_on:
+                res = preempt_for(
+                    self.index,
+                    req,
+                    evict_on,
+                    self.reserved,
+                    self.pending_victims,
+                    self.victims_by_type,
+                    preempt_margin,
+                    self.preempted_by,
+                )
         if isinstance(res, Allocation):
             self.index.commit(res)
             self.reserved[name] = res

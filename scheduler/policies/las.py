@@ -159,6 +159,7 @@ class LasPolicy:
             preemptive=self.config.preemptive,
             reservation=reservation,
             consolidate=consolidate,
+            no_cascade=self.config.heterogeneity == "aware",
         )
 
     def incremental(

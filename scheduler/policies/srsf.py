@@ -106,6 +106,7 @@ class SrsfPolicy:
             preemptive=self.config.preemptive,
             preempt_margin=self.config.preempt_margin_gpu_s,
             extra=extra,
+            no_cascade=self.config.heterogeneity == "aware",
         )
 
     def incremental(
