@@ -14,8 +14,10 @@ same job on one GPU at the same per-GPU batch: data parallelism never scales bet
 (``time >= t1``); an iteration never takes less than its gradient all-reduce at the slowest link's line
 rate (``time >= Design.sync_floor``: the learned correction cannot cancel a slow network it never saw,
 which sent 8-GPU jobs over two servers of the simulator's K80 pool to 13x their true speed); and a job
-inside one NVLink node is never slower in total than on one of its GPUs (``time <= n x t1``; the
-table's few rows that are, 6 of the benchmark's random hold-out, cost that split a point of MRE).
+inside one NVLink node is never slower in total than on one of its GPUs (``time <= n x t1``), except
+inside a measured in-node curve that falls (``MeasuredInNode.follows``, where the in-node envelope does
+not apply either): the table measured such drops, and holding the guard there cost the benchmark's
+random hold-out about a point of MRE.
 Serving evaluates exactly the functions training does: each batch of rows becomes a matrix of
 ``Resolved.nums``, then ``features.design_of_nums`` and ``LearnedModel.times`` (scaling model,
 features, forests, the measured-anchor blend of ``perfmodel.anchor`` where a predictor has anchors --
@@ -403,12 +405,15 @@ class LearnedModel:
         d: Design,
         anchored: tuple[FloatArray, FloatArray] | None = None,
         seen: npt.NDArray[np.bool_] | None = None,
+        follows: npt.NDArray[np.bool_] | None = None,
     ) -> tuple[FloatArray, FloatArray]:
         """(predicted iteration time, predicted 1-GPU time at the same per-GPU batch) per row.
 
         ``anchored`` (from ``perfmodel.anchor.Anchors``) gives measured-anchor times for the rows and their
         1-GPU twins (NaN where none applies); they are blended in log space before the guards. ``seen``
         marks the rows whose GPU type was measured (``gpu_forest`` applies); None = every row.
+        ``follows`` marks the rows inside a measured in-node curve that falls (``MeasuredInNode.follows``):
+        there the NVLink guard (never slower than one GPU) is left out, as the measurements break it.
         """
         multi = d.num_gpus > 1
         k = d.x.shape[0]
@@ -434,6 +439,8 @@ class LearnedModel:
         if any_multi:
             t[multi] = np.maximum(t[multi], np.maximum(t1[multi], d.sync_floor[multi]))
             nvl = multi & (d.link_class == LINK_NVLINK)
+            if follows is not None:
+                nvl &= ~follows
             t[nvl] = np.minimum(t[nvl], d.num_gpus[nvl] * t1[nvl])
         return t, t1
 
@@ -817,7 +824,15 @@ class Predictor:
         m[:, _JN + _H_GPN] = gpn
         m[:, -1] = ht[o, _H_TF + jt[o, _J_PREC].astype(np.intp)]
         d = design_of_nums(m, self.model.physics)
-        t, t1 = self.model.times(d, self._anchored(jt[o], ht[o], m), ht[o, _H_SEEN] > 0)
+        follows = None
+        if self.measured is not None and self.envelope == "auto":
+            follows = (nodes == 1.0) & self.measured.follows(
+                jt[o, _J_CURVE].astype(np.intp),
+                ht[o, _H_CTYPE].astype(np.intp),
+                ht[o, _H_LINK] == LINK_NVLINK,
+                g,
+            )
+        t, t1 = self.model.times(d, self._anchored(jt[o], ht[o], m), ht[o, _H_SEEN] > 0, follows)
         samples: FloatArray = m[:, 0] / t
         return samples, t1
 

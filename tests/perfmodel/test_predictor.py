@@ -152,12 +152,15 @@ def test_nvlink_node_scaling_is_between_one_gpu_and_linear(
     predictor: Predictor, model: str, product: str, per_gpu: int, precision: str, n: int
 ) -> None:
     # Same per-GPU batch on 1 and n GPUs of one NVLink node: inside an NVLink node a job is never slower
-    # in total than on one of its GPUs, and never faster than linear scaling from one GPU (at the same
-    # per-GPU batch, or a larger one the in-node envelope looked at).
+    # in total than on one of its GPUs -- except inside a measured in-node curve that falls, where the
+    # predictor follows the measurements (the envelope does not apply there) -- and never faster than
+    # linear scaling from one GPU (at the same per-GPU batch, or a larger one the envelope looked at).
     one = (JobFeatures(model, "", per_gpu, precision), HardwareFeatures(product, 1, 1, 1, "nvlink"))
     many = (JobFeatures(model, "", per_gpu * n, precision), HardwareFeatures(product, n, n, 1, "nvlink"))
     s1, sn = predictor.predict([one, many]).samples_per_s
-    assert s1 * (1 - 1e-9) <= sn <= _linear_bound(predictor, *many, n) * (1 + 1e-9)
+    assert sn <= _linear_bound(predictor, *many, n) * (1 + 1e-9)
+    if predictor.envelope_applies(*many):
+        assert s1 * (1 - 1e-9) <= sn
 
 
 @settings(max_examples=40, deadline=None)
