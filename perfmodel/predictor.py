@@ -21,8 +21,8 @@ random hold-out about a point of MRE.
 Serving evaluates exactly the functions training does: each batch of rows becomes a matrix of
 ``Resolved.nums``, then ``features.design_of_nums`` and ``LearnedModel.times`` (scaling model,
 features, forests, the measured-anchor blend of ``perfmodel.anchor`` where a predictor has anchors --
-``Predictor.load(anchors=True)``; off by default -- and the guards); there is no second copy of any of
-them here.
+``Predictor.load`` builds them from the shipped table; ``anchors=False`` leaves them out -- and the
+guards); there is no second copy of any of them here.
 
 In-node envelope: a row on ``n`` > 1 GPUs of one node to which the rule applies is computed together
 with the same job (same global batch) on 1 .. n-1 GPUs of the same GPU, interconnect and node, and gets the
@@ -643,13 +643,17 @@ class Predictor:
         self._classes: dict[_Key, int] = {}
 
     @classmethod
-    def load(cls, path: Path | None = None, cache_size: int = 65536, anchors: bool = False) -> Predictor:
+    def load(cls, path: Path | None = None, cache_size: int = 65536, anchors: bool = True) -> Predictor:
         """Load the shipped model (or ``path``); ``ModelFileError`` if missing, corrupt or other schema.
 
-        ``anchors=True`` also blends the measured anchors (``perfmodel.anchor``) in: off by default, as
-        they pool a model's rows of every software stack and precision normalised by FP32 specs, which
-        sends tuned-code and half-precision speeds to other GPUs (leave-one-generation-out, Ampere:
-        103% MRE with them, 34% without; ``bench/perfmodel_accuracy.py``)."""
+        ``anchors`` (default on) blends the measured anchors (``perfmodel.anchor``) in where a model was
+        measured at the job's precision and software stack but never on the question's GPU type: its
+        measured speed carried over by the spec ratio, which gives a GPU generation the model never saw the
+        physics answer where the learned correction would extrapolate (leave-one-generation-out, cold:
+        Ampere 30.0% -> 27.2% MRE, Hopper 36.6% -> 29.6%; ``bench/perfmodel_accuracy.py``). Pooled over
+        every stack and precision and normalised by FP32 specs, as they once were, they sent tuned-code and
+        half-precision speeds to other GPUs (Ampere 75.7%) and were off by default.
+        """
         with_anchors = anchors
         if path is None:
             with resources.as_file(resources.files("perfmodel") / "data" / MODEL_FILE) as p:
@@ -691,7 +695,11 @@ class Predictor:
         jp = resolve_job(job) if job.key not in self._jobs else None
         hp = resolve_hw(hw) if hw.key not in self._hws else None
         if jp is not None:
-            group = self.anchors.group_index(jp.model, jp.dataset) if self.anchors is not None else -1
+            group = (
+                self.anchors.group_index(jp.model, jp.dataset, jp.precision, job.stack)
+                if self.anchors is not None
+                else -1
+            )
             curve = self.measured.group_index(jp.model, jp.dataset) if self.measured is not None else 0
             self._jobs[job.key] = self._jtab.add(
                 (*jp.nums, jp.precision_index, group, jp.low_confidence, curve)

@@ -9,6 +9,7 @@ import pytest
 
 from perfmodel.anchor import Anchors
 from perfmodel.features import HardwareFeatures, JobFeatures, Resolved, resolve
+from perfmodel.gpus import gpu_spec
 from perfmodel.measurements import Measurement
 
 
@@ -22,8 +23,15 @@ def m(gpu: str, n: int, batch: int, its: float, nodes: int = 1) -> Measurement:
 ANCHORS = Anchors(
     [m("V100", 1, 32, 8.0), m("V100", 1, 128, 3.0), m("V100", 4, 256, 4.5), m("T4", 1, 64, 1.5)]
 )
-# sqrt(FP32 TFLOP/s x memory GB/s) of the datasheets in perfmodel.gpus
-SPEC = {"V100": math.sqrt(15.7 * 900), "T4": math.sqrt(8.1 * 320), "A100": math.sqrt(19.5 * 1555)}
+# sqrt(peak TFLOP/s x memory GB/s) of the datasheets in perfmodel.gpus, the peak the scaling model uses
+# for ResNet-50 in fp32: FP32 before Ampere, TF32 (PyTorch's default for convolutions) on the A100.
+SPEC = {
+    "V100": math.sqrt(15.7 * 900),
+    "T4": math.sqrt(8.1 * 320),
+    "A100": math.sqrt(
+        gpu_spec("A100").tflops("fp32", tf32_convolutions=True) * gpu_spec("A100").memory_bandwidth_gbs
+    ),
+}
 
 
 def row(gpu: str, n: int, batch: int, model: str = "resnet50", nodes: int = 1) -> Resolved:
