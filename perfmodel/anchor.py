@@ -4,14 +4,17 @@ When the shipped table has measurements of a job's model and dataset, but none o
 type, measured runs of the same model on other GPUs are a better guide than features alone (the accuracy
 benchmark's leave-one-GPU-type-out split shows it). The anchor of such a row has two smooth parts:
 
-- per-GPU speed on one GPU: the model's 1-GPU throughput curve over the per-GPU batch, pooled over the
+- per-GPU speed on one GPU, in work: the model's 1-GPU FLOP/s curve over the FLOPs per GPU per step
+  (per-GPU batch x FLOPs per sample: one model's rows may differ in the work per sample, an LLM's
+  sequence length; the query's FLOP/s there, over its work per sample, is its samples/s), pooled over the
   GPU types it was measured on at the job's precision and software stack (a group is one (model,
   dataset, precision, stack): MLPerf's tuned code and plain PyTorch, or fp32 and bf16 runs, are not one
   speed) after normalising each type by its spec, ``(peak TFLOP/s at the precision x memory
   bandwidth)^0.5`` with the peak the scaling model uses for the job: the median of the types' curves at
-  the union of their measured batches, each interpolated linearly in (log per-GPU batch, log
-  throughput) and flat beyond its batches; scaled to the question's GPU by the same spec. A type
-  measured only on several GPUs uses its smallest GPU count, per GPU.
+  the union of their measured points, each interpolated linearly in (log work per step, log FLOP/s) and
+  flat beyond its points; scaled to the question's GPU by the same spec. A type measured only on
+  several GPUs uses its smallest GPU count, per GPU. An fp8 job never measured in fp8 takes the group
+  of its 16-bit runs, scaled to the FP8 peak (``Anchors.group_index``).
 - scaling efficiency on n GPUs: measured per-GPU throughput on n GPUs over that type's own 1-GPU curve at
   the same per-GPU batch (median over batches, capped at 1), per GPU count and node kind (one node /
   several), interpolated linearly in log GPU count (flat beyond; 1 on one GPU). The table of the measured
@@ -41,7 +44,7 @@ import numpy.typing as npt
 from perfmodel.features import JOB_COLUMNS, STACKS, Resolved
 from perfmodel.gpus import CANONICAL_TYPES, gpu_spec
 from perfmodel.measurements import Measurement
-from perfmodel.zoo import Family, lookup_model
+from perfmodel.zoo import Family, canonical_dataset, lookup_model
 
 # Weight of the anchor in log space when it applies (the benchmark's best blend: 0.75).
 ANCHOR_WEIGHT = 0.75
@@ -62,6 +65,8 @@ def _log_spec(gpu_type: str, precision: str, tf32_convolutions: bool) -> float:
 
 
 _STACK_NAMES = {code: name for name, code in STACKS.items()}
+# Groups a job at a precision may be anchored by, in order (``Anchors.group_index``).
+_FALLBACK = {"fp8": ("fp8", "bf16", "fp16", "amp")}
 
 
 def stack_of(r: Resolved) -> str:
@@ -111,8 +116,16 @@ class Anchors:
         by: dict[tuple[str, str, str, str], dict[str, list[Measurement]]] = defaultdict(
             lambda: defaultdict(list)
         )
+        work: dict[int, float] = {}
         for m in measurements:
-            by[(m.model, m.dataset, m.precision, m.stack)][m.gpu_type].append(m)
+            info = lookup_model(m.model)
+            dataset = canonical_dataset(m.dataset) if m.dataset else (info.default_dataset if info else "")
+            flops = m.flops_per_sample or (info.flops_on(dataset) if info else 0.0)
+            if flops <= 0:
+                continue
+            work[id(m)] = float(flops)
+            name = info.name if info else m.model.strip().lower()
+            by[(name, dataset, m.precision, m.stack)][m.gpu_type].append(m)
         self._keys = sorted(by)
         self._group_index = {k: i for i, k in enumerate(self._keys)}
         # Columns: every catalogued type, then one for anything else (never anchored).
@@ -138,8 +151,14 @@ class Anchors:
                     self.measured[g, col] = True
                 rows = by[key][gpu_type]
                 n_min = min(m.num_gpus for m in rows)
+                # In work: FLOPs per GPU per step -> FLOP/s per GPU (one model's rows may differ in the
+                # work per sample: an LLM's sequence length).
                 lbs, per_gpu = _median_by(
-                    [(m.local_batch_size, m.samples_per_s / m.num_gpus) for m in rows if m.num_gpus == n_min]
+                    [
+                        (m.local_batch_size * work[id(m)], m.samples_per_s / m.num_gpus * work[id(m)])
+                        for m in rows
+                        if m.num_gpus == n_min
+                    ]
                 )
                 log_lb, log_s = [math.log(b) for b in lbs], [math.log(v) for v in per_gpu]
                 norm[gpu_type] = (log_lb, [v - _log_spec(gpu_type, precision, conv) for v in log_s])
@@ -152,8 +171,10 @@ class Anchors:
                             (
                                 math.log(m.num_gpus),
                                 math.exp(
-                                    math.log(m.samples_per_s / m.num_gpus)
-                                    - float(np.interp(math.log(m.local_batch_size), log_lb, log_s))
+                                    math.log(m.samples_per_s / m.num_gpus * work[id(m)])
+                                    - float(
+                                        np.interp(math.log(m.local_batch_size * work[id(m)]), log_lb, log_s)
+                                    )
                                 ),
                             )
                             for m in pts
@@ -187,8 +208,13 @@ class Anchors:
 
     def group_index(self, model: str, dataset: str, precision: str, stack: str) -> int:
         """Index of the (model, dataset, precision, stack) group for ``times_of``; -1 when it was never
-        measured."""
-        return self._group_index.get((model, dataset, precision, stack), -1)
+        measured. An fp8 job never measured in fp8 takes its 16-bit group (bf16, then fp16/amp), scaled
+        to the GPU's FP8 peak by the spec like any other GPU."""
+        for p in _FALLBACK.get(precision, (precision,)):
+            g = self._group_index.get((model, dataset, p, stack))
+            if g is not None:
+                return g
+        return -1
 
     def type_index(self, gpu_type: str) -> int:
         """Column of ``measured`` for a GPU type (anything uncatalogued: the last column, never anchored)."""
@@ -203,6 +229,7 @@ class Anchors:
         multi_node: FloatArray,
         log_eff: FloatArray,
         log_bw: FloatArray,
+        log_flops: FloatArray,
     ) -> tuple[FloatArray, FloatArray]:
         """(anchored iteration time, anchored 1-GPU time at the same per-GPU batch) of rows given as arrays;
         NaN where no anchor applies (an unmeasured model, a measured GPU type, or an uncatalogued one).
@@ -226,6 +253,7 @@ class Anchors:
                 multi_node[idx],
                 log_eff[idx],
                 log_bw[idx],
+                log_flops[idx],
             )
         return t, t1
 
@@ -238,12 +266,13 @@ class Anchors:
         multi_node: FloatArray,
         log_eff: FloatArray,
         log_bw: FloatArray,
+        log_flops: FloatArray,
     ) -> tuple[FloatArray, FloatArray]:
         """``times_of`` for rows known to be anchored (a measured group, a catalogued GPU type it was not
         measured on): the anchored time is NaN only where no efficiency table applies."""
-        log_lb = np.log(local_batch)
-        log_s = np.interp(group * _SPAN + log_lb, self._cx, self._cy) + 0.5 * (log_eff + log_bw)
-        t1: FloatArray = np.exp(log_lb - log_s)
+        log_work = np.log(local_batch) + log_flops
+        log_rate = np.interp(group * _SPAN + log_work, self._cx, self._cy) + 0.5 * (log_eff + log_bw)
+        t1: FloatArray = np.exp(log_work - log_rate)
         single = (num_gpus == 1.0) & (multi_node == 0.0)
         t: FloatArray = np.where(single, t1, np.nan)
         table = self._eff[group, type_col, (multi_node > 0).astype(np.int64)]
@@ -279,4 +308,5 @@ class Anchors:
             np.asarray([1.0 if r.num_nodes > 1 else 0.0 for r in rows], dtype=np.float64),
             np.log([r.nums[-1] for r in rows]),
             np.log([r.spec.memory_bandwidth_gbs for r in rows]),
+            np.log([r.flops_per_sample for r in rows]),
         )

@@ -870,6 +870,7 @@ class Predictor:
                 (m[ai, _JN + _H_NODES] > 1).astype(np.float64),
                 np.log(m[ai, -1]),
                 ht[ai, _H_LOGBW],
+                np.log(m[ai, 2]),
             )
         return at, at1
 
