@@ -832,8 +832,10 @@ class Predictor:
         m[:, _JN + _H_GPN] = gpn
         m[:, -1] = ht[o, _H_TF + jt[o, _J_PREC].astype(np.intp)]
         d = design_of_nums(m, self.model.physics)
+        # Inside a measured in-node curve that falls the NVLink guard yields (with or without the envelope;
+        # "always" puts the envelope over every such row anyway).
         follows = None
-        if self.measured is not None and self.envelope == "auto":
+        if self.measured is not None and self.envelope != "always":
             follows = (nodes == 1.0) & self.measured.follows(
                 jt[o, _J_CURVE].astype(np.intp),
                 ht[o, _H_CTYPE].astype(np.intp),

@@ -148,15 +148,6 @@ def design(
     return resolved, design_of(resolved, phys), times
 
 
-# The FLOP-bound and memory-bound times add (``Physics.overlap_p`` = 1), held, not fitted: a GPU runs its
-# kernels one after another, each bound by arithmetic (the GEMMs and convolutions) or by memory (the
-# element-wise, normalisation and optimizer kernels), so an iteration is the sum of the two. Fitted, the
-# old GPUs' tables push it to a max (p ~ 100), which carries badly to a new generation whose peak FLOP/s
-# grew much faster than its memory bandwidth (leave-one-generation-out, ``bench/perfmodel_accuracy.py``:
-# Ampere cold 33.4% -> 30.0%, Hopper 38.1% -> 36.6%, same data).
-KERNEL_SUM_P = 1.0
-
-
 def _physics_of(theta: FloatArray) -> Physics:
     nf, ns = len(Family), len(STACKS) - 1
     return Physics(
@@ -165,10 +156,10 @@ def _physics_of(theta: FloatArray) -> Physics:
         tuple(float(v) for v in np.exp(theta[2 : 2 + nf])),
         float(np.exp(theta[2 + nf])),
         (0.0, *(float(v) for v in theta[3 + nf : 3 + nf + ns])),
-        KERNEL_SUM_P,
-        float(1.0 / (1.0 + np.exp(-theta[3 + nf + ns]))),
-        float(np.exp(theta[4 + nf + ns])),
+        float(1.0 + np.exp(theta[3 + nf + ns])),
+        float(1.0 / (1.0 + np.exp(-theta[4 + nf + ns]))),
         float(np.exp(theta[5 + nf + ns])),
+        float(np.exp(theta[6 + nf + ns])),
     )
 
 
@@ -202,7 +193,7 @@ def fit_physics(measurements: Sequence[Measurement], resolved: Sequence[Resolved
             np.log(prior.intensity),
             [np.log(prior.overhead_s)],
             np.zeros(len(STACKS) - 1),
-            [2.0, np.log(prior.tf32_factor), np.log(prior.fp8_factor)],
+            [np.log(prior.overlap_p - 1.0), 2.0, np.log(prior.tf32_factor), np.log(prior.fp8_factor)],
         )
     )
 
@@ -210,7 +201,7 @@ def fit_physics(measurements: Sequence[Measurement], resolved: Sequence[Resolved
     # left free, the fit trades the all-reduce for a 25-50 ms fixed step time, which no GPU has.
     pull = np.full(theta0.size, 0.05)
     nf, ns = len(Family), len(STACKS) - 1
-    pull[2 + nf] = pull[3 + nf + ns] = 3.0
+    pull[2 + nf] = pull[4 + nf + ns] = 3.0
 
     def residual(theta: FloatArray) -> FloatArray:
         c, s_, _ = _terms(m, _physics_of(theta))

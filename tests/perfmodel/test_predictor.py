@@ -338,7 +338,14 @@ def _check_in_node_sweep(
     """``s``: samples/s of one job on 1..N GPUs of one node (``rows``). Where the envelope applies (every
     extrapolated row), a count never predicts less than any smaller count; inside a measured in-node curve
     that falls, the prediction is the learned model's own (it may fall, as the measurements do)."""
-    raw = Predictor(predictor.model, predictor.meta, anchors=predictor.anchors, in_node_envelope=False)
+    # The same measured in-node curves (inside one that falls the NVLink guard yields too), no envelope.
+    raw = Predictor(
+        predictor.model,
+        predictor.meta,
+        anchors=predictor.anchors,
+        measured=predictor.measured,
+        in_node_envelope=False,
+    )
     unguarded = raw.predict(rows).samples_per_s
     for k, row in enumerate(rows):
         if predictor.envelope_applies(*row):
