@@ -1,7 +1,8 @@
 """Topology-aware gang placement: where the replicas of one job go, all of them or none.
 
 Pure. One algorithm decides placement for the policies (many gangs per round, through ``FreeIndex``),
-for the extender (one gang at a time, through ``place_gang``) and for the simulator, so the three agree.
+for the extender (one gang at a time, through ``FreeIndex`` and ``FreeIndex.restricted`` to the nodes
+kube-scheduler offered) and for the simulator, so the three agree.
 
 Preference, most wanted first (``LocalityLevel``):
 
@@ -134,6 +135,8 @@ class _Layout:
     groups: dict[tuple[str, str, str], list[str]]
     bucket_sizes: dict[tuple[str, bool], int]  # (gpu type, nvlink?) -> number of free-count buckets
     slot_of: dict[str, tuple[int, str, tuple[str, bool]]]  # node -> (capacity, gpu type, bucket key)
+    # node -> the groups it is in, in ``_KINDS`` order (may hold more nodes: shared with sub-layouts)
+    member_of: dict[str, tuple[_GroupKey, ...]]
     slots: dict[tuple[str, int], int]
     multi: list[_Groups]  # a cache: the groups of two nodes or more, built when first needed
 
@@ -171,35 +174,52 @@ def compact_shape(
 
 
 def _build_layout(nodes: Sequence[Node]) -> _Layout:
-    # one pass over the nodes, each node's capacity read once (the extender builds a layout per gang
-    # call over kube-scheduler's candidates, so this runs per request there)
+    # one pass over the nodes, each node's capacity and labels read once
     by_name: dict[str, Node] = {}
-    caps: dict[str, int] = {}
-    types: dict[str, list[str]] = {}
-    type_cap: dict[str, int] = {}
-    max_free: dict[str, int] = {}
-    groups: dict[tuple[str, str, str], list[str]] = {}
+    slot_of: dict[str, tuple[int, str, tuple[str, bool]]] = {}
+    member_of: dict[str, tuple[_GroupKey, ...]] = {}
     for node in sorted(nodes, key=attrgetter("name")):
         cap = node.capacity_for_jobs
         if cap <= 0:
             continue
         name, gpu_type = node.name, node.gpu_type
         by_name[name] = node
-        caps[name] = cap
+        slot_of[name] = (cap, gpu_type, (gpu_type, node.interconnect is Interconnect.NVLINK))
+        member_of[name] = tuple(
+            (gpu_type, kind, label) for kind, label in zip(_KINDS, _labels(node), strict=True) if label
+        )
+    return _assemble(by_name, slot_of, member_of)
+
+
+def _sub_layout(parent: _Layout, names: Iterable[str]) -> _Layout:
+    """The layout of ``parent``'s nodes among ``names``: what ``_build_layout`` gives for those nodes,
+    assembled from the parent's per-node rows (the nodes are not read again)."""
+    picked = sorted(parent.nodes.keys() & set(names))
+    nodes, slots = parent.nodes, parent.slot_of
+    return _assemble({n: nodes[n] for n in picked}, {n: slots[n] for n in picked}, parent.member_of)
+
+
+def _assemble(
+    by_name: dict[str, Node],
+    slot_of: dict[str, tuple[int, str, tuple[str, bool]]],
+    member_of: dict[str, tuple[_GroupKey, ...]],
+) -> _Layout:
+    """A layout from per-node rows (by name, sorted; ``member_of`` may hold more nodes)."""
+    types: dict[str, list[str]] = {}
+    type_cap: dict[str, int] = {}
+    max_free: dict[str, int] = {}
+    groups: dict[_GroupKey, list[str]] = {}
+    for name, (cap, gpu_type, _) in slot_of.items():
         types.setdefault(gpu_type, []).append(name)
         type_cap[gpu_type] = type_cap.get(gpu_type, 0) + cap
         if cap > max_free.get(gpu_type, 0):
             max_free[gpu_type] = cap
-        for kind, label in (("domain", node.nvlink_domain), ("rack", node.rack), ("zone", node.zone)):
-            if label:
-                groups.setdefault((gpu_type, kind, label), []).append(name)
+        for gkey in member_of[name]:
+            groups.setdefault(gkey, []).append(name)
     bucket_sizes: dict[tuple[str, bool], int] = {}
-    slot_of: dict[str, tuple[int, str, tuple[str, bool]]] = {}
-    for name, node in by_name.items():
-        key = (node.gpu_type, node.interconnect is Interconnect.NVLINK)
-        bucket_sizes.setdefault(key, max_free[node.gpu_type] + 1)
-        slot_of[name] = (caps[name], node.gpu_type, key)
-    return _Layout(by_name, types, type_cap, max_free, groups, bucket_sizes, slot_of, {}, [])
+    for _, gpu_type, key in slot_of.values():
+        bucket_sizes.setdefault(key, max_free[gpu_type] + 1)
+    return _Layout(by_name, types, type_cap, max_free, groups, bucket_sizes, slot_of, member_of, {}, [])
 
 
 def _build_groups(layout: _Layout) -> _Groups:
@@ -272,7 +292,17 @@ class FreeIndex:
     )
 
     def __init__(self, nodes: Sequence[Node], free: Mapping[str, int] | None = None) -> None:
-        layout = _layout_of(nodes)
+        self._fill(_layout_of(nodes), free)
+
+    def restricted(self, names: Iterable[str]) -> FreeIndex:
+        """An index over this index's nodes among ``names`` with their free GPUs now: it answers what
+        ``FreeIndex([those nodes], self.free_map())`` would, built from this index's layout (cheap
+        enough per call, e.g. for the extender's candidates-only gang plan). Other names are ignored."""
+        index = FreeIndex.__new__(FreeIndex)
+        index._fill(_sub_layout(self._layout, names), self._free)
+        return index
+
+    def _fill(self, layout: _Layout, free: Mapping[str, int] | None) -> None:
         self._layout = layout
         self._nodes = layout.nodes
         self._types = layout.types
