@@ -117,6 +117,7 @@ class _Candidate:
 
 _GroupKey = tuple[str, str, str]  # (gpu type, kind, label); kind in "domain" | "rack" | "zone"
 _KINDS = ("domain", "rack", "zone")
+_NO_LABEL = frozenset({""})
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +136,10 @@ class _Layout:
     groups: dict[tuple[str, str, str], list[str]]
     bucket_sizes: dict[tuple[str, bool], int]  # (gpu type, nvlink?) -> number of free-count buckets
     slot_of: dict[str, tuple[int, str, tuple[str, bool]]]  # node -> (capacity, gpu type, bucket key)
-    # node -> the groups it is in, in ``_KINDS`` order (may hold more nodes: shared with sub-layouts)
+    # node -> the groups it is in, in ``_KINDS`` order, and node -> (domain, rack, zone, NVLink?);
+    # both may hold more nodes (shared with the layouts ``_sub_layout`` cuts from this one)
     member_of: dict[str, tuple[_GroupKey, ...]]
+    labels_of: dict[str, tuple[str, str, str, bool]]
     slots: dict[tuple[str, int], int]
     multi: list[_Groups]  # a cache: the groups of two nodes or more, built when first needed
 
@@ -148,12 +151,31 @@ class _Groups:
     # per (gpu type, kind), in ``_Layout.groups`` order
     kind_groups: dict[tuple[str, str], list[tuple[_GroupKey, list[str]]]]
     node_groups: dict[str, list[_GroupKey]]  # node -> the groups it is in
-    # group -> the labels its nodes carry (domains, racks, zones) and whether one of them is NVLink
-    group_labels: dict[_GroupKey, tuple[frozenset[str], frozenset[str], frozenset[str], bool]]
-    # (gpu type, kind, label) -> the groups holding a node with that label
-    groups_with: dict[_GroupKey, list[_GroupKey]]
     group_order: dict[_GroupKey, tuple[int, int]]  # (1 + kind index, position among the kind's groups)
     type_groups: dict[str, dict[_GroupKey, list[str]]]  # gpu type -> its groups
+    layout: _Layout
+    # caches of ``labels`` and ``holding``, filled when first asked (a search asks about a few groups)
+    _labels: dict[_GroupKey, tuple[frozenset[str], frozenset[str], frozenset[str], bool]]
+    _holding: dict[_GroupKey, list[_GroupKey]]
+
+    def labels(self, gkey: _GroupKey) -> tuple[frozenset[str], frozenset[str], frozenset[str], bool]:
+        """The labels the group's nodes carry (domains, racks, zones) and whether one of them is NVLink."""
+        got = self._labels.get(gkey)
+        if got is None:
+            rows = map(self.layout.labels_of.__getitem__, self.layout.groups[gkey])
+            dom_of, rack_of, zone_of, nvlink_of = zip(*rows, strict=True)
+            doms, racks, zones = (frozenset(ls) - _NO_LABEL for ls in (dom_of, rack_of, zone_of))
+            got = self._labels[gkey] = (doms, racks, zones, any(nvlink_of))
+        return got
+
+    def holding(self, label: _GroupKey) -> list[_GroupKey]:
+        """The groups holding a node with ``label`` (gpu type, kind, label), in no particular order."""
+        got = self._holding.get(label)
+        if got is None:
+            of = self.node_groups
+            names = self.layout.groups.get(label, ())
+            got = self._holding[label] = list(dict.fromkeys(g for n in names for g in of.get(n, ())))
+        return got
 
 
 def compact_shape(
@@ -178,17 +200,21 @@ def _build_layout(nodes: Sequence[Node]) -> _Layout:
     by_name: dict[str, Node] = {}
     slot_of: dict[str, tuple[int, str, tuple[str, bool]]] = {}
     member_of: dict[str, tuple[_GroupKey, ...]] = {}
+    labels_of: dict[str, tuple[str, str, str, bool]] = {}
     for node in sorted(nodes, key=attrgetter("name")):
         cap = node.capacity_for_jobs
         if cap <= 0:
             continue
         name, gpu_type = node.name, node.gpu_type
         by_name[name] = node
-        slot_of[name] = (cap, gpu_type, (gpu_type, node.interconnect is Interconnect.NVLINK))
+        nvlink = node.interconnect is Interconnect.NVLINK
+        slot_of[name] = (cap, gpu_type, (gpu_type, nvlink))
+        labels = _labels(node)
         member_of[name] = tuple(
-            (gpu_type, kind, label) for kind, label in zip(_KINDS, _labels(node), strict=True) if label
+            (gpu_type, kind, lab) for kind, lab in zip(_KINDS, labels, strict=True) if lab
         )
-    return _assemble(by_name, slot_of, member_of)
+        labels_of[name] = (*labels, nvlink)
+    return _assemble(by_name, slot_of, member_of, labels_of)
 
 
 def _sub_layout(parent: _Layout, names: Iterable[str]) -> _Layout:
@@ -196,15 +222,18 @@ def _sub_layout(parent: _Layout, names: Iterable[str]) -> _Layout:
     assembled from the parent's per-node rows (the nodes are not read again)."""
     picked = sorted(parent.nodes.keys() & set(names))
     nodes, slots = parent.nodes, parent.slot_of
-    return _assemble({n: nodes[n] for n in picked}, {n: slots[n] for n in picked}, parent.member_of)
+    return _assemble(
+        {n: nodes[n] for n in picked}, {n: slots[n] for n in picked}, parent.member_of, parent.labels_of
+    )
 
 
 def _assemble(
     by_name: dict[str, Node],
     slot_of: dict[str, tuple[int, str, tuple[str, bool]]],
     member_of: dict[str, tuple[_GroupKey, ...]],
+    labels_of: dict[str, tuple[str, str, str, bool]],
 ) -> _Layout:
-    """A layout from per-node rows (by name, sorted; ``member_of`` may hold more nodes)."""
+    """A layout from per-node rows (by name, sorted; ``member_of`` and ``labels_of`` may hold more)."""
     types: dict[str, list[str]] = {}
     type_cap: dict[str, int] = {}
     max_free: dict[str, int] = {}
@@ -219,34 +248,25 @@ def _assemble(
     bucket_sizes: dict[tuple[str, bool], int] = {}
     for _, gpu_type, key in slot_of.values():
         bucket_sizes.setdefault(key, max_free[gpu_type] + 1)
-    return _Layout(by_name, types, type_cap, max_free, groups, bucket_sizes, slot_of, member_of, {}, [])
+    return _Layout(
+        by_name, types, type_cap, max_free, groups, bucket_sizes, slot_of, member_of, labels_of, {}, []
+    )
 
 
 def _build_groups(layout: _Layout) -> _Groups:
     kind_groups: dict[tuple[str, str], list[tuple[_GroupKey, list[str]]]] = {}
     node_groups: dict[str, list[_GroupKey]] = {}
-    group_labels: dict[_GroupKey, tuple[frozenset[str], frozenset[str], frozenset[str], bool]] = {}
-    groups_with: dict[_GroupKey, list[_GroupKey]] = {}
     for gkey, names in layout.groups.items():
         if len(names) < 2:
             continue
         kind_groups.setdefault((gkey[0], gkey[1]), []).append((gkey, names))
-        members = [layout.nodes[n] for n in names]
         for n in names:
             node_groups.setdefault(n, []).append(gkey)
-        doms = frozenset(m.nvlink_domain for m in members if m.nvlink_domain)
-        racks = frozenset(m.rack for m in members if m.rack)
-        zones = frozenset(m.zone for m in members if m.zone)
-        nvlink = any(m.interconnect is Interconnect.NVLINK for m in members)
-        group_labels[gkey] = (doms, racks, zones, nvlink)
-        for kind, kind_labels in zip(_KINDS, (doms, racks, zones), strict=True):
-            for label in kind_labels:
-                groups_with.setdefault((gkey[0], kind, label), []).append(gkey)
     order = {
         g: (1 + _KINDS.index(kind), i) for (_, kind), gs in kind_groups.items() for i, (g, _) in enumerate(gs)
     }
     by_type = {t: {g: ns for k in _KINDS for g, ns in kind_groups.get((t, k), ())} for t in layout.types}
-    return _Groups(kind_groups, node_groups, group_labels, groups_with, order, by_type)
+    return _Groups(kind_groups, node_groups, order, by_type, layout, {}, {})
 
 
 def _labels(node: Node) -> tuple[str, str, str]:
@@ -736,7 +756,7 @@ class FreeIndex:
         lone_nvlink = lone is not None and self._nodes[lone].interconnect is Interconnect.NVLINK
 
         def bound(gkey: _GroupKey) -> tuple[int, int, int, int, int]:
-            doms, racks, zones, has_nvlink = layout.group_labels[gkey]
+            doms, racks, zones, has_nvlink = layout.labels(gkey)
             if not gang:
                 level = 0 if has_nvlink or doms else 1
             else:
@@ -765,9 +785,7 @@ class FreeIndex:
         groups = layout.type_groups.get(gpu_type, {})
         related = groups
         if gang:  # the groups that may hold the gang's nodes or share a label with all of them
-            near = [
-                layout.groups_with.get((gpu_type, k, lab), []) for k, lab in zip(_KINDS, common, strict=True)
-            ]
+            near = [layout.holding((gpu_type, k, lab)) for k, lab in zip(_KINDS, common, strict=True)]
             near += [[g for g in layout.node_groups.get(n, ()) if g in groups] for n in gang]
             related = {g: groups[g] for g in dict.fromkeys(g for gs in near for g in gs)}
         pending = sorted((bound(g), layout.group_order[g], g) for g in related if self._group_free[g] >= need)
