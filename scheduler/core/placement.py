@@ -312,17 +312,29 @@ class FreeIndex:
     )
 
     def __init__(self, nodes: Sequence[Node], free: Mapping[str, int] | None = None) -> None:
-        self._fill(_layout_of(nodes), free)
+        layout = _layout_of(nodes)
+        if free is None:
+            self._fill(layout, {name: cap for name, (cap, _, _) in layout.slot_of.items()})
+        else:
+            self._fill(
+                layout,
+                {
+                    name: min(cap, max(0, int(free.get(name, cap))))
+                    for name, (cap, _, _) in layout.slot_of.items()
+                },
+            )
 
     def restricted(self, names: Iterable[str]) -> FreeIndex:
         """An index over this index's nodes among ``names`` with their free GPUs now: it answers what
         ``FreeIndex([those nodes], self.free_map())`` would, built from this index's layout (cheap
         enough per call, e.g. for the extender's candidates-only gang plan). Other names are ignored."""
         index = FreeIndex.__new__(FreeIndex)
-        index._fill(_sub_layout(self._layout, names), self._free)
+        layout = _sub_layout(self._layout, names)
+        index._fill(layout, {name: self._free[name] for name in layout.slot_of})
         return index
 
-    def _fill(self, layout: _Layout, free: Mapping[str, int] | None) -> None:
+    def _fill(self, layout: _Layout, free: dict[str, int]) -> None:
+        """Set up over ``layout`` with ``free`` (every node's free GPUs, within its capacity; kept)."""
         self._layout = layout
         self._nodes = layout.nodes
         self._types = layout.types
@@ -331,17 +343,17 @@ class FreeIndex:
         self._groups = layout.groups
         self._slots = layout.slots
         self._version = 0
-        self._free: dict[str, int] = {}
-        self._type_free: dict[str, int] = dict.fromkeys(layout.types, 0)
+        self._free = free
+        type_free = self._type_free = dict.fromkeys(layout.types, 0)
         # (gpu type, nvlink?) -> buckets[free count] -> sorted node names
-        self._buckets: dict[tuple[str, bool], list[list[str]]] = {
+        buckets: dict[tuple[str, bool], list[list[str]]] = {
             key: [[] for _ in range(size)] for key, size in layout.bucket_sizes.items()
         }
-        for name, (cap, gpu_type, key) in layout.slot_of.items():
-            f = cap if free is None else min(cap, max(0, int(free.get(name, cap))))
-            self._free[name] = f
-            self._type_free[gpu_type] += f
-            self._buckets[key][f].append(name)  # names arrive sorted
+        self._buckets = buckets
+        for name, (_, gpu_type, key) in layout.slot_of.items():
+            f = free[name]
+            type_free[gpu_type] += f
+            buckets[key][f].append(name)  # names arrive sorted
         # the groups of two nodes or more and their free GPUs, kept current by ``_set_free`` once built
         self._multi: _Groups | None = None
         self._group_free: dict[_GroupKey, int] = {}
