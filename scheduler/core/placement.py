@@ -153,7 +153,8 @@ class _Groups:
     node_groups: dict[str, list[_GroupKey]]  # node -> the groups it is in
     group_order: dict[_GroupKey, tuple[int, int]]  # (1 + kind index, position among the kind's groups)
     type_groups: dict[str, dict[_GroupKey, list[str]]]  # gpu type -> its groups
-    layout: _Layout
+    members: dict[_GroupKey, list[str]]  # ``_Layout.groups`` (every labelled group, one node or more)
+    labels_of: dict[str, tuple[str, str, str, bool]]  # ``_Layout.labels_of`` (no cycle to the layout)
     # caches of ``labels`` and ``holding``, filled when first asked (a search asks about a few groups)
     _labels: dict[_GroupKey, tuple[frozenset[str], frozenset[str], frozenset[str], bool]]
     _holding: dict[_GroupKey, list[_GroupKey]]
@@ -162,7 +163,7 @@ class _Groups:
         """The labels the group's nodes carry (domains, racks, zones) and whether one of them is NVLink."""
         got = self._labels.get(gkey)
         if got is None:
-            rows = map(self.layout.labels_of.__getitem__, self.layout.groups[gkey])
+            rows = map(self.labels_of.__getitem__, self.members[gkey])
             dom_of, rack_of, zone_of, nvlink_of = zip(*rows, strict=True)
             doms, racks, zones = (frozenset(ls) - _NO_LABEL for ls in (dom_of, rack_of, zone_of))
             got = self._labels[gkey] = (doms, racks, zones, any(nvlink_of))
@@ -173,7 +174,7 @@ class _Groups:
         got = self._holding.get(label)
         if got is None:
             of = self.node_groups
-            names = self.layout.groups.get(label, ())
+            names = self.members.get(label, ())
             got = self._holding[label] = list(dict.fromkeys(g for n in names for g in of.get(n, ())))
         return got
 
@@ -266,7 +267,7 @@ def _build_groups(layout: _Layout) -> _Groups:
         g: (1 + _KINDS.index(kind), i) for (_, kind), gs in kind_groups.items() for i, (g, _) in enumerate(gs)
     }
     by_type = {t: {g: ns for k in _KINDS for g, ns in kind_groups.get((t, k), ())} for t in layout.types}
-    return _Groups(kind_groups, node_groups, order, by_type, layout, {}, {})
+    return _Groups(kind_groups, node_groups, order, by_type, layout.groups, layout.labels_of, {}, {})
 
 
 def _labels(node: Node) -> tuple[str, str, str]:
