@@ -2,7 +2,9 @@
 
 Per call, with 1,000 and 5,000 node names (nodeCacheCapable: true), for a 2-GPU pod with model
 annotations (so prioritize asks the predictor); and, in-process, filter for the first replica of a new
-4 x 2-GPU gang on every call (``filter-gang``: no plan yet, so the gang placement runs).
+4 x 2-GPU gang on every call (``filter-gang``: no plan yet, so the gang placement runs;
+``filter-gang-10%``: offered a new random 10% of the nodes on every call, as kube-scheduler does at
+5,000 nodes, so the gang is planned again over those candidates only).
 
 The floor, measured in the same run with the same payloads and the same transport: a minimal
 Starlette app whose route parses the body with orjson, serialises it back with orjson and answers it
@@ -128,13 +130,18 @@ def payload(n: int, mixed: bool = False) -> bytes:
     return orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": [node_name(i, mixed) for i in range(n)]})
 
 
-def gang_payloads(n: int, count: int) -> list[bytes]:
+def gang_payloads(n: int, count: int, share: float = 1.0) -> list[bytes]:
     """Filter bodies for the first replica of ``count`` different 4 x 2-GPU gangs, none placed yet.
 
     Each call is a gang the extender has no plan for, so filter runs the gang placement over the
-    whole cluster (``place_gang``'s search over every node of the type).
+    whole cluster (the whole-cluster index's search over every node of the type). With ``share`` < 1
+    each body offers a new random sample of that share of the nodes, as kube-scheduler's
+    ``percentageOfNodesToScore`` does (10% at 5,000 nodes): the whole-cluster plan is rarely among
+    them, so the gang is planned again over the candidates only.
     """
     out = []
+    rng = random.Random(n)
+    names = [f"gpu-{j:05d}" for j in range(n)]
     for i in range(count):
         pod = {
             "metadata": {
@@ -153,7 +160,8 @@ def gang_payloads(n: int, count: int) -> list[bytes]:
                 "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "2"}}}],
             },
         }
-        out.append(orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": [f"gpu-{j:05d}" for j in range(n)]}))
+        offered = names if share >= 1 else sorted(rng.sample(names, max(1, int(n * share))))
+        out.append(orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": offered}))
     return out
 
 
@@ -378,6 +386,14 @@ def main() -> None:
         ext = timed(asgi_caller(app, "/filter", gangs), args.calls)
         flo = timed(asgi_caller(floor, "/filter-gang", gangs), args.calls)
         rows.append(_row("in-process", "filter-gang", n, ext, flo, len(gangs[0]), gang_size))
+        # the same, offered a new 10% sample of the nodes on every call: the candidates-only plan runs
+        gangs = gang_payloads(n, args.calls + 40, share=0.1)
+        gang_size = len(asgi_caller(app, "/filter", gangs[-1])())
+        pads["/filter-gang"] = max(0, gang_size - len(orjson.dumps(orjson.loads(gangs[-1]))))
+        app, floor = build_apps(n, args.oracle, pads)
+        ext = timed(asgi_caller(app, "/filter", gangs), args.calls)
+        flo = timed(asgi_caller(floor, "/filter-gang", gangs), args.calls)
+        rows.append(_row("in-process", "filter-gang-10%", n, ext, flo, len(gangs[0]), gang_size))
         # the realistic cases: names in a new order on every call; the cache changed before every call
         orders = shuffled_payloads(body, 50)
         for verb in ("filter", "prioritize"):

@@ -1,7 +1,8 @@
 """Topology-aware gang placement: where the replicas of one job go, all of them or none.
 
 Pure. One algorithm decides placement for the policies (many gangs per round, through ``FreeIndex``),
-for the extender (one gang at a time, through ``place_gang``) and for the simulator, so the three agree.
+for the extender (one gang at a time, through ``FreeIndex`` and ``FreeIndex.restricted`` to the nodes
+kube-scheduler offered) and for the simulator, so the three agree.
 
 Preference, most wanted first (``LocalityLevel``):
 
@@ -116,6 +117,7 @@ class _Candidate:
 
 _GroupKey = tuple[str, str, str]  # (gpu type, kind, label); kind in "domain" | "rack" | "zone"
 _KINDS = ("domain", "rack", "zone")
+_NO_LABEL = frozenset({""})
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +136,10 @@ class _Layout:
     groups: dict[tuple[str, str, str], list[str]]
     bucket_sizes: dict[tuple[str, bool], int]  # (gpu type, nvlink?) -> number of free-count buckets
     slot_of: dict[str, tuple[int, str, tuple[str, bool]]]  # node -> (capacity, gpu type, bucket key)
+    # node -> the groups it is in, in ``_KINDS`` order, and node -> (domain, rack, zone, NVLink?);
+    # both may hold more nodes (shared with the layouts ``_sub_layout`` cuts from this one)
+    member_of: dict[str, tuple[_GroupKey, ...]]
+    labels_of: dict[str, tuple[str, str, str, bool]]
     slots: dict[tuple[str, int], int]
     multi: list[_Groups]  # a cache: the groups of two nodes or more, built when first needed
 
@@ -145,12 +151,32 @@ class _Groups:
     # per (gpu type, kind), in ``_Layout.groups`` order
     kind_groups: dict[tuple[str, str], list[tuple[_GroupKey, list[str]]]]
     node_groups: dict[str, list[_GroupKey]]  # node -> the groups it is in
-    # group -> the labels its nodes carry (domains, racks, zones) and whether one of them is NVLink
-    group_labels: dict[_GroupKey, tuple[frozenset[str], frozenset[str], frozenset[str], bool]]
-    # (gpu type, kind, label) -> the groups holding a node with that label
-    groups_with: dict[_GroupKey, list[_GroupKey]]
     group_order: dict[_GroupKey, tuple[int, int]]  # (1 + kind index, position among the kind's groups)
     type_groups: dict[str, dict[_GroupKey, list[str]]]  # gpu type -> its groups
+    members: dict[_GroupKey, list[str]]  # ``_Layout.groups`` (every labelled group, one node or more)
+    labels_of: dict[str, tuple[str, str, str, bool]]  # ``_Layout.labels_of`` (no cycle to the layout)
+    # caches of ``labels`` and ``holding``, filled when first asked (a search asks about a few groups)
+    _labels: dict[_GroupKey, tuple[frozenset[str], frozenset[str], frozenset[str], bool]]
+    _holding: dict[_GroupKey, list[_GroupKey]]
+
+    def labels(self, gkey: _GroupKey) -> tuple[frozenset[str], frozenset[str], frozenset[str], bool]:
+        """The labels the group's nodes carry (domains, racks, zones) and whether one of them is NVLink."""
+        got = self._labels.get(gkey)
+        if got is None:
+            rows = map(self.labels_of.__getitem__, self.members[gkey])
+            dom_of, rack_of, zone_of, nvlink_of = zip(*rows, strict=True)
+            doms, racks, zones = (frozenset(ls) - _NO_LABEL for ls in (dom_of, rack_of, zone_of))
+            got = self._labels[gkey] = (doms, racks, zones, any(nvlink_of))
+        return got
+
+    def holding(self, label: _GroupKey) -> list[_GroupKey]:
+        """The groups holding a node with ``label`` (gpu type, kind, label), in no particular order."""
+        got = self._holding.get(label)
+        if got is None:
+            of = self.node_groups
+            names = self.members.get(label, ())
+            got = self._holding[label] = list(dict.fromkeys(g for n in names for g in of.get(n, ())))
+        return got
 
 
 def compact_shape(
@@ -171,62 +197,77 @@ def compact_shape(
 
 
 def _build_layout(nodes: Sequence[Node]) -> _Layout:
-    # one pass over the nodes, each node's capacity read once (the extender builds a layout per gang
-    # call over kube-scheduler's candidates, so this runs per request there)
+    # one pass over the nodes, each node's capacity and labels read once
     by_name: dict[str, Node] = {}
-    caps: dict[str, int] = {}
-    types: dict[str, list[str]] = {}
-    type_cap: dict[str, int] = {}
-    max_free: dict[str, int] = {}
-    groups: dict[tuple[str, str, str], list[str]] = {}
+    slot_of: dict[str, tuple[int, str, tuple[str, bool]]] = {}
+    member_of: dict[str, tuple[_GroupKey, ...]] = {}
+    labels_of: dict[str, tuple[str, str, str, bool]] = {}
     for node in sorted(nodes, key=attrgetter("name")):
         cap = node.capacity_for_jobs
         if cap <= 0:
             continue
         name, gpu_type = node.name, node.gpu_type
         by_name[name] = node
-        caps[name] = cap
+        nvlink = node.interconnect is Interconnect.NVLINK
+        slot_of[name] = (cap, gpu_type, (gpu_type, nvlink))
+        labels = _labels(node)
+        member_of[name] = tuple(
+            (gpu_type, kind, lab) for kind, lab in zip(_KINDS, labels, strict=True) if lab
+        )
+        labels_of[name] = (*labels, nvlink)
+    return _assemble(by_name, slot_of, member_of, labels_of)
+
+
+def _sub_layout(parent: _Layout, names: Iterable[str]) -> _Layout:
+    """The layout of ``parent``'s nodes among ``names``: what ``_build_layout`` gives for those nodes,
+    assembled from the parent's per-node rows (the nodes are not read again)."""
+    picked = sorted(parent.nodes.keys() & set(names))
+    nodes, slots = parent.nodes, parent.slot_of
+    return _assemble(
+        {n: nodes[n] for n in picked}, {n: slots[n] for n in picked}, parent.member_of, parent.labels_of
+    )
+
+
+def _assemble(
+    by_name: dict[str, Node],
+    slot_of: dict[str, tuple[int, str, tuple[str, bool]]],
+    member_of: dict[str, tuple[_GroupKey, ...]],
+    labels_of: dict[str, tuple[str, str, str, bool]],
+) -> _Layout:
+    """A layout from per-node rows (by name, sorted; ``member_of`` and ``labels_of`` may hold more)."""
+    types: dict[str, list[str]] = {}
+    type_cap: dict[str, int] = {}
+    max_free: dict[str, int] = {}
+    groups: dict[_GroupKey, list[str]] = {}
+    for name, (cap, gpu_type, _) in slot_of.items():
         types.setdefault(gpu_type, []).append(name)
         type_cap[gpu_type] = type_cap.get(gpu_type, 0) + cap
         if cap > max_free.get(gpu_type, 0):
             max_free[gpu_type] = cap
-        for kind, label in (("domain", node.nvlink_domain), ("rack", node.rack), ("zone", node.zone)):
-            if label:
-                groups.setdefault((gpu_type, kind, label), []).append(name)
+        for gkey in member_of[name]:
+            groups.setdefault(gkey, []).append(name)
     bucket_sizes: dict[tuple[str, bool], int] = {}
-    slot_of: dict[str, tuple[int, str, tuple[str, bool]]] = {}
-    for name, node in by_name.items():
-        key = (node.gpu_type, node.interconnect is Interconnect.NVLINK)
-        bucket_sizes.setdefault(key, max_free[node.gpu_type] + 1)
-        slot_of[name] = (caps[name], node.gpu_type, key)
-    return _Layout(by_name, types, type_cap, max_free, groups, bucket_sizes, slot_of, {}, [])
+    for _, gpu_type, key in slot_of.values():
+        bucket_sizes.setdefault(key, max_free[gpu_type] + 1)
+    return _Layout(
+        by_name, types, type_cap, max_free, groups, bucket_sizes, slot_of, member_of, labels_of, {}, []
+    )
 
 
 def _build_groups(layout: _Layout) -> _Groups:
     kind_groups: dict[tuple[str, str], list[tuple[_GroupKey, list[str]]]] = {}
     node_groups: dict[str, list[_GroupKey]] = {}
-    group_labels: dict[_GroupKey, tuple[frozenset[str], frozenset[str], frozenset[str], bool]] = {}
-    groups_with: dict[_GroupKey, list[_GroupKey]] = {}
     for gkey, names in layout.groups.items():
         if len(names) < 2:
             continue
         kind_groups.setdefault((gkey[0], gkey[1]), []).append((gkey, names))
-        members = [layout.nodes[n] for n in names]
         for n in names:
             node_groups.setdefault(n, []).append(gkey)
-        doms = frozenset(m.nvlink_domain for m in members if m.nvlink_domain)
-        racks = frozenset(m.rack for m in members if m.rack)
-        zones = frozenset(m.zone for m in members if m.zone)
-        nvlink = any(m.interconnect is Interconnect.NVLINK for m in members)
-        group_labels[gkey] = (doms, racks, zones, nvlink)
-        for kind, kind_labels in zip(_KINDS, (doms, racks, zones), strict=True):
-            for label in kind_labels:
-                groups_with.setdefault((gkey[0], kind, label), []).append(gkey)
     order = {
         g: (1 + _KINDS.index(kind), i) for (_, kind), gs in kind_groups.items() for i, (g, _) in enumerate(gs)
     }
     by_type = {t: {g: ns for k in _KINDS for g, ns in kind_groups.get((t, k), ())} for t in layout.types}
-    return _Groups(kind_groups, node_groups, group_labels, groups_with, order, by_type)
+    return _Groups(kind_groups, node_groups, order, by_type, layout.groups, layout.labels_of, {}, {})
 
 
 def _labels(node: Node) -> tuple[str, str, str]:
@@ -273,6 +314,28 @@ class FreeIndex:
 
     def __init__(self, nodes: Sequence[Node], free: Mapping[str, int] | None = None) -> None:
         layout = _layout_of(nodes)
+        if free is None:
+            self._fill(layout, {name: cap for name, (cap, _, _) in layout.slot_of.items()})
+        else:
+            self._fill(
+                layout,
+                {
+                    name: min(cap, max(0, int(free.get(name, cap))))
+                    for name, (cap, _, _) in layout.slot_of.items()
+                },
+            )
+
+    def restricted(self, names: Iterable[str]) -> FreeIndex:
+        """An index over this index's nodes among ``names`` with their free GPUs now: it answers what
+        ``FreeIndex([those nodes], self.free_map())`` would, built from this index's layout (cheap
+        enough per call, e.g. for the extender's candidates-only gang plan). Other names are ignored."""
+        index = FreeIndex.__new__(FreeIndex)
+        layout = _sub_layout(self._layout, names)
+        index._fill(layout, {name: self._free[name] for name in layout.slot_of})
+        return index
+
+    def _fill(self, layout: _Layout, free: dict[str, int]) -> None:
+        """Set up over ``layout`` with ``free`` (every node's free GPUs, within its capacity; kept)."""
         self._layout = layout
         self._nodes = layout.nodes
         self._types = layout.types
@@ -281,17 +344,17 @@ class FreeIndex:
         self._groups = layout.groups
         self._slots = layout.slots
         self._version = 0
-        self._free: dict[str, int] = {}
-        self._type_free: dict[str, int] = dict.fromkeys(layout.types, 0)
+        self._free = free
+        type_free = self._type_free = dict.fromkeys(layout.types, 0)
         # (gpu type, nvlink?) -> buckets[free count] -> sorted node names
-        self._buckets: dict[tuple[str, bool], list[list[str]]] = {
+        buckets: dict[tuple[str, bool], list[list[str]]] = {
             key: [[] for _ in range(size)] for key, size in layout.bucket_sizes.items()
         }
-        for name, (cap, gpu_type, key) in layout.slot_of.items():
-            f = cap if free is None else min(cap, max(0, int(free.get(name, cap))))
-            self._free[name] = f
-            self._type_free[gpu_type] += f
-            self._buckets[key][f].append(name)  # names arrive sorted
+        self._buckets = buckets
+        for name, (_, gpu_type, key) in layout.slot_of.items():
+            f = free[name]
+            type_free[gpu_type] += f
+            buckets[key][f].append(name)  # names arrive sorted
         # the groups of two nodes or more and their free GPUs, kept current by ``_set_free`` once built
         self._multi: _Groups | None = None
         self._group_free: dict[_GroupKey, int] = {}
@@ -706,7 +769,7 @@ class FreeIndex:
         lone_nvlink = lone is not None and self._nodes[lone].interconnect is Interconnect.NVLINK
 
         def bound(gkey: _GroupKey) -> tuple[int, int, int, int, int]:
-            doms, racks, zones, has_nvlink = layout.group_labels[gkey]
+            doms, racks, zones, has_nvlink = layout.labels(gkey)
             if not gang:
                 level = 0 if has_nvlink or doms else 1
             else:
@@ -735,9 +798,7 @@ class FreeIndex:
         groups = layout.type_groups.get(gpu_type, {})
         related = groups
         if gang:  # the groups that may hold the gang's nodes or share a label with all of them
-            near = [
-                layout.groups_with.get((gpu_type, k, lab), []) for k, lab in zip(_KINDS, common, strict=True)
-            ]
+            near = [layout.holding((gpu_type, k, lab)) for k, lab in zip(_KINDS, common, strict=True)]
             near += [[g for g in layout.node_groups.get(n, ()) if g in groups] for n in gang]
             related = {g: groups[g] for g in dict.fromkeys(g for gs in near for g in gs)}
         pending = sorted((bound(g), layout.group_order[g], g) for g in related if self._group_free[g] >= need)

@@ -4,9 +4,10 @@ Shell-side logic without I/O over the ``ClusterCache`` (callers hold its lock). 
 the operator's plan (the ``perfsched.dev/planned-node`` annotations of the gang's unplaced pods) while it
 still fits; else a plan this extender made earlier for the gang, minus the replicas placed since, while
 it still fits and one of its nodes is among kube-scheduler's candidates; else a fresh placement with the
-core's algorithm (``FreeIndex.place`` / ``place_gang``, so the extender places gangs exactly as the
-policies and the simulator do) over the whole cache (replicas already bound count as ``prefer``) and, if
-none of those nodes is among kube-scheduler's candidates, over the candidates only. kube-scheduler
+core's algorithm (``FreeIndex.place``, so the extender places gangs exactly as the policies and the
+simulator do) over the whole cache (replicas already bound count as ``prefer``) and, if none of those
+nodes is among kube-scheduler's candidates, over the candidates only (``FreeIndex.restricted``: the
+whole-cache index cut down to them, what ``place_gang`` over those nodes answers). kube-scheduler
 offers a sample of the nodes (10% of 5,000): a plan outside every sample would keep the gang waiting,
 so an earlier plan that still fits but is not offered is made again among the candidates only (the
 whole cache would prefer the same nodes again).
@@ -18,12 +19,11 @@ are dropped past 10,000 gangs.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from itertools import compress
 from operator import ne
 
 from scheduler.core.decisions import Unschedulable
-from scheduler.core.placement import FreeIndex, LocalityLevel, locality_level, place_gang
+from scheduler.core.placement import FreeIndex, LocalityLevel, locality_level
 from scheduler.core.types import Allocation, Node
 from scheduler.extender.context import PodContext
 from scheduler.k8s.cache import ClusterCache
@@ -106,16 +106,11 @@ class GangPlans:
         # the whole-cluster reason (a candidates-only pool is smaller); with an earlier plan that still
         # fits but is not offered, a whole-cluster placement would prefer the same nodes: candidates only
         reason = _NOT_OFFERED if earlier is not None else None
-        nodes = self._cache.nodes
-        types = _candidate_types(ctx, fits, nodes)
+        types = _candidate_types(ctx, fits, self._cache.nodes)
         for pool in (fits,) if earlier is not None else (None, fits):
             for t in types:
-                if pool is None:
-                    place: Callable[..., Allocation | Unschedulable] = self._indexes.get(t).place
-                else:
-                    nodes_of_t = [nodes[n] for n in pool if n in nodes and nodes[n].gpu_type == t]
-                    place = partial(place_gang, nodes_of_t, self._cache.free)
-                result = place(
+                index = self._indexes.get(t)
+                result = (index if pool is None else index.restricted(pool)).place(
                     replicas=ctx.unplaced,
                     gpus_per_replica=ctx.gpus,
                     gpu_type=t,
