@@ -191,6 +191,25 @@ def gpu_pod(
     }
 
 
+def resnet_job(name: str, replicas: int, gpus_per_replica: int) -> dict[str, Any]:
+    """A TrainingJob of ``replicas`` x ``gpus_per_replica`` GPUs (ResNet-50, 1,000 iterations, pause image)
+    for tests that drive its pods themselves."""
+    return {
+        "apiVersion": "perfsched.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": {
+            "model": "resnet50",
+            "dataset": "imagenet",
+            "batchSize": 256,
+            "precision": "amp",
+            "work": {"iterations": 1000},
+            "replicas": {"max": replicas, "gpusPerReplica": gpus_per_replica},
+            "template": {"spec": {"containers": [{"name": "worker", "image": "registry.k8s.io/pause:3.10"}]}},
+        },
+    }
+
+
 def pod_events(core: k8s.CoreV1Api, namespace: str, pod: str) -> list[k8s.CoreV1Event]:
     """Events whose involved object is the pod, oldest first."""
     events = core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={pod}").items

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from e2e.harness import Component, KubeCluster, gpu_pod, pod_events, wait_until
+from e2e.harness import Component, KubeCluster, gpu_pod, pod_events, resnet_job, wait_until
 from scheduler.names import GPU_RESOURCE
 
 
@@ -65,23 +65,6 @@ def _assert_never_overcommitted(core: k8s.CoreV1Api) -> None:
 
 def _bound(core: k8s.CoreV1Api, ns: str) -> dict[str, str]:
     return {p.metadata.name: p.spec.node_name for p in core.list_namespaced_pod(ns).items if p.spec.node_name}
-
-
-def _tj(name: str, replicas: int, gpus: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "perfsched.dev/v1alpha1",
-        "kind": "TrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "model": "resnet50",
-            "dataset": "imagenet",
-            "batchSize": 256,
-            "precision": "amp",
-            "work": {"iterations": 1000},
-            "replicas": {"max": replicas, "gpusPerReplica": gpus},
-            "template": {"spec": {"containers": [{"name": "worker", "image": "registry.k8s.io/pause:3.10"}]}},
-        },
-    }
 
 
 def _gang(job: str, replicas: int, gpus: int, gpu_type: str) -> list[dict[str, Any]]:
@@ -143,7 +126,7 @@ def test_gang_lands_on_one_node_when_one_has_room_else_one_rack(
 ) -> None:
     core, ns = kube_cluster.core, fresh_namespace
     kube_cluster.custom.create_namespaced_custom_object(
-        "perfsched.dev", "v1alpha1", ns, "trainingjobs", _tj("one", 4, 2)
+        "perfsched.dev", "v1alpha1", ns, "trainingjobs", resnet_job("one", 4, 2)
     )
     for pod in _gang("one", 4, 2, "A100"):
         core.create_namespaced_pod(ns, pod)
@@ -178,7 +161,7 @@ def test_gang_lands_on_one_node_when_one_has_room_else_one_rack(
         filler["spec"]["nodeName"] = node
         core.create_namespaced_pod(ns, filler)
     kube_cluster.custom.create_namespaced_custom_object(
-        "perfsched.dev", "v1alpha1", ns, "trainingjobs", _tj("two", 4, 2)
+        "perfsched.dev", "v1alpha1", ns, "trainingjobs", resnet_job("two", 4, 2)
     )
     for pod in _gang("two", 4, 2, "A100"):
         core.create_namespaced_pod(ns, pod)

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from e2e.harness import Component, gpu_pod, wait_until
+from e2e.harness import Component, gpu_pod, resnet_job, wait_until
 from perfsched_dev.devcluster.cluster import DevCluster, UpOptions
 from perfsched_dev.devcluster.configs import SchedulerTuning
 from perfsched_dev.k8s import bootstrap
@@ -79,20 +79,7 @@ def test_a_gang_binds_through_the_extenders_bind_verb_and_gets_its_placement(
 
     api, extender_url = binding_cluster
     core, custom = k8s.CoreV1Api(api), k8s.CustomObjectsApi(api)
-    job = {
-        "apiVersion": "perfsched.dev/v1alpha1",
-        "kind": "TrainingJob",
-        "metadata": {"name": "gang"},
-        "spec": {
-            "model": "resnet50",
-            "dataset": "imagenet",
-            "batchSize": 256,
-            "precision": "amp",
-            "work": {"iterations": 1000},
-            "replicas": {"max": 4, "gpusPerReplica": 2},
-            "template": {"spec": {"containers": [{"name": "worker", "image": "registry.k8s.io/pause:3.10"}]}},
-        },
-    }
+    job = resnet_job("gang", 4, 2)
     custom.create_namespaced_custom_object("perfsched.dev", "v1alpha1", NS, "trainingjobs", job)
     # a node already half used: the 4 x 2-GPU gang fits only on the other one, whole
     filler = gpu_pod("filler", 2, scheduler_name="default-scheduler")
