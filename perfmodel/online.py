@@ -5,24 +5,18 @@ is faster or slower than the measured one, one job's data loader. ``OnlineCorrec
 multiplicative correction of the predictor's throughput in nested levels, each fitted to the
 ``log(observed / predicted)`` residuals left over by the level above it:
 
-1. per GPU type: a shrunken mean (a systematic bias on one GPU type moves every model on it), and a
-   scaling trend shared by every model on that type: ridge slopes, fitted within models, on four
-   descriptors of the row's placement (a GPU type in the data is a cluster whose network, software and
-   placements the offline model does not know, so its error changes with the placement alike for all
-   models): log GPU count, "spans nodes", the sync share ``S / (T1 + S)`` and the offline model's own
-   multi-GPU departure ``log(T / (T1 + S))``. Here ``T`` is the offline iteration time of the row, ``T1``
-   the offline time of the same job on one GPU at the same per-GPU batch, ``S`` the scaling model's
-   all-reduce time (``perfmodel.features.model_terms`` under the model's physics). The last two put the
-   scaling model's split of time into compute and communication into the correction: on a new GPU type
-   the learned part of ``T`` beyond
-   ``T1 + S`` is the least trustworthy (a slope of 1 on the departure replaces ``T`` by ``T1 + S``), and
-   how wrong the communication estimate is shows as a slope on the sync share, so a communication-bound
-   model's error grows with the GPU count while a compute-bound one's does not. The trend is clamped to
-   its values at the observed rows (a few observations interpolate, they do not extrapolate: observed
-   at half speed per doubling on 1, 2, 4 GPUs does not say 1/64 on 64). Each prediction and
-   observation therefore also asks the predictor for its 1-GPU twin (cached there). With 3 observed
-   runs per model on a held-out GPU type the trend cut the benchmark's error from 31.5% to 27.2%
-   (``OnlineCorrector(trend_on_split=False)`` is the previous trend, log GPUs and node span only);
+1. per GPU type (``trend="structural"``, the default; ``_fit_structure``): how far the offline model's
+   compute time, its all-reduce time and its own multi-GPU correction are off on that type, three factors
+   fitted in log space with a ridge towards 1 (a slow network or a faster software stack on one type moves
+   every model on it). The all-reduce factor is learned only from how a model's error changes with its
+   placement, so one model's runs on 8, 16 and 32 GPUs carry a slow all-reduce to other models there.
+   Each prediction and observation also asks the predictor for its 1-GPU twin (cached there): ``T`` is the
+   offline iteration time of the row, ``T1`` that of the same job on one GPU at the same per-GPU batch,
+   ``S`` the scaling model's all-reduce time (``perfmodel.features.model_terms``). Two older variants
+   remain for the benchmark: ``trend="split"``, a shrunken mean plus ridge slopes on four placement
+   descriptors (log GPU count, "spans nodes", the sync share ``S / (T1 + S)`` and the departure
+   ``log(T / (T1 + S))``), clamped to the observed rows, and ``trend="placement"`` (log GPUs and node
+   span only);
 2. per model x GPU type, learned from any job of that model on that type and used by all of them: a
    Bayesian linear fit of what the GPU level leaves, in log per-GPU batch and log GPU count with an
    intercept (``_posterior_mean``; prior sds ``MODEL_PRIOR_SD``, noise ``MODEL_NOISE_SD``). One run of
