@@ -338,21 +338,21 @@ class _Walk:
         if starving and reservation is not None and cur is None and res.resolvable:
             self.hold = hold = self._hold(req, types_, reservation)
             if hold is not None:
-                self.decisions[name] = Decision(
-                    name,
-                    None,
-                    f"{d.reason}; starving: {hold.gpu_type} GPUs on {', '.join(hold.nodes)} held for "
-                    f"it, predicted free in {max(0.0, hold.shadow - reservation.now) / 3600:.2f} h",
-                    unresolvable=d.unresolvable,
+                free_in_h = max(0.0, hold.shadow - reservation.now) / 3600
+                self.decisions[name] = _noted(
+                    d, f"starving: {_held(hold)} for it, predicted free in {free_in_h:.2f} h"
                 )
         elif hold is not None and cur is None and not lifted and hold.gpu_type in types_:
-            self.decisions[name] = Decision(
-                name,
-                None,
-                f"{d.reason}; {hold.gpu_type} GPUs on {', '.join(hold.nodes)} held for starving job "
-                f"{hold.job}",
-                unresolvable=d.unresolvable,
-            )
+            self.decisions[name] = _noted(d, f"{_held(hold)} for starving job {hold.job}")
+
+
+def _held(hold: _Hold) -> str:
+    return f"{hold.gpu_type} GPUs on {', '.join(hold.nodes)} held"
+
+
+def _noted(d: Decision, note: str) -> Decision:
+    """A waiting job's decision ``d`` with ``note`` added to its reason."""
+    return Decision(d.job, None, f"{d.reason}; {note}", unresolvable=d.unresolvable)
 
 
 def _tighter(
