@@ -12,6 +12,10 @@ Bind times are taken by a watch in this process (local monotonic clock, not the 
 ``PodScheduled``): pods/s = (pods - 1) / (last bind - first bind); per gang, the seconds from its first
 replica's bind to its last. ``--profile DIR`` runs the extender under cProfile (its event loop's
 thread, where it spends its CPU; ``DIR/extender-<nodes>.prof``, read with ``python -m pstats``).
+``--pprof DIR`` takes a CPU profile of kube-scheduler itself (Go's pprof, its ``/debug/pprof/profile``
+endpoint) over the first ``--pprof-seconds`` of scheduling in every run, bare and with the extender
+(``DIR/kube-scheduler-<bare|extender>-<nodes>.pprof``, read with ``go tool pprof -top -cum FILE``): what
+kube-scheduler spends on the extender's HTTP calls (``HTTPExtender.send``) beside its own plugins.
 
 Run: ``python bench/extender_e2e.py [--nodes 500,5000] [--pods 2000] [--gangs 10] [--repeat 3] [--qps 1000]
 [--burst 2000] [--json]``; prints both runs and their ratio, and writes ``bench/results/extender_e2e.json``.
@@ -141,6 +145,7 @@ def run(
     profile: str,
     logs: str = "",
     tree: str = "",
+    pprof: tuple[str, float] = ("", 0.0),
 ) -> Run:
     """One cluster, one scheduler: create everything, start the scheduler, wait until all are bound."""
     scheduler_name = "perfsched" if with_extender else "default-scheduler"
@@ -167,6 +172,7 @@ def run(
             cpu0 = _cpu_seconds(dc)
             t0 = time.monotonic()
             dc.start_scheduler("perfsched" if with_extender else "default", tuning)
+            grab = _kube_scheduler_profile(dc, with_extender, nodes, *pprof) if pprof[0] else None
             total = len(bodies)
             while len(binds.bound) < total:
                 if time.monotonic() - t0 > 900:
@@ -176,6 +182,8 @@ def run(
             cpu1 = _cpu_seconds(dc)
             binds.stop()
             calls = _extender_calls(state.ports["extender"]) if with_extender else {}
+            if grab is not None:
+                grab.join(timeout=pprof[1] + 60)
             api.close()
         finally:
             if extender is not None and profile:  # SIGINT: uvicorn exits and cProfile writes the profile
@@ -220,6 +228,35 @@ def _cpu_seconds(dc: DevCluster) -> dict[str, float]:
     return out
 
 
+def _kube_scheduler_profile(
+    dc: DevCluster, with_extender: bool, nodes: int, directory: str, seconds: float
+) -> threading.Thread:
+    """Fetch a ``seconds`` CPU profile from the running kube-scheduler's pprof endpoint (admin token;
+    kube-scheduler asks the API server whether the caller may) into ``directory``, in a thread."""
+    import httpx
+
+    state = dc.load()
+    assert state is not None
+    name = "kube-scheduler-" + ("perfsched" if with_extender else "default")
+    url = f"{state.endpoints[name]}/debug/pprof/profile?seconds={max(1, round(seconds))}"
+    out = Path(directory) / f"kube-scheduler-{'extender' if with_extender else 'bare'}-{nodes}.pprof"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    headers = {"Authorization": f"Bearer {dc.admin_token()}"}
+
+    def fetch() -> None:
+        try:
+            # kube-scheduler serves a self-signed certificate of its own (--cert-dir), not the cluster CA's
+            reply = httpx.get(url, headers=headers, verify=False, timeout=seconds + 60)
+            reply.raise_for_status()
+            out.write_bytes(reply.content)
+        except httpx.HTTPError as exc:
+            print(f"  kube-scheduler profile not taken: {exc}", file=sys.stderr)
+
+    thread = threading.Thread(target=fetch, name="pprof", daemon=True)
+    thread.start()
+    return thread
+
+
 def _extender_calls(port: int) -> dict[str, list[float]]:
     """Per verb: [calls, mean ms per call] from the extender's own metrics."""
     import httpx
@@ -259,6 +296,8 @@ def main() -> None:
     ap.add_argument("--qps", type=float, default=1000.0, help="client QPS of both kube-schedulers")
     ap.add_argument("--burst", type=int, default=2000, help="client burst of both kube-schedulers")
     ap.add_argument("--profile", default="", help="directory for cProfile profiles of the extender")
+    ap.add_argument("--pprof", default="", help="directory for CPU profiles of kube-scheduler (Go pprof)")
+    ap.add_argument("--pprof-seconds", type=float, default=5.0, help="length of each kube-scheduler profile")
     ap.add_argument("--logs", default="", help="directory to keep the clusters' logs in")
     ap.add_argument("--before", default="", help="also run this tree's extender in each pair (before/after)")
     ap.add_argument(
@@ -285,13 +324,16 @@ def main() -> None:
     pod_counts += [pod_counts[-1]] * (len(node_counts) - len(pod_counts))
     load = [os.getloadavg()[0]]
     rows = []
+    pprof = (args.pprof, args.pprof_seconds)
     for nodes, pods in zip(node_counts, pod_counts, strict=False):
         pairs = []
         before = replace(tuning, extender_binds=tuning.extender_binds or args.before_binds)
         for rep in range(args.repeat):
             runs = {
-                "bare": partial(run, nodes, pods, args.gangs, False, tuning, "", args.logs),
-                "extender": partial(run, nodes, pods, args.gangs, True, tuning, args.profile, args.logs),
+                "bare": partial(run, nodes, pods, args.gangs, False, tuning, "", args.logs, pprof=pprof),
+                "extender": partial(
+                    run, nodes, pods, args.gangs, True, tuning, args.profile, args.logs, pprof=pprof
+                ),
             }
             if args.before:
                 runs["before"] = partial(

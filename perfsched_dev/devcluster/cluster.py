@@ -699,7 +699,7 @@ class DevCluster:
         if url:
             token, ca, check = None, None, None
             if name == "kube-apiserver":
-                token, ca = self._admin_token(), self.state_dir / "run" / "ca.crt"
+                token, ca = self.admin_token(), self.state_dir / "run" / "ca.crt"
             elif name == "etcd":
                 check = _etcd_healthy
             self._wait_http(state, name, url, timeout_s, token=token, ca=ca, check=check)
@@ -727,7 +727,8 @@ class DevCluster:
             f"known: {', '.join(dict.fromkeys(names))}"
         )
 
-    def _admin_token(self) -> str:
+    def admin_token(self) -> str:
+        """The API server's admin bearer token (also accepted by kube-scheduler's delegated auth)."""
         text = (self.state_dir / "run" / "tokens.csv").read_text()
         return text.split(",", 1)[0].strip()
 
