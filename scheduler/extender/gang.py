@@ -19,8 +19,6 @@ are dropped past 10,000 gangs.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from itertools import compress
-from operator import ne
 
 from scheduler.core.decisions import Unschedulable
 from scheduler.core.placement import FreeIndex, LocalityLevel, locality_level
@@ -38,50 +36,47 @@ class FreeIndexes:
 
     ``get(t).place(...)`` answers exactly what ``place_gang([nodes of type t], cache.free, ...)`` would,
     without building the index on every call: an index is built once per node set and type; afterwards
-    only the nodes whose free GPUs changed since the last call are moved, through the index's own
-    ``commit``/``release``. Callers hold the cache's lock.
+    only the nodes the cache reported through ``on_node_change`` since the last call (their free GPUs
+    changed) are moved, through the index's own ``commit``/``release``. Invalidation: a new node set
+    (``nodes_version``) drops every index. Callers hold the cache's lock.
     """
 
     def __init__(self, cache: ClusterCache) -> None:
         self._cache = cache
         self._nodes_version = -1
-        self._version = -1
-        self._free: dict[str, int] = {}  # the cache's free GPUs when the indexes were last brought in step
         self._by_type: dict[str, FreeIndex] = {}
+        #: nodes whose free GPUs may have changed since the indexes were last brought in step
+        self._changed: set[str] = set()
+        cache.on_node_change(self._changed.add)
 
     def get(self, gpu_type: str) -> FreeIndex:
         cache = self._cache
         if cache.nodes_version != self._nodes_version:
             self._by_type = {}
             self._nodes_version = cache.nodes_version
-            self._version = cache.version
-            self._free = dict(cache.free)
-        elif cache.version != self._version:
+            self._changed.clear()
+        elif self._changed:
             self._catch_up()
         index = self._by_type.get(gpu_type)
         if index is None:
-            index = FreeIndex([n for n in cache.nodes.values() if n.gpu_type == gpu_type], self._free)
+            index = FreeIndex([n for n in cache.nodes.values() if n.gpu_type == gpu_type], cache.free)
             self._by_type[gpu_type] = index
         return index
 
     def _catch_up(self) -> None:
         cache = self._cache
-        free = cache.free
-        names = list(free)
-        changed = list(compress(names, map(ne, map(free.__getitem__, names), map(self._free.get, names))))
-        for name in changed:
-            node = cache.nodes[name]
-            index = self._by_type.get(node.gpu_type)
-            if index is None:
+        for name in self._changed:
+            node = cache.nodes.get(name)
+            index = self._by_type.get(node.gpu_type) if node is not None else None
+            if node is None or index is None:
                 continue
-            now = min(node.capacity_for_jobs, max(0, free[name]))
+            now = min(node.capacity_for_jobs, max(0, cache.free.get(name, 0)))
             have = index.free_of(name)
             if now < have:
                 index.commit(Allocation.of("perfsched/free-sync", node.gpu_type, have - now, {name: 1}))
             elif now > have:
                 index.release(Allocation.of("perfsched/free-sync", node.gpu_type, now - have, {name: 1}))
-        self._free = dict(free)
-        self._version = cache.version
+        self._changed.clear()
 
 
 class GangPlans:
