@@ -68,7 +68,9 @@ class GPUSpec:
     product has them (0.0 = not supported in hardware). ``nvlink_gbs`` is the total NVLink bandwidth of
     one GPU in GB/s, both directions (0.0 = no NVLink in the usual server form factor); ``pcie_gbs`` is
     the host link per direction. ``sm_count`` streaming multiprocessors, ``l2_mib`` last-level cache.
-    ``low_confidence`` marks a spec guessed from labels, not from a datasheet.
+    ``low_confidence`` marks a spec guessed from labels, not from a datasheet. ``mamf_tflops`` is the
+    measured maximum achievable dense BF16 matmul throughput (``_MAMF``; 0.0 = not measured), which
+    ``matmul_fraction`` turns into the fraction of the datasheet peak a matmul can reach.
     """
 
     gpu_type: str
@@ -89,6 +91,19 @@ class GPUSpec:
     l2_mib: float = 0.0
     nvlink_gen: int = 0
     pcie_gen: int = 3
+    mamf_tflops: float = 0.0
+
+    def matmul_fraction(self) -> float:
+        """Fraction of the dense tensor-core peak the best large matmul reaches on this product (the
+        measured ``mamf_tflops`` over the BF16 peak; ``MATMUL_FRACTION_UNMEASURED`` when not measured).
+
+        The datasheet peak assumes the boost clock; under a dense matmul the power limit pulls the clock
+        down, by more on GPUs whose peak grew faster than their power budget (A100 SXM 86% of peak,
+        H100 SXM 80%). Taken as the same fraction at every tensor-core precision."""
+        peak = max(self.bf16_tflops, self.fp16_tflops)
+        if self.mamf_tflops > 0.0 and peak > 0.0:
+            return min(1.0, self.mamf_tflops / peak)
+        return MATMUL_FRACTION_UNMEASURED
 
     def tflops(self, precision: str, tf32_convolutions: bool = False) -> float:
         """Dense peak TFLOP/s of the units a job at ``precision`` runs its matrix maths on.
@@ -350,6 +365,29 @@ _VARIANTS: tuple[GPUSpec, ...] = (
     _s("B300", "B300", "Blackwell", (10, 3), 75, 2250, 2250, 270, 8000, 1800, 6, 1100, 4500, 160, 126, 5),
     _s("GB300", "GB300", "Blackwell", (10, 3), 80, 2500, 2500, 279, 8000, 1800, 6, 1250, 5000, 160, 126, 5),
 )
+
+# Maximum achievable dense BF16 matmul TFLOP/s (MAMF): the best of a scan of large matmul shapes
+# (torch.matmul, one GPU), as measured and published in Stas Bekman's "Machine Learning Engineering"
+# (github.com/stas00/ml-engineering, compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS
+# comparison table"; figures only, CC BY-SA 4.0 text): A100 SXM 267.9 and A100 PCIe 256.4 (CUDA 12.1),
+# H100 SXM 792.1 (CUDA 12.1), GH200 821.0 (CUDA 12.5); later revisions: H200 SXM 794.5, B200 SXM 1745.0.
+# A measured figure, not a datasheet one: the achievable fraction of peak differs by product (clock under
+# the power limit), which the datasheet's boost-clock peak hides.
+_MAMF: dict[str, float] = {
+    "A100-SXM4-40GB": 267.9,
+    "A100-SXM4-80GB": 267.9,
+    "A100-PCIE-40GB": 256.4,
+    "A100-80GB-PCIE": 256.4,
+    "H100-80GB-HBM3": 792.1,
+    "H100-SXM5-96GB": 792.1,
+    "H200": 794.5,
+    "GH200-480GB": 821.0,
+    "GH200-144G-HBM3E": 821.0,
+    "B200": 1745.0,
+}
+#: ``GPUSpec.matmul_fraction`` of a product with no measurement: about the median of the measured ones.
+MATMUL_FRACTION_UNMEASURED = 0.81
+_VARIANTS = tuple(replace(v, mamf_tflops=_MAMF.get(v.variant, 0.0)) for v in _VARIANTS)
 
 _DEFAULT_SPEC: dict[str, GPUSpec] = {}
 for _v in _VARIANTS:

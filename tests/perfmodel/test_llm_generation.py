@@ -1,0 +1,78 @@
+"""What the LLM scaling model carries from one GPU generation to the next: the measured achievable
+fraction of the datasheet matmul peak, and ring collectives over the node's whole network."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from perfmodel.features import HardwareFeatures
+from perfmodel.gpus import MATMUL_FRACTION_UNMEASURED, spec_for_product
+from perfmodel.llm import FIT, LLMJobFeatures, LLMPlan, compute_seconds_per_token, plan, step_time
+from perfmodel.zoo import LLMArch
+
+H100 = "NVIDIA-H100-80GB-HBM3"
+A100 = "NVIDIA-A100-SXM4-80GB"
+
+
+def _tokens_per_s(job: LLMJobFeatures, hw: HardwareFeatures) -> float:
+    p = plan(job, hw)
+    return p.tokens_per_step / step_time(p).total
+
+
+def test_a_newer_gpu_reaches_a_smaller_fraction_of_its_matmul_peak() -> None:
+    h100, a100 = spec_for_product(H100), spec_for_product(A100)
+    assert h100 is not None and a100 is not None
+    # measured maximum achievable matmul TFLOP/s: H100 SXM 792.1 of 989.4, A100 SXM 267.9 of 312
+    assert h100.matmul_fraction() == pytest.approx(792.1 / 989.4)
+    assert a100.matmul_fraction() == pytest.approx(267.9 / 312)
+    assert h100.matmul_fraction() < a100.matmul_fraction() < 1.0
+    l40s = spec_for_product("NVIDIA-L40S")
+    assert l40s is not None and l40s.matmul_fraction() == MATMUL_FRACTION_UNMEASURED
+
+
+def test_matmul_time_scales_with_the_achievable_fraction_of_peak() -> None:
+    # the same GPU with half the achievable matmul throughput: the matmul and attention time per token
+    # doubles, the element-wise traffic over memory bandwidth does not change
+    job = LLMJobFeatures("llama3-8b", batch_size=64, precision="bf16", sequence_length=4096, micro_batch=2)
+    p = plan(job, HardwareFeatures(H100, 8))
+
+    def with_mamf(tflops: float) -> LLMPlan:
+        return replace(p, hw=replace(p.hw, spec=replace(p.spec, mamf_tflops=tflops)))
+
+    traffic = FIT.elementwise_bytes * p.arch.layers * p.arch.hidden / (p.spec.memory_bandwidth_gbs * 1e9)
+    full = compute_seconds_per_token(with_mamf(989.4)) - traffic
+    half = compute_seconds_per_token(with_mamf(989.4 / 2)) - traffic
+    assert half == pytest.approx(2 * full, rel=1e-9)
+    assert compute_seconds_per_token(p) - traffic == pytest.approx(full * 989.4 / 792.1, rel=1e-9)
+
+
+def test_h100_over_a100_speed_is_in_the_band_llm_foundry_measured() -> None:
+    # llm-foundry ran MPT-3B at 1024 tokens (micro-batch 20, 6 accumulation steps, 8 GPUs, FSDP, no
+    # checkpointing) on H100 and A100 80 GB: 216,369 / 92,643 tokens/s = 2.34x, and 2.21-2.34x for the
+    # other 1B/3B runs of 512-1024 tokens -- well below the 3.17x of the BF16 peaks. These short
+    # sequences leave attention small: matmuls at each product's achievable fraction of peak
+    # (0.80 / 0.86), element-wise work over memory bandwidth (1.64x). With the datasheet peaks the model
+    # said 2.39x here.
+    arch = LLMArch(32, 2560, 20, 20, 10240, 50432, 1024, 2_649_216_000, gated_mlp=False, tied_embeddings=True)
+    job = LLMJobFeatures(
+        "mpt-3b", batch_size=960, precision="bf16", sequence_length=1024, micro_batch=20, arch=arch
+    )
+    ratio = _tokens_per_s(job, HardwareFeatures(H100, 8)) / _tokens_per_s(job, HardwareFeatures(A100, 8))
+    assert 2.15 < ratio < 2.36
+
+
+def test_fsdp_across_nodes_runs_its_rings_over_the_whole_node_network() -> None:
+    # 2 nodes x 8 H100 on 400 Gb/s: NCCL runs one ring per rail, so each node sends and receives the
+    # whole parameter buffer through all its NICs together -- 50 GB/s of bus bandwidth per GPU, not 1/8
+    # of it. FSDP: 3 x 15/16 x 2 bytes x 8.03e9 parameters per step.
+    job = LLMJobFeatures("llama3-8b", batch_size=64, precision="bf16", sequence_length=4096, micro_batch=2)
+    p = plan(job, HardwareFeatures(H100, 16, 8, 2, "nvlink", 400.0))
+    want = 3 * 15 / 16 * 2 * p.params_total / (400.0 / 8 * 1e9 * FIT.link_efficiency)
+    assert step_time(p).data_parallel == pytest.approx(want, rel=1e-9)
+    # inside one node NVLink (450 GB/s a direction) is the bound
+    one = plan(job, HardwareFeatures(H100, 8))
+    assert step_time(one).data_parallel == pytest.approx(
+        3 * 7 / 8 * 2 * one.params_total / (450e9 * FIT.link_efficiency), rel=1e-9
+    )
