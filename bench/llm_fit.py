@@ -9,10 +9,14 @@ shapes are MPT's (vocabulary 50432, tied embeddings, 8 GPUs a node; 1600 Gb/s a 
 sections as their titles say, 3200 Gb/s for H100, DGX H100's 8 x 400 Gb/s). SHARD_GRAD_OP rows are
 modelled as fsdp.
 
-Prints: the fitted constants, in-sample error, leave-one-GPU-type-out error (fit on H100 rows, test on
-A100 rows and back) against a same-run baseline (a constant 40% MFU, the usual rule of thumb), and the
-memory-fit check over every row (each ran, so each must fit). Run from the repository root:
-``PERFSCHED_SHARED=../shared python bench/llm_fit.py`` (the shared directory holds ``throughput/public``).
+Prints, for the model before its two generation terms (datasheet peak, each GPU held to 1/8 of its node's
+network; ``datasheet_only``) and after them (as shipped), each refitted on the same rows: the fitted
+constants, in-sample error, leave-one-model-size-out error, leave-one-GPU-generation-out error (fit on A100
+rows, test on H100 rows and back), and the error on Megatron-Bridge's FP8 Llama 3 rows (``megatron_rows``)
+-- against two same-run baselines: a constant 40% MFU (the usual rule of thumb) and a constant MFU fitted
+on each split's training rows. Then the memory-fit check over every row (each ran, so each must fit).
+Run from the repository root: ``PERFSCHED_SHARED=../shared python bench/llm_fit.py`` (the shared
+directory holds ``throughput/public``).
 """
 
 from __future__ import annotations
