@@ -30,15 +30,18 @@ H100 SXM 0.80, measured; the power limit holds the clock below boost), so a newe
 faster than its power budget is predicted slower than its datasheet ratio says.
 
 Data-parallel traffic per GPU (bf16, ring collectives, 2 bytes a value, overlapped with compute): DDP
-all-reduces the gradients (2 (d-1)/d x 2 N bytes); FSDP all-gathers the parameters for forward and for
-backward and reduce-scatters the gradients (3 (n-1)/n x 2 N); tp/pp all-reduce the gradients of their
-1/(tp pp) of the model across the data-parallel group with Megatron's distributed optimizer (reduce-scatter
-+ all-gather, 2 (d-1)/d x 2 N / (tp pp)). Tensor parallelism adds 4 all-reduces of the activations
-(micro-batch x S x hidden x 2 bytes) per layer and micro-batch, which are not overlapped. Links: NVLink
-(half the GPU's total, per direction) or PCIe inside a node; across nodes the node's whole network
-(``network_gbps`` / 8): a ring collective over k nodes carries about the whole buffer in and out of each
-node, and NCCL runs one ring per NIC (rail), so each GPU's bus bandwidth is the node's network, not
-1/(GPUs per node) of it (NCCL's measured bus bandwidth across DGX nodes is about the node's line rate).
+all-reduces the gradients (2 (d-1)/d x 2 N bytes, once a step: gradient accumulation skips the
+all-reduce until the last micro-batch); FSDP all-gathers the parameters for forward and for backward and
+reduce-scatters the gradients (3 (n-1)/n x 2 N) for every micro-batch (FULL_SHARD frees each layer's
+gathered parameters after use, and ZeRO-3 reduces gradients as they are produced); tp/pp all-reduce the
+gradients of their 1/(tp pp) of the model across the data-parallel group once a step with Megatron's
+distributed optimizer (reduce-scatter + all-gather, 2 (d-1)/d x 2 N / (tp pp)). Tensor parallelism adds
+4 all-reduces of the activations (micro-batch x S x hidden x 2 bytes) per layer and micro-batch, which are
+not overlapped. Links: NVLink (half the GPU's total, per direction) or PCIe inside a node; across nodes
+the node's whole network (``network_gbps`` / 8): a ring collective over k nodes carries about the whole
+buffer in and out of each node, and NCCL runs one ring per NIC (rail), so each GPU's bus bandwidth is the
+node's network, not 1/(GPUs per node) of it (NCCL's measured bus bandwidth across DGX nodes is about the
+node's line rate).
 
 ``E_GEMM``, ``H0``, ``E_ATT``, ``BYTES``, ``T_LAYER`` (a fixed cost per layer and micro-batch step:
 collective and kernel-launch latencies) and the link efficiency are fitted (``bench/llm_fit.py``) on the
@@ -403,6 +406,12 @@ def _bus_gbs(p: LLMPlan, group: int, spans_nodes: bool) -> float:
     return min(inside, p.hw.network_gbps / 8.0)
 
 
+def _fsdp_passes(p: LLMPlan) -> int:
+    """How many times a step FSDP gathers the parameters and reduce-scatters the gradients: once for
+    every micro-batch (module docstring)."""
+    return p.grad_accumulation
+
+
 def compute_seconds_per_token(p: LLMPlan, fit: LLMFit = FIT) -> float:
     """Seconds one GPU spends per token of its share (no communication, no bubble, no recomputation):
     dense matmuls at the GEMM efficiency of their width, attention scores at the attention efficiency,
@@ -454,7 +463,7 @@ def step_time(p: LLMPlan, fit: LLMFit = FIT) -> StepTime:
         traffic = 2.0 * (d - 1) / d * bytes_ * p.params_total
         dp_spans = nodes > 1
     elif sh.kind == "fsdp":
-        traffic = 3.0 * (n - 1) / n * bytes_ * p.params_total
+        traffic = 3.0 * (n - 1) / n * bytes_ * p.params_total * _fsdp_passes(p)
         dp_spans = nodes > 1
     else:
         d = p.data_parallel

@@ -66,13 +66,33 @@ def test_h100_over_a100_speed_is_in_the_band_llm_foundry_measured() -> None:
 def test_fsdp_across_nodes_runs_its_rings_over_the_whole_node_network() -> None:
     # 2 nodes x 8 H100 on 400 Gb/s: NCCL runs one ring per rail, so each node sends and receives the
     # whole parameter buffer through all its NICs together -- 50 GB/s of bus bandwidth per GPU, not 1/8
-    # of it. FSDP: 3 x 15/16 x 2 bytes x 8.03e9 parameters per step.
+    # of it. FSDP: 3 x 15/16 x 2 bytes x 8.03e9 parameters per micro-batch, 2 micro-batches a step.
     job = LLMJobFeatures("llama3-8b", batch_size=64, precision="bf16", sequence_length=4096, micro_batch=2)
     p = plan(job, HardwareFeatures(H100, 16, 8, 2, "nvlink", 400.0))
-    want = 3 * 15 / 16 * 2 * p.params_total / (400.0 / 8 * 1e9 * FIT.link_efficiency)
+    assert p.grad_accumulation == 2
+    want = 2 * 3 * 15 / 16 * 2 * p.params_total / (400.0 / 8 * 1e9 * FIT.link_efficiency)
     assert step_time(p).data_parallel == pytest.approx(want, rel=1e-9)
     # inside one node NVLink (450 GB/s a direction) is the bound
     one = plan(job, HardwareFeatures(H100, 8))
+    assert one.grad_accumulation == 4
     assert step_time(one).data_parallel == pytest.approx(
-        3 * 7 / 8 * 2 * one.params_total / (450e9 * FIT.link_efficiency), rel=1e-9
+        4 * 3 * 7 / 8 * 2 * one.params_total / (450e9 * FIT.link_efficiency), rel=1e-9
     )
+
+
+def test_fsdp_gathers_the_parameters_again_for_every_micro_batch() -> None:
+    # FULL_SHARD frees each layer's gathered parameters after use: 4 micro-batches of 2 sequences move
+    # 4x the parameter traffic of one micro-batch of 8; DDP all-reduces its gradients once a step
+    def dp_seconds(sharding: str, micro: int, gpus: int) -> float:
+        job = LLMJobFeatures(
+            "llama3-8b",
+            batch_size=64,
+            precision="bf16",
+            sequence_length=2048,
+            sharding=sharding,
+            micro_batch=micro,
+        )
+        return step_time(plan(job, HardwareFeatures("L40S", gpus))).data_parallel
+
+    assert dp_seconds("fsdp", 2, 8) == pytest.approx(4 * dp_seconds("fsdp", 8, 8))
+    assert dp_seconds("ddp", 2, 8) == pytest.approx(dp_seconds("ddp", 8, 8))
