@@ -120,11 +120,12 @@ def _first(cell: str) -> int:
 def megatron_rows(path: Path) -> list[Row]:
     """Megatron-Bridge's FP8 pre-training rows of dense Llama 3 8B / 70B (``docs/performance-summary.md``
     and its archive, Apache-2.0): tokens/s of NVIDIA's tuned NeMo recipes (Transformer Engine FP8 with
-    current scaling, fused kernels, CUDA graphs) on DGX H100, B200, B300 and GB200/GB300 -- a precision,
-    software stack and two GPU generations the fit never saw. The 25.09 tables have no precision column:
-    their figures equal the later FP8-CS rows (H100 Llama 3 8B 14,079 vs 14,451 tokens/s), so they are
-    FP8 too. There is no BF16 Llama row. Not modelled: FP8 attention (the model runs attention at the
-    FP8 rate as well), virtual pipeline stages (a smaller bubble), recomputation."""
+    current scaling, fused kernels, CUDA graphs) on DGX H100 and B200 (B300 where listed) and on
+    GB200/GB300 NVL72 -- a precision, software stack and two GPU generations the fit never saw. The 25.09
+    tables have no precision column: their figures equal the later FP8-CS rows (H100 Llama 3 8B 14,079 vs
+    14,451 tokens/s), so they are FP8 too. There is no BF16 Llama row. Not modelled: attention kept in
+    BF16 (the model runs it at the FP8 rate too), virtual pipeline stages (a smaller bubble),
+    recomputation."""
     out: list[Row] = []
     with gzip.open(path, "rt") as fh:
         for r in csv.DictReader(fh, delimiter="\t"):
