@@ -97,9 +97,10 @@ class GPUSpec:
         """Fraction of the dense tensor-core peak the best large matmul reaches on this product (the
         measured ``mamf_tflops`` over the BF16 peak; ``MATMUL_FRACTION_UNMEASURED`` when not measured).
 
-        The datasheet peak assumes the boost clock; under a dense matmul the power limit pulls the clock
-        down, by more on GPUs whose peak grew faster than their power budget (A100 SXM 86% of peak,
-        H100 SXM 80%). Taken as the same fraction at every tensor-core precision."""
+        The datasheet peak is units x clock, which no kernel reaches; how close the best large matmul
+        gets differs by product (A100 SXM 86% of peak, H100 SXM 80%: the more a GPU's tensor rate per SM
+        grew, the harder its units are to feed). A short-burst figure at boost clock: a sustained run
+        held at the power limit reaches less. Taken as the same fraction at every tensor-core precision."""
         peak = max(self.bf16_tflops, self.fp16_tflops)
         if self.mamf_tflops > 0.0 and peak > 0.0:
             return min(1.0, self.mamf_tflops / peak)
@@ -371,8 +372,8 @@ _VARIANTS: tuple[GPUSpec, ...] = (
 # (github.com/stas00/ml-engineering, compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS
 # comparison table"; figures only, CC BY-SA 4.0 text): A100 SXM 267.9 and A100 PCIe 256.4 (CUDA 12.1),
 # H100 SXM 792.1 (CUDA 12.1), GH200 821.0 (CUDA 12.5); later revisions: H200 SXM 794.5, B200 SXM 1745.0.
-# A measured figure, not a datasheet one: the achievable fraction of peak differs by product (clock under
-# the power limit), which the datasheet's boost-clock peak hides.
+# A measured figure, not a datasheet one: the achievable fraction of peak differs by product, which the
+# datasheet's units-x-boost-clock peak hides.
 _MAMF: dict[str, float] = {
     "A100-SXM4-40GB": 267.9,
     "A100-SXM4-80GB": 267.9,

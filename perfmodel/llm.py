@@ -25,9 +25,9 @@ matmuls run at a fraction of peak that grows with their width, attention at its 
 reaches less of peak than a GEMM), and the memory-bound element-wise work between them (norms,
 activations, residual adds) costs bytes over bandwidth: what makes one GPU's MFU differ from another's.
 Both fractions are of ``peak'``, not of the datasheet figure: the best large matmul reaches a fraction of
-the datasheet's boost-clock peak that differs by product (``GPUSpec.matmul_fraction``: A100 SXM 0.86,
-H100 SXM 0.80, measured; the power limit holds the clock below boost), so a newer GPU whose peak grew
-faster than its power budget is predicted slower than its datasheet ratio says.
+the datasheet peak that differs by product (``GPUSpec.matmul_fraction``: A100 SXM 0.86, H100 SXM 0.80,
+measured), so a GPU whose tensor rate grew faster than what feeds it is predicted slower than its
+datasheet ratio says.
 
 Data-parallel traffic per GPU (bf16, ring collectives, 2 bytes a value, overlapped with compute): DDP
 all-reduces the gradients (2 (d-1)/d x 2 N bytes, once a step: gradient accumulation skips the
