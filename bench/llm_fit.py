@@ -10,11 +10,13 @@ sections as their titles say, 3200 Gb/s for H100, DGX H100's 8 x 400 Gb/s). SHAR
 modelled as fsdp.
 
 Prints, for the model before its two generation terms (datasheet peak, each GPU held to 1/8 of its node's
-network; ``datasheet_only``) and after them (as shipped), each refitted on the same rows: the fitted
-constants, in-sample error, leave-one-model-size-out error, leave-one-GPU-generation-out error (fit on A100
-rows, test on H100 rows and back), and the error on Megatron-Bridge's FP8 Llama 3 rows (``megatron_rows``)
--- against two same-run baselines: a constant 40% MFU (the usual rule of thumb) and a constant MFU fitted
-on each split's training rows. Then the memory-fit check over every row (each ran, so each must fit).
+network; ``datasheet_only``), after them but with the datasheet peak (``datasheet_peak``: what the
+measured matmul fractions of ``perfmodel.gpus`` add alone) and as shipped, each refitted on the same
+rows: the fitted constants, in-sample error, leave-one-model-size-out error, leave-one-GPU-generation-out
+error (fit on A100 rows, test on H100 rows and back), and the error on Megatron-Bridge's FP8 Llama 3
+rows (``megatron_rows``) -- against two same-run baselines: a constant 40% MFU (the usual rule of thumb)
+and a constant MFU fitted on each split's training rows. Then the memory-fit check over every row (each
+ran, so each must fit).
 Run from the repository root: ``PERFSCHED_SHARED=../shared python bench/llm_fit.py`` (the shared
 directory holds ``throughput/public``).
 """
@@ -234,6 +236,18 @@ def datasheet_only() -> Iterator[None]:
         setattr(GPUSpec, "matmul_fraction", fraction)  # noqa: B010
 
 
+@contextmanager
+def datasheet_peak() -> Iterator[None]:
+    """The shipped model with matmuls against the datasheet peak (no measured achievable fraction): what
+    the measured fractions add on their own."""
+    fraction = GPUSpec.matmul_fraction
+    setattr(GPUSpec, "matmul_fraction", lambda self: 1.0)  # noqa: B010 (a method of a slots class)
+    try:
+        yield
+    finally:
+        setattr(GPUSpec, "matmul_fraction", fraction)  # noqa: B010
+
+
 def constant_mfu_fitted(train: list[Row], test: list[Row]) -> np.ndarray:
     """A constant MFU fitted on ``train`` (its geometric mean), applied to ``test``."""
     m = 0.40 * math.exp(-float(np.mean(constant_mfu(train, 0.40))))
@@ -307,6 +321,8 @@ def main() -> int:
         evaluate(
             "before: datasheet peak, 1/8 of the node network per GPU, FSDP traffic once a step", data, extra
         )
+    with datasheet_peak():
+        evaluate("after, but matmuls against the datasheet peak (no measured fraction)", data, extra)
     f = evaluate(
         "after: achievable matmul fraction, rings over the node network, FSDP traffic per micro-batch",
         data,

@@ -373,7 +373,7 @@ class LLMFit:
 # Fitted by ``bench/llm_fit.py`` on the 209 BF16 rows of llm-foundry's benchmark table (MosaicML
 # llm-foundry, scripts/train/benchmarking/README.md, Apache-2.0; extract in
 # ../shared/throughput/public/mosaic_llmfoundry_benchmarks.tsv.gz). In-sample relative error: mean 10.9%,
-# median 9.0% (a constant 40% MFU: 17.6%, 18.2%); leave one model size out 11.5%; fit on A100 rows and
+# median 8.9% (a constant 40% MFU: 17.6%, 18.2%); leave one model size out 11.5%; fit on A100 rows and
 # test on H100 30.9% (the datasheet-peak model: 31.2%; 40% MFU: 9.8%), H100 -> A100 23.9% (23.9%; 21.5%):
 # docs/llm.md. The efficiencies are of the achievable matmul peak (``GPUSpec.matmul_fraction``).
 # hidden_half sits on its bound (the data does not pin the width dependence down); link_efficiency is
