@@ -1,5 +1,7 @@
-"""Derive each GPU's achieved dense 16-bit matmul TFLOP/s (``perfmodel.gpus._MATMUL_TFLOPS``) from
-microsoft/vidur's per-operator profiles, and print the figures ``perfmodel/gpus.py`` ships.
+"""Derive each GPU's achieved dense 16-bit matmul TFLOP/s, and its fraction of the datasheet peak, from
+microsoft/vidur's per-operator profiles: the measurement behind docs/llm.md's "tried, not shipped" table
+(matmuls against this achievable fraction cost the LLM scaling model accuracy on every split, so
+``perfmodel`` runs them against the datasheet peak; ``bench/llm_fit.py`` re-measures that comparison).
 
 Data: microsoft/vidur (MIT licence), ``data/profiling/compute/<device>/<model>/mlp.csv``: one row per
 (model, tensor-parallel degree, token count) with the min / median / max over repeated runs of each
@@ -13,7 +15,7 @@ large shapes, with the top 1% (a single shape or timing outlier) trimmed. The ma
 FP16 and BF16 run at the same dense tensor-core rate on every device here (A100, H100, A40).
 
 Run from the repository root with a checkout of vidur (``git clone https://github.com/microsoft/vidur``,
-the figures in gpus.py are from commit 7d47513363ec447a741ac5e47241580b47724fbf)::
+the figures in docs/llm.md are from commit 7d47513363ec447a741ac5e47241580b47724fbf)::
 
     python bench/matmul_fraction.py /path/to/vidur
 """

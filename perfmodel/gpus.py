@@ -68,9 +68,7 @@ class GPUSpec:
     product has them (0.0 = not supported in hardware). ``nvlink_gbs`` is the total NVLink bandwidth of
     one GPU in GB/s, both directions (0.0 = no NVLink in the usual server form factor); ``pcie_gbs`` is
     the host link per direction. ``sm_count`` streaming multiprocessors, ``l2_mib`` last-level cache.
-    ``low_confidence`` marks a spec guessed from labels, not from a datasheet. ``matmul_tflops`` is the
-    measured dense 16-bit matmul throughput the best large GEMMs reach (``_MATMUL_TFLOPS``; 0.0 = not
-    measured), which ``matmul_fraction`` turns into the fraction of the datasheet peak a matmul can reach.
+    ``low_confidence`` marks a spec guessed from labels, not from a datasheet.
     """
 
     gpu_type: str
@@ -91,20 +89,6 @@ class GPUSpec:
     l2_mib: float = 0.0
     nvlink_gen: int = 0
     pcie_gen: int = 3
-    matmul_tflops: float = 0.0
-
-    def matmul_fraction(self) -> float:
-        """Fraction of the dense tensor-core peak the best large matmuls reach on this product (the
-        measured ``matmul_tflops`` over the BF16/FP16 peak; ``MATMUL_FRACTION_UNMEASURED`` when not
-        measured).
-
-        The datasheet peak is units x clock, which no kernel reaches; the measured fraction is about 0.8
-        on A100, H100 and A40 alike (``_MATMUL_TFLOPS``). Taken as the same fraction at every
-        tensor-core precision."""
-        peak = max(self.bf16_tflops, self.fp16_tflops)
-        if self.matmul_tflops > 0.0 and peak > 0.0:
-            return min(1.0, self.matmul_tflops / peak)
-        return MATMUL_FRACTION_UNMEASURED
 
     def tflops(self, precision: str, tf32_convolutions: bool = False) -> float:
         """Dense peak TFLOP/s of the units a job at ``precision`` runs its matrix maths on.
@@ -365,35 +349,6 @@ _VARIANTS: tuple[GPUSpec, ...] = (
     # the B200 figure (estimate); 288 GB HBM3e (270 GB usable on HGX) at 8000 GB/s, NVLink 5 1800 GB/s.
     _s("B300", "B300", "Blackwell", (10, 3), 75, 2250, 2250, 270, 8000, 1800, 6, 1100, 4500, 160, 126, 5),
     _s("GB300", "GB300", "Blackwell", (10, 3), 80, 2500, 2500, 279, 8000, 1800, 6, 1250, 5000, 160, 126, 5),
-)
-
-# Achieved dense 16-bit matmul TFLOP/s: the 99th percentile, over every GEMM operator profiled on the
-# device, of 2 M N K / median time (the best large shapes, the top 1% trimmed). Derived by
-# bench/matmul_fraction.py from microsoft/vidur (MIT licence, commit
-# 7d47513363ec447a741ac5e47241580b47724fbf), data/profiling/compute/{a100,h100,a40}/*/*/mlp.csv: FP16
-# attn_pre_proj / attn_post_proj / mlp_up_proj / mlp_down_proj GEMMs of 6-8 LLMs (Llama 2/3, CodeLlama,
-# Qwen, InternLM, phi-2) at 1-32k tokens and tensor-parallel degree 1-8 (FP16 and BF16 share the dense
-# tensor-core rate on these products). Per device: rows, p99, max (of the peak):
-#   a100  36516 rows  250.5  271.8 of 312   (0.803, max 0.871)
-#   h100  21924 rows  803.1  894.1 of 989.4 (0.812, max 0.904)
-#   a40   21924 rows  124.8  134.9 of 149.7 (0.834, max 0.901)
-# vidur's "a100" profiles are of an A100 80 GB (its docs name a DGX A100 and an Azure NC A100 v4, PCIe,
-# and do not say which one profiled): applied to every A100 variant (same GA100 chip and clocks); its
-# "h100" is DGX H100 (SXM; the max is above the 835 TFLOP/s dense peak of H100 NVL, the other H100 vidur
-# names). Other products are not measured by a permissive source yet.
-_MATMUL_TFLOPS: dict[str, tuple[float, str]] = {
-    "A100-SXM4-40GB": (250.5, "vidur a100"),
-    "A100-SXM4-80GB": (250.5, "vidur a100"),
-    "A100-PCIE-40GB": (250.5, "vidur a100"),
-    "A100-80GB-PCIE": (250.5, "vidur a100"),
-    "H100-80GB-HBM3": (803.1, "vidur h100"),
-    "A40": (124.8, "vidur a40"),
-}
-#: ``GPUSpec.matmul_fraction`` of a product with no measurement: about the median of the measured ones.
-MATMUL_FRACTION_UNMEASURED = 0.81
-_VARIANTS = tuple(
-    replace(v, matmul_tflops=_MATMUL_TFLOPS[v.variant][0]) if v.variant in _MATMUL_TFLOPS else v
-    for v in _VARIANTS
 )
 
 _DEFAULT_SPEC: dict[str, GPUSpec] = {}
