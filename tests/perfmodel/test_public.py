@@ -11,6 +11,7 @@ from perfmodel.public import (
     mlperf_network_gbps,
     parse_dle,
     parse_llm_foundry,
+    parse_megatron,
     parse_mlperf,
     parse_neusight,
     shippable,
@@ -185,3 +186,23 @@ def test_dle_fp32_columns_on_ampere_are_tf32_and_dgx_networks_are_per_node() -> 
     ms = parse_dle(rows)
     assert {m.precision for m in ms} == {"tf32", "amp"}
     assert {m.network_gbps for m in ms} == {1600.0}  # DGX A100: 8 x 200 Gb/s
+
+
+_MEGATRON_HEAD = "Model | #-GPUs | GBS | MBS | Sequence Length | FSDP | TP | PP | CP | VP | EP | GA"
+_MEGATRON_TAIL = " | Tokens / sec / GPU | Model TFLOP / sec / GPU"
+
+
+def test_megatron_rows_of_a_table_without_a_precision_column_are_not_read_as_bf16() -> None:
+    row = "LLAMA3_8B | 8 | 128 | 1 | 8192 | 0 | 1 | 1 | 1 | n/a | 1 | 16 | 14079 | 725"
+    stated = {
+        "container": "25.11",
+        "task": "pretraining",
+        "section": "System: DGX-H100",
+        "header": _MEGATRON_HEAD + " | Precision" + _MEGATRON_TAIL,
+        "row": row.replace(" | 14079", " | FP8 | 14079"),
+    }
+    # the 25.09 tables have no Precision column; their figures are the FP8 ones (725 TFLOP/s a GPU is
+    # 73% of an H100's BF16 peak): not BF16, and not a guess either
+    unstated = {**stated, "container": "25.09", "header": _MEGATRON_HEAD + _MEGATRON_TAIL, "row": row}
+    (m,) = parse_megatron([stated, unstated])
+    assert (m.model, m.gpu_type, m.precision, m.num_gpus) == ("llama3-8b", "H100", "fp8", 8)
