@@ -11,8 +11,14 @@ benchmark's leave-one-GPU-type-out split shows it). The anchor of such a row has
   dataset, precision, stack): MLPerf's tuned code and plain PyTorch, or fp32 and bf16 runs, are not one
   speed) after normalising each type by its spec, ``(peak TFLOP/s at the precision x memory
   bandwidth)^0.5`` with the peak the scaling model uses for the job: the median of the types' curves at
-  the union of their measured points, each interpolated linearly in (log work per step, log FLOP/s) and
-  flat beyond its points; scaled to the question's GPU by the same spec. A type measured only on
+  the union of their measured points, each interpolated linearly in (log work per step, log FLOP/s);
+  scaled to the question's GPU by the same spec. Above its largest measured work a curve stays flat
+  (FLOP/s saturate); below its smallest it goes on with its own measured trend there (``_slope_below``:
+  the slope to the first point at twice the work, held between 0, FLOP/s held, and 1, step time held;
+  0.5 for a single point). Held flat below, as it once was, a job at a per-GPU batch far under the
+  measured ones kept the FLOP/s of the smallest: per sample as fast as there, so 8 K80s at per-GPU batch
+  1 came out at 0.85 of 8 V100s (the simulator's truth: 0.26), and the scheduler kept such a job on
+  K80s (docs/perfmodel-accuracy.md, "Session 8"). A type measured only on
   several GPUs uses its smallest GPU count, per GPU. An fp8 job never measured in fp8 takes the group
   of its 16-bit runs, scaled to the FP8 peak (``Anchors.group_index``).
 - scaling efficiency on n GPUs: measured per-GPU throughput on n GPUs over that type's own 1-GPU curve at
@@ -52,6 +58,8 @@ ANCHOR_WEIGHT = 0.75
 # flat end knots at +-_EDGE around c x _SPAN (log per-GPU batches and log GPU counts lie well inside).
 _SPAN = 200.0
 _EDGE = 90.0
+_LOG2 = math.log(2.0)
+_ONE_POINT_SLOPE = 0.5
 FloatArray = npt.NDArray[np.float64]
 
 
@@ -82,16 +90,37 @@ class _Axis:
         self.y: list[float] = []
         self.count = 0
 
-    def add(self, xs: Sequence[float], ys: Sequence[float]) -> int:
-        """Add a function given by knots (sorted ``xs``); returns its id."""
+    def add(self, xs: Sequence[float], ys: Sequence[float], below: float = 0.0) -> int:
+        """Add a function given by knots (sorted ``xs``), continued with slope ``below`` before its first
+        knot and flat after its last; returns its id."""
         c = self.count
+        (x0, *_), (y0, *_) = xs, ys
         self.x.extend([c * _SPAN - _EDGE, *(c * _SPAN + v for v in xs), c * _SPAN + _EDGE])
-        self.y.extend([ys[0], *ys, ys[-1]])
+        self.y.extend([y0 - below * (x0 + _EDGE), *ys, ys[-1]])
         self.count += 1
         return c
 
     def arrays(self) -> tuple[FloatArray, FloatArray]:
         return np.asarray(self.x, dtype=np.float64), np.asarray(self.y, dtype=np.float64)
+
+
+def _slope_below(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Slope in (log work per step, log FLOP/s) with which a 1-GPU curve goes on below its smallest
+    measured work: its own measured trend from the first knot to the first at least twice the work (else
+    the last), held between the physical bounds 0 (FLOP/s stays: the step time shrinks with the batch) and
+    1 (the step time stays: a smaller step is never slower, nor faster per sample). A curve of one point
+    has no trend: the middle, 0.5."""
+    if len(xs) < 2:
+        return _ONE_POINT_SLOPE
+    j = next((i for i in range(1, len(xs)) if xs[i] - xs[0] >= _LOG2), len(xs) - 1)
+    return min(1.0, max(0.0, (ys[j] - ys[0]) / (xs[j] - xs[0])))
+
+
+def _extended(xs: Sequence[float], ys: Sequence[float]) -> tuple[list[float], list[float]]:
+    """Knots of a 1-GPU curve continued below its points by ``_slope_below`` and flat above them (FLOP/s
+    saturates), for ``np.interp``."""
+    s = _slope_below(xs, ys)
+    return [xs[0] - _EDGE, *xs, xs[-1] + _EDGE], [ys[0] - s * _EDGE, *ys, ys[-1]]
 
 
 def _eff_knots(log_n: Sequence[float], effs: Sequence[float], kind: int) -> tuple[list[float], list[float]]:
@@ -160,7 +189,7 @@ class Anchors:
                         if m.num_gpus == n_min
                     ]
                 )
-                log_lb, log_s = [math.log(b) for b in lbs], [math.log(v) for v in per_gpu]
+                log_lb, log_s = _extended([math.log(b) for b in lbs], [math.log(v) for v in per_gpu])
                 norm[gpu_type] = (log_lb, [v - _log_spec(gpu_type, precision, conv) for v in log_s])
                 for kind in (0, 1):
                     pts = [m for m in rows if (m.num_nodes > 1) == bool(kind) and m.num_gpus > n_min]
@@ -182,10 +211,9 @@ class Anchors:
                     )
                     eff_of[(gpu_type, kind)] = {n: min(1.0, e) for n, e in zip(ns, effs, strict=True)}
             # The group's curve: the median of its types' normalised curves at the union of their batches.
-            knots = sorted({v for u in types for v in norm[u][0]})
-            curves.add(
-                knots, [statistics.median(float(np.interp(v, *norm[u])) for u in types) for v in knots]
-            )
+            knots = sorted({v for u in types for v in norm[u][0][1:-1]})
+            pooled_curve = [statistics.median(float(np.interp(v, *norm[u])) for u in types) for v in knots]
+            curves.add(knots, pooled_curve, _slope_below(knots, pooled_curve))
             # Efficiency tables: each type's own per node kind, and the median over the types (fallback).
             pooled: dict[int, int] = {}
             for kind in (0, 1):

@@ -142,3 +142,29 @@ def test_one_models_rows_of_other_work_per_sample_share_one_curve_in_flops() -> 
     t = a.iteration_times([resolve(job, HardwareFeatures("H100", 1, 1))])[1][0]
     rate = math.sqrt(4e12 * 5e12) * _speed("H100", "bf16") / _speed("A100", "bf16")
     assert t == pytest.approx(2 * 2e12 / rate)
+
+
+def test_below_the_smallest_measured_batch_the_curve_follows_its_measured_trend() -> None:
+    # An overhead-bound model: V100 and P100 take the same step time at per-GPU batch 8, 16 and 32 (their
+    # FLOP/s rise as fast as the batch). On a K80 (never measured) at per-GPU batch 1 the anchor keeps
+    # that trend, the same step time as at 8 (1/8 of its samples/s), instead of holding the FLOP/s of
+    # batch 8 (which made it as fast per sample as at 8, and 8 K80s faster than they run).
+    rows = [m(gpu, 1, b, its) for gpu, its in (("V100", 25.0), ("P100", 15.0)) for b in (8, 16, 32)]
+    a = Anchors(rows)
+    t1 = {b: float(a.iteration_times([row("K80", 1, b)])[1][0]) for b in (1, 2, 8)}
+    assert t1[1] == pytest.approx(t1[8]) and t1[2] == pytest.approx(t1[8])
+    # A curve whose measured FLOP/s stay flat (step time proportional to the batch) keeps doing so.
+    flat = Anchors(
+        [m(gpu, 1, b, its * 8 / b) for gpu, its in (("V100", 25.0), ("P100", 15.0)) for b in (8, 16, 32)]
+    )
+    f1, f8 = (float(flat.iteration_times([row("K80", 1, b)])[1][0]) for b in (1, 8))
+    assert f1 == pytest.approx(f8 / 8)
+    # Measured FLOP/s that fall with the batch at the low end (noise) are held flat below (the step
+    # time never grows as the batch shrinks), and one measured batch has no trend: the middle of the
+    # bounds (step time x (b / b0)^0.5).
+    noisy = Anchors([m("V100", 1, 8, 30.0), m("V100", 1, 16, 10.0)])
+    n1, n8 = (float(noisy.iteration_times([row("K80", 1, b)])[1][0]) for b in (1, 8))
+    assert n1 == pytest.approx(n8 / 8)
+    one = Anchors([m("V100", 1, 64, 4.0)])
+    o16, o64 = (float(one.iteration_times([row("K80", 1, b)])[1][0]) for b in (16, 64))
+    assert o16 == pytest.approx(o64 * 0.5)

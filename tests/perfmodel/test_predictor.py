@@ -434,3 +434,23 @@ def test_a_job_over_nodes_is_never_faster_than_its_all_reduce_can_go(
     ring_s = 2 * 7 / 8 * 4 * r.params / (gbps / 8 * 1e9)
     got = predictor.predict([(job, hw)]).iters_per_s[0]
     assert got <= 1.0 / (0.5 * ring_s) * (1 + 1e-9)
+
+
+def test_a_job_far_below_its_measured_batches_is_not_sent_to_the_slowest_gpu(predictor: Predictor) -> None:
+    # shufflenet_v2 (CIFAR-100) was measured on one P100, V100, A40 and RTX 6000 at per-GPU batch 8 and up,
+    # never on a K80, so a K80 gets the measured anchor. At per-GPU batch 1 the measured trend (about the
+    # same step time from 8 to 32) says a K80 runs about 1/8 of its batch-8 samples/s; holding the FLOP/s
+    # of batch 8 instead had one K80 at 1 per GPU 2x faster than a V100 and 8 K80s (global batch 8, two
+    # 4-GPU nodes as in the simulator's Gavel cluster) at 0.85 of 8 V100s, where the true table has 0.26.
+    job = JobFeatures("shufflenet_v2", "cifar100", 8)
+    one = JobFeatures("shufflenet_v2", "cifar100", 1)
+
+    def samples(j: JobFeatures, hw: HardwareFeatures) -> float:
+        return predictor.predict_one(j, hw).samples_per_s[0]
+
+    k80_1, k80_8 = (samples(j, HardwareFeatures("K80", 1, 1, 1, "pcie")) for j in (one, job))
+    assert k80_1 <= 0.25 * k80_8
+    assert k80_1 < samples(one, HardwareFeatures("V100", 1, 1, 1, "nvlink"))
+    k80 = samples(job, HardwareFeatures("K80", 8, 4, 2, "pcie", 10))
+    v100 = samples(job, HardwareFeatures("V100", 8, 4, 2, "nvlink", 100))
+    assert v100 >= 1.5 * k80
