@@ -156,6 +156,8 @@ class Anchors:
             name = info.name if info else m.model.strip().lower()
             by[(name, dataset, m.precision, m.stack)][m.gpu_type].append(m)
         self._keys = sorted(by)
+        # Per group: (smallest, largest) measured log work per GPU per step of its 1-GPU curve.
+        self._work_range: list[tuple[float, float]] = []
         self._group_index = {k: i for i, k in enumerate(self._keys)}
         # Columns: every catalogued type, then one for anything else (never anchored).
         self._types = list(CANONICAL_TYPES)
@@ -212,6 +214,7 @@ class Anchors:
                     eff_of[(gpu_type, kind)] = {n: min(1.0, e) for n, e in zip(ns, effs, strict=True)}
             # The group's curve: the median of its types' normalised curves at the union of their batches.
             knots = sorted({v for u in types for v in norm[u][0][1:-1]})
+            self._work_range.append((knots[0], knots[-1]))
             pooled_curve = [statistics.median(float(np.interp(v, *norm[u])) for u in types) for v in knots]
             curves.add(knots, pooled_curve, _slope_below(knots, pooled_curve))
             # Efficiency tables: each type's own per node kind, and the median over the types (fallback).
@@ -317,6 +320,15 @@ class Anchors:
             and not r.spec.low_confidence
             and not bool(self.measured[g, self.type_index(r.spec.gpu_type)])
         )
+
+    def work_position(self, r: Resolved) -> int:
+        """Where a row's work per GPU per step lies against its group's measured 1-GPU curve: -1 below
+        its smallest measured work, 1 above its largest, 0 inside (or no anchor applies)."""
+        if not self.applies(r):
+            return 0
+        lo, hi = self._work_range[self.group_index(r.model, r.dataset, r.precision, stack_of(r))]
+        w = math.log(r.local_batch * r.flops_per_sample)
+        return -1 if w < lo - 1e-9 else (1 if w > hi + 1e-9 else 0)
 
     def iteration_times(self, rows: Sequence[Resolved]) -> tuple[FloatArray, FloatArray]:
         """``times_of`` for resolved rows: (anchored time of each row, of its 1-GPU twin); NaN where none."""

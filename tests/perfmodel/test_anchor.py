@@ -153,6 +153,8 @@ def test_below_the_smallest_measured_batch_the_curve_follows_its_measured_trend(
     a = Anchors(rows)
     t1 = {b: float(a.iteration_times([row("K80", 1, b)])[1][0]) for b in (1, 2, 8)}
     assert t1[1] == pytest.approx(t1[8]) and t1[2] == pytest.approx(t1[8])
+    assert [a.work_position(row("K80", 1, b)) for b in (1, 8, 16, 32, 64)] == [-1, 0, 0, 0, 1]
+    assert a.work_position(row("V100", 1, 1)) == 0  # measured there: no anchor
     # A curve whose measured FLOP/s stay flat (step time proportional to the batch) keeps doing so.
     flat = Anchors(
         [m(gpu, 1, b, its * 8 / b) for gpu, its in (("V100", 25.0), ("P100", 15.0)) for b in (8, 16, 32)]
