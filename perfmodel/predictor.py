@@ -650,9 +650,11 @@ class Predictor:
         measured at the job's precision and software stack but never on the question's GPU type: its
         measured speed carried over by the spec ratio, which gives a GPU generation the model never saw the
         physics answer where the learned correction would extrapolate (leave-one-generation-out, cold:
-        Ampere 30.0% -> 27.2% MRE, Hopper 36.6% -> 29.6%; ``bench/perfmodel_accuracy.py``). Pooled over
+        Ampere 33.4% -> 27.7% MRE, Hopper 38.1% -> 30.4%; ``bench/perfmodel_accuracy.py``). Pooled over
         every stack and precision and normalised by FP32 specs, as they once were, they sent tuned-code and
-        half-precision speeds to other GPUs (Ampere 75.7%) and were off by default.
+        half-precision speeds to other GPUs (Ampere 75.7%) and were off by default; held flat below the
+        smallest measured batch, they sent a job at per-GPU batch 1 to K80s in the simulator
+        (docs/perfmodel-accuracy.md, "Session 8").
         """
         with_anchors = anchors
         if path is None:
