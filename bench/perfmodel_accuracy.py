@@ -35,7 +35,7 @@ checkpointing, which the tables do not give), and ``Predictor.predict`` answers 
 every split also prints the learned-model rows and the perfmodel.llm rows apart.
 
 Run: ``nice python bench/perfmodel_accuracy.py [--shared ../shared/throughput] [--quick]
-[--splits random,logo-gen,lomo] [--draws 10]``.
+[--splits random,logo-gen,lomo] [--draws 10] [--no-anchors]``.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ from perfmodel.predictor import MeasuredInNode
 from perfmodel.train import DEFAULT_ROUNDS, fit, fit_forest, fit_physics, rows_of, training_table
 
 ROOT = Path(__file__).resolve().parents[1]
-# ``--anchors``: serve 'ours' with the measured anchors (``Predictor.load(anchors=True)``).
-ANCHORS = False
+# Serve 'ours' with the measured anchors, as ``Predictor.load`` does by default (``--no-anchors``: without).
+ANCHORS = True
 # The online correction's per-GPU-type level: the default first, then the same-run baselines.
 ONLINE_TRENDS = ("structural", "split")
 
@@ -92,7 +92,7 @@ def rel_err(pred_t: np.ndarray, true_t: np.ndarray) -> np.ndarray:
 def fit_ours(d: Data, train: Idx) -> Callable[[Idx], np.ndarray]:
     ms = [d.ms[i] for i in train]
     p = fit(ms)
-    # As ``Predictor.load`` builds it from the shipped table: in-node curves (anchors only when asked).
+    # As ``Predictor.load`` builds it from the shipped table: in-node curves and anchors.
     p.anchors = Anchors(ms) if ANCHORS else None
     p.measured = MeasuredInNode(ms)
     p.clear_cache()
@@ -317,11 +317,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer models in leave-one-model-out")
     ap.add_argument("--splits", default="random,logo-gen,lomo")
     ap.add_argument("--methods", default=",".join(METHODS))
-    ap.add_argument("--anchors", action="store_true", help="'ours' with the measured anchors")
+    ap.add_argument("--no-anchors", action="store_true", help="'ours' without the measured anchors")
     ap.add_argument("--draws", type=int, default=10, help="random draws of the k observed configurations")
     args = ap.parse_args(argv)
     global ANCHORS
-    ANCHORS = args.anchors
+    ANCHORS = not args.no_anchors
     if not args.shared.is_dir():
         shared = Path("/work/shared/throughput")
         args.shared = shared if shared.is_dir() else args.shared

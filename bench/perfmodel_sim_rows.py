@@ -6,7 +6,11 @@ nodes of each pool of a cluster (an 8-GPU job on gavel-heterogeneous is two 4-GP
 the relative error of the shipped predictor's throughput against ``perfmodel.truth.GroundTruth`` (the
 simulator's truth: research-table rows only) per (GPU count, node count) class and per GPU type, and the
 error of the predicted speed ratio between the cluster's GPU types (what a type-aware policy acts on).
-The same-run baseline is the truth table with the simulator's ``mre0.25`` injected error.
+The same-run baselines are the truth table with the simulator's ``mre0.25`` injected error and the same
+predictor without its measured anchors (``Predictor.load(anchors=False)``). Rows a measured anchor applies
+to (a model measured at its precision and stack, never on the row's GPU type) are also broken down by
+where their per-GPU work lies against the anchor's measured 1-GPU curve: below its smallest batch,
+inside, above its largest.
 
 Run: ``nice python bench/perfmodel_sim_rows.py [--cluster gavel-heterogeneous] [--jobs 400]``.
 """
@@ -21,6 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from perfmodel.predictor import Predictor
 from perfmodel.truth import GroundTruth
 from scheduler.core.types import Job, PlacementShape
 from scheduler.oracles.predictor import PredictorOracle
@@ -61,6 +66,27 @@ def questions(cluster: str, jobs: int, seed: int) -> list[tuple[Job, PlacementSh
     return out
 
 
+def anchor_positions(oracle: PredictorOracle, qs: Sequence[tuple[Job, PlacementShape]]) -> list[str | None]:
+    """Per question: where its per-GPU work lies against its measured anchor's 1-GPU curve ("below its
+    batches", "inside", "above its batches"), None where no anchor applies (or an LLM job)."""
+    from perfmodel.features import JobFeatures
+    from scheduler.oracles.predictor import hardware_features, job_features
+
+    p = oracle.predictor
+    out: list[str | None] = []
+    for job, shape in qs:
+        feats = job_features(job)
+        if p.anchors is None or type(feats) is not JobFeatures:
+            out.append(None)
+            continue
+        r = p.resolve(feats, hardware_features(shape))
+        if not p.anchors.applies(r):
+            out.append(None)
+            continue
+        out.append(("below its batches", "inside", "above its batches")[p.anchors.work_position(r) + 1])
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cluster", default="gavel-heterogeneous")
@@ -71,11 +97,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     qs = questions(a.cluster, a.jobs, a.seed)
     truth_table = GroundTruth.load()
     truth = np.asarray(TableOracle(truth_table).throughput(qs))
+    shipped = PredictorOracle.load()
     methods = {
-        "predictor": np.asarray(PredictorOracle.load().throughput(qs)),
+        "predictor": np.asarray(shipped.throughput(qs)),
+        "no anchors": np.asarray(PredictorOracle(Predictor.load(anchors=False)).throughput(qs)),
         "mre0.25": np.asarray(TableOracle(truth_table, mre=0.25, seed=a.seed, per_shape=True).throughput(qs)),
     }
     ok = truth > 0
+    where = anchor_positions(shipped, qs)
     print(f"{len(qs)} (job, compact shape) questions on {a.cluster}, {int(ok.sum())} with a true answer")
     groups: dict[str, list[int]] = defaultdict(list)
     for i, (_, shape) in enumerate(qs):
@@ -83,6 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             groups[f"{shape.num_gpus} GPU(s) on {shape.num_nodes} node(s)"].append(i)
             groups[f"type {shape.gpu_type}"].append(i)
             groups["all"].append(i)
+            if where[i] is not None:
+                groups[f"anchored, {where[i]}"].append(i)
     print(f"{'class':<28} {'n':>5}  " + "  ".join(f"{m + ' MRE (median)':>24}" for m in methods))
     for name in sorted(groups, key=lambda g: (g != "all", g)):
         idx = np.asarray(groups[name])

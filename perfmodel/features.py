@@ -8,14 +8,16 @@ corrects, the same vectorised function for training and serving:
 
     iteration time = compute(per-GPU batch) + sync(parameter bytes, slowest link of the placement)
 
-- compute = a smooth roofline of the FLOP-bound time (per-GPU batch x FLOPs per sample / (peak FLOP/s x
-  efficiency)) and the memory-bound time (the same FLOPs x bytes factor / (arithmetic intensity of the
-  family x memory bandwidth)), ``(flop^p + memory^p)^(1/p)``, plus weight traffic (12 x parameters over
-  memory bandwidth) and a fixed step overhead, divided by the software stack's speed factor. The peak is
-  the GPU's dense rate at the job's precision (``GPUSpec.tflops``: TF32 for convolutional networks in
-  fp32 on Ampere and newer, as PyTorch does by default; tensor cores for amp/bf16/fp8); the bytes factor
-  is 1 for fp32/tf32 and 1/2 for 16-bit and fp8 activations. A GPU the model never saw gets a time from
-  its datasheet figures.
+- compute = the FLOP-bound time (per-GPU batch x FLOPs per sample / (peak FLOP/s x efficiency)) and the
+  memory-bound time (the same FLOPs x bytes factor / (arithmetic intensity of the family x memory
+  bandwidth)) combined as ``(flop^p + memory^p)^(1/p)`` (p fitted by ``perfmodel.train``; held at 1, a sum,
+  it cost leave-one-model-out 6 points of MRE once anchors carried the held-out generations, see
+  docs/perfmodel-accuracy.md "Session 7"), plus weight traffic
+  (12 x parameters over memory bandwidth) and a fixed step overhead, divided by the software stack's
+  speed factor. The peak is the GPU's dense rate at the job's precision (``GPUSpec.tflops``: TF32 for
+  convolutional networks in fp32 on Ampere and newer, as PyTorch does by default; tensor cores for
+  amp/bf16/fp8); the bytes factor is 1 for fp32/tf32 and 1/2 for 16-bit and fp8 activations. A GPU the
+  model never saw gets a time from its datasheet figures.
 - sync = ring all-reduce: 2 (n-1)/n x parameter bytes (fp32 gradients) / slowest link bandwidth, at 70%
   efficiency, plus 50 us per ring step, times the share not hidden behind the backward pass. The
   slowest link is the network (``network_gbps``) when the job spans nodes, else NVLink (per-direction

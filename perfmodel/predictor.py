@@ -14,13 +14,15 @@ same job on one GPU at the same per-GPU batch: data parallelism never scales bet
 (``time >= t1``); an iteration never takes less than its gradient all-reduce at the slowest link's line
 rate (``time >= Design.sync_floor``: the learned correction cannot cancel a slow network it never saw,
 which sent 8-GPU jobs over two servers of the simulator's K80 pool to 13x their true speed); and a job
-inside one NVLink node is never slower in total than on one of its GPUs (``time <= n x t1``; the
-table's few rows that are, 6 of the benchmark's random hold-out, cost that split a point of MRE).
+inside one NVLink node is never slower in total than on one of its GPUs (``time <= n x t1``), except
+inside a measured in-node curve that falls (``MeasuredInNode.follows``, where the in-node envelope does
+not apply either): the table measured such drops, and holding the guard there cost the benchmark's
+random hold-out about a point of MRE.
 Serving evaluates exactly the functions training does: each batch of rows becomes a matrix of
 ``Resolved.nums``, then ``features.design_of_nums`` and ``LearnedModel.times`` (scaling model,
 features, forests, the measured-anchor blend of ``perfmodel.anchor`` where a predictor has anchors --
-``Predictor.load(anchors=True)``; off by default -- and the guards); there is no second copy of any of
-them here.
+``Predictor.load`` builds them from the shipped table; ``anchors=False`` leaves them out -- and the
+guards); there is no second copy of any of them here.
 
 In-node envelope: a row on ``n`` > 1 GPUs of one node to which the rule applies is computed together
 with the same job (same global batch) on 1 .. n-1 GPUs of the same GPU, interconnect and node, and gets the
@@ -403,12 +405,15 @@ class LearnedModel:
         d: Design,
         anchored: tuple[FloatArray, FloatArray] | None = None,
         seen: npt.NDArray[np.bool_] | None = None,
+        follows: npt.NDArray[np.bool_] | None = None,
     ) -> tuple[FloatArray, FloatArray]:
         """(predicted iteration time, predicted 1-GPU time at the same per-GPU batch) per row.
 
         ``anchored`` (from ``perfmodel.anchor.Anchors``) gives measured-anchor times for the rows and their
         1-GPU twins (NaN where none applies); they are blended in log space before the guards. ``seen``
         marks the rows whose GPU type was measured (``gpu_forest`` applies); None = every row.
+        ``follows`` marks the rows inside a measured in-node curve that falls (``MeasuredInNode.follows``):
+        there the NVLink guard (never slower than one GPU) is left out, as the measurements break it.
         """
         multi = d.num_gpus > 1
         k = d.x.shape[0]
@@ -434,6 +439,8 @@ class LearnedModel:
         if any_multi:
             t[multi] = np.maximum(t[multi], np.maximum(t1[multi], d.sync_floor[multi]))
             nvl = multi & (d.link_class == LINK_NVLINK)
+            if follows is not None:
+                nvl &= ~follows
             t[nvl] = np.minimum(t[nvl], d.num_gpus[nvl] * t1[nvl])
         return t, t1
 
@@ -636,13 +643,19 @@ class Predictor:
         self._classes: dict[_Key, int] = {}
 
     @classmethod
-    def load(cls, path: Path | None = None, cache_size: int = 65536, anchors: bool = False) -> Predictor:
+    def load(cls, path: Path | None = None, cache_size: int = 65536, anchors: bool = True) -> Predictor:
         """Load the shipped model (or ``path``); ``ModelFileError`` if missing, corrupt or other schema.
 
-        ``anchors=True`` also blends the measured anchors (``perfmodel.anchor``) in: off by default, as
-        they pool a model's rows of every software stack and precision normalised by FP32 specs, which
-        sends tuned-code and half-precision speeds to other GPUs (leave-one-generation-out, Ampere:
-        103% MRE with them, 34% without; ``bench/perfmodel_accuracy.py``)."""
+        ``anchors`` (default on) blends the measured anchors (``perfmodel.anchor``) in where a model was
+        measured at the job's precision and software stack but never on the question's GPU type: its
+        measured speed carried over by the spec ratio, which gives a GPU generation the model never saw the
+        physics answer where the learned correction would extrapolate (leave-one-generation-out, cold:
+        Ampere 33.4% -> 27.7% MRE, Hopper 38.1% -> 30.4%; ``bench/perfmodel_accuracy.py``). Pooled over
+        every stack and precision and normalised by FP32 specs, as they once were, they sent tuned-code and
+        half-precision speeds to other GPUs (Ampere 75.7%) and were off by default; held flat below the
+        smallest measured batch, they sent a job at per-GPU batch 1 to K80s in the simulator
+        (docs/perfmodel-accuracy.md, "Session 8").
+        """
         with_anchors = anchors
         if path is None:
             with resources.as_file(resources.files("perfmodel") / "data" / MODEL_FILE) as p:
@@ -684,7 +697,11 @@ class Predictor:
         jp = resolve_job(job) if job.key not in self._jobs else None
         hp = resolve_hw(hw) if hw.key not in self._hws else None
         if jp is not None:
-            group = self.anchors.group_index(jp.model, jp.dataset) if self.anchors is not None else -1
+            group = (
+                self.anchors.group_index(jp.model, jp.dataset, jp.precision, job.stack)
+                if self.anchors is not None
+                else -1
+            )
             curve = self.measured.group_index(jp.model, jp.dataset) if self.measured is not None else 0
             self._jobs[job.key] = self._jtab.add(
                 (*jp.nums, jp.precision_index, group, jp.low_confidence, curve)
@@ -817,7 +834,17 @@ class Predictor:
         m[:, _JN + _H_GPN] = gpn
         m[:, -1] = ht[o, _H_TF + jt[o, _J_PREC].astype(np.intp)]
         d = design_of_nums(m, self.model.physics)
-        t, t1 = self.model.times(d, self._anchored(jt[o], ht[o], m), ht[o, _H_SEEN] > 0)
+        # Inside a measured in-node curve that falls the NVLink guard yields (with or without the envelope;
+        # "always" puts the envelope over every such row anyway).
+        follows = None
+        if self.measured is not None and self.envelope != "always":
+            follows = (nodes == 1.0) & self.measured.follows(
+                jt[o, _J_CURVE].astype(np.intp),
+                ht[o, _H_CTYPE].astype(np.intp),
+                ht[o, _H_LINK] == LINK_NVLINK,
+                g,
+            )
+        t, t1 = self.model.times(d, self._anchored(jt[o], ht[o], m), ht[o, _H_SEEN] > 0, follows)
         samples: FloatArray = m[:, 0] / t
         return samples, t1
 
@@ -847,6 +874,7 @@ class Predictor:
                 (m[ai, _JN + _H_NODES] > 1).astype(np.float64),
                 np.log(m[ai, -1]),
                 ht[ai, _H_LOGBW],
+                np.log(m[ai, 2]),
             )
         return at, at1
 

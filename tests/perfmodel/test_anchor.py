@@ -9,6 +9,7 @@ import pytest
 
 from perfmodel.anchor import Anchors
 from perfmodel.features import HardwareFeatures, JobFeatures, Resolved, resolve
+from perfmodel.gpus import gpu_spec
 from perfmodel.measurements import Measurement
 
 
@@ -22,8 +23,15 @@ def m(gpu: str, n: int, batch: int, its: float, nodes: int = 1) -> Measurement:
 ANCHORS = Anchors(
     [m("V100", 1, 32, 8.0), m("V100", 1, 128, 3.0), m("V100", 4, 256, 4.5), m("T4", 1, 64, 1.5)]
 )
-# sqrt(FP32 TFLOP/s x memory GB/s) of the datasheets in perfmodel.gpus
-SPEC = {"V100": math.sqrt(15.7 * 900), "T4": math.sqrt(8.1 * 320), "A100": math.sqrt(19.5 * 1555)}
+# sqrt(peak TFLOP/s x memory GB/s) of the datasheets in perfmodel.gpus, the peak the scaling model uses
+# for ResNet-50 in fp32: FP32 before Ampere, TF32 (PyTorch's default for convolutions) on the A100.
+SPEC = {
+    "V100": math.sqrt(15.7 * 900),
+    "T4": math.sqrt(8.1 * 320),
+    "A100": math.sqrt(
+        gpu_spec("A100").tflops("fp32", tf32_convolutions=True) * gpu_spec("A100").memory_bandwidth_gbs
+    ),
+}
 
 
 def row(gpu: str, n: int, batch: int, model: str = "resnet50", nodes: int = 1) -> Resolved:
@@ -91,3 +99,74 @@ def test_anchor_moves_smoothly_with_the_per_gpu_batch_and_gpu_count() -> None:
     rows = [row("A100", n, 256) for n in range(1, 9)]
     total = 256 / ANCHORS.iteration_times(rows)[0]
     assert (np.diff(total) > 0).all()
+
+
+def _speed(gpu: str, precision: str) -> float:
+    s = gpu_spec(gpu)
+    return math.sqrt(s.tflops(precision) * s.memory_bandwidth_gbs)
+
+
+def test_groups_are_per_precision_and_stack_and_fp8_takes_the_16_bit_runs() -> None:
+    # BERT in bf16 research code on V100 (8 it/s at 32 = 256 samples/s) and in MLPerf code 3x faster:
+    # an H100 bf16 research job is anchored by the research runs alone, scaled by the bf16 spec; an fp8
+    # one (never measured in fp8) by the same runs, scaled to the FP8 peak; fp32 has no group at all.
+    def bert(its: float, stack: str) -> Measurement:
+        return Measurement(
+            "t", "bert", "squad", 32, "V100", 1, 1, 1, "nvlink", 100.0, its, precision="bf16", stack=stack
+        )
+
+    a = Anchors([bert(8.0, "research"), bert(24.0, "mlperf")])
+
+    def t1(precision: str, stack: str = "research") -> float:
+        r = resolve(JobFeatures("bert", "squad", 32, precision, stack=stack), HardwareFeatures("H100", 1, 1))
+        return float(a.iteration_times([r])[1][0])
+
+    assert t1("bf16") == pytest.approx(32 / (256 * _speed("H100", "bf16") / _speed("V100", "bf16")))
+    assert t1("fp8") == pytest.approx(32 / (256 * _speed("H100", "fp8") / _speed("V100", "bf16")))
+    assert t1("bf16", "mlperf") == pytest.approx(t1("bf16") / 3)
+    assert math.isnan(t1("fp32"))
+
+
+def test_one_models_rows_of_other_work_per_sample_share_one_curve_in_flops() -> None:
+    # A custom LLM measured on A100 at 2 samples of 1e12 FLOPs per step (4 samples/s, 4e12 FLOP/s) and at
+    # 2 samples of 4e12 FLOPs (1.25 samples/s, 5e12 FLOP/s): on an H100 a job of 2 samples of 2e12 FLOPs
+    # (4e12 FLOPs per step, log-halfway) runs sqrt(4e12 x 5e12) FLOP/s x the spec ratio.
+    def llm(flops: float, its: float) -> Measurement:
+        return Measurement(
+            "t", "my-llm", "text", 2, "A100", 1, 1, 1, "nvlink", 100.0, its, precision="bf16",
+            stack="llm", params=1e9, flops_per_sample=flops,
+        )  # fmt: skip
+
+    a = Anchors([llm(1e12, 2.0), llm(4e12, 0.625)])
+    job = JobFeatures("my-llm", "text", 2, "bf16", 1e9, 2e12, "llm")
+    t = a.iteration_times([resolve(job, HardwareFeatures("H100", 1, 1))])[1][0]
+    rate = math.sqrt(4e12 * 5e12) * _speed("H100", "bf16") / _speed("A100", "bf16")
+    assert t == pytest.approx(2 * 2e12 / rate)
+
+
+def test_below_the_smallest_measured_batch_the_curve_follows_its_measured_trend() -> None:
+    # An overhead-bound model: V100 and P100 take the same step time at per-GPU batch 8, 16 and 32 (their
+    # FLOP/s rise as fast as the batch). On a K80 (never measured) at per-GPU batch 1 the anchor keeps
+    # that trend, the same step time as at 8 (1/8 of its samples/s), instead of holding the FLOP/s of
+    # batch 8 (which made it as fast per sample as at 8, and 8 K80s faster than they run).
+    rows = [m(gpu, 1, b, its) for gpu, its in (("V100", 25.0), ("P100", 15.0)) for b in (8, 16, 32)]
+    a = Anchors(rows)
+    t1 = {b: float(a.iteration_times([row("K80", 1, b)])[1][0]) for b in (1, 2, 8)}
+    assert t1[1] == pytest.approx(t1[8]) and t1[2] == pytest.approx(t1[8])
+    assert [a.work_position(row("K80", 1, b)) for b in (1, 8, 16, 32, 64)] == [-1, 0, 0, 0, 1]
+    assert a.work_position(row("V100", 1, 1)) == 0  # measured there: no anchor
+    # A curve whose measured FLOP/s stay flat (step time proportional to the batch) keeps doing so.
+    flat = Anchors(
+        [m(gpu, 1, b, its * 8 / b) for gpu, its in (("V100", 25.0), ("P100", 15.0)) for b in (8, 16, 32)]
+    )
+    f1, f8 = (float(flat.iteration_times([row("K80", 1, b)])[1][0]) for b in (1, 8))
+    assert f1 == pytest.approx(f8 / 8)
+    # Measured FLOP/s that fall with the batch at the low end (noise) are held flat below (the step
+    # time never grows as the batch shrinks), and one measured batch has no trend: the middle of the
+    # bounds (step time x (b / b0)^0.5).
+    noisy = Anchors([m("V100", 1, 8, 30.0), m("V100", 1, 16, 10.0)])
+    n1, n8 = (float(noisy.iteration_times([row("K80", 1, b)])[1][0]) for b in (1, 8))
+    assert n1 == pytest.approx(n8 / 8)
+    one = Anchors([m("V100", 1, 64, 4.0)])
+    o16, o64 = (float(one.iteration_times([row("K80", 1, b)])[1][0]) for b in (16, 64))
+    assert o16 == pytest.approx(o64 * 0.5)

@@ -152,12 +152,15 @@ def test_nvlink_node_scaling_is_between_one_gpu_and_linear(
     predictor: Predictor, model: str, product: str, per_gpu: int, precision: str, n: int
 ) -> None:
     # Same per-GPU batch on 1 and n GPUs of one NVLink node: inside an NVLink node a job is never slower
-    # in total than on one of its GPUs, and never faster than linear scaling from one GPU (at the same
-    # per-GPU batch, or a larger one the in-node envelope looked at).
+    # in total than on one of its GPUs -- except inside a measured in-node curve that falls, where the
+    # predictor follows the measurements (the envelope does not apply there) -- and never faster than
+    # linear scaling from one GPU (at the same per-GPU batch, or a larger one the envelope looked at).
     one = (JobFeatures(model, "", per_gpu, precision), HardwareFeatures(product, 1, 1, 1, "nvlink"))
     many = (JobFeatures(model, "", per_gpu * n, precision), HardwareFeatures(product, n, n, 1, "nvlink"))
     s1, sn = predictor.predict([one, many]).samples_per_s
-    assert s1 * (1 - 1e-9) <= sn <= _linear_bound(predictor, *many, n) * (1 + 1e-9)
+    assert sn <= _linear_bound(predictor, *many, n) * (1 + 1e-9)
+    if predictor.envelope_applies(*many):
+        assert s1 * (1 - 1e-9) <= sn
 
 
 @settings(max_examples=40, deadline=None)
@@ -237,11 +240,11 @@ def test_batch_path_equals_the_per_row_reference(predictor: Predictor) -> None:
     # The batch path (numeric tables, array anchors) must give the numbers of the plain per-row path.
     rows = _sample_rows()
     resolved = [resolve(j, h) for j, h in rows]
-    # With and without measured anchors (off in the default predictor; ``Predictor.load(anchors=True)``).
-    anchored = Predictor.load(anchors=True)
-    assert predictor.anchors is None and anchored.anchors is not None
-    assert np.isfinite(anchored.anchors.iteration_times(resolved)).sum() > 50  # the sample uses anchors
-    for p in (anchored, predictor):
+    # With and without measured anchors (on in the default predictor; ``Predictor.load(anchors=False)``).
+    plain = Predictor.load(anchors=False)
+    assert predictor.anchors is not None and plain.anchors is None
+    assert np.isfinite(predictor.anchors.iteration_times(resolved)).sum() > 50  # the sample uses anchors
+    for p in (plain, predictor):
         raw = Predictor(p.model, p.meta, anchors=p.anchors, in_node_envelope=False)
         got_raw = raw.predict(rows)
         want = _per_row_reference(p, rows)
@@ -335,7 +338,14 @@ def _check_in_node_sweep(
     """``s``: samples/s of one job on 1..N GPUs of one node (``rows``). Where the envelope applies (every
     extrapolated row), a count never predicts less than any smaller count; inside a measured in-node curve
     that falls, the prediction is the learned model's own (it may fall, as the measurements do)."""
-    raw = Predictor(predictor.model, predictor.meta, anchors=predictor.anchors, in_node_envelope=False)
+    # The same measured in-node curves (inside one that falls the NVLink guard yields too), no envelope.
+    raw = Predictor(
+        predictor.model,
+        predictor.meta,
+        anchors=predictor.anchors,
+        measured=predictor.measured,
+        in_node_envelope=False,
+    )
     unguarded = raw.predict(rows).samples_per_s
     for k, row in enumerate(rows):
         if predictor.envelope_applies(*row):
@@ -424,3 +434,23 @@ def test_a_job_over_nodes_is_never_faster_than_its_all_reduce_can_go(
     ring_s = 2 * 7 / 8 * 4 * r.params / (gbps / 8 * 1e9)
     got = predictor.predict([(job, hw)]).iters_per_s[0]
     assert got <= 1.0 / (0.5 * ring_s) * (1 + 1e-9)
+
+
+def test_a_job_far_below_its_measured_batches_is_not_sent_to_the_slowest_gpu(predictor: Predictor) -> None:
+    # shufflenet_v2 (CIFAR-100) was measured on one P100, V100, A40 and RTX 6000 at per-GPU batch 8 and up,
+    # never on a K80, so a K80 gets the measured anchor. At per-GPU batch 1 the measured trend (about the
+    # same step time from 8 to 32) says a K80 runs about 1/8 of its batch-8 samples/s; holding the FLOP/s
+    # of batch 8 instead had one K80 at 1 per GPU 2x faster than a V100 and 8 K80s (global batch 8, two
+    # 4-GPU nodes as in the simulator's Gavel cluster) at 0.85 of 8 V100s, where the true table has 0.26.
+    job = JobFeatures("shufflenet_v2", "cifar100", 8)
+    one = JobFeatures("shufflenet_v2", "cifar100", 1)
+
+    def samples(j: JobFeatures, hw: HardwareFeatures) -> float:
+        return predictor.predict_one(j, hw).samples_per_s[0]
+
+    k80_1, k80_8 = (samples(j, HardwareFeatures("K80", 1, 1, 1, "pcie")) for j in (one, job))
+    assert k80_1 <= 0.25 * k80_8
+    assert k80_1 < samples(one, HardwareFeatures("V100", 1, 1, 1, "nvlink"))
+    k80 = samples(job, HardwareFeatures("K80", 8, 4, 2, "pcie", 10))
+    v100 = samples(job, HardwareFeatures("V100", 8, 4, 2, "nvlink", 100))
+    assert v100 >= 1.5 * k80
