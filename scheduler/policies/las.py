@@ -57,7 +57,7 @@ from scheduler.policies.base import FreeByType, TypeInfo, batch_throughput, repl
 from scheduler.policies.config import Heterogeneity, parse_config, require
 from scheduler.policies.greedy import Request, Reservation, greedy_allocate
 from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_type
-from scheduler.policies.type_planner import DEFAULT_HORIZON_S, aware_orders, move_pays
+from scheduler.policies.type_planner import DEFAULT_HORIZON_S, EvictionPrice, aware_orders, move_pays
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +152,9 @@ class LasPolicy:
         consolidate = None
         if self.config.consolidate:
             consolidate = _Consolidation(snapshot, oracle, self.config.horizon_s)
+        evict_pays = None
+        if orders:  # aware, several GPU types: an eviction must pay its victims' restarts
+            evict_pays = EvictionPrice(snapshot, jobs, horizon_s=self.config.horizon_s)
         return greedy_allocate(
             snapshot,
             jobs,
@@ -160,6 +163,7 @@ class LasPolicy:
             reservation=reservation,
             consolidate=consolidate,
             no_cascade=self.config.heterogeneity == "aware",
+            evict_pays=evict_pays,
         )
 
     def incremental(

@@ -133,6 +133,80 @@ def move_pays(
     return gain > MOVE_MARGIN * (1 + max(0, restarts)) * cost, cost
 
 
+def eviction_pays(
+    need_gpus: int,
+    wait_s: float,
+    victims: Sequence[Job],
+    victim_gpus: Sequence[int],
+    *,
+    restart_cost_s: float,
+    horizon_s: float,
+) -> bool:
+    """Whether evicting ``victims`` (running on ``victim_gpus`` GPUs each) so that a job needing
+    ``need_gpus`` GPUs starts now, instead of in ``wait_s`` seconds when GPUs free up without evicting
+    anyone, pays: in GPU-seconds (LAS's own currency), the service the job gains, ``need_gpus x
+    min(wait_s, horizon_s)``, must exceed what the evictions waste, each victim's restart plus the
+    progress since its last checkpoint, times ``(1 + restarts)`` as for a move (``move_pays``): a job
+    evicted many times is evicted again only for a long wait.
+    """
+    cost = 0.0
+    for v, g in zip(victims, victim_gpus, strict=True):
+        lost = max(0.0, v.progress - v.checkpoint_progress)
+        speed = v.observed_throughput or 0.0
+        lost_s = lost / speed if speed > 0 else 0.0
+        cost += (1 + max(0, v.restarts)) * g * (restart_cost_s + lost_s)
+    return need_gpus * min(wait_s, horizon_s) > MOVE_MARGIN * cost
+
+
+class EvictionPrice:
+    """``greedy_allocate``'s ``evict_pays`` for one round: a job evicts only when waiting for GPUs of the
+    type to free up would cost it more than the evictions cost their victims (``eviction_pays``).
+
+    The wait is predicted from the running jobs' measured throughput (``Job.observed_throughput``):
+    each finishes its remaining work at that rate, and the wait is until the GPUs free on the type
+    plus those of the jobs finished by then reach the job's gang (jobs not measured yet never finish
+    in it; node boundaries and other waiting jobs are not counted, so the wait is a lower bound).
+    """
+
+    def __init__(
+        self, snapshot: ClusterSnapshot, jobs: Sequence[Job], *, horizon_s: float = DEFAULT_HORIZON_S
+    ) -> None:
+        self._now = snapshot.now
+        self._restart_s = snapshot.restart_cost_s
+        self._horizon_s = horizon_s
+        self._jobs = {j.name: j for j in jobs}
+        self._gpus = {name: a.total_gpus for name, a in snapshot.allocations.items()}
+        ends: dict[str, list[tuple[float, int]]] = {}
+        for name, a in snapshot.allocations.items():
+            j = self._jobs.get(name)
+            speed = j.observed_throughput if j is not None else None
+            if j is not None and speed and speed > 0:
+                ends.setdefault(a.gpu_type, []).append((j.remaining_work / speed, a.total_gpus))
+        self._ends = {t: sorted(e) for t, e in ends.items()}
+
+    def wait_s(self, need_gpus: int, gpu_type: str, free_gpus: int) -> float:
+        """Predicted seconds until ``need_gpus`` GPUs of ``gpu_type`` are free without evicting."""
+        have = free_gpus
+        for end, g in self._ends.get(gpu_type, ()):
+            if have >= need_gpus:
+                break
+            have += g
+            if have >= need_gpus:
+                return end
+        return 0.0 if have >= need_gpus else math.inf
+
+    def __call__(self, job: Job, gpu_type: str, victims: Sequence[str], free_gpus: int) -> bool:
+        wait = self.wait_s(job.min_gpus, gpu_type, free_gpus)
+        return eviction_pays(
+            job.min_gpus,
+            wait,
+            [self._jobs[v] for v in victims],
+            [self._gpus[v] for v in victims],
+            restart_cost_s=self._restart_s,
+            horizon_s=self._horizon_s,
+        )
+
+
 class TypePlanner:
     """Per-round GPU type lists for jobs in a policy's rank order (see the module docstring)."""
 
