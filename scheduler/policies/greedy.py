@@ -89,7 +89,8 @@ _EVICTION_DOES_NOT_PAY = Unschedulable(
 
 #: ``evict_pays(job, gpu_type, victims, free_gpus)``: whether evicting the running jobs named ``victims``
 #: from ``gpu_type`` so that ``job`` starts now pays (``free_gpus``: GPUs of that type free before
-#: evicting); the policy prices it (see ``greedy_allocate``)
+#: evicting, less those wanted by the jobs ahead of it in the walk that wait for that type first: they
+#: would get GPUs freed there before it; may be negative); the policy prices it (``greedy_allocate``)
 EvictPays = Callable[[Job, str, Sequence[str], int], bool]
 #: ``try_place``'s answer when every option fails only for want of free GPUs (see ``short_of_gpus``)
 _SHORT_OF_GPUS = Unschedulable("waiting for free GPUs of an allowed type")
@@ -217,6 +218,9 @@ class _Walk:
         self.allocations = snapshot.allocations
         self.no_cascade = no_cascade
         self.evict_pays = evict_pays
+        #: GPUs wanted by the jobs walked so far that wait, by the first GPU type of their request: the
+        #: GPUs freed on a type go to them before a job behind them (``evict_pays``'s ``free_gpus``)
+        self.queued: dict[str, int] = {}
         self.index = FreeIndex(snapshot.nodes, snapshot.free_by_node())
         self.decisions, self.reserved = _settle_running(self.index, snapshot, jobs)
         self.rank_of = {r.job.name: r.rank for r in requests}
@@ -297,7 +301,7 @@ class _Walk:
                     self.victims_by_type,
                     preempt_margin,
                     self.preempted_by,
-                    self.evict_pays,
+                    self._evict_pays if self.evict_pays is not None else None,
                 )
         if isinstance(res, Allocation):
             self.index.commit(res)
@@ -305,6 +309,9 @@ class _Walk:
             self.decisions[name] = Decision(name, res, req.note)
         else:
             self._wait(req, res, types_, cur, starving, lifted)
+            if res.resolvable and types_:
+                gpus = min(req.replicas) * req.job.gpus_per_replica
+                self.queued[types_[0]] = self.queued.get(types_[0], 0) + gpus
             if strict and self.blocked_by is None and res.resolvable:
                 self.blocked_by = name
             if not res.resolvable:
@@ -314,6 +321,11 @@ class _Walk:
         if lifted and self.hold is not None:
             self.hold = _rehold(self.index, self.hold)
         self.ahead += 1
+
+    def _evict_pays(self, job: Job, gpu_type: str, victims: Sequence[str], free_gpus: int) -> bool:
+        """``evict_pays`` with ``free_gpus`` net of what the waiting jobs walked so far want there."""
+        pays = self.evict_pays
+        return pays is None or pays(job, gpu_type, victims, free_gpus - self.queued.get(gpu_type, 0))
 
     def _keep(
         self,

@@ -164,8 +164,9 @@ class EvictionPrice:
 
     The wait is predicted from the running jobs' measured throughput (``Job.observed_throughput``):
     each finishes its remaining work at that rate, and the wait is until the GPUs free on the type
-    plus those of the jobs finished by then reach the job's gang (jobs not measured yet never finish
-    in it; node boundaries and other waiting jobs are not counted, so the wait is a lower bound).
+    plus those of the jobs finished by then reach the job's gang, after the gangs of the waiting jobs
+    ahead of it that want that type first (``free_gpus`` comes net of those; jobs not measured yet
+    never finish in it; node boundaries are not counted).
     """
 
     def __init__(
@@ -185,7 +186,8 @@ class EvictionPrice:
         self._ends = {t: sorted(e) for t, e in ends.items()}
 
     def wait_s(self, need_gpus: int, gpu_type: str, free_gpus: int) -> float:
-        """Predicted seconds until ``need_gpus`` GPUs of ``gpu_type`` are free without evicting."""
+        """Predicted seconds until ``need_gpus`` GPUs of ``gpu_type`` are free without evicting, with
+        ``free_gpus`` free now (negative: owed to jobs ahead)."""
         have = free_gpus
         for end, g in self._ends.get(gpu_type, ()):
             if have >= need_gpus:

@@ -261,7 +261,7 @@ def test_an_evicted_job_restarts_at_once_on_free_gpus_of_another_type() -> None:
     assert kinds == {"new": (ActionKind.START, "V100"), "low": (ActionKind.RESIZE, "K80")}
 
 
-def _eviction_round(policy: str, old_restarts: int):  # type: ignore[no-untyped-def]
+def _eviction_round(policy: str, old_restarts: int, queued_ahead: bool = False):  # type: ignore[no-untyped-def]
     # one V100 node of 2 GPUs and one K80: "old" (LAS queue 2, restarted ``old_restarts`` times) and
     # "soon" (queue 0, 60 s of work left) run on the V100s, "k" (queue 0) on the K80; "new" (queue 0)
     # fits nowhere unless "old" is evicted, or in 60 s when "soon" finishes
@@ -273,6 +273,8 @@ def _eviction_round(policy: str, old_restarts: int):  # type: ignore[no-untyped-
     soon = with_(job("soon").work(1000).progress(940, 940).attained(600).build(), observed_throughput=1.0)
     k = with_(job("k").work(1e6).progress(10, 10).attained(600).build(), observed_throughput=1.0)
     new = job("new").work(1e6).submitted(50).build()
+    # "ahead" (queue 0, before "new") needs both V100s: it cannot start, nor evict enough, and waits
+    ahead = job("ahead").replicas(2).work(1e6).submitted(40).build()
     snap = snapshot(
         nodes,
         now=100,
@@ -283,13 +285,9 @@ def _eviction_round(policy: str, old_restarts: int):  # type: ignore[no-untyped-
         ],
     )
     config = {} if policy == "aware" else {"heterogeneity": "agnostic"}
-    res = run_round(
-        snap,
-        [old, soon, k, new],
-        make_policy("las", config),
-        FakeOracle(speed={"V100": 2.0}),
-        costs=RoundCosts(30),
-    )
+    jobs = [old, soon, k, new, *([ahead] if queued_ahead else [])]
+    oracle = FakeOracle(speed={"V100": 2.0, ("ahead", "K80"): 0.0})
+    res = run_round(snap, jobs, make_policy("las", config), oracle, costs=RoundCosts(30))
     return {a.job: a.kind for a in res.actions}, res
 
 
@@ -305,6 +303,11 @@ def test_an_eviction_must_pay_its_victims_restarts() -> None:
     # agnostic LAS (the baseline) evicts whatever the victim's restarts
     kinds, _ = _eviction_round("agnostic", 5)
     assert kinds["old"] is ActionKind.PREEMPT and kinds["new"] is ActionKind.START
+    # with "ahead" waiting for both V100s, the V100 that "soon" frees goes to it, not to "new": waiting
+    # would take "new" far longer than 60 s, so evicting "old" pays again
+    kinds, res = _eviction_round("aware", 5, queued_ahead=True)
+    assert kinds["old"] is ActionKind.PREEMPT and kinds["new"] is ActionKind.START
+    assert "ahead" not in kinds
 
 
 def test_eviction_pays_arithmetic() -> None:
