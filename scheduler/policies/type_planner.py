@@ -53,6 +53,18 @@ on its asked GPUs of type t, one batched oracle call):
    often be followed by another); any other running job lists its current type first, so it keeps it.
    A job that a higher-ranked one evicts may restart at once on free GPUs of another type, but the
    aware policies do not let it evict in turn there (``greedy_allocate(no_cascade=True)``).
+   **Evictions priced** (``EvictionPrice``, aware LAS): the policy's order says who may evict
+   whom; a job that does not fit evicts only when what it would lose by waiting, its GPUs times the
+   predicted wait until enough GPUs of the type free up without evicting (running jobs finishing at
+   their measured rate, after the gangs of waiting jobs ahead of it; at most ``horizon_s``), beats what
+   the evictions waste, each victim's GPUs times (its restart cost plus the time to redo its work since
+   its last checkpoint) times (1 + its restarts so far), the bar moves pay. Otherwise it waits (its
+   decision says so) or evicts on its next type. At a 30 s restart a first eviction passes unless a
+   completion is under a minute away; a job evicted k times is evicted again only for a wait of about
+   k restart costs: the long LAS queue-2 jobs that were restarted on GPUs a completion freed and
+   evicted from them by the next arrival, dozens of times an hour, now keep them. Not for SRSF: it
+   met the churn bound without it, and with it the predictor's share of its gain on one Philly
+   draw fell 83% -> 75% (docs/performance.md, "Evictions priced").
    Types where a job is predicted to make no progress are left out; a job predicted to make none
    anywhere keeps the free-GPU order.
 
