@@ -62,7 +62,8 @@ on its asked GPUs of type t, one batched oracle call):
    decision says so) or evicts on its next type. At a 30 s restart a first eviction passes unless a
    completion is under a minute away; a job evicted k times is evicted again only for a wait of about
    k restart costs: the long LAS queue-2 jobs that were restarted on GPUs a completion freed and
-   evicted from them by the next arrival, dozens of times an hour, now keep them. Not for SRSF: it
+   evicted from them by the next arrival, dozens of times an hour, now keep them. Elastic victims are
+   not priced (a restart is how one running small regains its size). Not for SRSF: it
    met the churn bound without it, and with it the predictor's share of its gain on one Philly
    draw fell 83% -> 75% (docs/performance.md, "Evictions priced").
    Types where a job is predicted to make no progress are left out; a job predicted to make none
@@ -159,7 +160,8 @@ def eviction_pays(
     anyone, pays: in GPU-seconds (LAS's own currency), the service the job gains, ``need_gpus x
     min(wait_s, horizon_s)``, must exceed what the evictions waste, each victim's restart plus the
     progress since its last checkpoint, times ``(1 + restarts)`` as for a move (``move_pays``): a job
-    evicted many times is evicted again only for a long wait.
+    evicted many times is evicted again only for a long wait. An eviction that wastes nothing (no
+    restart cost, no victim priced) always pays.
     """
     cost = 0.0
     for v, g in zip(victims, victim_gpus, strict=True):
@@ -167,7 +169,7 @@ def eviction_pays(
         speed = v.observed_throughput or 0.0
         lost_s = lost / speed if speed > 0 else 0.0
         cost += (1 + max(0, v.restarts)) * g * (restart_cost_s + lost_s)
-    return need_gpus * min(wait_s, horizon_s) > MOVE_MARGIN * cost
+    return cost <= 0 or need_gpus * min(wait_s, horizon_s) > MOVE_MARGIN * cost
 
 
 class EvictionPrice:
@@ -179,6 +181,9 @@ class EvictionPrice:
     plus those of the jobs finished by then reach the job's gang, after the gangs of the waiting jobs
     ahead of it that want that type first (``free_gpus`` comes net of those; jobs not measured yet
     never finish in it; node boundaries are not counted).
+    When enough GPUs are free already but the gang does not fit on them (split over nodes), no
+    completion is known to help: the wait is unbounded, and the job evicts as it would unpriced.
+    Elastic victims are not priced (their restart is how they regain their size).
     """
 
     def __init__(
@@ -200,22 +205,26 @@ class EvictionPrice:
     def wait_s(self, need_gpus: int, gpu_type: str, free_gpus: int) -> float:
         """Predicted seconds until ``need_gpus`` GPUs of ``gpu_type`` are free without evicting, with
         ``free_gpus`` free now (negative: owed to jobs ahead)."""
+        if free_gpus >= need_gpus:
+            return math.inf  # free, but the gang does not fit on them: no completion is known to help
         have = free_gpus
         for end, g in self._ends.get(gpu_type, ()):
-            if have >= need_gpus:
-                break
             have += g
             if have >= need_gpus:
                 return end
-        return 0.0 if have >= need_gpus else math.inf
+        return math.inf
 
     def __call__(self, job: Job, gpu_type: str, victims: Sequence[str], free_gpus: int) -> bool:
         wait = self.wait_s(job.min_gpus, gpu_type, free_gpus)
+        # an elastic victim is not protected: LAS never grows a running job, so a restart is how an
+        # elastic job that runs small gets back to its full size (protected, two 16-GPU jobs on
+        # modern-mix ran 4-6x longer and aware LAS's average JCT went 2.82 -> 5.5 h at load 1.5)
+        priced = [v for v in victims if not self._jobs[v].is_elastic]
         return eviction_pays(
             job.min_gpus,
             wait,
-            [self._jobs[v] for v in victims],
-            [self._gpus[v] for v in victims],
+            [self._jobs[v] for v in priced],
+            [self._gpus[v] for v in priced],
             restart_cost_s=self._restart_s,
             horizon_s=self._horizon_s,
         )
