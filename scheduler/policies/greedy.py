@@ -82,6 +82,16 @@ class _Hold(NamedTuple):
 
 
 _NO_VICTIMS = Unschedulable("no lower-ranked running jobs to preempt")
+#: ``preempt_for``'s answer when evictions would make room but ``evict_pays`` declined them all
+_EVICTION_DOES_NOT_PAY = Unschedulable(
+    "evicting lower-ranked jobs would cost them more restart time than this job is predicted to wait"
+)
+
+#: ``evict_pays(job, gpu_type, victims, free_gpus)``: whether evicting the running jobs named ``victims``
+#: from ``gpu_type`` so that ``job`` starts now pays (``free_gpus``: GPUs of that type free before
+#: evicting, less those wanted by the jobs ahead of it in the walk that wait for that type first: they
+#: would get GPUs freed there before it; may be negative); the policy prices it (``greedy_allocate``)
+EvictPays = Callable[[Job, str, Sequence[str], int], bool]
 #: ``try_place``'s answer when every option fails only for want of free GPUs (see ``short_of_gpus``)
 _SHORT_OF_GPUS = Unschedulable("waiting for free GPUs of an allowed type")
 
@@ -155,6 +165,7 @@ def greedy_allocate(
     reservation: Reservation | None = None,
     consolidate: Callable[[Job, Allocation, Allocation], bool] | None = None,
     no_cascade: bool = False,
+    evict_pays: EvictPays | None = None,
 ) -> dict[str, Decision]:
     """Walk ``requests`` in order and place each gang; returns a decision for every job in ``jobs``.
 
@@ -174,8 +185,11 @@ def greedy_allocate(
       others in turn only on the GPU type it was evicted from (no eviction cascade onto another type:
       on Gavel's cluster a job evicted from a P100 evicted a queue-2 job from a K80, and both moved
       back within seconds when the newcomer moved up; one queue-2 job was evicted 54 times).
+    - ``evict_pays(job, gpu_type, victims, free_gpus)``: asked before the evictions a job needs on a type
+      are made; when it declines, that type is not preempted on (the job tries its next type, else waits
+      and its decision says why). None: every eviction the ranks allow is made.
     """
-    walk = _Walk(snapshot, jobs, requests, reservation, no_cascade)
+    walk = _Walk(snapshot, jobs, requests, reservation, no_cascade, evict_pays)
     for req in requests:
         if req.job.name not in walk.decisions:  # else finished or pinned
             walk.step(req, preemptive, strict, preempt_margin, consolidate)
@@ -199,9 +213,14 @@ class _Walk:
         requests: Sequence[Request],
         reservation: Reservation | None,
         no_cascade: bool,
+        evict_pays: EvictPays | None = None,
     ) -> None:
         self.allocations = snapshot.allocations
         self.no_cascade = no_cascade
+        self.evict_pays = evict_pays
+        #: GPUs wanted by the jobs walked so far that wait, by the first GPU type of their request: the
+        #: GPUs freed on a type go to them before a job behind them (``evict_pays``'s ``free_gpus``)
+        self.queued: dict[str, int] = {}
         self.index = FreeIndex(snapshot.nodes, snapshot.free_by_node())
         self.decisions, self.reserved = _settle_running(self.index, snapshot, jobs)
         self.rank_of = {r.job.name: r.rank for r in requests}
@@ -282,6 +301,7 @@ class _Walk:
                     self.victims_by_type,
                     preempt_margin,
                     self.preempted_by,
+                    self._evict_pays if self.evict_pays is not None else None,
                 )
         if isinstance(res, Allocation):
             self.index.commit(res)
@@ -289,6 +309,9 @@ class _Walk:
             self.decisions[name] = Decision(name, res, req.note)
         else:
             self._wait(req, res, types_, cur, starving, lifted)
+            if res.resolvable and types_:
+                gpus = min(req.replicas) * req.job.gpus_per_replica
+                self.queued[types_[0]] = self.queued.get(types_[0], 0) + gpus
             if strict and self.blocked_by is None and res.resolvable:
                 self.blocked_by = name
             if not res.resolvable:
@@ -298,6 +321,11 @@ class _Walk:
         if lifted and self.hold is not None:
             self.hold = _rehold(self.index, self.hold)
         self.ahead += 1
+
+    def _evict_pays(self, job: Job, gpu_type: str, victims: Sequence[str], free_gpus: int) -> bool:
+        """``evict_pays`` with ``free_gpus`` net of what the waiting jobs walked so far want there."""
+        pays = self.evict_pays
+        return pays is None or pays(job, gpu_type, victims, free_gpus - self.queued.get(gpu_type, 0))
 
     def _keep(
         self,
@@ -563,7 +591,7 @@ def _waiting_decision(
         parts.append(req.note)
     if name in preempted_by:
         parts.append(f"preempted by job {preempted_by[name]}")
-    if "free but" in res.reason:
+    if "free but" in res.reason or res is _EVICTION_DOES_NOT_PAY:
         parts.append(res.reason)
     return Decision(name, None, "; ".join(parts), unresolvable=not res.resolvable)
 
@@ -577,12 +605,15 @@ def preempt_for(
     victims_by_type: Mapping[str, Sequence[tuple[float, str]]],
     margin: float,
     preempted_by: dict[str, str],
+    evict_pays: EvictPays | None = None,
 ) -> Allocation | Unschedulable:
-    """Evict running jobs ranked behind ``req`` until it fits; undo evictions not needed."""
+    """Evict running jobs ranked behind ``req`` until it fits; undo evictions not needed. With
+    ``evict_pays``, the evictions needed on a type are made only when it approves them."""
     gpr = req.job.gpus_per_replica
     need_min = min(req.replicas) * gpr
     threshold = req.rank + margin
     rank_of: dict[str, float] = {}
+    declined = False
     for t in types_:
         victims: list[str] = []
         for neg_rank, v in victims_by_type.get(t, ()):
@@ -593,7 +624,8 @@ def preempt_for(
                 rank_of[v] = -neg_rank
         if not victims:
             continue
-        if index.type_free(t) + sum(reserved[v].total_gpus for v in victims) < need_min:
+        free_before = index.type_free(t)
+        if free_before + sum(reserved[v].total_gpus for v in victims) < need_min:
             continue
         released: list[str] = []
         placed: Allocation | None = None
@@ -610,13 +642,26 @@ def preempt_for(
             continue
         index.commit(placed)
         # put back, most urgent first, the evictions that were not needed
+        put_back: list[str] = []
+        needed: list[str] = []
         for v in sorted(released, key=lambda v: (rank_of[v], v)):
             if index.fits(reserved[v]):
                 index.commit(reserved[v])
+                put_back.append(v)
             else:
-                del reserved[v]
-                del pending_victims[v]
-                preempted_by[v] = req.job.name
+                needed.append(v)
+        if evict_pays is not None and needed and not evict_pays(req.job, t, needed, free_before):
+            for v in put_back:
+                index.release(reserved[v])
+            index.release(placed)
+            for v in released:
+                index.commit(reserved[v])
+            declined = True
+            continue
+        for v in needed:
+            del reserved[v]
+            del pending_victims[v]
+            preempted_by[v] = req.job.name
         index.release(placed)  # the caller commits it
         return placed
-    return _NO_VICTIMS
+    return _EVICTION_DOES_NOT_PAY if declined else _NO_VICTIMS

@@ -53,6 +53,19 @@ on its asked GPUs of type t, one batched oracle call):
    often be followed by another); any other running job lists its current type first, so it keeps it.
    A job that a higher-ranked one evicts may restart at once on free GPUs of another type, but the
    aware policies do not let it evict in turn there (``greedy_allocate(no_cascade=True)``).
+   **Evictions priced** (``EvictionPrice``, aware LAS): the policy's order says who may evict
+   whom; a job that does not fit evicts only when what it would lose by waiting, its GPUs times the
+   predicted wait until enough GPUs of the type free up without evicting (running jobs finishing at
+   their measured rate, after the gangs of waiting jobs ahead of it; at most ``horizon_s``), beats what
+   the evictions waste, each victim's GPUs times (its restart cost plus the time to redo its work since
+   its last checkpoint) times (1 + its restarts so far), the bar moves pay. Otherwise it waits (its
+   decision says so) or evicts on its next type. At a 30 s restart a first eviction passes unless a
+   completion is under a minute away; a job evicted k times is evicted again only for a wait of about
+   k restart costs: the long LAS queue-2 jobs that were restarted on GPUs a completion freed and
+   evicted from them by the next arrival, dozens of times an hour, now keep them. Elastic victims are
+   not priced (a restart is how one running small regains its size). Not for SRSF: it
+   met the churn bound without it, and with it the predictor's share of its gain on one Philly
+   draw fell 83% -> 75% (docs/performance.md, "Evictions priced").
    Types where a job is predicted to make no progress are left out; a job predicted to make none
    anywhere keeps the free-GPU order.
 
@@ -131,6 +144,90 @@ def move_pays(
     horizon = min(horizon_s, remaining / new_speed)
     gain = (new_speed - current_speed) * horizon
     return gain > MOVE_MARGIN * (1 + max(0, restarts)) * cost, cost
+
+
+def eviction_pays(
+    need_gpus: int,
+    wait_s: float,
+    victims: Sequence[Job],
+    victim_gpus: Sequence[int],
+    *,
+    restart_cost_s: float,
+    horizon_s: float,
+) -> bool:
+    """Whether evicting ``victims`` (running on ``victim_gpus`` GPUs each) so that a job needing
+    ``need_gpus`` GPUs starts now, instead of in ``wait_s`` seconds when GPUs free up without evicting
+    anyone, pays: in GPU-seconds (LAS's own currency), the service the job gains, ``need_gpus x
+    min(wait_s, horizon_s)``, must exceed what the evictions waste, each victim's restart plus the
+    progress since its last checkpoint, times ``(1 + restarts)`` as for a move (``move_pays``): a job
+    evicted many times is evicted again only for a long wait. An eviction that wastes nothing (no
+    restart cost, no victim priced) always pays.
+    """
+    cost = 0.0
+    for v, g in zip(victims, victim_gpus, strict=True):
+        lost = max(0.0, v.progress - v.checkpoint_progress)
+        speed = v.observed_throughput or 0.0
+        lost_s = lost / speed if speed > 0 else 0.0
+        cost += (1 + max(0, v.restarts)) * g * (restart_cost_s + lost_s)
+    return cost <= 0 or need_gpus * min(wait_s, horizon_s) > MOVE_MARGIN * cost
+
+
+class EvictionPrice:
+    """``greedy_allocate``'s ``evict_pays`` for one round: a job evicts only when waiting for GPUs of the
+    type to free up would cost it more than the evictions cost their victims (``eviction_pays``).
+
+    The wait is predicted from the running jobs' measured throughput (``Job.observed_throughput``):
+    each finishes its remaining work at that rate, and the wait is until the GPUs free on the type
+    plus those of the jobs finished by then reach the job's gang, after the gangs of the waiting jobs
+    ahead of it that want that type first (``free_gpus`` comes net of those; jobs not measured yet
+    never finish in it; node boundaries are not counted).
+    When enough GPUs are free already but the gang does not fit on them (split over nodes), no
+    completion is known to help: the wait is unbounded, and the job evicts as it would unpriced.
+    Elastic victims are not priced (their restart is how they regain their size).
+    """
+
+    def __init__(
+        self, snapshot: ClusterSnapshot, jobs: Sequence[Job], *, horizon_s: float = DEFAULT_HORIZON_S
+    ) -> None:
+        self._now = snapshot.now
+        self._restart_s = snapshot.restart_cost_s
+        self._horizon_s = horizon_s
+        self._jobs = {j.name: j for j in jobs}
+        self._gpus = {name: a.total_gpus for name, a in snapshot.allocations.items()}
+        ends: dict[str, list[tuple[float, int]]] = {}
+        for name, a in snapshot.allocations.items():
+            j = self._jobs.get(name)
+            speed = j.observed_throughput if j is not None else None
+            if j is not None and speed and speed > 0:
+                ends.setdefault(a.gpu_type, []).append((j.remaining_work / speed, a.total_gpus))
+        self._ends = {t: sorted(e) for t, e in ends.items()}
+
+    def wait_s(self, need_gpus: int, gpu_type: str, free_gpus: int) -> float:
+        """Predicted seconds until ``need_gpus`` GPUs of ``gpu_type`` are free without evicting, with
+        ``free_gpus`` free now (negative: owed to jobs ahead)."""
+        if free_gpus >= need_gpus:
+            return math.inf  # free, but the gang does not fit on them: no completion is known to help
+        have = free_gpus
+        for end, g in self._ends.get(gpu_type, ()):
+            have += g
+            if have >= need_gpus:
+                return end
+        return math.inf
+
+    def __call__(self, job: Job, gpu_type: str, victims: Sequence[str], free_gpus: int) -> bool:
+        wait = self.wait_s(job.min_gpus, gpu_type, free_gpus)
+        # an elastic victim is not protected: LAS never grows a running job, so a restart is how an
+        # elastic job that runs small gets back to its full size (protected, two 16-GPU jobs on
+        # modern-mix ran 4-6x longer and aware LAS's average JCT went 2.82 -> 5.5 h at load 1.5)
+        priced = [v for v in victims if not self._jobs[v].is_elastic]
+        return eviction_pays(
+            job.min_gpus,
+            wait,
+            [self._jobs[v] for v in priced],
+            [self._gpus[v] for v in priced],
+            restart_cost_s=self._restart_s,
+            horizon_s=self._horizon_s,
+        )
 
 
 class TypePlanner:

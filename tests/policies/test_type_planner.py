@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from scheduler.core.decisions import ActionKind
 from scheduler.core.round import RoundCosts, run_round
 from scheduler.policies import make_policy
-from scheduler.policies.type_planner import move_pays
+from scheduler.policies.type_planner import EvictionPrice, eviction_pays, move_pays
 from tests.builders import FakeOracle, alloc, job, node, snapshot, with_
 
 ORDERING = ["fifo", "las", "srsf", "ftf"]
@@ -257,3 +259,85 @@ def test_an_evicted_job_restarts_at_once_on_free_gpus_of_another_type() -> None:
     res = run_round(snap, [low, new], make_policy("las"), FakeOracle(speed=speeds), costs=RoundCosts(30))
     kinds = {a.job: (a.kind, a.after.gpu_type if a.after else None) for a in res.actions}
     assert kinds == {"new": (ActionKind.START, "V100"), "low": (ActionKind.RESIZE, "K80")}
+
+
+def _eviction_round(  # type: ignore[no-untyped-def]
+    policy: str,
+    old_restarts: int,
+    queued_ahead: bool = False,
+    old_elastic: bool = False,
+):
+    # one V100 node of 2 GPUs and one K80: "old" (LAS queue 2, restarted ``old_restarts`` times) and
+    # "soon" (queue 0, 60 s of work left) run on the V100s, "k" (queue 0) on the K80; "new" (queue 0)
+    # fits nowhere unless "old" is evicted, or in 60 s when "soon" finishes
+    nodes = [node("v").gpus(2, "V100").build(), node("k").gpus(1, "K80").build()]
+    old = with_(
+        job("old").work(1e6).progress(10, 10).attained(20 * 3600).restarts(old_restarts).build(),
+        observed_throughput=1.0,
+        **({"elastic": True, "max_replicas": 2} if old_elastic else {}),
+    )
+    soon = with_(job("soon").work(1000).progress(940, 940).attained(600).build(), observed_throughput=1.0)
+    k = with_(job("k").work(1e6).progress(10, 10).attained(600).build(), observed_throughput=1.0)
+    new = job("new").work(1e6).submitted(50).build()
+    # "ahead" (queue 0, before "new") needs both V100s: it cannot start, nor evict enough, and waits
+    ahead = job("ahead").replicas(2).work(1e6).submitted(40).build()
+    snap = snapshot(
+        nodes,
+        now=100,
+        allocations=[
+            alloc("old", "V100", 1, {"v": 1}),
+            alloc("soon", "V100", 1, {"v": 1}),
+            alloc("k", "K80", 1, {"k": 1}),
+        ],
+    )
+    config = {} if policy == "aware" else {"heterogeneity": "agnostic"}
+    jobs = [old, soon, k, new, *([ahead] if queued_ahead else [])]
+    oracle = FakeOracle(speed={"V100": 2.0, ("ahead", "K80"): 0.0})
+    res = run_round(snap, jobs, make_policy("las", config), oracle, costs=RoundCosts(30))
+    return {a.job: a.kind for a in res.actions}, res
+
+
+def test_an_eviction_must_pay_its_victims_restarts() -> None:
+    # waiting 60 s for "soon" costs "new" 1 GPU x 60 s = 60 GPU-s; evicting "old" costs it a 30 s
+    # restart on 1 GPU, times (1 + its restarts): 30 GPU-s after none, 180 after 5
+    kinds, _ = _eviction_round("aware", 0)
+    assert kinds["old"] is ActionKind.PREEMPT and kinds["new"] is ActionKind.START
+    kinds, res = _eviction_round("aware", 5)
+    assert kinds["old"] is ActionKind.KEEP and "new" not in kinds  # "old" runs on, "new" waits
+    reason = res.decisions["new"].reason
+    assert "would cost them more restart time than this job is predicted to wait" in reason
+    # agnostic LAS (the baseline) evicts whatever the victim's restarts
+    kinds, _ = _eviction_round("agnostic", 5)
+    assert kinds["old"] is ActionKind.PREEMPT and kinds["new"] is ActionKind.START
+    # with "ahead" waiting for both V100s, the V100 that "soon" frees goes to it, not to "new": waiting
+    # would take "new" far longer than 60 s, so evicting "old" pays again
+    kinds, res = _eviction_round("aware", 5, queued_ahead=True)
+    assert kinds["old"] is ActionKind.PREEMPT and kinds["new"] is ActionKind.START
+    assert "ahead" not in kinds
+    # an elastic victim is not priced: LAS never grows a running job, so its restart is how it regains
+    # its size
+    kinds, _ = _eviction_round("aware", 5, old_elastic=True)
+    assert kinds["old"] is ActionKind.PREEMPT and kinds["new"] is ActionKind.START
+
+
+def test_eviction_pays_arithmetic() -> None:
+    v = with_(job("v").work(1e6).progress(130, 100).restarts(2).build(), observed_throughput=2.0)
+    # cost: (1 + 2) x 4 GPUs x (30 s + 30 units / 2 per s) = 540 GPU-s
+    assert eviction_pays(2, 271, [v], [4], restart_cost_s=30, horizon_s=3600) is True
+    assert eviction_pays(2, 270, [v], [4], restart_cost_s=30, horizon_s=3600) is False
+    # the gain stops at the horizon: an endless wait is worth 2 x 200 GPU-s here
+    assert eviction_pays(2, math.inf, [v], [4], restart_cost_s=30, horizon_s=200) is False
+    # an eviction that wastes nothing (no restart cost, or no victim priced) always pays
+    saved = with_(v, checkpoint_progress=v.progress)
+    assert eviction_pays(1, 0.0, [saved], [4], restart_cost_s=0, horizon_s=3600) is True
+    assert eviction_pays(1, 0.0, [], [], restart_cost_s=30, horizon_s=3600) is True
+
+
+def test_the_predicted_wait_for_free_gpus() -> None:
+    nodes = [node("a").gpus(2, "V100").build(), node("b").gpus(2, "V100").build()]
+    r = with_(job("r").work(100).build(), observed_throughput=1.0)  # its GPU frees in 100 s
+    price = EvictionPrice(snapshot(nodes, allocations=[alloc("r", "V100", 1, {"a": 1})]), [r])
+    assert price.wait_s(2, "V100", 1) == 100.0  # one GPU free now, r's in 100 s
+    assert price.wait_s(2, "V100", -1) == math.inf  # two owed to jobs ahead: r's GPU is not enough
+    # enough GPUs free but the gang did not fit on them: no known completion helps, so it evicts as before
+    assert price.wait_s(2, "V100", 2) == math.inf
