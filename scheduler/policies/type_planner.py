@@ -189,7 +189,6 @@ class EvictionPrice:
     def __init__(
         self, snapshot: ClusterSnapshot, jobs: Sequence[Job], *, horizon_s: float = DEFAULT_HORIZON_S
     ) -> None:
-        self._now = snapshot.now
         self._restart_s = snapshot.restart_cost_s
         self._horizon_s = horizon_s
         self._jobs = {j.name: j for j in jobs}
