@@ -10,9 +10,9 @@ sections as their titles say, 3200 Gb/s for H100, DGX H100's 8 x 400 Gb/s). SHAR
 modelled as fsdp.
 
 Prints, for the model before its two network terms (each GPU held to 1/8 of its node's network, FSDP
-traffic once a step; ``datasheet_only``), as shipped, and as shipped with matmuls against vidur's measured
-achievable fractions of the peak (``vidur_fractions``: tried and not shipped, docs/llm.md), each refitted
-on the same rows: the fitted constants, in-sample error, leave-one-model-size-out error,
+traffic once a step; ``before_network_terms``), as shipped, and as shipped with matmuls against vidur's
+measured achievable fractions of the peak (``vidur_fractions``: tried and not shipped, docs/llm.md),
+each refitted on the same rows: the fitted constants, in-sample error, leave-one-model-size-out error,
 leave-one-GPU-generation-out error (fit on A100 rows, test on H100 rows and back), and the error on
 Megatron-Bridge's FP8 Llama 3 rows (``megatron_rows``) -- against two same-run baselines: a constant 40%
 MFU (the usual rule of thumb) and a constant MFU fitted on each split's training rows. Then the memory-fit
@@ -224,20 +224,18 @@ def constant_mfu(data: list[Row], m: float) -> np.ndarray:
 
 
 @contextmanager
-def datasheet_only() -> Iterator[None]:
+def before_network_terms() -> Iterator[None]:
     """The model as it was before the network terms (for the same-run comparison): each GPU held to 1/8
     of its node's network across nodes, and FSDP's traffic counted once a step rather than once a
     micro-batch."""
+    bus, passes = perfmodel.llm._bus_gbs, perfmodel.llm._fsdp_passes
 
     def per_gpu_share(p: LLMPlan, group: int, spans_nodes: bool) -> float:
-        spec = p.hw.spec
-        nvlink = p.hw.interconnect == "nvlink" and spec.nvlink_gbs > 0
-        inside = spec.nvlink_gbs / 2.0 if nvlink else spec.pcie_gbs
+        now = bus(p, group, spans_nodes)  # min(inside the node, the node's whole network) across nodes
         if not spans_nodes or group <= 1:
-            return inside
-        return min(inside, p.hw.network_gbps / 8.0 / max(1, p.hw.gpus_per_node))
+            return now
+        return min(now, p.hw.network_gbps / 8.0 / max(1, p.hw.gpus_per_node))
 
-    bus, passes = perfmodel.llm._bus_gbs, perfmodel.llm._fsdp_passes
     perfmodel.llm._bus_gbs = per_gpu_share
     perfmodel.llm._fsdp_passes = lambda p: 1
     try:
@@ -338,7 +336,7 @@ def main() -> int:
     data = rows(DATA / TABLE)
     extra = megatron_rows(DATA / MEGATRON) if (DATA / MEGATRON).exists() else []
     print(f"rows: {len(data)} (llm-foundry BF16); relative error |predicted / measured - 1| of tokens/s")
-    with datasheet_only():
+    with before_network_terms():
         evaluate("before: 1/8 of the node network per GPU, FSDP traffic once a step", data, extra)
     f = evaluate("after (shipped): rings over the node network, FSDP traffic per micro-batch", data, extra)
     with vidur_fractions():
