@@ -53,6 +53,7 @@ from kube_scheduler_baseline import NAMESPACE, bench_nodes, pod_body, start_exte
 from kubernetes import client as k8s  # noqa: E402
 from kubernetes import watch  # noqa: E402
 
+from e2e.harness import resnet_job  # noqa: E402
 from perfsched_dev.devcluster.cluster import DevCluster, UpOptions  # noqa: E402
 from perfsched_dev.devcluster.configs import SchedulerTuning  # noqa: E402
 from perfsched_dev.devcluster.process import ProcessRecord, is_running  # noqa: E402
@@ -88,23 +89,6 @@ def _pod(name: str, scheduler_name: str, gang: str = "", replica: int = 0) -> di
     labels = {"perfsched.dev/job-name": gang, "perfsched.dev/generation": "1"}
     labels["perfsched.dev/replica-index"] = str(replica)
     return pod_body(name, scheduler_name, labels, {"perfsched.dev/world-size": str(GANG_SIZE)})
-
-
-def _trainingjob(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "perfsched.dev/v1alpha1",
-        "kind": "TrainingJob",
-        "metadata": {"name": name},
-        "spec": {
-            "model": "resnet50",
-            "dataset": "imagenet",
-            "batchSize": 256,
-            "precision": "amp",
-            "work": {"iterations": 1000},
-            "replicas": {"max": GANG_SIZE, "gpusPerReplica": 1},
-            "template": {"spec": {"containers": [{"name": "worker", "image": "trainer:1"}]}},
-        },
-    }
 
 
 class BindWatch:
@@ -161,7 +145,11 @@ def run(
             bodies = [_pod(f"p-{i}", scheduler_name) for i in range(pods)]
             for g in range(gangs):
                 custom.create_namespaced_custom_object(
-                    "perfsched.dev", "v1alpha1", NAMESPACE, "trainingjobs", _trainingjob(f"gang-{g}")
+                    "perfsched.dev",
+                    "v1alpha1",
+                    NAMESPACE,
+                    "trainingjobs",
+                    resnet_job(f"gang-{g}", GANG_SIZE, 1),
                 )
                 bodies += [_pod(f"gang-{g}-w{r}", scheduler_name, f"gang-{g}", r) for r in range(GANG_SIZE)]
             with ThreadPoolExecutor(max_workers=8) as pool:

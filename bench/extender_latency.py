@@ -378,22 +378,16 @@ def main() -> None:
             ext = timed(ext_call, args.calls)
             flo = timed(floor_call, args.calls)
             rows.append(_row("in-process", verb, n, ext, flo, len(body), sizes[f"/{verb}"]))
-        # a new gang on every call (no plan yet): the gang placement runs over the whole cluster
-        gangs = gang_payloads(n, args.calls + 40)
-        gang_size = len(asgi_caller(app, "/filter", gangs[-1])())
-        pads["/filter-gang"] = max(0, gang_size - len(orjson.dumps(orjson.loads(gangs[-1]))))
-        app, floor = build_apps(n, args.oracle, pads)
-        ext = timed(asgi_caller(app, "/filter", gangs), args.calls)
-        flo = timed(asgi_caller(floor, "/filter-gang", gangs), args.calls)
-        rows.append(_row("in-process", "filter-gang", n, ext, flo, len(gangs[0]), gang_size))
-        # the same, offered a new 10% sample of the nodes on every call: the candidates-only plan runs
-        gangs = gang_payloads(n, args.calls + 40, share=0.1)
-        gang_size = len(asgi_caller(app, "/filter", gangs[-1])())
-        pads["/filter-gang"] = max(0, gang_size - len(orjson.dumps(orjson.loads(gangs[-1]))))
-        app, floor = build_apps(n, args.oracle, pads)
-        ext = timed(asgi_caller(app, "/filter", gangs), args.calls)
-        flo = timed(asgi_caller(floor, "/filter-gang", gangs), args.calls)
-        rows.append(_row("in-process", "filter-gang-10%", n, ext, flo, len(gangs[0]), gang_size))
+        # a new gang on every call (no plan yet): the gang placement runs over the whole cluster; then the
+        # same, offered a new 10% sample of the nodes on every call: the candidates-only plan runs
+        for label, share in (("filter-gang", 1.0), ("filter-gang-10%", 0.1)):
+            gangs = gang_payloads(n, args.calls + 40, share=share)
+            gang_size = len(asgi_caller(app, "/filter", gangs[-1])())
+            pads["/filter-gang"] = max(0, gang_size - len(orjson.dumps(orjson.loads(gangs[-1]))))
+            app, floor = build_apps(n, args.oracle, pads)
+            ext = timed(asgi_caller(app, "/filter", gangs), args.calls)
+            flo = timed(asgi_caller(floor, "/filter-gang", gangs), args.calls)
+            rows.append(_row("in-process", label, n, ext, flo, len(gangs[0]), gang_size))
         # the realistic cases: names in a new order on every call; the cache changed before every call
         orders = shuffled_payloads(body, 50)
         for verb in ("filter", "prioritize"):

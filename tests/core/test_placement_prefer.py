@@ -151,6 +151,23 @@ def test_prefer_matches_the_reference(
         assert dict(got.replicas_per_node) == want
 
 
+def committed_index(
+    nodes: list[Node], free: dict[str, int], gangs: Sequence[tuple[int, int]]
+) -> tuple[FreeIndex, list[Allocation]]:
+    """An index after a history: each gang (replicas, GPUs per replica) placed on V100s and committed where
+    it fits, then every second committed gang released; the index and the gangs committed."""
+    index = FreeIndex(nodes, free)
+    placed: list[Allocation] = []
+    for i, (r, g) in enumerate(gangs):
+        res = index.place(replicas=r, gpus_per_replica=g, gpu_type="V100", job=f"j{i}")
+        if isinstance(res, Allocation):
+            index.commit(res)
+            placed.append(res)
+    for a in placed[1::2]:
+        index.release(a)
+    return index, placed
+
+
 @settings(max_examples=100, deadline=None)
 @given(
     clusters(),
@@ -162,15 +179,7 @@ def test_prefer_after_commits_and_releases(
 ) -> None:
     """The index's running totals (per type and per group) stay right through commits and releases."""
     nodes, free = case
-    index = FreeIndex(nodes, free)
-    placed: list[Allocation] = []
-    for i, (r, g) in enumerate(gangs):
-        res = index.place(replicas=r, gpus_per_replica=g, gpu_type="V100", job=f"j{i}")
-        if isinstance(res, Allocation):
-            index.commit(res)
-            placed.append(res)
-    for a in placed[1::2]:
-        index.release(a)
+    index, placed = committed_index(nodes, free, gangs)
     if not placed:
         return
     prefer = dict(placed[0].replicas_per_node)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from scheduler.core.decisions import Unschedulable
 from scheduler.core.placement import FreeIndex
 from scheduler.core.types import Allocation, Node
-from tests.core.test_placement_prefer import _seeded_cluster, clusters
+from tests.core.test_placement_prefer import _seeded_cluster, clusters, committed_index
 
 Answer = Allocation | Unschedulable
 
@@ -67,15 +67,7 @@ def test_restricted_follows_the_parent_and_leaves_it_alone(
 ) -> None:
     """Cut after the parent's commits and releases: the free GPUs now; its own commits stay its own."""
     nodes, free = case
-    index = FreeIndex(nodes, free)
-    placed: list[Allocation] = []
-    for i, (r, g) in enumerate(gangs):
-        res = index.place(replicas=r, gpus_per_replica=g, gpu_type="V100", job=f"j{i}")
-        if isinstance(res, Allocation):
-            index.commit(res)
-            placed.append(res)
-    for a in placed[1::2]:
-        index.release(a)
+    index, placed = committed_index(nodes, free, gangs)
     names = {n.name for n in nodes if rng.random() < 0.6}
     prefer = dict(placed[0].replicas_per_node) if placed else None
     ask = {"replicas": replicas, "gpus_per_replica": 1, "gpu_type": "V100", "job": "j", "prefer": prefer}
