@@ -195,20 +195,34 @@ class Anchors:
                 norm[gpu_type] = (log_lb, [v - _log_spec(gpu_type, precision, conv) for v in log_s])
                 for kind in (0, 1):
                     pts = [m for m in rows if (m.num_nodes > 1) == bool(kind) and m.num_gpus > n_min]
-                    if not pts:
+                    # A type measured on n_min > 1 GPUs at the least: its curve is their per-GPU speed,
+                    # so on n_min GPUs of that node kind its efficiency is 1 by construction (without
+                    # this point a type measured only on 8 GPUs of one node, llm-foundry's H100s,
+                    # anchored no in-node question at all).
+                    at_min = [
+                        (math.log(n_min), 1.0)
+                        for m in rows
+                        if n_min > 1 and m.num_gpus == n_min and (m.num_nodes > 1) == bool(kind)
+                    ][:1]
+                    if not pts and not at_min:
                         continue
                     ns, effs = _median_by(
                         [
-                            (
-                                math.log(m.num_gpus),
-                                math.exp(
-                                    math.log(m.samples_per_s / m.num_gpus * work[id(m)])
-                                    - float(
-                                        np.interp(math.log(m.local_batch_size * work[id(m)]), log_lb, log_s)
-                                    )
-                                ),
-                            )
-                            for m in pts
+                            *at_min,
+                            *(
+                                (
+                                    math.log(m.num_gpus),
+                                    math.exp(
+                                        math.log(m.samples_per_s / m.num_gpus * work[id(m)])
+                                        - float(
+                                            np.interp(
+                                                math.log(m.local_batch_size * work[id(m)]), log_lb, log_s
+                                            )
+                                        )
+                                    ),
+                                )
+                                for m in pts
+                            ),
                         ]
                     )
                     eff_of[(gpu_type, kind)] = {n: min(1.0, e) for n, e in zip(ns, effs, strict=True)}

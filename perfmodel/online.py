@@ -18,15 +18,17 @@ multiplicative correction of the predictor's throughput in nested levels, each f
    ``log(T / (T1 + S))``), clamped to the observed rows, and ``trend="placement"`` (log GPUs and node
    span only);
 2. per model x GPU type, learned from any job of that model on that type and used by all of them: a
-   Bayesian linear fit of what the GPU level leaves, in log per-GPU batch and log GPU count with an
-   intercept (``_posterior_mean``; prior sds ``MODEL_PRIOR_SD``, noise ``MODEL_NOISE_SD``). One run of
-   a model on a type moves the whole model there; a second at another batch or GPU count tilts it
-   within the prior (small batches underuse a fast GPU; a model's error differs between its
-   compute-bound and overhead-bound regimes). It replaced a shrunken mean plus a kernel-weighted local
-   deviation; the structural default also lost the placement trend it had after the structural level
-   (log GPUs, node span; with log batch too it was no better): on the accuracy benchmark's held-out
-   generations (10 draws) after 1 / 2 / 3 observed runs per (model, GPU type) Ampere went 23.6 / 19.3 /
-   17.6% -> 24.3 / 18.8 / 16.4% and Hopper 33.0 / 22.6 / 21.4% -> 28.5 / 18.7 / 16.1%, and a model
+   Bayesian linear fit of what the GPU level leaves, in log per-GPU batch, log GPU count and log
+   training FLOPs per sample (an LLM's sequence length) with an intercept (``_posterior_mean``; prior
+   sds ``MODEL_PRIOR_SD``, noise ``MODEL_NOISE_SD``). One run of a model on a type moves the whole
+   model there; a second at another batch, GPU count or sequence length tilts it within the prior
+   (small batches underuse a fast GPU; a model's error differs between its compute-bound and
+   overhead-bound regimes, and with attention's share of the work). The GPU-count and work slopes hold
+   only between the observed jobs (``_model_gpu_level``). It replaced a shrunken mean plus a
+   kernel-weighted local deviation; the structural default also lost the placement trend it had after the
+   structural level (log GPUs, node span; with log batch too it was no better): on the accuracy benchmark's
+   held-out generations (10 draws) after 1 / 2 / 3 observed runs per (model, GPU type) Ampere went 23.6 /
+   19.3 / 17.6% -> 24.3 / 18.8 / 16.4% and Hopper 33.0 / 22.6 / 21.4% -> 28.5 / 18.7 / 16.1%, and a model
    new to a type (2 runs of half the others observed) 37.1% -> 34.6% (Ampere, cold 33.6%) and 35.9% ->
    30.4% (Hopper, cold 39.0%): the trend, fitted within the observed models, misled the others. Even a
    per-(model, type) fit of intercept, batch and GPU slopes to *every* row of the held-out generation
@@ -70,20 +72,24 @@ PRIOR_JOB = 0.25
 # so the trend is also clamped to its values at the observed rows.
 RIDGE_GPU_SLOPES = 0.1
 # The per-(model, GPU type) level is a Bayesian linear fit of what the GPU level leaves, in
-# ``_model_x``: intercept, log per-GPU batch (from ``_BATCH_REF``) and log GPUs. Prior sds of the three
-# coefficients and the noise sd of one observation's log error (run-to-run and table noise), all in log
-# throughput: a model may sit far from its GPU type (sd 0.5), its error changes slowly with the batch and
-# the GPU count (sd 0.2 and 0.1 per e-fold). On the benchmark's held-out generations (10 draws) noise sd
+# ``_model_x``: intercept, log per-GPU batch (from ``_BATCH_REF``), log GPUs and log training FLOPs per
+# sample (centred on the observed jobs' mean: ``_posterior_mean``). Prior sds of the four coefficients
+# and the noise sd of one observation's log error (run-to-run and table noise), all in log throughput:
+# a model may sit far from its GPU type (sd 0.5), its error changes slowly with the batch and the GPU
+# count (sd 0.2 and 0.1 per e-fold). On the benchmark's held-out generations (10 draws) noise sd
 # 0.15 / 0.25 / 0.35 were within a point of each other after 2 and 3 runs, 0.15 worst; batch sd 0.1 /
 # 0.2 alike, 0.3 two to four points worse. One observation moves the intercept most of the way (the
 # prior weighs (0.25 / 0.5)^2 = 1/4 observation); two at different batches or GPU counts tilt it.
-MODEL_PRIOR_SD = (0.5, 0.2, 0.1)
+# The work per sample is the sequence length of an LLM job (or the input size of another: BERT at 128 or
+# 512 tokens), which changes the kernels (attention's share, memory per token) the way the per-GPU batch
+# changes the work per step: the same prior sd, 0.2 per e-fold.
+MODEL_PRIOR_SD = (0.5, 0.2, 0.1, 0.2)
 MODEL_NOISE_SD = 0.25
 _BATCH_REF = math.log(32.0)
 
-# Where a row sits, for the trend and the similarity kernel: (log per-GPU batch, log GPUs, spans nodes,
-# sync share, departure); see the module docstring.
-_Point = tuple[float, float, float, float, float]
+# Where a row sits, for the trend and the model level: (log per-GPU batch, log GPUs, spans nodes, sync
+# share, departure, log training FLOPs per sample); see the module docstring.
+_Point = tuple[float, float, float, float, float, float]
 _TREND = (1, 2, 3, 4)  # indices of _Point the per-GPU-type trend regresses on
 # The previous session's trend (log GPUs and node span only, ridge 1), kept as the benchmark's same-run
 # baseline (``OnlineCorrector(trend="placement")``).
@@ -103,14 +109,23 @@ def _point(r: Resolved, t: float, t1: float, s: float, llm_job: bool = False) ->
     scaling model's all-reduce time ``s``. An LLM job (``perfmodel.llm.is_llm_job``) is predicted by
     perfmodel.llm with its own communication model, so the data-parallel split does not describe it:
     sync share and departure 0 (its structural level is its compute factor alone)."""
+    work = math.log(r.flops_per_sample)
     if llm_job:
-        return (math.log(r.local_batch), math.log(r.num_gpus), 1.0 if r.num_nodes > 1 else 0.0, 0.0, 0.0)
+        return (
+            math.log(r.local_batch),
+            math.log(r.num_gpus),
+            1.0 if r.num_nodes > 1 else 0.0,
+            0.0,
+            0.0,
+            work,
+        )
     return (
         math.log(r.local_batch),
         math.log(r.num_gpus),
         1.0 if r.num_nodes > 1 else 0.0,
         s / (t1 + s),
         math.log(t / (t1 + s)),
+        work,
     )
 
 
@@ -142,7 +157,7 @@ class _JobStats:
     sum_r2: float = 0.0
     count: int = 0
     # Where the job ran last (``_Point``), for the trend and the similarity kernel.
-    point: _Point = (0.0, 0.0, 0.0, 0.0, 0.0)
+    point: _Point = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,10 +189,14 @@ class OnlineCorrector:
     _dirty: bool = False
     # Per GPU type: the slopes of its trend, one per descriptor of ``_trend_descriptors``.
     _gpu_slopes: dict[str, tuple[float, ...]] = field(default_factory=dict)
-    # Per (model, GPU type): the coefficients of its level on ``_model_x`` (``_posterior_mean``).
+    # Per (model, GPU type): the coefficients of its level on ``_model_x`` (``_posterior_mean``), and per
+    # regressor after the intercept the lowest and highest value at its observed jobs.
     _mg_coef: dict[tuple[str, str], tuple[float, ...]] = field(default_factory=dict)
+    _mg_range: dict[tuple[str, str], tuple[tuple[float, float], ...]] = field(default_factory=dict)
     # Per GPU type: the lowest and highest trend value at its observed points.
     _trend_range: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # Per GPU type: whether any observed job of it ran across nodes.
+    _spans_seen: dict[str, bool] = field(default_factory=dict)
     # Per GPU type: the structural level's (all-reduce factor, departure factor) and per model its
     # compute factor (``_fit_structure``).
     _gpu_struct: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -244,6 +263,7 @@ class OnlineCorrector:
             mg.setdefault((st.model, st.gpu_type), []).append((cw, mean, st.point))
         self._gpu_sums, self._mg_jobs, self._dirty = gpu, mg, False
         self._gpu_slopes, self._trend_range, self._gpu_struct, self._model_compute = {}, {}, {}, {}
+        self._spans_seen = {}
         for gpu_type in gpu:
             keys = [m for (m, g) in mg if g == gpu_type]
             models = [mg[(m, gpu_type)] for m in keys]
@@ -263,13 +283,18 @@ class OnlineCorrector:
                 for _, _, p in jobs
             ]
             self._trend_range[gpu_type] = (min(seen), max(seen))
+            self._spans_seen[gpu_type] = any(p[2] > 0 for jobs in models for _, _, p in jobs)
         # Per (model, GPU type): the posterior mean of its linear level on what the GPU level (bias and
         # trend) leaves of each job's residual (it does not depend on the question).
-        self._mg_coef = {}
+        self._mg_coef, self._mg_range = {}, {}
         for (model, gpu_type), jobs in mg.items():
             bias = self._gpu_level(gpu_type)
             left = [(cw, mean - bias - self._trend(gpu_type, p, model), p) for cw, mean, p in jobs]
             self._mg_coef[(model, gpu_type)] = _posterior_mean(left)
+            xs = [_model_x(p) for _, _, p in jobs]
+            self._mg_range[(model, gpu_type)] = tuple(
+                (min(x[i] for x in xs), max(x[i] for x in xs)) for i in range(1, len(MODEL_PRIOR_SD))
+            )
 
     def _fit_structure(
         self, gpu_type: str, keys: Sequence[str], models: Sequence[Sequence[tuple[float, float, _Point]]]
@@ -373,16 +398,33 @@ class OnlineCorrector:
             # Above the observed range only as far as the structural level alone goes: it is bounded by
             # perfect scaling of the model's corrected compute (``_structural``).
             s = self._structural(model, gpu_type, point)
+            if point[2] > 0 and not self._spans_seen.get(gpu_type, False):
+                # Across nodes on a type observed only within nodes: its factors came from NVLink or
+                # PCIe runs and say nothing about the network, so no further than the observed range
+                # (a 10% better 4 -> 8 GPU scaling read as 11x the offline throughput on two nodes).
+                return min(hi, max(lo, s))
             return min(max(hi, s), max(lo, s + trend))
         return min(hi, max(lo, trend))
 
     def _model_gpu_level(self, model: str, gpu_type: str, point: _Point) -> float:
         """The model's level on this GPU type at ``point``: its linear fit of what the GPU level (bias
-        and trend) leaves (``_posterior_mean``), shrunk to 0 where it has few observations."""
+        and trend) leaves (``_posterior_mean``), shrunk to 0 where it has few observations.
+
+        A GPU-count or work-per-sample slope the model's jobs measured (they ran at more than one value
+        of it) holds between them and stays flat beyond them, as the GPU type's trend does (``_trend``):
+        two runs at 4 and 8 GPUs 0.1 apart in log error say little about 3,000 GPUs, where the line
+        would put 0.9 (the held-out Hopper's 512-3,584 GPU MLPerf runs). A slope no run measured (all
+        at one value: one run, or runs at one GPU count) is the prior's share of the intercept and goes
+        on with the distance from the reference (``_model_x``). The per-GPU batch slope goes on beyond
+        the observed batches (small batches underuse a fast GPU more and more; bounded by its prior)."""
         coef = self._mg_coef.get((model, gpu_type))
         if coef is None:
             return 0.0
-        return sum(c * x for c, x in zip(coef, _model_x(point), strict=True))
+        x = _model_x(point)
+        out = coef[0] + coef[1] * x[1]
+        for c, v, (lo, hi) in zip(coef[2:], x[2:], self._mg_range[(model, gpu_type)][1:], strict=True):
+            out += c * (v if hi - lo < 1e-9 else min(hi, max(lo, v)))
+        return out
 
     def correction(self, job: JobFeatures, hw: HardwareFeatures, job_id: Hashable | None = None) -> float:
         """The log correction applied to this row (sum of the three levels)."""
@@ -495,26 +537,36 @@ class OnlineCorrector:
         )
 
 
-def _model_x(point: _Point) -> tuple[float, float, float]:
-    """The per-(model, GPU type) level's regressors at ``point``: 1, log per-GPU batch / 32, log GPUs."""
-    return (1.0, point[0] - _BATCH_REF, point[1])
+def _model_x(point: _Point) -> tuple[float, float, float, float]:
+    """The per-(model, GPU type) level's regressors at ``point``: 1, log per-GPU batch / 32, log GPUs,
+    log training FLOPs per sample."""
+    return (1.0, point[0] - _BATCH_REF, point[1], point[5])
 
 
 def _posterior_mean(left: Sequence[tuple[float, float, _Point]]) -> tuple[float, ...]:
     """Posterior mean of the coefficients on ``_model_x`` given weighted residuals ``left`` (weight,
     residual, point): prior N(0, ``MODEL_PRIOR_SD``^2) each, Gaussian noise of sd ``MODEL_NOISE_SD``
-    per unit of weight (ridge regression with those penalties; 3 x 3, O(observations))."""
+    per unit of weight (ridge regression with those penalties; 4 x 4, O(observations)).
+
+    The work per sample has no reference shared by models (1e9 to 1e15 FLOPs), so its slope is fitted
+    around the observed jobs' weighted mean: jobs of one sequence length leave it at 0 and put the whole
+    residual in the intercept. The returned coefficients apply to ``_model_x`` as it is (the centre is
+    folded into the intercept)."""
     k = len(MODEL_PRIOR_SD)
     noise = MODEL_NOISE_SD**2
+    w = sum(cw for cw, _, _ in left)
+    centre = sum(cw * p[5] for cw, _, p in left) / w if w > 0 else 0.0
     a = [[noise / MODEL_PRIOR_SD[i] ** 2 if i == j else 0.0 for j in range(k)] for i in range(k)]
     b = [0.0] * k
     for cw, r, p in left:
-        x = _model_x(p)
+        x0 = _model_x(p)
+        x = (*x0[:3], x0[3] - centre)
         for i in range(k):
             b[i] += cw * x[i] * r
             for j in range(k):
                 a[i][j] += cw * x[i] * x[j]
-    return _solve(a, b)
+    coef = _solve(a, b)
+    return (coef[0] - coef[3] * centre, *coef[1:])
 
 
 def _gauss_newton(

@@ -170,3 +170,15 @@ def test_below_the_smallest_measured_batch_the_curve_follows_its_measured_trend(
     one = Anchors([m("V100", 1, 64, 4.0)])
     o16, o64 = (float(one.iteration_times([row("K80", 1, b)])[1][0]) for b in (16, 64))
     assert o16 == pytest.approx(o64 * 0.5)
+
+
+def test_a_type_measured_only_on_a_full_node_anchors_full_nodes_of_other_types() -> None:
+    # ResNet-50 measured only on 8 V100s of one node (global 512 and 1024: per-GPU 64 and 128, 2.5 and 1.5
+    # it/s = 160 and 192 samples/s per GPU). Its curve is that per-GPU speed, so 8 A100s of one node are
+    # anchored at it scaled by the spec, with efficiency 1 (llm-foundry measured its H100s this way: no
+    # in-node question on an A100 was anchored before). Fewer GPUs of a node read the same per-GPU speed.
+    a = Anchors([m("V100", 8, 512, 2.5), m("V100", 8, 1024, 1.5)])
+    t, t1 = a.iteration_times([row("A100", 8, 512), row("A100", 4, 256)])
+    per_gpu = 160 / SPEC["V100"] * SPEC["A100"]
+    assert t[0] == pytest.approx(64 / per_gpu) and t1[0] == pytest.approx(64 / per_gpu)
+    assert t[1] == pytest.approx(64 / per_gpu)
