@@ -59,6 +59,7 @@ from scheduler.core.round import IncrementalRound
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node
 from scheduler.policies.base import FreeByType, TypeInfo, batch_throughput, replica_options, type_infos
 from scheduler.policies.config import Heterogeneity, parse_config, require
+from scheduler.policies.elastic_sizing import planning_table, size_elastic
 from scheduler.policies.greedy import Request, Reservation, greedy_allocate
 from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_type
 from scheduler.policies.type_planner import DEFAULT_HORIZON_S, EvictionPrice, aware_orders, move_pays
@@ -141,7 +142,10 @@ class LasPolicy:
         orders: dict[str, tuple[str, ...]] = {}
         if self.config.heterogeneity == "aware":  # LAS ranks by attained service; the oracle picks types
             ranked = [j for _, j in keyed]
-            orders = aware_orders(snapshot, infos, oracle, ranked, horizon_s=self.config.horizon_s)
+            table = planning_table(snapshot, ranked, infos, oracle)  # None: no elastic job
+            orders = aware_orders(
+                snapshot, infos, oracle, ranked, horizon_s=self.config.horizon_s, table=table
+            )
         notes = [f"LAS queue {q}" for q in range(len(self._bounds) + 1)]
         requests = [
             Request(
@@ -153,6 +157,15 @@ class LasPolicy:
             )
             for _, j in keyed
         ]
+        if self.config.heterogeneity == "aware":  # elastic jobs sized by the throughput model
+            requests = size_elastic(
+                snapshot,
+                requests,
+                oracle,
+                infos,
+                preemptive=self.config.preemptive,
+                horizon_s=self.config.horizon_s,
+            )
         consolidate = None
         if self.config.consolidate:
             consolidate = _Consolidation(snapshot, oracle, self.config.horizon_s)

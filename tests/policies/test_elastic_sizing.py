@@ -1,0 +1,91 @@
+"""Elastic sizing inside the ordering policies (``scheduler.policies.elastic_sizing``), as a user sees it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from scheduler.core.decisions import ActionKind
+from scheduler.core.round import RoundCosts, run_round
+from scheduler.policies import make_policy
+from scheduler.policies.base import replica_options, type_infos
+from scheduler.policies.elastic_sizing import resize_pays, size_elastic
+from scheduler.policies.greedy import Request
+from tests.builders import FakeOracle, alloc, cluster, job, node, snapshot
+
+HOUR = 3600.0
+
+
+def sizes(result) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    return {a.job: a.after.replicas for a in result.actions if a.after is not None}
+
+
+def test_two_elastic_jobs_share_the_gpus_instead_of_one_taking_its_largest_size() -> None:
+    nodes = [node("a").gpus(8).build()]
+    # throughput ~ sqrt(GPUs): two jobs of 1..8 replicas on 8 GPUs run 4 + 4, not 8 + nothing
+    jobs = [job("x").replicas(1, 8).build(), job("y").replicas(1, 8).submitted(1).build()]
+    res = run_round(snapshot(nodes), jobs, make_policy("las"), FakeOracle(scaling=0.5))
+    assert sizes(res) == {"x": 4, "y": 4}
+    # agnostic LAS (the baseline: GPUs counted, no performance model) still gives the first its largest
+    res = run_round(
+        snapshot(nodes), jobs, make_policy("las", {"heterogeneity": "agnostic"}), FakeOracle(scaling=0.5)
+    )
+    assert sizes(res) == {"x": 8}
+
+
+def test_a_running_elastic_job_grows_into_free_gpus_only_when_it_pays() -> None:
+    nodes = [node("a").gpus(8).build()]
+    x = job("x").replicas(1, 8).work(100 * HOUR).build()
+    snap = snapshot(nodes, now=10, allocations=[alloc("x", "V100", 1, {"a": 2})])
+    # 2 -> 8 replicas, linear scaling: 4x faster for one 30 s restart
+    res = run_round(snap, [x], make_policy("las"), FakeOracle(), costs=RoundCosts(restart_cost_s=30))
+    assert [(a.kind, sizes(res)) for a in res.actions] == [(ActionKind.RESIZE, {"x": 8})]
+    # nearly done (10 s of work left at 2 GPUs): the restart would cost more than the growth saves
+    done = dataclasses.replace(x, progress=x.total_work - 10 * 2 * 3.0)
+    res = run_round(snap, [done], make_policy("las"), FakeOracle(), costs=RoundCosts(restart_cost_s=30))
+    assert [a.kind for a in res.actions] == [ActionKind.KEEP]
+
+
+def test_a_job_las_ranks_ahead_shrinks_a_running_elastic_job_instead_of_evicting_it() -> None:
+    nodes = [node("a").gpus(8).build()]
+    # "old" has 20 GPU-hours of service (LAS queue 2) and runs on all 8 GPUs; "new" (queue 0) arrives
+    old = job("old").replicas(2, 8).work(1000 * HOUR).attained(20 * HOUR).build()
+    new = job("new").replicas(1, 8).submitted(5).build()
+    snap = snapshot(nodes, now=100, allocations=[alloc("old", "V100", 1, {"a": 8})])
+    res = run_round(snap, [old, new], make_policy("las"), FakeOracle(scaling=0.5))
+    kinds = {a.job: a.kind for a in res.actions}
+    assert kinds == {"old": ActionKind.RESIZE, "new": ActionKind.START}
+    assert sizes(res) == {"old": 7, "new": 1}
+    # a job of the same LAS queue waits: LAS does not preempt within a queue, nor does sizing shrink
+    peer = job("peer").replicas(1, 8).submitted(5).attained(20 * HOUR).build()
+    res = run_round(snap, [old, peer], make_policy("las"), FakeOracle(scaling=0.5))
+    assert {a.job: a.kind for a in res.actions} == {"old": ActionKind.KEEP}
+
+
+def test_an_elastic_job_goes_to_the_type_where_it_runs_fast_at_the_size_it_gets() -> None:
+    # "poor" barely scales (2% faster on 16 GPUs than on 1: its speed at 16 is ranked on the H100's 16
+    # GPUs, but it runs at 1 or 2): it must not be sent to the slow T4s by its speed at its largest size
+    nodes = cluster(("T4", 2, 8), ("H100", 1, 8))
+    poor = job("poor").replicas(1, 16).build()
+    res = run_round(snapshot(nodes), [poor], make_policy("las"), FakeOracle(scaling=0.01))
+    (a,) = res.actions
+    assert a.after is not None and a.after.gpu_type == "H100"
+
+
+def test_rigid_rounds_are_left_alone() -> None:
+    nodes = cluster(("V100", 2, 8), ("K80", 2, 8))
+    snap = snapshot(nodes)
+    jobs = [job(f"r{i}").replicas(2).submitted(i).build() for i in range(3)]
+    requests = [Request(j, ("V100", "K80"), replica_options(j), rank=float(i)) for i, j in enumerate(jobs)]
+    out = size_elastic(snap, requests, FakeOracle(), type_infos(snap), preemptive=True)
+    assert out == requests
+
+
+def test_resize_pays_arithmetic() -> None:
+    j = job("j").work(1000.0).build()
+    # 2 -> 3 units/s: gain 1 x min(3600, 1000 / 3) = 333 units against 3 x 30 s = 90: pays
+    assert resize_pays(j, 2.0, 3.0, restart_cost_s=30, horizon_s=3600) is True
+    # the same with a 120 s restart: 360 > 333, it does not
+    assert resize_pays(j, 2.0, 3.0, restart_cost_s=120, horizon_s=3600) is False
+    # under MIN_RESIZE_SPEEDUP (1.1x) never, however long the job
+    long = job("long").work(1e9).build()
+    assert resize_pays(long, 2.0, 2.19, restart_cost_s=30, horizon_s=3600) is False
