@@ -54,7 +54,7 @@ from collections.abc import Mapping, Sequence
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import Allocation, ClusterSnapshot, Job
 from scheduler.policies.base import TypeInfo, allowed_types
-from scheduler.policies.elastic_shares import PredictedThroughputs, Share, grow_by_marginal_gain
+from scheduler.policies.elastic_shares import PredictedThroughputs, Share, grow_by_marginal_gain, size_bounds
 from scheduler.policies.greedy import Request
 from scheduler.policies.type_planner import DEFAULT_HORIZON_S, MOVE_MARGIN
 
@@ -80,25 +80,43 @@ def resize_pays(
     return gain > MOVE_MARGIN * (1 + max(0, job.restarts)) * new_speed * restart_cost_s
 
 
-def planning_table(
-    snapshot: ClusterSnapshot, jobs: Sequence[Job], infos: Mapping[str, TypeInfo], oracle: ThroughputOracle
+def sizing_counts(job: Job) -> Sequence[int]:
+    """Replica counts a round's table asks about: every size of an elastic job (sizing chooses among
+    them), a rigid job's size (``elastic_shares.size_bounds``, what the policies ask without sizing)."""
+    if job.is_elastic:
+        return range(job.min_replicas, job.max_replicas + 1)
+    return size_bounds(job)
+
+
+def sizing_table(
+    oracle: ThroughputOracle, jobs: Sequence[Job], infos: Mapping[str, TypeInfo]
 ) -> PredictedThroughputs | None:
-    """The table ``type_planner.aware_orders`` should choose GPU types from when some job is elastic:
-    an elastic job at its minimum size (and, running, at the size it has), where sizing admits it and
-    where it mostly runs under load, instead of at its largest size, where it may scale poorly (a job
-    2% faster on 2 GPUs than on 1 was ranked by its speed on 16 and sent to T4s); rigid jobs at their
-    size. None when no live job is elastic (the planner's own table: rigid rounds are untouched)."""
+    """One oracle call for a round with elastic jobs: every live job at ``sizing_counts``; None when no
+    live job is elastic (the policy's rigid path is then left as it was)."""
     live = [j for j in jobs if j.remaining_work > 0]
     if not any(j.is_elastic for j in live):
         return None
+    return PredictedThroughputs(oracle, live, infos, sizing_counts)
 
-    def counts(job: Job) -> tuple[int, ...]:
-        if not job.is_elastic:
-            return (job.max_replicas,)
-        cur = snapshot.allocations.get(job.name)
-        return (job.min_replicas,) if cur is None else (job.min_replicas, cur.replicas)
 
-    return PredictedThroughputs(oracle, live, infos, counts)
+def planning_table(
+    snapshot: ClusterSnapshot, jobs: Sequence[Job], table: PredictedThroughputs | None
+) -> PredictedThroughputs | None:
+    """What ``type_planner.aware_orders`` should choose GPU types from when some job is elastic (``table``
+    has every size, ``sizing_counts``): an elastic job at its minimum size (and, running, at the size it
+    has), where sizing admits it and where it mostly runs under load, instead of at its largest size,
+    where it may scale poorly (a job 2% faster on 2 GPUs than on 1 was ranked by its speed on 16 and
+    sent to T4s); rigid jobs at their size. None when ``table`` is None (no elastic job)."""
+    if table is None:
+        return None
+    counts: dict[str, tuple[int, ...]] = {}
+    for j in jobs:
+        if not j.is_elastic:
+            counts[j.name] = (j.max_replicas,)
+            continue
+        cur = snapshot.allocations.get(j.name)
+        counts[j.name] = (j.min_replicas,) if cur is None else (j.min_replicas, cur.replicas)
+    return table.only(counts)
 
 
 def _min_replicas(job: Job) -> int:
@@ -130,6 +148,7 @@ class _Plan:
         self.rank: dict[str, float] = {r.job.name: r.rank for r in requests}
         self.walked: set[str] = set()
         self.jobs = asked
+        self.blocked = False
 
     def held(self, name: str) -> int:
         """Replicas a running job holds in the plan so far (less than it runs when shrunk)."""
@@ -192,12 +211,14 @@ class _Plan:
         self.free[gpu_type] = free
         return True
 
-    def admit(self, req: Request, types_: Sequence[str], preemptive: bool, margin: float) -> None:
+    def admit(
+        self, req: Request, types_: Sequence[str], preemptive: bool, margin: float, strict: bool
+    ) -> None:
         """Step 1 for one request (module docstring)."""
         job = req.job
         name = job.name
         self.walked.add(name)
-        if job.remaining_work <= 0:
+        if job.remaining_work <= 0 or (self.blocked and name not in self.alloc):
             return
         cur = self.alloc.get(name)
         if cur is not None:
@@ -225,6 +246,8 @@ class _Plan:
         elif cur is not None:  # the move finds no room: it keeps its GPUs
             self.free[cur.gpu_type] -= cur.total_gpus
             self.shares[name] = Share(cur.gpu_type, cur.replicas)
+        elif strict and types_:
+            self.blocked = True  # strict FIFO: no waiting job behind it starts
 
 
 def size_elastic(
@@ -235,11 +258,15 @@ def size_elastic(
     *,
     preemptive: bool,
     margin: float = 0.0,
+    strict: bool = False,
     horizon_s: float = DEFAULT_HORIZON_S,
+    table: PredictedThroughputs | None = None,
 ) -> list[Request]:
     """``requests`` (an ordering policy's, in its order) with elastic jobs sized (module docstring).
 
-    ``preemptive`` and ``margin`` are the policy's ``greedy_allocate`` arguments: who may shrink whom.
+    ``preemptive``, ``margin`` and ``strict`` are the policy's ``greedy_allocate`` arguments: who may
+    shrink whom, and (strict FIFO) that no waiting job behind one that cannot start is admitted.
+    ``table``: the round's ``sizing_table`` (asked otherwise: one more oracle call).
     Returns ``requests`` unchanged (a copy) when no job to size is elastic.
     """
     elastic = [r.job for r in requests if r.job.is_elastic and r.job.remaining_work > 0]
@@ -248,8 +275,9 @@ def size_elastic(
     plan = _Plan(snapshot, infos, requests)
     types_of = {r.job.name: _types_of(r) for r in requests}
     for req in requests:
-        plan.admit(req, types_of[req.job.name], preemptive, margin)
-    table = PredictedThroughputs(oracle, elastic, infos, lambda j: range(j.min_replicas, j.max_replicas + 1))
+        plan.admit(req, types_of[req.job.name], preemptive, margin, strict)
+    if table is None:
+        table = PredictedThroughputs(oracle, elastic, infos, sizing_counts)
     norm: dict[str, float] = {}
     for j in elastic:
         _, best = table.best_type(j, j.min_replicas, allowed_types(j, infos))

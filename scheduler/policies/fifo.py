@@ -24,6 +24,7 @@ from scheduler.core.round import IncrementalRound
 from scheduler.core.types import ClusterSnapshot, Job, Node
 from scheduler.policies.base import FreeByType, replica_options, type_infos
 from scheduler.policies.config import Heterogeneity, parse_config
+from scheduler.policies.elastic_sizing import planning_table, size_elastic, sizing_table
 from scheduler.policies.greedy import Request, greedy_allocate
 from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_type
 from scheduler.policies.type_planner import DEFAULT_HORIZON_S, aware_orders
@@ -61,12 +62,28 @@ class FifoPolicy:
         prio = self.config.use_priority
         ordered = sorted(jobs, key=lambda j: (-j.priority if prio else 0, j.submit_time, j.name))
         orders: dict[str, tuple[str, ...]] = {}
+        table = None  # with elastic jobs: every size of each, for sizing (one oracle call)
         if self.config.heterogeneity == "aware":  # agnostic FIFO needs no performance model
-            orders = aware_orders(snapshot, infos, oracle, ordered, horizon_s=self.config.horizon_s)
+            table = sizing_table(oracle, ordered, infos)  # None: no elastic job
+            planning = planning_table(snapshot, ordered, table)
+            orders = aware_orders(
+                snapshot, infos, oracle, ordered, horizon_s=self.config.horizon_s, table=planning
+            )
         requests = [
             Request(j, orders.get(j.name) or free.order(j, infos), replica_options(j), rank=float(i))
             for i, j in enumerate(ordered)
         ]
+        if self.config.heterogeneity == "aware":  # elastic jobs sized by the throughput model
+            requests = size_elastic(
+                snapshot,
+                requests,
+                oracle,
+                infos,
+                preemptive=False,
+                strict=not self.config.backfill,
+                horizon_s=self.config.horizon_s,
+                table=table,
+            )
         return greedy_allocate(snapshot, jobs, requests, preemptive=False, strict=not self.config.backfill)
 
     def incremental(

@@ -59,7 +59,7 @@ from scheduler.core.round import IncrementalRound
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node
 from scheduler.policies.base import FreeByType, TypeInfo, batch_throughput, replica_options, type_infos
 from scheduler.policies.config import Heterogeneity, parse_config, require
-from scheduler.policies.elastic_sizing import planning_table, size_elastic
+from scheduler.policies.elastic_sizing import planning_table, size_elastic, sizing_table
 from scheduler.policies.greedy import Request, Reservation, greedy_allocate
 from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_type
 from scheduler.policies.type_planner import DEFAULT_HORIZON_S, EvictionPrice, aware_orders, move_pays
@@ -140,11 +140,13 @@ class LasPolicy:
             ((-1 if j.name in starving else queue[j.name], j.submit_time, j.name), j) for j in jobs
         )
         orders: dict[str, tuple[str, ...]] = {}
+        table = None  # with elastic jobs: every size of each, for sizing (one oracle call)
         if self.config.heterogeneity == "aware":  # LAS ranks by attained service; the oracle picks types
             ranked = [j for _, j in keyed]
-            table = planning_table(snapshot, ranked, infos, oracle)  # None: no elastic job
+            table = sizing_table(oracle, ranked, infos)
+            planning = planning_table(snapshot, ranked, table)  # None: no elastic job
             orders = aware_orders(
-                snapshot, infos, oracle, ranked, horizon_s=self.config.horizon_s, table=table
+                snapshot, infos, oracle, ranked, horizon_s=self.config.horizon_s, table=planning
             )
         notes = [f"LAS queue {q}" for q in range(len(self._bounds) + 1)]
         requests = [
@@ -165,6 +167,7 @@ class LasPolicy:
                 infos,
                 preemptive=self.config.preemptive,
                 horizon_s=self.config.horizon_s,
+                table=table,
             )
         consolidate = None
         if self.config.consolidate:

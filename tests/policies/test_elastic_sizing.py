@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from scheduler.core.decisions import ActionKind
 from scheduler.core.round import RoundCosts, run_round
 from scheduler.policies import make_policy
@@ -19,17 +21,34 @@ def sizes(result) -> dict[str, int]:  # type: ignore[no-untyped-def]
     return {a.job: a.after.replicas for a in result.actions if a.after is not None}
 
 
-def test_two_elastic_jobs_share_the_gpus_instead_of_one_taking_its_largest_size() -> None:
+@pytest.mark.parametrize("name", ["las", "srsf", "fifo", "ftf"])
+def test_two_elastic_jobs_share_the_gpus_instead_of_one_taking_its_largest_size(name: str) -> None:
     nodes = [node("a").gpus(8).build()]
     # throughput ~ sqrt(GPUs): two jobs of 1..8 replicas on 8 GPUs run 4 + 4, not 8 + nothing
     jobs = [job("x").replicas(1, 8).build(), job("y").replicas(1, 8).submitted(1).build()]
-    res = run_round(snapshot(nodes), jobs, make_policy("las"), FakeOracle(scaling=0.5))
+    res = run_round(snapshot(nodes), jobs, make_policy(name), FakeOracle(scaling=0.5))
     assert sizes(res) == {"x": 4, "y": 4}
-    # agnostic LAS (the baseline: GPUs counted, no performance model) still gives the first its largest
+    # agnostic (the baseline: GPUs counted, no performance model) still gives one job its largest size
+    agnostic = make_policy(name, {"heterogeneity": "agnostic"})
+    res = run_round(snapshot(nodes), jobs, agnostic, FakeOracle(scaling=0.5))
+    assert sorted(sizes(res).values()) == [8]
+
+
+def test_strict_fifo_sizes_only_the_jobs_ahead_of_one_that_cannot_start() -> None:
+    nodes = [node("a").gpus(8).build()]
+    # "head" (rigid, 4 GPUs) cannot start while "runner" holds 6 of the 8 (its largest size); strict
+    # FIFO: "late" (elastic) behind it waits too, though it could start on the 2 free GPUs at its minimum
+    runner = job("runner").replicas(2, 6).work(100 * HOUR).build()
+    head = job("head").gpus_per_replica(4).submitted(1).build()
+    late = job("late").replicas(1, 8).submitted(2).build()
+    snap = snapshot(nodes, now=10, allocations=[alloc("runner", "V100", 1, {"a": 6})])
+    res = run_round(snap, [runner, head, late], make_policy("fifo"), FakeOracle(scaling=0.5))
+    assert set(sizes(res)) == {"runner"}
+    # with backfill, "late" starts on the 2 free GPUs
     res = run_round(
-        snapshot(nodes), jobs, make_policy("las", {"heterogeneity": "agnostic"}), FakeOracle(scaling=0.5)
+        snap, [runner, head, late], make_policy("fifo", {"backfill": True}), FakeOracle(scaling=0.5)
     )
-    assert sizes(res) == {"x": 8}
+    assert sizes(res) == {"runner": 6, "late": 2}
 
 
 def test_a_running_elastic_job_grows_into_free_gpus_only_when_it_pays() -> None:
