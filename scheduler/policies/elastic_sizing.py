@@ -5,7 +5,15 @@ each job's GPU types in the order to try them, its ranks) and rewrites those of 
 elastic job's replica count comes from the throughput model instead of "as many as fit, largest first"
 (which runs every elastic job at a fixed size: the first to arrive on an idle cluster takes twice its
 traced GPUs, later ones start small and never grow). Rigid jobs' requests are returned unchanged, and
-when no job of the round is elastic the request list itself is returned (rigid rounds are untouched).
+when no job of the round is elastic so are all (rigid rounds are untouched: the benchmark's rigid
+scenarios give the same reports to the last digit). Only ``heterogeneity: aware`` policies call it: the
+agnostic variants, the same-run baseline that counts free GPUs only, keep "largest size that fits".
+
+**GPU types.** An elastic job's types are ranked (``type_planner.aware_orders``) by its predicted speed at
+its minimum size, and, running, at the size it has (``planning_table``), where sizing admits it and where
+it mostly runs under load, not at its largest size, where it may scale poorly: ranked there, a job 3%
+faster on 2 GPUs than on 1 was sent to T4s by its speed on 16 and ran on one T4 for 458 h (H100s were
+free). ``sizing_table`` asks the oracle about every size of every elastic job in the round's one call.
 
 How the sizes are made, per round, counting GPUs per type (node boundaries are left to the walk):
 
@@ -30,9 +38,10 @@ How the sizes are made, per round, counting GPUs per type (node boundaries are l
    preemption, made partial), never to grow another job.
 4. **The walk.** ``greedy_allocate`` then walks the rewritten requests: shrinking jobs first (in place,
    they free the GPUs the admitted ones were planned on), then everyone in the policy's order (a waiting
-   elastic job asks for its planned size on its planned type first, then for every smaller size down to
-   its minimum and its other types), then growing jobs last (in place, from the planned size down to
-   what they hold, so growth never evicts anyone nor takes GPUs a starting job was planned on).
+   elastic job asks for its planned size on its planned type, then for every smaller size down to its
+   minimum there: on another type it would take GPUs planned for others), then growing jobs last (in
+   place, from the planned size down to what they hold, so growth never evicts anyone nor takes GPUs a
+   starting job was planned on).
 
 Follows Qiao et al., "Pollux: Co-adaptive Cluster Scheduling for Goodput-Optimized Deep Learning" (OSDI
 2021) for the sizes, as the ``elastic`` policy does (throughput over the job's own baseline, summed;
@@ -42,9 +51,9 @@ the ordering policy's decision (LAS, SRSF...), not the sum of speed-ups, so ever
 its minimum in the policy's order and only the spare GPUs are shared by marginal gain; jobs ranked ahead
 may shrink running jobs ranked behind (Pollux and ``elastic`` shrink only when the sum of speed-ups
 rises); and resizes are priced by the restart they cost over a horizon, as type moves are
-(``type_planner.move_pays``), rather than by Pollux's re-allocation penalty. Gavel (OSDI 2020) and
-Optimus (EuroSys 2018) size jobs by the same marginal-gain argument (Optimus: the largest reduction of
-remaining time per added worker); neither keeps an ordering policy's order.
+(``type_planner.move_pays``), rather than by Pollux's re-allocation penalty. Optimus (Peng et al.,
+EuroSys 2018) hands out workers by the same marginal-gain argument (the largest drop of remaining time per
+added worker), also without keeping an ordering policy's order.
 """
 
 from __future__ import annotations
@@ -105,7 +114,7 @@ def planning_table(
     """What ``type_planner.aware_orders`` should choose GPU types from when some job is elastic (``table``
     has every size, ``sizing_counts``): an elastic job at its minimum size (and, running, at the size it
     has), where sizing admits it and where it mostly runs under load, instead of at its largest size,
-    where it may scale poorly (a job 2% faster on 2 GPUs than on 1 was ranked by its speed on 16 and
+    where it may scale poorly (a job 3% faster on 2 GPUs than on 1 was ranked by its speed on 16 and
     sent to T4s); rigid jobs at their size. None when ``table`` is None (no elastic job)."""
     if table is None:
         return None
@@ -372,7 +381,6 @@ def _rewrite(
             else:
                 walk.append(req)
             continue
-        # its planned type only: on another it would take GPUs planned for others (it waits a round
-        # when the gang does not fit the planned type's nodes)
+        # its planned type only (it waits a round when the gang does not fit that type's nodes)
         walk.append(req._replace(gpu_types=(s.gpu_type,), replicas=tuple(range(s.replicas, lo - 1, -1))))
     return [*shrinking, *walk, *growing]

@@ -4,8 +4,9 @@ Pure. Jobs are served in order of priority (higher first, unless ``use_priority`
 time, then name. Strict FIFO (the default) starts no job behind one that cannot start, so a big job at the
 head is never starved; ``backfill: true`` lets later jobs that fit start in the meantime. Running jobs
 are never preempted. ``heterogeneity: aware`` (the default) picks each job's GPU type from the
-throughput matrix (``scheduler.policies.type_planner``); ``agnostic``: the allowed type with the most free
-GPUs. Elastic jobs take as many replicas as fit, down to their minimum.
+throughput matrix (``scheduler.policies.type_planner``) and sizes elastic jobs by marginal gain in FIFO
+order (``scheduler.policies.elastic_sizing``); ``agnostic``: the allowed type with the most free GPUs, and
+elastic jobs take as many replicas as fit, down to their minimum.
 
 Follows the FIFO baseline used by Tiresias (NSDI'19) and Gavel (OSDI'20). Differs: the backfill is
 first-fit without a reservation for the head job (not EASY backfilling, which needs runtime estimates),

@@ -5,8 +5,9 @@ alone on its asked GPUs of its fastest allowed type, and T_shared is the time si
 remaining work at the throughput it gets now (its current allocation; for a waiting job, the best
 it could get if started now). Jobs with the largest rho go first; preemptive with a margin on rho so
 near-equal jobs do not evict each other every round. ``heterogeneity: aware`` (the default) picks each
-job's GPU type from the throughput matrix (``scheduler.policies.type_planner``); ``agnostic``: the allowed
-type with the most free GPUs.
+job's GPU type from the throughput matrix (``scheduler.policies.type_planner``) and sizes elastic jobs by
+marginal gain in rho order (``scheduler.policies.elastic_sizing``); ``agnostic``: the allowed type with the
+most free GPUs, and the largest size that fits.
 
 Follows Mahajan et al., "Themis: Fair and Efficient GPU Cluster Scheduling", NSDI 2020. Differs: no
 partial-allocation auction between app agents and no fairness knob f (all jobs bid each round); rho

@@ -33,6 +33,10 @@ predicted to finish before the nodes are needed. It is off by default because th
 choose it (docs/performance.md, "Long gangs"); K bounds a job's slowdown to about K + 1 plus the wait
 for the held nodes.
 
+Elastic jobs: aware, each is sized by marginal gain in LAS's order (``scheduler.policies.elastic_sizing``:
+admitted at its minimum, spare GPUs by predicted gain per GPU, growth priced by its restart, shrunk only
+for a job of a lower queue); agnostic, it takes the largest size that fits.
+
 Follows Gu et al., "Tiresias: A GPU Cluster Manager for Distributed Deep Learning", NSDI 2019
 (discretized 2D-LAS; its placement consolidation becomes ``consolidate``), and for the reservation,
 EASY backfilling (Mu'alem & Feitelson, IEEE TPDS 2001).

@@ -6,7 +6,9 @@ too big for a type's capacity is judged there at the largest size that fits). Jo
 least remaining service go first; preemptive: a job evicts running jobs with more remaining service
 (by more than ``preempt_margin_gpu_s``). ``heterogeneity: aware`` (the default) picks each job's GPU
 type from the throughput matrix (``scheduler.policies.type_planner``); ``agnostic``: the allowed type with
-the most free GPUs (remaining service still comes from the fastest type).
+the most free GPUs (remaining service still comes from the fastest type). Aware, elastic jobs are sized by
+marginal gain in SRSF's order (``scheduler.policies.elastic_sizing``); agnostic, they take the largest size
+that fits.
 
 Follows the SRSF baseline of Tiresias (NSDI'19) and the survey's "SRSF with execution-time error"
 experiment, where remaining time comes from a predictor. Differs: remaining time is predicted per

@@ -81,8 +81,8 @@ def test_a_job_las_ranks_ahead_shrinks_a_running_elastic_job_instead_of_evicting
 
 
 def test_an_elastic_job_goes_to_the_type_where_it_runs_fast_at_the_size_it_gets() -> None:
-    # "poor" barely scales (2% faster on 16 GPUs than on 1: its speed at 16 is ranked on the H100's 16
-    # GPUs, but it runs at 1 or 2): it must not be sent to the slow T4s by its speed at its largest size
+    # "poor" barely scales (3% faster on 16 GPUs than on 1) and is 5x faster on an H100 than on a T4 at
+    # the size it gets; planned at its largest size, 16 T4s outweighed one H100 and it went to the T4s
     nodes = cluster(("T4", 2, 8), ("H100", 1, 8))
     poor = job("poor").replicas(1, 16).build()
     res = run_round(snapshot(nodes), [poor], make_policy("las"), FakeOracle(scaling=0.01))
