@@ -180,7 +180,8 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     keep = (
         *("scenario", "load", "oracle", "spec", "avg_jct_s", "p99_jct_s", "makespan_s"),
-        *("preemptions_per_job", "migrations_per_job", "restarts_per_job", "ftf_rho_avg", "unfinished"),
+        *("preemptions_per_job", "migrations_per_job", "restarts_per_job", "resizes_per_job"),
+        *("ftf_rho_avg", "unfinished"),
     )
     out.write_text(json.dumps([{k: r.get(k) for k in keep} for r in rows], indent=1) + "\n", encoding="utf-8")
 
