@@ -246,9 +246,12 @@ class _Plan:
         fits = [t for t in types_ if self.free.get(t, 0) >= need]
         if not fits and preemptive and cur is None:
             threshold = req.rank + margin
-            fits = [t for t in types_ if self.shrink_for(need, t, threshold)][:1]
-            if not fits:
-                fits = [t for t in types_ if self.evict_for(need, t, threshold)][:1]
+            # the first type where shrinking (else evicting) makes room: the search stops there, so
+            # running jobs on the other types keep their GPUs
+            t_room = next((t for t in types_ if self.shrink_for(need, t, threshold)), None)
+            if t_room is None:
+                t_room = next((t for t in types_ if self.evict_for(need, t, threshold)), None)
+            fits = [] if t_room is None else [t_room]
         if fits:
             t = fits[0]
             self.free[t] -= need
@@ -277,7 +280,8 @@ def size_elastic(
     """``requests`` (an ordering policy's, in its order) with elastic jobs sized (module docstring).
 
     ``preemptive``, ``margin`` and ``strict`` are the policy's ``greedy_allocate`` arguments: who may
-    shrink whom, and (strict FIFO) that no waiting job behind one that cannot start is admitted.
+    shrink whom, and (strict FIFO) that no waiting job behind one that cannot start is admitted, nor does
+    any job grow while it waits (the GPUs it waits for would go to growth: it would never start).
     ``table``: the round's ``sizing_table`` (asked otherwise: one more oracle call).
     Returns ``requests`` unchanged (a copy) when no job to size is elastic.
     """
@@ -295,7 +299,8 @@ def size_elastic(
         _, best = table.best_type(j, j.min_replicas, allowed_types(j, infos))
         if best > 0:
             norm[j.name] = best
-    _grow(snapshot, plan, elastic, table, norm, horizon_s)
+    if not plan.blocked:  # strict FIFO waiting for GPUs for its head: growth would starve the head
+        _grow(snapshot, plan, elastic, table, norm, horizon_s)
     return _rewrite(snapshot, requests, plan.shares)
 
 

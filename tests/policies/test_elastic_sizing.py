@@ -36,18 +36,21 @@ def test_two_elastic_jobs_share_the_gpus_instead_of_one_taking_its_largest_size(
 
 def test_strict_fifo_sizes_only_the_jobs_ahead_of_one_that_cannot_start() -> None:
     nodes = [node("a").gpus(8).build()]
-    # "head" (rigid, 4 GPUs) cannot start while "runner" holds 6 of the 8 (its largest size); strict
-    # FIFO: "late" (elastic) behind it waits too, though it could start on the 2 free GPUs at its minimum
-    runner = job("runner").replicas(2, 6).work(100 * HOUR).build()
+    # "head" (rigid, 4 GPUs) cannot start while "runner" holds 6 of the 8; strict FIFO: "late" (elastic)
+    # behind it waits too, though it could start on the 2 free GPUs, and "runner" does not grow into them
+    # (the head would wait for ever)
+    runner = job("runner").replicas(2, 8).work(100 * HOUR).build()
     head = job("head").gpus_per_replica(4).submitted(1).build()
     late = job("late").replicas(1, 8).submitted(2).build()
     snap = snapshot(nodes, now=10, allocations=[alloc("runner", "V100", 1, {"a": 6})])
-    res = run_round(snap, [runner, head, late], make_policy("fifo"), FakeOracle(scaling=0.5))
-    assert set(sizes(res)) == {"runner"}
-    # with backfill, "late" starts on the 2 free GPUs
-    res = run_round(
-        snap, [runner, head, late], make_policy("fifo", {"backfill": True}), FakeOracle(scaling=0.5)
-    )
+    # linear scaling: growing "runner" 6 -> 8 would pay (1.33x for one 30 s restart)
+    costs = RoundCosts(restart_cost_s=30)
+    res = run_round(snap, [runner, head, late], make_policy("fifo"), FakeOracle(), costs=costs)
+    assert sizes(res) == {"runner": 6}
+    # with backfill, "late" starts on the 2 free GPUs (its gain per GPU beats runner's, and runner's
+    # 6 -> 7 would be under the 1.25x resize bar)
+    backfill = make_policy("fifo", {"backfill": True})
+    res = run_round(snap, [runner, head, late], backfill, FakeOracle(), costs=costs)
     assert sizes(res) == {"runner": 6, "late": 2}
 
 
@@ -108,3 +111,18 @@ def test_resize_pays_arithmetic() -> None:
     # under MIN_RESIZE_SPEEDUP (1.25x, as for a move) never, however long the job
     long = job("long").work(1e9).build()
     assert resize_pays(long, 2.0, 2.49, restart_cost_s=30, horizon_s=3600) is False
+
+
+def test_a_newcomer_shrinks_running_jobs_on_one_gpu_type_only() -> None:
+    # both types full of queue-2 elastic jobs above their minimum; the queue-0 newcomer needs 1 GPU:
+    # one of them gives up a replica, not both
+    nodes = cluster(("V100", 1, 8), ("K80", 1, 8))
+    a = job("a").replicas(2, 8).work(1000 * HOUR).attained(20 * HOUR).build()
+    b = job("b").replicas(2, 8).work(1000 * HOUR).attained(20 * HOUR).submitted(1).build()
+    new = job("new").replicas(1, 8).submitted(5).build()
+    allocs = [alloc("a", "V100", 1, {"v100-000": 8}), alloc("b", "K80", 1, {"k80-000": 8})]
+    res = run_round(
+        snapshot(nodes, now=100, allocations=allocs), [a, b, new], make_policy("las"), FakeOracle()
+    )
+    kinds = sorted((a.job, a.kind.name) for a in res.actions if a.kind is not ActionKind.KEEP)
+    assert len([k for k in kinds if k[1] == "RESIZE"]) == 1 and ("new", "START") in kinds
