@@ -11,11 +11,11 @@ table with injected error (``mre0.25``) and the shipped perfmodel predictor (``p
 - ``homog``: homogeneous-64xV100 (one type: aware and agnostic must tie); plus ``elastic``;
 - ``elastic``: modern-mix with elastic jobs (1 .. 2x their traced GPUs); plus ``elastic``.
 
-Each row prints avg / p99 JCT, makespan, preemptions, migrations and restarts per job, finish-time
-fairness (mean rho) and ``aware/agn``: the row's avg JCT over the same policy's agnostic avg JCT in the
-same cell (lower is better), plus ``vs las-agn``: over agnostic LAS's. At the end, per policy spec, its
-worst ratio to the best policy of each cell (table oracle) and whether it is ever worse than agnostic
-LAS: the default policy must be within 5% of the best everywhere and never worse than agnostic LAS.
+Each row prints avg / p99 JCT, makespan, preemptions, migrations, restarts and elastic resizes per job,
+finish-time fairness (mean rho) and ``aware/agn``: the row's avg JCT over the same policy's agnostic avg
+JCT in the same cell (lower is better), plus ``vs las-agn``: over agnostic LAS's. At the end, per policy
+spec, its worst ratio to the best policy of each cell (table oracle) and whether it is ever worse than
+agnostic LAS: the default policy must be within 5% of the best everywhere and never worse than agnostic LAS.
 
 Run: ``python bench/decision_quality.py [--quick] [--jobs 150] [--scenarios gavel,modern,homog,elastic]
 [--loads 0.8,1.5,3] [--oracles table,mre0.25,predictor] [--policies las,srsf,...] [--out FILE]``.
@@ -92,7 +92,8 @@ def _h(seconds: float) -> str:
 
 HEADER = (
     f"{'scenario':<8} {'load':>4} {'oracle':<9} {'policy':<26} {'avgJCT h':>8} {'p99 h':>7} "
-    f"{'mkspan h':>8} {'pre/j':>5} {'mig/j':>5} {'rst/j':>5} {'rho':>5} {'aware/agn':>9} {'vs las-agn':>10}"
+    f"{'mkspan h':>8} {'pre/j':>5} {'mig/j':>5} {'rst/j':>5} {'rsz/j':>5} {'rho':>5} "
+    f"{'aware/agn':>9} {'vs las-agn':>10}"
 )
 
 
@@ -106,7 +107,8 @@ def print_row(r: dict[str, Any], cell: list[dict[str, Any]]) -> None:
     print(
         f"{r['scenario']:<8} {r['load']:>4g} {r['oracle']:<9} {r['spec']:<26} {_h(r['avg_jct_s']):>8} "
         f"{_h(r['p99_jct_s']):>7} {_h(r['makespan_s']):>8} {r['preemptions_per_job']:>5.2f} "
-        f"{r['migrations_per_job']:>5.2f} {r['restarts_per_job']:>5.2f} {r['ftf_rho_avg']:>5.2f} "
+        f"{r['migrations_per_job']:>5.2f} {r['restarts_per_job']:>5.2f} "
+        f"{r.get('resizes_per_job', 0.0):>5.2f} {r['ftf_rho_avg']:>5.2f} "
         f"{ratio:>9} {vs_las:>10}",
         flush=True,
     )
@@ -178,7 +180,8 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     keep = (
         *("scenario", "load", "oracle", "spec", "avg_jct_s", "p99_jct_s", "makespan_s"),
-        *("preemptions_per_job", "migrations_per_job", "restarts_per_job", "ftf_rho_avg", "unfinished"),
+        *("preemptions_per_job", "migrations_per_job", "restarts_per_job", "resizes_per_job"),
+        *("ftf_rho_avg", "unfinished"),
     )
     out.write_text(json.dumps([{k: r.get(k) for k in keep} for r in rows], indent=1) + "\n", encoding="utf-8")
 

@@ -1,7 +1,10 @@
 """``perfsched demo --real``: TrainingJobs that really train (PyTorch on CPU), with a resize and a preemption.
 
 Impure shell, like ``perfsched_dev.demo.emulated``: a local control plane (no KWOK nodes), ``perfsched
-extender``, ``perfsched operator`` (policy ``srsf``) and ``perfsched emulate --exec``, which runs the pods
+extender``, ``perfsched operator`` (policy ``srsf:heterogeneity=agnostic``: with one GPU type it differs
+from aware ``srsf`` only in sizing elastic jobs by predicted gain, and the predictor gives resnet18 /
+cifar10 at global batch 32 nothing from a second T4, so aware SRSF would start ``alpha`` on one GPU and
+there would be no resize to show) and ``perfsched emulate --exec``, which runs the pods
 of one exec node (2 "T4 GPUs"; the processes use this machine's CPU) as processes of the example
 trainer (``examples/trainer/train.py``, ``resnet-tiny`` on synthetic data). The script:
 
@@ -326,7 +329,7 @@ def run_real_demo(
 
 
 def _start_real_cluster(dc: DevCluster, exec_dir: Path, say: Callable[[str], None]) -> str:
-    """The control plane without KWOK nodes, perfsched's extender and operator (policy ``srsf``, short
+    """The control plane without KWOK nodes, perfsched's extender and operator (agnostic SRSF, short
     rounds and costs) and the exec emulator; returns the kubeconfig."""
     from perfsched_dev.devcluster.cluster import UpOptions, perfsched_components
     from perfsched_dev.devcluster.process import free_ports
@@ -339,7 +342,7 @@ def _start_real_cluster(dc: DevCluster, exec_dir: Path, say: Callable[[str], Non
         extender_port,
         operator_port,
         operator_env={
-            "PERFSCHED_OPERATOR_POLICY": "srsf",
+            "PERFSCHED_OPERATOR_POLICY": "srsf:heterogeneity=agnostic",
             "PERFSCHED_OPERATOR_LEASE_NAMESPACE": "default",
             "PERFSCHED_OPERATOR_ROUND_PERIOD_SECONDS": "1",
             "PERFSCHED_OPERATOR_MIN_ROUND_INTERVAL_SECONDS": "0.2",

@@ -52,6 +52,15 @@ class PredictedThroughputs:
         self._table: dict[tuple[str, str, int], float] = dict(zip(keys, values[: len(keys)], strict=True))
         self.extra_answers: list[float] = values[len(keys) :]
 
+    def only(self, counts: Mapping[str, Iterable[int]]) -> PredictedThroughputs:
+        """These answers for the jobs named in ``counts``, at the replica counts given there only, without
+        asking the oracle again (answers not asked before stay absent: 0.0)."""
+        keep = {name: frozenset(c) for name, c in counts.items()}
+        out = PredictedThroughputs.__new__(PredictedThroughputs)
+        out._table = {k: v for k, v in self._table.items() if k[2] in keep.get(k[0], ())}
+        out.extra_answers = []
+        return out
+
     def peak(self, job: Job, gpu_type: str) -> tuple[int, float]:
         """The largest asked replica count with a positive throughput on ``gpu_type``, and that throughput.
 

@@ -4,8 +4,9 @@ Pure. Jobs are served in order of priority (higher first, unless ``use_priority`
 time, then name. Strict FIFO (the default) starts no job behind one that cannot start, so a big job at the
 head is never starved; ``backfill: true`` lets later jobs that fit start in the meantime. Running jobs
 are never preempted. ``heterogeneity: aware`` (the default) picks each job's GPU type from the
-throughput matrix (``scheduler.policies.type_planner``); ``agnostic``: the allowed type with the most free
-GPUs. Elastic jobs take as many replicas as fit, down to their minimum.
+throughput matrix (``scheduler.policies.type_planner``) and sizes elastic jobs by marginal gain in FIFO
+order (``scheduler.policies.elastic_sizing``); ``agnostic``: the allowed type with the most free GPUs, and
+elastic jobs take as many replicas as fit, down to their minimum.
 
 Follows the FIFO baseline used by Tiresias (NSDI'19) and Gavel (OSDI'20). Differs: the backfill is
 first-fit without a reservation for the head job (not EASY backfilling, which needs runtime estimates),
@@ -24,6 +25,7 @@ from scheduler.core.round import IncrementalRound
 from scheduler.core.types import ClusterSnapshot, Job, Node
 from scheduler.policies.base import FreeByType, replica_options, type_infos
 from scheduler.policies.config import Heterogeneity, parse_config
+from scheduler.policies.elastic_sizing import planning_table, size_elastic, sizing_table
 from scheduler.policies.greedy import Request, greedy_allocate
 from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_type
 from scheduler.policies.type_planner import DEFAULT_HORIZON_S, aware_orders
@@ -61,12 +63,28 @@ class FifoPolicy:
         prio = self.config.use_priority
         ordered = sorted(jobs, key=lambda j: (-j.priority if prio else 0, j.submit_time, j.name))
         orders: dict[str, tuple[str, ...]] = {}
+        table = None  # with elastic jobs: every size of each, for sizing (one oracle call)
         if self.config.heterogeneity == "aware":  # agnostic FIFO needs no performance model
-            orders = aware_orders(snapshot, infos, oracle, ordered, horizon_s=self.config.horizon_s)
+            table = sizing_table(oracle, ordered, infos)  # None: no elastic job
+            planning = planning_table(snapshot, ordered, table)
+            orders = aware_orders(
+                snapshot, infos, oracle, ordered, horizon_s=self.config.horizon_s, table=planning
+            )
         requests = [
             Request(j, orders.get(j.name) or free.order(j, infos), replica_options(j), rank=float(i))
             for i, j in enumerate(ordered)
         ]
+        if self.config.heterogeneity == "aware":  # elastic jobs sized by the throughput model
+            requests = size_elastic(
+                snapshot,
+                requests,
+                oracle,
+                infos,
+                preemptive=False,
+                strict=not self.config.backfill,
+                horizon_s=self.config.horizon_s,
+                table=table,
+            )
         return greedy_allocate(snapshot, jobs, requests, preemptive=False, strict=not self.config.backfill)
 
     def incremental(

@@ -5,8 +5,9 @@ alone on its asked GPUs of its fastest allowed type, and T_shared is the time si
 remaining work at the throughput it gets now (its current allocation; for a waiting job, the best
 it could get if started now). Jobs with the largest rho go first; preemptive with a margin on rho so
 near-equal jobs do not evict each other every round. ``heterogeneity: aware`` (the default) picks each
-job's GPU type from the throughput matrix (``scheduler.policies.type_planner``); ``agnostic``: the allowed
-type with the most free GPUs.
+job's GPU type from the throughput matrix (``scheduler.policies.type_planner``) and sizes elastic jobs by
+marginal gain in rho order (``scheduler.policies.elastic_sizing``); ``agnostic``: the allowed type with the
+most free GPUs, and the largest size that fits.
 
 Follows Mahajan et al., "Themis: Fair and Efficient GPU Cluster Scheduling", NSDI 2020. Differs: no
 partial-allocation auction between app agents and no fairness knob f (all jobs bid each round); rho
@@ -27,6 +28,7 @@ from scheduler.core.types import ClusterSnapshot, Job, PlacementShape
 from scheduler.policies.base import FreeByType, allowed_types, replica_options, type_infos
 from scheduler.policies.config import Heterogeneity, parse_config, require
 from scheduler.policies.elastic_shares import PredictedThroughputs, size_bounds
+from scheduler.policies.elastic_sizing import planning_table, size_elastic, sizing_counts
 from scheduler.policies.greedy import Request, greedy_allocate
 from scheduler.policies.type_planner import DEFAULT_HORIZON_S, aware_orders
 
@@ -76,7 +78,11 @@ class FtfPolicy:
             (j, spread_of(snapshot.allocations[j.name], node_map)) for j in running
         ]
         # one oracle call: the table plus each running job's current placement
-        table = PredictedThroughputs(oracle, live, infos, size_bounds, extra=cur_q)
+        # aware, with elastic jobs: every size of those, for sizing them (still one oracle call)
+        elastic = self.config.heterogeneity == "aware" and any(j.is_elastic for j in live)
+        table = PredictedThroughputs(
+            oracle, live, infos, sizing_counts if elastic else size_bounds, extra=cur_q
+        )
         current = dict(zip((j.name for j in running), table.extra_answers, strict=True))
         keyed: list[tuple[float, float, str, Job, tuple[str, ...]]] = []
         extra: dict[str, Decision] = {}
@@ -97,8 +103,10 @@ class FtfPolicy:
         orders: dict[str, tuple[str, ...]] = {}
         if self.config.heterogeneity == "aware":
             ranked = [x[3] for x in keyed]
+            # elastic jobs' types chosen at their minimum size (None: no elastic job, the table as it is)
+            planning = planning_table(snapshot, ranked, table if elastic else None)
             orders = aware_orders(
-                snapshot, infos, oracle, ranked, horizon_s=self.config.horizon_s, table=table
+                snapshot, infos, oracle, ranked, horizon_s=self.config.horizon_s, table=planning or table
             )
         else:
             free = FreeByType(snapshot)
@@ -113,6 +121,17 @@ class FtfPolicy:
             )
             for neg, _, _, j, types in keyed
         ]
+        if self.config.heterogeneity == "aware":  # elastic jobs sized by the throughput model
+            requests = size_elastic(
+                snapshot,
+                requests,
+                oracle,
+                infos,
+                preemptive=self.config.preemptive,
+                margin=self.config.preempt_margin,
+                horizon_s=self.config.horizon_s,
+                table=table,
+            )
         return greedy_allocate(
             snapshot,
             jobs,

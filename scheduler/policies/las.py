@@ -33,6 +33,10 @@ predicted to finish before the nodes are needed. It is off by default because th
 choose it (docs/performance.md, "Long gangs"); K bounds a job's slowdown to about K + 1 plus the wait
 for the held nodes.
 
+Elastic jobs: aware, each is sized by marginal gain in LAS's order (``scheduler.policies.elastic_sizing``:
+admitted at its minimum, spare GPUs by predicted gain per GPU, growth priced by its restart, shrunk only
+for a job of a lower queue); agnostic, it takes the largest size that fits.
+
 Follows Gu et al., "Tiresias: A GPU Cluster Manager for Distributed Deep Learning", NSDI 2019
 (discretized 2D-LAS; its placement consolidation becomes ``consolidate``), and for the reservation,
 EASY backfilling (Mu'alem & Feitelson, IEEE TPDS 2001).
@@ -59,6 +63,7 @@ from scheduler.core.round import IncrementalRound
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node
 from scheduler.policies.base import FreeByType, TypeInfo, batch_throughput, replica_options, type_infos
 from scheduler.policies.config import Heterogeneity, parse_config, require
+from scheduler.policies.elastic_sizing import planning_table, size_elastic, sizing_table
 from scheduler.policies.greedy import Request, Reservation, greedy_allocate
 from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_type
 from scheduler.policies.type_planner import DEFAULT_HORIZON_S, EvictionPrice, aware_orders, move_pays
@@ -139,9 +144,14 @@ class LasPolicy:
             ((-1 if j.name in starving else queue[j.name], j.submit_time, j.name), j) for j in jobs
         )
         orders: dict[str, tuple[str, ...]] = {}
+        table = None  # with elastic jobs: every size of each, for sizing (one oracle call)
         if self.config.heterogeneity == "aware":  # LAS ranks by attained service; the oracle picks types
             ranked = [j for _, j in keyed]
-            orders = aware_orders(snapshot, infos, oracle, ranked, horizon_s=self.config.horizon_s)
+            table = sizing_table(oracle, ranked, infos)
+            planning = planning_table(snapshot, ranked, table)  # None: no elastic job
+            orders = aware_orders(
+                snapshot, infos, oracle, ranked, horizon_s=self.config.horizon_s, table=planning
+            )
         notes = [f"LAS queue {q}" for q in range(len(self._bounds) + 1)]
         requests = [
             Request(
@@ -153,6 +163,16 @@ class LasPolicy:
             )
             for _, j in keyed
         ]
+        if self.config.heterogeneity == "aware":  # elastic jobs sized by the throughput model
+            requests = size_elastic(
+                snapshot,
+                requests,
+                oracle,
+                infos,
+                preemptive=self.config.preemptive,
+                horizon_s=self.config.horizon_s,
+                table=table,
+            )
         consolidate = None
         if self.config.consolidate:
             consolidate = _Consolidation(snapshot, oracle, self.config.horizon_s)

@@ -6,7 +6,9 @@ too big for a type's capacity is judged there at the largest size that fits). Jo
 least remaining service go first; preemptive: a job evicts running jobs with more remaining service
 (by more than ``preempt_margin_gpu_s``). ``heterogeneity: aware`` (the default) picks each job's GPU
 type from the throughput matrix (``scheduler.policies.type_planner``); ``agnostic``: the allowed type with
-the most free GPUs (remaining service still comes from the fastest type).
+the most free GPUs (remaining service still comes from the fastest type). Aware, elastic jobs are sized by
+marginal gain in SRSF's order (``scheduler.policies.elastic_sizing``); agnostic, they take the largest size
+that fits.
 
 Follows the SRSF baseline of Tiresias (NSDI'19) and the survey's "SRSF with execution-time error"
 experiment, where remaining time comes from a predictor. Differs: remaining time is predicted per
@@ -27,6 +29,7 @@ from scheduler.core.types import ClusterSnapshot, Job, Node
 from scheduler.policies.base import FreeByType, allowed_types, replica_options, type_infos
 from scheduler.policies.config import Heterogeneity, parse_config, require
 from scheduler.policies.elastic_shares import PredictedThroughputs, size_bounds
+from scheduler.policies.elastic_sizing import planning_table, size_elastic, sizing_counts
 from scheduler.policies.greedy import Request, greedy_allocate
 from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_type
 from scheduler.policies.type_planner import DEFAULT_HORIZON_S, aware_orders
@@ -64,7 +67,9 @@ class SrsfPolicy:
     ) -> Mapping[str, Decision]:
         infos = type_infos(snapshot)
         live = [j for j in jobs if j.remaining_work > 0]
-        table = PredictedThroughputs(oracle, live, infos, size_bounds)
+        # aware, with elastic jobs: every size of those, for sizing them (still one oracle call)
+        elastic = self.config.heterogeneity == "aware" and any(j.is_elastic for j in live)
+        table = PredictedThroughputs(oracle, live, infos, sizing_counts if elastic else size_bounds)
         keyed: list[tuple[float, float, str, Job, tuple[str, ...]]] = []
         extra: dict[str, Decision] = {}
         for j in live:
@@ -83,8 +88,10 @@ class SrsfPolicy:
         orders: dict[str, tuple[str, ...]] = {}
         if self.config.heterogeneity == "aware":
             ranked = [x[3] for x in keyed]
+            # elastic jobs' types chosen at their minimum size (None: no elastic job, the table as it is)
+            planning = planning_table(snapshot, ranked, table if elastic else None)
             orders = aware_orders(
-                snapshot, infos, oracle, ranked, horizon_s=self.config.horizon_s, table=table
+                snapshot, infos, oracle, ranked, horizon_s=self.config.horizon_s, table=planning or table
             )
         else:
             free = FreeByType(snapshot)
@@ -99,6 +106,17 @@ class SrsfPolicy:
             )
             for svc, _, _, j, types in keyed
         ]
+        if self.config.heterogeneity == "aware":  # elastic jobs sized by the throughput model
+            requests = size_elastic(
+                snapshot,
+                requests,
+                oracle,
+                infos,
+                preemptive=self.config.preemptive,
+                margin=self.config.preempt_margin_gpu_s,
+                horizon_s=self.config.horizon_s,
+                table=table,
+            )
         return greedy_allocate(
             snapshot,
             jobs,
