@@ -18,13 +18,20 @@ Rules, in order (all deterministic; ``batch_size`` is the global batch, the per-
    [0.5, 1] above and [0, 1] below); ``S`` is the gradient-sync time, the median of
    ``measured T - C(b)`` over the measured placements with the nearest GPU count and the same
    single-/multi-node kind, scaled by the ring all-reduce factor ``2 (n-1) / n``. Where none was measured
-   ``S`` is parameter bytes x ring factor / link (PCIe 3 x16 inside a node, ``network_gbps`` between
-   nodes: 10 Gb/s by default).
+   ``S`` is parameter bytes x ring factor / link (PCIe 3 x16 inside a node; between nodes the placement's
+   ``network_gbps``, else the ``GroundTruth``'s, 10 Gb/s by default).
+   Across nodes each measured sync time is scaled by the link its row ran on over the placement's
+   ``network_gbps`` (a ring all-reduce sends the same bytes through each node's NIC, so the exposed sync
+   goes as 1 / link; Gavel's rows ran at 10 Gb/s, see ``Measurement.network_gbps``); a caller without a
+   network (``network_gbps=None``) gets the sync as measured. Inside a node nothing depends on the network.
    The answer is anchored on the nearest measured placement ``p``:
-   ``T = T_measured(p) x T_model(b, n) / T_model(p)``, so neighbouring answers share its measurement noise.
+   ``T = T_measured(p) x T_model(b, n) / T_model(p)`` (``T_model(p)`` at ``p``'s own link), so
+   neighbouring answers share its measurement noise. A measured cross-node configuration asked at another
+   link than it ran on is rule 1's value times the same ratio, ``T_model`` at the two links.
 3. **Across GPU types.** The model was never measured on this GPU type: take the measured type whose specs
    are closest, apply rule 2 there and divide the compute part by the spec ratio
-   ``(FP32 FLOP/s ratio)^0.5 x (memory bandwidth ratio)^0.5``; the sync part is kept.
+   ``(FP32 FLOP/s ratio)^0.5 x (memory bandwidth ratio)^0.5``; the sync part (the reference type's, at the
+   placement's link) is kept.
 4. Otherwise (unknown model, dataset or GPU type): None.
 
 Pure apart from ``GroundTruth.load``, which reads the table file.
@@ -103,7 +110,7 @@ class _Group:
             by_b[float(b)].append(t)
         self.log_b = [math.log(b) for b in sorted(by_b)]
         self.log_t = [math.log(statistics.median(by_b[b])) for b in sorted(by_b)]
-        self._sync_cache: dict[tuple[int, bool], float] = {}
+        self._sync_cache: dict[tuple[int, bool, float | None], float] = {}
 
     def compute_time(self, local_batch: float) -> float:
         """1-GPU iteration time at a per-GPU batch, interpolated log-log (see the module docstring)."""
@@ -122,11 +129,13 @@ class _Group:
         w = (x - xs[i]) / (xs[i + 1] - xs[i])
         return math.exp(ys[i] + w * (ys[i + 1] - ys[i]))
 
-    def sync_time(self, n: int, multi_node: bool) -> float:
-        """Gradient-sync time of an ``n``-GPU placement (see the module docstring)."""
+    def sync_time(self, n: int, multi_node: bool, network_gbps: float | None = None) -> float:
+        """Gradient-sync time of an ``n``-GPU placement (see the module docstring); across nodes at
+        ``network_gbps`` (Gb/s; None: each measured row's sync as measured)."""
         if n <= 1:
             return 0.0
-        key = (n, multi_node)
+        gbps = network_gbps if multi_node else None
+        key = (n, multi_node, gbps)
         if key in self._sync_cache:
             return self._sync_cache[key]
         multi = [m for m in self.rows if m.num_gpus > 1 and (m.num_nodes > 1) == multi_node]
@@ -135,18 +144,19 @@ class _Group:
             n_p = min(counts, key=lambda c: (abs(math.log(c / n)), c))
             syncs = [
                 max(0.0, 1.0 / m.iters_per_s - self.compute_time(m.local_batch_size))
+                * (1.0 if gbps is None else m.network_gbps / gbps)
                 for m in multi
                 if m.num_gpus == n_p
             ]
             value = statistics.median(syncs) * _ring(n) / _ring(n_p)
         else:
-            link = self.network_gbs if multi_node else PCIE_GBS
+            link = (self.network_gbs if gbps is None else gbps / 8.0) if multi_node else PCIE_GBS
             value = _ring(n) * self.params * 4.0 / (link * 1e9)
         self._sync_cache[key] = value
         return value
 
-    def model_time(self, batch_size: int, n: int, nodes: int) -> float:
-        return self.compute_time(batch_size / n) + self.sync_time(n, nodes > 1)
+    def model_time(self, batch_size: int, n: int, nodes: int, network_gbps: float | None = None) -> float:
+        return self.compute_time(batch_size / n) + self.sync_time(n, nodes > 1, network_gbps)
 
     def nearest(self, batch_size: int, n: int, nodes: int) -> Measurement:
         """The measured placement closest to the query (per-GPU batch, GPU count, node kind)."""
@@ -160,9 +170,13 @@ class _Group:
 
         return min(self.rows, key=dist)
 
-    def iteration_time(self, batch_size: int, n: int, nodes: int) -> float:
+    def iteration_time(self, batch_size: int, n: int, nodes: int, network_gbps: float | None = None) -> float:
         p = self.nearest(batch_size, n, nodes)
-        ratio = self.model_time(batch_size, n, nodes) / self.model_time(p.batch_size, p.num_gpus, p.num_nodes)
+        # the anchor's model time at the link it was measured on (as measured when no network is asked)
+        p_link = None if network_gbps is None else p.network_gbps
+        ratio = self.model_time(batch_size, n, nodes, network_gbps) / self.model_time(
+            p.batch_size, p.num_gpus, p.num_nodes, p_link
+        )
         return ratio / p.iters_per_s
 
 
@@ -189,6 +203,13 @@ class GroundTruth:
             )
             groups[(m.model, m.dataset, m.gpu_type)].append(m)
         self._exact = {k: statistics.median(v) for k, v in exact_lists.items()}
+        # the link (Gb/s) each measured configuration ran on, for rule 1 asked at another network
+        links: dict[tuple[str, str, int, str, int, int], list[float]] = defaultdict(list)
+        for m in self._rows:
+            links[(m.model, m.dataset, m.batch_size, m.gpu_type, m.num_gpus, m.num_nodes)].append(
+                m.network_gbps
+            )
+        self._exact_link = {k: statistics.median(v) for k, v in links.items()}
         self._groups: dict[tuple[str, str, str], _Group] = {}
         for (model, dataset, gpu), rows in groups.items():
             info = lookup_model(model)
@@ -201,7 +222,7 @@ class GroundTruth:
             counts[(m.model, m.dataset)] += 1
         for (model, dataset), _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
             self._datasets[model].append(dataset)
-        self._cache: dict[tuple[str, int, str, int, int, str], float | None] = {}
+        self._cache: dict[tuple[str, int, str, int, int, str, float | None], float | None] = {}
 
     @classmethod
     def load(cls, path: Path | None = None, network_gbps: float = 10.0) -> GroundTruth:
@@ -259,11 +280,14 @@ class GroundTruth:
         num_gpus: int,
         num_nodes: int = 1,
         dataset: str = "",
+        network_gbps: float | None = None,
     ) -> float | None:
         """Iterations/s of the whole job (global batch ``batch_size``), or None when nothing is known.
 
-        ``gpu_type`` is a canonical type (a product label is accepted too). Raises ``InvalidInputError``
-        for a batch size or GPU count <= 0 or more nodes than GPUs.
+        ``gpu_type`` is a canonical type (a product label is accepted too). ``network_gbps``: the link
+        between the placement's nodes (Gb/s); None answers at the links the table was measured on. It
+        matters only across nodes. Raises ``InvalidInputError`` for a batch size or GPU count <= 0, more
+        nodes than GPUs or a network that is not a positive number.
         """
         if batch_size <= 0:
             raise InvalidInputError(f"batch_size must be > 0, got {batch_size}")
@@ -271,7 +295,10 @@ class GroundTruth:
             raise InvalidInputError(f"num_gpus must be > 0, got {num_gpus}")
         if num_nodes <= 0 or num_nodes > num_gpus:
             raise InvalidInputError(f"num_nodes must be in 1..num_gpus ({num_gpus}), got {num_nodes}")
-        key = (model, int(batch_size), gpu_type, int(num_gpus), int(num_nodes), dataset)
+        if network_gbps is not None and not (network_gbps > 0 and math.isfinite(network_gbps)):
+            raise InvalidInputError(f"network_gbps must be > 0, got {network_gbps}")
+        gbps = float(network_gbps) if network_gbps is not None and num_nodes > 1 else None
+        key = (model, int(batch_size), gpu_type, int(num_gpus), int(num_nodes), dataset, gbps)
         if key in self._cache:
             return self._cache[key]
         value = self._throughput(*key)
@@ -286,13 +313,14 @@ class GroundTruth:
         num_gpus: int,
         num_nodes: int = 1,
         dataset: str = "",
+        network_gbps: float | None = None,
     ) -> float | None:
         """Samples/s of the whole job: ``throughput(...) * batch_size``."""
-        its = self.throughput(model, batch_size, gpu_type, num_gpus, num_nodes, dataset)
+        its = self.throughput(model, batch_size, gpu_type, num_gpus, num_nodes, dataset, network_gbps)
         return None if its is None else its * batch_size
 
     def _throughput(
-        self, model: str, batch_size: int, gpu_type: str, n: int, nodes: int, dataset: str
+        self, model: str, batch_size: int, gpu_type: str, n: int, nodes: int, dataset: str, gbps: float | None
     ) -> float | None:
         name = canonical_model(model)
         gpu = canonical_gpu_type(gpu_type)
@@ -301,12 +329,20 @@ class GroundTruth:
         ds = self._dataset_for(name, dataset)
         if ds is None:
             return None
-        exact = self._exact.get((name, ds, batch_size, gpu, n, nodes))
-        if exact is not None:
-            return exact
+        exact_key = (name, ds, batch_size, gpu, n, nodes)
+        exact = self._exact.get(exact_key)
         group = self._groups.get((name, ds, gpu))
+        if exact is not None:
+            link = self._exact_link[exact_key]
+            if gbps is None or gbps == link or group is None:
+                return exact
+            return (
+                exact
+                * group.model_time(batch_size, n, nodes, link)
+                / group.model_time(batch_size, n, nodes, gbps)
+            )
         if group is not None:
-            return 1.0 / group.iteration_time(batch_size, n, nodes)
+            return 1.0 / group.iteration_time(batch_size, n, nodes, gbps)
         # Rule 3: nearest measured GPU type by specs.
         target = gpu_spec(gpu)
         measured = sorted(g for (m, d, g) in self._groups if m == name and d == ds)
@@ -314,8 +350,8 @@ class GroundTruth:
             return None
         ref = min(measured, key=lambda g: (abs(math.log(spec_ratio(gpu_spec(g), target))), g))
         rg = self._groups[(name, ds, ref)]
-        t_ref = rg.iteration_time(batch_size, n, nodes)
-        sync = rg.sync_time(n, nodes > 1)
+        t_ref = rg.iteration_time(batch_size, n, nodes, gbps)
+        sync = rg.sync_time(n, nodes > 1, gbps)
         compute = max(t_ref - sync, 1e-9)
         ratio = spec_ratio(gpu_spec(ref), target)
         return 1.0 / (compute / ratio + sync)

@@ -129,6 +129,7 @@ def build_manifests(options: DemoOptions) -> tuple[list[tuple[float, dict[str, A
             seed=options.seed,
             reference_gpu=ref_type,
             reference_node_gpus=ref.gpus_per_node,
+            reference_network_gbps=ref.network_gbps,
             elastic=options.elastic,
         ),
         max_gpus=biggest,

@@ -52,7 +52,8 @@ class ThroughputQuery:
     """One gang's job and placement: what its true throughput depends on.
 
     ``interconnect``/``network_gbps`` describe the slowest link (PCIe if any node is PCIe-only, the
-    smallest network bandwidth); they matter only for the analytic fallback.
+    smallest network bandwidth); the measured truth's cross-node answers scale with ``network_gbps``, the
+    analytic fallback uses both.
     """
 
     model: str
@@ -124,9 +125,14 @@ def ground_truth_throughput() -> ThroughputFn:
     def measured(q: ThroughputQuery) -> float | None:
         if not q.model:
             return None
+        gbps = q.network_gbps if q.num_nodes > 1 else None
         if q.unit is WorkUnit.SAMPLES:
-            return truth.samples_per_s(q.model, q.batch_size, q.gpu_type, q.num_gpus, q.num_nodes, q.dataset)
-        return truth.throughput(q.model, q.batch_size, q.gpu_type, q.num_gpus, q.num_nodes, q.dataset)
+            return truth.samples_per_s(
+                q.model, q.batch_size, q.gpu_type, q.num_gpus, q.num_nodes, q.dataset, network_gbps=gbps
+            )
+        return truth.throughput(
+            q.model, q.batch_size, q.gpu_type, q.num_gpus, q.num_nodes, q.dataset, network_gbps=gbps
+        )
 
     def analytic(q: ThroughputQuery) -> float | None:
         job = JobFeatures(

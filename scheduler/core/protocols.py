@@ -70,9 +70,10 @@ class MeasuredThroughput(Protocol):
     """Measured throughput by configuration: what ``perfmodel.truth.GroundTruth`` offers the simulator.
 
     ``throughput`` gives the iterations/s of a whole job (global batch ``batch_size``) on ``num_gpus`` GPUs
-    of ``gpu_type`` over ``num_nodes`` nodes, or None where nothing was measured. ``TableOracle`` answers
-    from it (``scheduler.sim.gavel.GavelTable`` is another implementation); the trace workload builder
-    also needs the list of what was measured (``scheduler.sim.trace_jobs.Catalogue``).
+    of ``gpu_type`` over ``num_nodes`` nodes linked at ``network_gbps`` (None: at the links it was measured
+    on; only a placement across nodes depends on it), or None where nothing was measured.
+    ``TableOracle`` answers from it (``scheduler.sim.gavel.GavelTable`` is another implementation); the
+    trace workload builder also needs the list of what was measured (``scheduler.sim.trace_jobs.Catalogue``).
     """
 
     def throughput(
@@ -83,6 +84,7 @@ class MeasuredThroughput(Protocol):
         num_gpus: int,
         num_nodes: int = 1,
         dataset: str = "",
+        network_gbps: float | None = None,
     ) -> float | None: ...
 
 

@@ -105,21 +105,29 @@ class TableOracle(ThroughputOracle):
         self.truth = truth
         self.errors = ErrorInjector(mre, seed, per_shape=per_shape)
         self.fallback = fallback
-        self._table: dict[tuple[str, int, str, str, int, int], float | None] = {}
+        self._table: dict[tuple[str, int, str, str, int, int, float | None], float | None] = {}
 
     @property
     def mre(self) -> float:
         return self.errors.mre
 
     def true_iterations_per_s(self, job: Job, shape: PlacementShape) -> float | None:
-        """The table's iterations/s for this job and shape, or None when not measured."""
+        """The table's iterations/s for this job and shape, or None when not measured; across nodes at the
+        shape's ``network_gbps`` (the truth scales its measured sync time by the link)."""
         if not job.model or job.batch_size <= 0:
             return None
-        key = (job.model, job.batch_size, job.dataset, shape.gpu_type, shape.num_gpus, shape.num_nodes)
+        gbps = shape.network_gbps if shape.num_nodes > 1 else None
+        key = (job.model, job.batch_size, job.dataset, shape.gpu_type, shape.num_gpus, shape.num_nodes, gbps)
         if key in self._table:
             return self._table[key]
         value = self.truth.throughput(
-            job.model, job.batch_size, shape.gpu_type, shape.num_gpus, shape.num_nodes, job.dataset
+            job.model,
+            job.batch_size,
+            shape.gpu_type,
+            shape.num_gpus,
+            shape.num_nodes,
+            job.dataset,
+            network_gbps=gbps,
         )
         if value is not None and not (value > 0 and math.isfinite(value)):
             value = None

@@ -106,8 +106,10 @@ class GavelTable:
         num_gpus: int,
         num_nodes: int = 1,
         dataset: str = "",
+        network_gbps: float | None = None,
     ) -> float | None:
-        """Steps/s of one job of this type alone on one GPU of ``gpu_type``; None for any other shape."""
+        """Steps/s of one job of this type alone on one GPU of ``gpu_type``; None for any other shape (so
+        ``network_gbps`` never matters)."""
         t = self._by_key.get((model, batch_size))
         if t is None or num_gpus != 1:
             return None

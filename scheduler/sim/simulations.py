@@ -205,8 +205,15 @@ def _build_workload(
     req: SimulationRequest, spec: ClusterSpec, scaled: Sequence[TraceJob], truth_table: Any
 ) -> Workload:
     """The jobs every run replays, made from the (load-scaled) trace rows; with queues in the cluster
-    spec, tenants from the trace (group = Philly's virtual cluster, else user) join queues."""
-    ref_nodes = [p.gpus_per_node for p in spec.pools if p.gpu_type == req.reference_gpu]
+    spec, tenants from the trace (group = Philly's virtual cluster, else user) join queues.
+
+    Durations are calibrated on the reference type's largest servers at their declared network (the
+    fastest, if its pools differ): the trace is taken as run on that pool of this cluster, so a job on its
+    traced GPUs there runs its traced duration under the network-aware truth, and every other placement
+    (another type, or the same type behind a slower link) is faster or slower by the truth's ratio. A
+    cluster without the reference type calibrates at the measured links."""
+    ref_pools = [p for p in spec.pools if p.gpu_type == req.reference_gpu]
+    ref_nodes = [p.gpus_per_node for p in ref_pools]
     workload = build_workload(
         scaled,
         truth_table,
@@ -214,6 +221,7 @@ def _build_workload(
             seed=req.seed,
             reference_gpu=req.reference_gpu,
             reference_node_gpus=max(ref_nodes) if ref_nodes else 8,
+            reference_network_gbps=max((p.network_gbps for p in ref_pools), default=None),
             elastic=req.elastic,
             deadline_slack=req.deadline_slack,
         ),

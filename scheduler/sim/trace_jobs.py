@@ -36,7 +36,10 @@ class WorkloadOptions:
     """How trace rows become jobs.
 
     ``reference_gpu``: the GPU type trace durations are taken to be measured on; ``reference_node_gpus``:
-    GPUs per node of that type (a g-GPU job is calibrated on ceil(g / it) nodes). ``elastic``: jobs may
+    GPUs per node of that type (a g-GPU job is calibrated on ceil(g / it) nodes); ``reference_network_gbps``:
+    the network between those nodes, so that a job spanning nodes runs its traced duration on the
+    reference type's own servers when the truth honours the placement's network (None: the truth's
+    measured links). ``elastic``: jobs may
     run on 1 .. ``elastic_max_factor`` x their traced GPUs. ``deadline_slack``: when set, each job gets the
     deadline submit + slack x trace duration (ElasticFlow-style), else no deadline.
     """
@@ -44,6 +47,7 @@ class WorkloadOptions:
     seed: int = 0
     reference_gpu: str = "V100"
     reference_node_gpus: int = 8
+    reference_network_gbps: float | None = None
     elastic: bool = False
     elastic_max_factor: int = 2
     deadline_slack: float | None = None
@@ -97,7 +101,8 @@ def build_workload(
             assigned = True
             model = models[rng.randrange(len(models))]
             model, dataset, bs = by_model[model][rng.randrange(len(by_model[model]))]
-        ips = truth.throughput(model, bs, ref, g, nodes, dataset)
+        gbps = options.reference_network_gbps if nodes > 1 else None
+        ips = truth.throughput(model, bs, ref, g, nodes, dataset, network_gbps=gbps)
         if ips is None or ips <= 0:
             raise ConfigError(
                 f"job {tj.job_id}: no throughput for model {model!r} batch {bs} on {g} x {ref}; "

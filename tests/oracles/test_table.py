@@ -19,7 +19,14 @@ class FakeTable:
         self.calls = 0
 
     def throughput(
-        self, model: str, batch_size: int, gpu_type: str, num_gpus: int, num_nodes: int = 1, dataset: str = ""
+        self,
+        model: str,
+        batch_size: int,
+        gpu_type: str,
+        num_gpus: int,
+        num_nodes: int = 1,
+        dataset: str = "",
+        network_gbps: float | None = None,
     ) -> float | None:
         self.calls += 1
         if model != "m":
@@ -69,6 +76,21 @@ def test_table_lookups_are_cached() -> None:
     oracle.throughput(q)
     oracle.throughput(q)
     assert table.calls == 1  # same (model, batch, dataset, shape) for all 50 jobs
+
+
+def test_the_truth_is_asked_at_the_placements_network_across_nodes() -> None:
+    # The real truth: a cross-node placement behind a faster network runs faster (the measured sync time
+    # scales with the link); inside one node the network does not enter the question.
+    from perfmodel.truth import GroundTruth
+
+    oracle = TableOracle(GroundTruth.load())
+    job = Job(name="lstm", submit_time=0.0, total_work=1.0, model="lstm", dataset="wikitext-2", batch_size=20)
+    across = [PlacementShape("V100", 8, num_nodes=2, network_gbps=g) for g in (10.0, 25.0, 100.0)]
+    slow, mid, fast = oracle.throughput([(job, s) for s in across])
+    assert 0 < slow < mid < fast
+    inside = [PlacementShape("V100", 4, network_gbps=g) for g in (10.0, 100.0)]
+    a, b = oracle.throughput([(job, s) for s in inside])
+    assert a == b > 0
 
 
 @pytest.mark.parametrize("mre", [0.1, 0.25, 0.5, 0.75])

@@ -191,3 +191,53 @@ def test_network_between_nodes_is_a_parameter_with_the_old_default() -> None:
     assert fast.throughput(*one_node) == slow.throughput(*one_node)
     with pytest.raises(ValueError, match="network_gbps"):
         GroundTruth(ms, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("model", "bs", "gpu", "n", "nodes", "ds", "measured_gbps"),
+    [
+        ("lstm", 20, "V100", 4, 4, "wikitext-2", 10.0),  # rule 1: Gavel measured it at 10 Gb/s
+        ("lstm", 20, "V100", 8, 2, "wikitext-2", 10.0),  # rule 2: from Gavel's 10 Gb/s rows
+        ("resnet50", 256, "P100", 16, 4, "imagenet", 10.0),  # rule 2, beyond the measured counts
+        ("resnet50", 1304, "T4", 8, 2, "imagenet", 50.0),  # rule 1: Pollux measured it at 50 Gb/s
+        ("resnet50", 256, "A40", 8, 2, "imagenet", 10.0),  # rule 3: V100's sync, measured at 10 Gb/s
+    ],
+)
+def test_cross_node_answers_follow_the_placements_network(
+    truth: GroundTruth, model: str, bs: int, gpu: str, n: int, nodes: int, ds: str, measured_gbps: float
+) -> None:
+    # The exposed gradient sync across nodes goes as 1 / link: a faster network is faster, the link the
+    # rows were measured on gives the measured answer, and no network (None) answers as measured.
+    as_measured = truth.throughput(model, bs, gpu, n, nodes, ds)
+    at = {g: truth.throughput(model, bs, gpu, n, nodes, ds, network_gbps=g) for g in (5.0, 10.0, 25.0, 100.0)}
+    assert as_measured is not None and all(v is not None for v in at.values())
+    assert at[5.0] < at[10.0] < at[25.0] < at[100.0]  # type: ignore[operator]
+    assert truth.throughput(model, bs, gpu, n, nodes, ds, network_gbps=measured_gbps) == pytest.approx(
+        as_measured, rel=1e-12
+    )
+    samples = truth.samples_per_s(model, bs, gpu, n, nodes, ds, network_gbps=100.0)
+    assert samples == pytest.approx(at[100.0] * bs)  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("model", "bs", "gpu", "n", "ds"),
+    [
+        ("lstm", 20, "V100", 4, "wikitext-2"),  # measured
+        ("lstm", 20, "V100", 8, "wikitext-2"),  # extrapolated (8 GPUs in one node)
+        ("resnet50", 256, "A40", 4, "imagenet"),  # another type's measurements
+        ("resnet50", 64, "K80", 1, "imagenet"),  # one GPU
+    ],
+)
+def test_in_node_answers_do_not_depend_on_the_network(
+    truth: GroundTruth, model: str, bs: int, gpu: str, n: int, ds: str
+) -> None:
+    base = truth.throughput(model, bs, gpu, n, 1, ds)
+    assert base is not None
+    for gbps in (1.0, 10.0, 25.0, 400.0):
+        assert truth.throughput(model, bs, gpu, n, 1, ds, network_gbps=gbps) == base
+
+
+@pytest.mark.parametrize("gbps", [0.0, -10.0, float("nan"), float("inf")])
+def test_a_network_that_is_not_a_positive_number_is_refused(truth: GroundTruth, gbps: float) -> None:
+    with pytest.raises(InvalidInputError, match="network_gbps"):
+        truth.throughput("lstm", 20, "V100", 8, 2, "wikitext-2", network_gbps=gbps)

@@ -314,11 +314,18 @@ def test_real_truth_uses_measurements_and_converts_units() -> None:
     from perfmodel.truth import GroundTruth
 
     fn = ground_truth_throughput()
-    its = GroundTruth.load().throughput("resnet50", 256, "V100", 8, 2, "imagenet")
+    truth = GroundTruth.load()
+    its = truth.throughput("resnet50", 256, "V100", 8, 2, "imagenet", network_gbps=100.0)
     assert its is not None
-    assert fn(_query()) == its
+    assert fn(_query(network_gbps=100.0)) == its
     # samples (and epochs x datasetSize) count samples: iterations/s x global batch
-    assert fn(_query(unit=WorkUnit.SAMPLES)) == pytest.approx(its * 256)
+    assert fn(_query(unit=WorkUnit.SAMPLES, network_gbps=100.0)) == pytest.approx(its * 256)
+    # across nodes the gang's slowest network decides the sync time: Gavel measured it at 10 Gb/s
+    measured = truth.throughput("resnet50", 256, "V100", 8, 2, "imagenet")
+    assert measured is not None and measured < its
+    assert fn(_query(network_gbps=10.0)) == pytest.approx(measured)
+    # inside one node the network does not matter
+    assert fn(_query(num_nodes=1, network_gbps=10.0)) == fn(_query(num_nodes=1, network_gbps=100.0))
 
 
 def test_jobs_without_measurements_run_at_the_analytic_pace() -> None:
