@@ -62,13 +62,18 @@ def _noisy_load(cls: type[PredictorOracle]) -> PredictorOracle:
     return NoisyOracle(Predictor.load())
 
 
-def run(spec: str, oracle: str, seed: int, load: float, jobs: int) -> tuple[float, float]:
-    """(avg JCT h, p99 JCT h) of one gavel-heterogeneous run."""
+def run(spec: str, oracle: str, seed: int, load: float, jobs: int) -> dict[str, float]:
+    """avg and p99 JCT (h) and churn (preemptions + migrations per job) of one gavel-heterogeneous run
+    (also ``bench/predictor_loss_split.py``'s runs)."""
     req = SimulationRequest(
         policies=(spec,), cluster="gavel-heterogeneous", load=load, max_jobs=jobs, oracle=oracle, seed=seed
     )
     row = run_simulations(req).report["results"][0]
-    return row["avg_jct_s"] / 3600, row["p99_jct_s"] / 3600
+    return {
+        "avg": row["avg_jct_s"] / 3600,
+        "p99": row["p99_jct_s"] / 3600,
+        "churn": row["preemptions_per_job"] + row["migrations_per_job"],
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -81,9 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=400)
     a = ap.parse_args(argv)
     agnostic = f"{a.policy}:heterogeneity=agnostic"
-    table_aware = run(a.policy, "table", a.seed, a.load, a.jobs)[0]
-    table_agn = run(agnostic, "table", a.seed, a.load, a.jobs)[0]
-    pred_agn = run(agnostic, "predictor", a.seed, a.load, a.jobs)[0]
+    table_aware = run(a.policy, "table", a.seed, a.load, a.jobs)["avg"]
+    table_agn = run(agnostic, "table", a.seed, a.load, a.jobs)["avg"]
+    pred_agn = run(agnostic, "predictor", a.seed, a.load, a.jobs)["avg"]
     gain = 1.0 - table_aware / table_agn
     print(
         f"seed {a.seed} load {a.load:g} {a.policy}: table aware {table_aware:.3f} h, "
@@ -94,7 +99,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for k in range(a.draws + 1):
         NoisyOracle.sigma, NoisyOracle.noise_seed = (0.0, 0) if k == 0 else (a.sigma, k)
         with mock.patch.object(PredictorOracle, "load", classmethod(_noisy_load)):
-            avg, p99 = run(a.policy, "predictor", a.seed, a.load, a.jobs)
+            r = run(a.policy, "predictor", a.seed, a.load, a.jobs)
+            avg, p99 = r["avg"], r["p99"]
         avgs.append(avg)
         p99s.append(p99)
         label = "no noise" if k == 0 else f"noise seed {k}, sigma {a.sigma:g}"

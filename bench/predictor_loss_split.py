@@ -32,12 +32,16 @@ import argparse
 import dataclasses
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from unittest import mock
 
 from scheduler.core.types import Interconnect, Job, PlacementShape
 from scheduler.oracles.predictor import PredictorOracle
 from scheduler.oracles.table import TableOracle
-from scheduler.sim.simulations import SimulationRequest, run_simulations
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: this file's sibling bench
+
+from bench.decision_noise import run
 
 Rewrite = Callable[[PlacementShape], PlacementShape]
 
@@ -81,19 +85,6 @@ def _split_load(cls: type[PredictorOracle]) -> PredictorOracle:
     from perfmodel.predictor import Predictor
 
     return SplitOracle(Predictor.load())
-
-
-def run(spec: str, oracle: str, seed: int, load: float, jobs: int) -> dict[str, float]:
-    """avg and p99 JCT (h) and churn (preemptions + migrations per job) of one gavel-heterogeneous run."""
-    req = SimulationRequest(
-        policies=(spec,), cluster="gavel-heterogeneous", load=load, max_jobs=jobs, oracle=oracle, seed=seed
-    )
-    row = run_simulations(req).report["results"][0]
-    return {
-        "avg": row["avg_jct_s"] / 3600,
-        "p99": row["p99_jct_s"] / 3600,
-        "churn": row["preemptions_per_job"] + row["migrations_per_job"],
-    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
