@@ -218,9 +218,10 @@ class EvictionPrice:
         # an elastic victim is not protected. Before elastic sizing LAS never grew a running job, so a
         # restart was how an elastic job that ran small got back to its full size (protected, two 16-GPU
         # jobs on modern-mix ran 4-6x longer and aware LAS's average JCT went 2.82 -> 5.5 h at load 1.5).
-        # With sizing (``elastic_sizing``, 1.1x growth bar) that still holds: priced, on the benchmark's
-        # elastic scenario at load 3 preemptions per job fell 0.47 / 0.49 -> 0.13 / 0.17 (seeds 0 / 1)
-        # but the average JCT went 1.63 / 1.83 -> 1.61 / 2.10 h (docs/performance.md, "Elastic jobs sized")
+        # With sizing (``elastic_sizing``) that still held when measured (its first growth bar, 1.1x; now
+        # 1.25x): priced, on the benchmark's elastic scenario at load 3 preemptions per job fell 0.47 /
+        # 0.49 -> 0.13 / 0.17 (seeds 0 / 1) but the average JCT went 1.63 / 1.83 -> 1.61 / 2.10 h
+        # (docs/performance.md, "Elastic jobs sized", network-blind truth)
         priced = [v for v in victims if not self._jobs[v].is_elastic]
         return eviction_pays(
             job.min_gpus,
