@@ -30,9 +30,10 @@ by the GPUs' peak FLOP/s (each row at its own precision) and memory-bandwidth ra
 cannot predict a model it never saw). Without the work per sample it read 600-860% mean error after k
 observed: short-sequence rows predicted 65,536-token ones up to 215x too fast. Errors are relative errors of
 throughput: MRE = mean, p50 median. Rows of zoo LLMs are asked as the LLM jobs a user submits
-(``LLMJobFeatures`` with their sequence length and sharding; ``train.rows_of``; no micro-batch or activation
-checkpointing, which the tables do not give), and ``Predictor.predict`` answers them with ``perfmodel.llm``:
-every split also prints the learned-model rows and the perfmodel.llm rows apart.
+(``LLMJobFeatures`` with their sequence length and sharding, and the micro-batch and activation
+checkpointing where the source states them, llm-foundry's rows; ``train.rows_of``), and
+``Predictor.predict`` answers them with ``perfmodel.llm``: every split also prints the learned-model rows
+and the perfmodel.llm rows apart.
 
 Run: ``nice python bench/perfmodel_accuracy.py [--shared ../shared/throughput] [--quick]
 [--splits random,logo-gen,lomo] [--draws 10] [--no-anchors]``.
