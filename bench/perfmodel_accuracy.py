@@ -55,16 +55,23 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import llm_fit
 from perfmodel.anchor import Anchors
 from perfmodel.features import design_of, resolve
 from perfmodel.gpus import GPUSpec
-from perfmodel.llm import is_llm_job
+from perfmodel.llm import LLMFit, is_llm_job
 from perfmodel.measurements import Measurement
 from perfmodel.online import OnlineCorrector
 from perfmodel.predictor import MeasuredInNode
 from perfmodel.train import DEFAULT_ROUNDS, fit, fit_forest, fit_physics, rows_of, training_table
 
 ROOT = Path(__file__).resolve().parents[1]
+# llm-foundry's GPU names -> the measured table's products (``perfmodel.public``).
+_FOUNDRY_PRODUCTS = {
+    "h100_80gb": "H100-80GB-HBM3",
+    "a100_80gb": "A100-SXM4-80GB",
+    "a100_40gb": "A100-SXM4-40GB",
+}
 # Serve 'ours' with the measured anchors, as ``Predictor.load`` does by default (``--no-anchors``: without).
 ANCHORS = True
 # The online correction's per-GPU-type level: the default first, then the same-run baselines.
@@ -75,8 +82,9 @@ Method = Callable[["Data", Idx], Callable[[Idx], np.ndarray]]
 
 
 class Data:
-    def __init__(self, ms: list[Measurement]) -> None:
+    def __init__(self, ms: list[Measurement], shared: Path) -> None:
         self.ms = ms
+        self.shared = shared
         self.rows = rows_of(ms)
         self.resolved = [resolve(j, h) for j, h in self.rows]
         self.t_true = np.asarray([1.0 / m.iters_per_s for m in ms])
@@ -94,9 +102,35 @@ def rel_err(pred_t: np.ndarray, true_t: np.ndarray) -> np.ndarray:
     return out
 
 
+def fit_llm(d: Data, train: Idx) -> LLMFit:
+    """``perfmodel.llm``'s constants refitted (``llm_fit.fit_on``, as ``bench/llm_fit.py`` fits the
+    shipped ones) on the llm-foundry BF16 rows of the training part only: the shipped ``llm.FIT`` was
+    fitted on all of them, A100 and H100, so a held-out generation's LLM rows would not be held out."""
+    keep = {
+        (m.model, m.seq_len, m.num_gpus, m.batch_size, m.gpu_product)
+        for m in (d.ms[i] for i in train)
+        if m.source.split("+")[0] == "llm_foundry"
+    }
+    path = d.shared / "public" / llm_fit.TABLE
+    rows = [
+        r
+        for r in llm_fit.rows(path)
+        if (
+            r[0].model.removesuffix("-bench"),
+            r[0].sequence_length,
+            r[1].num_gpus,
+            r[0].batch_size,
+            _FOUNDRY_PRODUCTS[r[3]],
+        )
+        in keep
+    ]
+    return llm_fit.fit_on(rows)
+
+
 def fit_ours(d: Data, train: Idx) -> Callable[[Idx], np.ndarray]:
     ms = [d.ms[i] for i in train]
     p = fit(ms)
+    p.llm_fit = fit_llm(d, train)
     # As ``Predictor.load`` builds it from the shipped table: in-node curves and anchors.
     p.anchors = Anchors(ms) if ANCHORS else None
     p.measured = MeasuredInNode(ms)
@@ -368,7 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.shared = shared if shared.is_dir() else args.shared
     t0 = time.time()
     ms = training_table(args.shared, shippable_only=False)
-    d = Data(ms)
+    d = Data(ms, args.shared)
     methods = args.methods.split(",")
     splits = args.splits.split(",")
     print(f"{len(ms)} configurations; sources: " + ", ".join(sorted(set(d.source.tolist()))))

@@ -52,8 +52,12 @@ from perfmodel.gpus import CANONICAL_TYPES, gpu_spec
 from perfmodel.measurements import Measurement
 from perfmodel.zoo import Family, canonical_dataset, lookup_model
 
-# Weight of the anchor in log space when it applies (the benchmark's best blend: 0.75).
+# Weight of the anchor in log space when it applies (the benchmark's best blend: 0.75; on the development
+# splits too, docs/perfmodel-accuracy.md "Session 10").
 ANCHOR_WEIGHT = 0.75
+# Exponent of the peak TFLOP/s in the spec a group's speeds are scaled by, the memory bandwidth's 1 minus
+# it (0.3-0.7 tried on the development splits: 0.5 best, docs/perfmodel-accuracy.md "Session 10").
+SPEC_COMPUTE_WEIGHT = 0.5
 # Curves and tables share one interpolation axis each: curve c's knots sit at c x _SPAN + log(x), with
 # flat end knots at +-_EDGE around c x _SPAN (log per-GPU batches and log GPU counts lie well inside).
 _SPAN = 200.0
@@ -69,7 +73,8 @@ def _log_spec(gpu_type: str, precision: str, tf32_convolutions: bool) -> float:
     TF32 for a convolutional network in fp32 on Ampere and newer), the measure a question's GPU is scaled
     by."""
     s = gpu_spec(gpu_type)
-    return 0.5 * (math.log(s.tflops(precision, tf32_convolutions)) + math.log(s.memory_bandwidth_gbs))
+    a = SPEC_COMPUTE_WEIGHT
+    return a * math.log(s.tflops(precision, tf32_convolutions)) + (1.0 - a) * math.log(s.memory_bandwidth_gbs)
 
 
 _STACK_NAMES = {code: name for name, code in STACKS.items()}
@@ -316,7 +321,9 @@ class Anchors:
         """``times_of`` for rows known to be anchored (a measured group, a catalogued GPU type it was not
         measured on): the anchored time is NaN only where no efficiency table applies."""
         log_work = np.log(local_batch) + log_flops
-        log_rate = np.interp(group * _SPAN + log_work, self._cx, self._cy) + 0.5 * (log_eff + log_bw)
+        log_rate = np.interp(group * _SPAN + log_work, self._cx, self._cy) + (
+            SPEC_COMPUTE_WEIGHT * log_eff + (1.0 - SPEC_COMPUTE_WEIGHT) * log_bw
+        )
         t1: FloatArray = np.exp(log_work - log_rate)
         single = (num_gpus == 1.0) & (multi_node == 0.0)
         t: FloatArray = np.where(single, t1, np.nan)

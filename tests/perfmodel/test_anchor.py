@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -182,3 +183,44 @@ def test_a_type_measured_only_on_a_full_node_anchors_full_nodes_of_other_types()
     per_gpu = 160 / SPEC["V100"] * SPEC["A100"]
     assert t[0] == pytest.approx(64 / per_gpu) and t1[0] == pytest.approx(64 / per_gpu)
     assert t[1] == pytest.approx(64 / per_gpu)
+
+
+def test_an_llm_measured_on_other_gpus_is_held_near_its_measured_speed_on_a_new_type() -> None:
+    """MPT-30B (llm-foundry, FSDP, 2,048 tokens, micro-batch 3, activation checkpointing) on 8 H100s:
+    7.82 sequences/s. With its H100 rows out of the anchors' table (measured on A100s only) and a scaling
+    model 1.5x too fast on the new generation (as constants fitted on one generation can be), the
+    measured A100 speed scaled by the spec holds the answer within 30%; on a type it was measured on,
+    the anchor does not apply and the scaling model answers alone."""
+    from dataclasses import replace
+    from importlib import resources
+
+    from perfmodel.features import HardwareFeatures
+    from perfmodel.llm import FIT, LLMJobFeatures
+    from perfmodel.measurements import read_table
+    from perfmodel.predictor import Predictor
+
+    table = read_table(Path(str(resources.files("perfmodel") / "data" / "measurements.csv.gz")))
+    a100_only = Anchors([m for m in table if not (m.model == "mpt-30b" and m.gpu_type == "H100")])
+    job = LLMJobFeatures(
+        "mpt-30b",
+        "c4",
+        504,
+        "bf16",
+        stack="llm",
+        sequence_length=2048,
+        sharding="fsdp",
+        micro_batch=3,
+        activation_checkpointing=True,
+    )
+    hw = HardwareFeatures("H100-80GB-HBM3", 8, 8, 1, "nvlink", 3200.0)
+    measured = 7.82
+    p = Predictor.load(anchors=False)
+    p.llm_fit = replace(FIT, gemm_efficiency=1.5 * FIT.gemm_efficiency, attention_efficiency=0.75)
+    alone = p.predict([(job, hw)]).samples_per_s[0]
+    assert alone / measured > 1.4
+    p.anchors = a100_only
+    p.clear_cache()
+    assert p.predict([(job, hw)]).samples_per_s[0] / measured == pytest.approx(1.0, abs=0.3)
+    p.anchors = Anchors(table)
+    p.clear_cache()
+    assert p.predict([(job, hw)]).samples_per_s[0] == pytest.approx(alone)
