@@ -132,7 +132,7 @@ def fit_ours(d: Data, train: Idx) -> Callable[[Idx], np.ndarray]:
     p = fit(ms)
     p.llm_fit = fit_llm(d, train)
     # As ``Predictor.load`` builds it from the shipped table: in-node curves and anchors.
-    p.anchors = Anchors(ms) if ANCHORS else None
+    p.anchors = Anchors(ms, p.llm_fit) if ANCHORS else None
     p.measured = MeasuredInNode(ms)
     p.clear_cache()
 

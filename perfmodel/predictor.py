@@ -52,6 +52,7 @@ Pure apart from ``Predictor.load`` (reads the model file).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -747,6 +748,17 @@ class Predictor:
             return out if self.anchors is None else self._anchor_llm_rows(rows, out)
         return self._predict_learned(rows)
 
+    def _llm_reference_iters(self, job: JobFeatures, hw: HardwareFeatures) -> float:
+        """Steps/s the scaling model gives the row at the default memory plan (no activation
+        checkpointing, the whole per-rank batch in one micro-batch): what the anchor, which knows only
+        the work per GPU per step, is compared with, so that the plan's own cost (recomputation, more
+        micro-steps) comes from the scaling model alike on measured and unmeasured GPU types."""
+        if isinstance(job, llm.LLMJobFeatures) and (
+            job.micro_batch is not None or job.activation_checkpointing
+        ):
+            job = dataclasses.replace(job, micro_batch=None, activation_checkpointing=False)
+        return llm.predict([(job, hw)], self.llm_fit).iters_per_s[0]
+
     def _anchor_llm_rows(
         self, rows: Sequence[tuple[JobFeatures, HardwareFeatures]], out: Predictions
     ) -> Predictions:
@@ -757,18 +769,21 @@ class Predictor:
         docs/perfmodel-accuracy.md "Session 10")."""
         factors = self._llm_anchor_factors
         f = []
-        for k, row in enumerate(rows):
+        for row in rows:
             if not llm.is_llm_job(row[0]):
                 f.append(1.0)
                 continue
             got = factors.get(row)
             if got is None:
                 got = 1.0
-                r = self.resolve(*row)
-                if self.anchors is not None and self.anchors.applies(r):
+                try:
+                    r: Resolved | None = self.resolve(*row)
+                except InvalidInputError:  # an LLM the learned path cannot describe: no anchor
+                    r = None
+                if r is not None and self.anchors is not None and self.anchors.applies(r):
                     at = float(self.anchors.iteration_times([r])[0][0])
                     if math.isfinite(at) and at > 0:
-                        got = (out.iters_per_s[k] * at) ** -ANCHOR_WEIGHT
+                        got = (self._llm_reference_iters(*row) * at) ** -ANCHOR_WEIGHT
                 if len(factors) >= self._cache_size:
                     factors.clear()
                 factors[row] = got
