@@ -21,8 +21,9 @@ on its training part only:
 - every split's errors are also broken down per source.
 
 Methods: ``ours`` = the shipped method as served by ``Predictor.predict`` (fitted physics x XGBoost
-corrections + guards + in-node envelope, as ``Predictor.load`` builds it; ``--anchors`` adds the measured
-anchors); ``physics`` = the fitted scaling model alone; ``xgb-plain`` = one XGBoost on the same features
+corrections + guards + in-node envelope, as ``Predictor.load`` builds it, with the measured anchors unless
+``--no-anchors``; perfmodel.llm's constants refitted on the split's llm-foundry training rows, ``fit_llm``);
+``physics`` = the fitted scaling model alone; ``xgb-plain`` = one XGBoost on the same features
 predicting log time directly; ``spec-ratio`` = the nearest measured configuration of the same model (any
 GPU, same precision and GPU type where there is one) scaled by the work per sample (FLOPs per sample: an
 llm-foundry model's rows run 512- to 65,536-token sequences), linearly in per-GPU batch and GPU count, and
