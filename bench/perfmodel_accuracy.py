@@ -21,8 +21,9 @@ on its training part only:
 - every split's errors are also broken down per source.
 
 Methods: ``ours`` = the shipped method as served by ``Predictor.predict`` (fitted physics x XGBoost
-corrections + guards + in-node envelope, as ``Predictor.load`` builds it; ``--anchors`` adds the measured
-anchors); ``physics`` = the fitted scaling model alone; ``xgb-plain`` = one XGBoost on the same features
+corrections + guards + in-node envelope, as ``Predictor.load`` builds it, with the measured anchors unless
+``--no-anchors``; perfmodel.llm's constants refitted on the split's llm-foundry training rows, ``fit_llm``);
+``physics`` = the fitted scaling model alone; ``xgb-plain`` = one XGBoost on the same features
 predicting log time directly; ``spec-ratio`` = the nearest measured configuration of the same model (any
 GPU, same precision and GPU type where there is one) scaled by the work per sample (FLOPs per sample: an
 llm-foundry model's rows run 512- to 65,536-token sequences), linearly in per-GPU batch and GPU count, and
@@ -30,12 +31,17 @@ by the GPUs' peak FLOP/s (each row at its own precision) and memory-bandwidth ra
 cannot predict a model it never saw). Without the work per sample it read 600-860% mean error after k
 observed: short-sequence rows predicted 65,536-token ones up to 215x too fast. Errors are relative errors of
 throughput: MRE = mean, p50 median. Rows of zoo LLMs are asked as the LLM jobs a user submits
-(``LLMJobFeatures`` with their sequence length and sharding; ``train.rows_of``; no micro-batch or activation
-checkpointing, which the tables do not give), and ``Predictor.predict`` answers them with ``perfmodel.llm``:
-every split also prints the learned-model rows and the perfmodel.llm rows apart.
+(``LLMJobFeatures`` with their sequence length and sharding, and the micro-batch and activation
+checkpointing where the source states them, llm-foundry's rows; ``train.rows_of``), and
+``Predictor.predict`` answers them with ``perfmodel.llm``: every split also prints the learned-model rows
+and the perfmodel.llm rows apart.
+
+Development splits (``--dev``): the leave-one-generation-out split on the older generations instead --
+Kepler, Pascal, Turing and Volta held out in turn, at most 40 test rows per (model, precision, stack, GPU
+type) -- to choose a change on without looking at the Ampere and Hopper figures the targets are set on.
 
 Run: ``nice python bench/perfmodel_accuracy.py [--shared ../shared/throughput] [--quick]
-[--splits random,logo-gen,lomo] [--draws 10] [--no-anchors]``.
+[--splits random,logo-gen,lomo] [--draws 10] [--no-anchors] [--dev]``.
 """
 
 from __future__ import annotations
@@ -50,16 +56,23 @@ from pathlib import Path
 
 import numpy as np
 
+from bench import llm_fit
 from perfmodel.anchor import Anchors
 from perfmodel.features import design_of, resolve
 from perfmodel.gpus import GPUSpec
-from perfmodel.llm import is_llm_job
+from perfmodel.llm import LLMFit, is_llm_job
 from perfmodel.measurements import Measurement
 from perfmodel.online import OnlineCorrector
 from perfmodel.predictor import MeasuredInNode
 from perfmodel.train import DEFAULT_ROUNDS, fit, fit_forest, fit_physics, rows_of, training_table
 
 ROOT = Path(__file__).resolve().parents[1]
+# llm-foundry's GPU names -> the measured table's products (``perfmodel.public``).
+_FOUNDRY_PRODUCTS = {
+    "h100_80gb": "H100-80GB-HBM3",
+    "a100_80gb": "A100-SXM4-80GB",
+    "a100_40gb": "A100-SXM4-40GB",
+}
 # Serve 'ours' with the measured anchors, as ``Predictor.load`` does by default (``--no-anchors``: without).
 ANCHORS = True
 # The online correction's per-GPU-type level: the default first, then the same-run baselines.
@@ -70,8 +83,9 @@ Method = Callable[["Data", Idx], Callable[[Idx], np.ndarray]]
 
 
 class Data:
-    def __init__(self, ms: list[Measurement]) -> None:
+    def __init__(self, ms: list[Measurement], shared: Path) -> None:
         self.ms = ms
+        self.shared = shared
         self.rows = rows_of(ms)
         self.resolved = [resolve(j, h) for j, h in self.rows]
         self.t_true = np.asarray([1.0 / m.iters_per_s for m in ms])
@@ -89,11 +103,37 @@ def rel_err(pred_t: np.ndarray, true_t: np.ndarray) -> np.ndarray:
     return out
 
 
+def fit_llm(d: Data, train: Idx) -> LLMFit:
+    """``perfmodel.llm``'s constants refitted (``llm_fit.fit_on``, as ``bench/llm_fit.py`` fits the
+    shipped ones) on the llm-foundry BF16 rows of the training part only: the shipped ``llm.FIT`` was
+    fitted on all of them, A100 and H100, so a held-out generation's LLM rows would not be held out."""
+    keep = {
+        (m.model, m.seq_len, m.num_gpus, m.batch_size, m.gpu_product)
+        for m in (d.ms[i] for i in train)
+        if m.source.split("+")[0] == "llm_foundry"
+    }
+    path = d.shared / "public" / llm_fit.TABLE
+    rows = [
+        r
+        for r in llm_fit.rows(path)
+        if (
+            r[0].model.removesuffix("-bench"),
+            r[0].sequence_length,
+            r[1].num_gpus,
+            r[0].batch_size,
+            _FOUNDRY_PRODUCTS[r[3]],
+        )
+        in keep
+    ]
+    return llm_fit.fit_on(rows)
+
+
 def fit_ours(d: Data, train: Idx) -> Callable[[Idx], np.ndarray]:
     ms = [d.ms[i] for i in train]
     p = fit(ms)
+    p.llm_fit = fit_llm(d, train)
     # As ``Predictor.load`` builds it from the shipped table: in-node curves and anchors.
-    p.anchors = Anchors(ms) if ANCHORS else None
+    p.anchors = Anchors(ms, p.llm_fit) if ANCHORS else None
     p.measured = MeasuredInNode(ms)
     p.clear_cache()
 
@@ -222,10 +262,40 @@ def run_split(
     return out
 
 
-def logo_generation(d: Data, methods: Sequence[str], ks: Sequence[int], draws: int) -> None:
-    """Leave one GPU generation out (Ampere, Hopper), cold and after k observed configurations."""
-    for arch in ("Ampere", "Hopper"):
+# The held-out generations the targets are set on, and the development ones (``--dev``) to choose a change
+# on without looking at them: each of the older generations held out in turn.
+CHECK_GENERATIONS = ("Ampere", "Hopper")
+DEV_GENERATIONS = ("Kepler", "Pascal", "Turing", "Volta")
+# Development splits score at most this many rows of each (model, precision, stack, GPU type), so that
+# Sia's 4,393 V100 rows (batch x GPU-count sweeps of six models) do not decide the Volta figure.
+DEV_GROUP_CAP = 40
+
+
+def _capped(d: Data, rows: Idx, cap: int, seed: int = 0) -> Idx:
+    """At most ``cap`` rows (a seeded random choice) of each (model, precision, stack, GPU type)."""
+    groups: dict[tuple[str, str, str, str], list[int]] = defaultdict(list)
+    for i in rows:
+        m = d.ms[i]
+        groups[(m.model, m.precision, m.stack, m.gpu_type)].append(int(i))
+    rng = np.random.default_rng(seed)
+    keep = [i for _, v in sorted(groups.items()) for i in (v if len(v) <= cap else rng.choice(v, cap, False))]
+    return np.asarray(sorted(keep), dtype=int)
+
+
+def logo_generation(
+    d: Data,
+    methods: Sequence[str],
+    ks: Sequence[int],
+    draws: int,
+    archs: Sequence[str] = CHECK_GENERATIONS,
+    cap: int = 0,
+) -> None:
+    """Leave one GPU generation out (each of ``archs``), cold and after k observed configurations; with
+    ``cap`` > 0 at most ``cap`` test rows per (model, precision, stack, GPU type)."""
+    for arch in archs:
         test = np.flatnonzero(d.arch == arch)
+        if cap:
+            test = _capped(d, test, cap)
         train = np.flatnonzero(d.arch != arch)
         run_split(f"leave-one-generation-out: {arch}", d, [(arch, train, test)], methods)
         ours = fit_ours(d, train)
@@ -319,6 +389,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--no-anchors", action="store_true", help="'ours' without the measured anchors")
     ap.add_argument("--draws", type=int, default=10, help="random draws of the k observed configurations")
+    ap.add_argument(
+        "--dev",
+        action="store_true",
+        help="leave-one-generation-out on the development generations (Kepler, Pascal, Turing, Volta held "
+        f"out in turn, at most {DEV_GROUP_CAP} test rows per model and GPU type) instead of Ampere, Hopper",
+    )
     args = ap.parse_args(argv)
     global ANCHORS
     ANCHORS = not args.no_anchors
@@ -327,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.shared = shared if shared.is_dir() else args.shared
     t0 = time.time()
     ms = training_table(args.shared, shippable_only=False)
-    d = Data(ms)
+    d = Data(ms, args.shared)
     methods = args.methods.split(",")
     splits = args.splits.split(",")
     print(f"{len(ms)} configurations; sources: " + ", ".join(sorted(set(d.source.tolist()))))
@@ -337,7 +413,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         test, train = np.sort(order[: len(ms) // 5]), np.sort(order[len(ms) // 5 :])
         run_split("random 20% hold-out", d, [("random", train, test)], methods)
     if "logo-gen" in splits:
-        logo_generation(d, methods, (1, 2, 3), args.draws)
+        if args.dev:
+            logo_generation(d, methods, (1, 2, 3), args.draws, DEV_GENERATIONS, DEV_GROUP_CAP)
+        else:
+            logo_generation(d, methods, (1, 2, 3), args.draws)
     if "lomo" in splits:
         counts: dict[str, int] = defaultdict(int)
         for m in ms:

@@ -43,17 +43,24 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
 
-from perfmodel.features import JOB_COLUMNS, STACKS, Resolved
+from perfmodel import llm
+from perfmodel.errors import InvalidInputError
+from perfmodel.features import JOB_COLUMNS, STACKS, HardwareFeatures, Resolved
 from perfmodel.gpus import CANONICAL_TYPES, gpu_spec
 from perfmodel.measurements import Measurement
-from perfmodel.zoo import Family, canonical_dataset, lookup_model
+from perfmodel.zoo import Family, canonical_dataset, llm_arch, lookup_model
 
-# Weight of the anchor in log space when it applies (the benchmark's best blend: 0.75).
+# Weight of the anchor in log space when it applies (the benchmark's best blend: 0.75; on the development
+# splits too, docs/perfmodel-accuracy.md "Session 10").
 ANCHOR_WEIGHT = 0.75
+# Exponent of the peak TFLOP/s in the spec a group's speeds are scaled by, the memory bandwidth's 1 minus
+# it (0.3-0.7 tried on the development splits: 0.5 best, docs/perfmodel-accuracy.md "Session 10").
+SPEC_COMPUTE_WEIGHT = 0.5
 # Curves and tables share one interpolation axis each: curve c's knots sit at c x _SPAN + log(x), with
 # flat end knots at +-_EDGE around c x _SPAN (log per-GPU batches and log GPU counts lie well inside).
 _SPAN = 200.0
@@ -69,7 +76,8 @@ def _log_spec(gpu_type: str, precision: str, tf32_convolutions: bool) -> float:
     TF32 for a convolutional network in fp32 on Ampere and newer), the measure a question's GPU is scaled
     by."""
     s = gpu_spec(gpu_type)
-    return 0.5 * (math.log(s.tflops(precision, tf32_convolutions)) + math.log(s.memory_bandwidth_gbs))
+    a = SPEC_COMPUTE_WEIGHT
+    return a * math.log(s.tflops(precision, tf32_convolutions)) + (1.0 - a) * math.log(s.memory_bandwidth_gbs)
 
 
 _STACK_NAMES = {code: name for name, code in STACKS.items()}
@@ -138,10 +146,43 @@ def _median_by(pairs: Sequence[tuple[float, float]]) -> tuple[list[float], list[
     return keys, [statistics.median(by[k]) for k in keys]
 
 
+def at_default_plan(m: Measurement, fit: llm.LLMFit = llm.FIT) -> Measurement:
+    """A zoo LLM's row as if run at the default memory plan (no activation checkpointing, the whole
+    per-rank batch in one micro-batch): its speed times the scaling model's ratio between that plan and
+    the one it ran with. An anchor knows only the work per GPU per step, so an LLM row's anchor is
+    compared with the scaling model at that plan and the question's own plan is priced by the scaling
+    model on every GPU type alike (``Predictor`` LLM rows). Other rows unchanged."""
+    if m.seq_len <= 0 or not (m.micro_batch or m.activation_checkpointing) or llm_arch(m.model) is None:
+        return m
+    hw = HardwareFeatures(
+        m.gpu_product or m.gpu_type, m.num_gpus, m.gpus_per_node, m.num_nodes, m.interconnect, m.network_gbps
+    )
+    plain = llm.LLMJobFeatures(
+        m.model,
+        m.dataset,
+        m.batch_size,
+        m.precision,
+        m.params or None,
+        m.flops_per_sample or None,
+        m.stack,
+        sequence_length=m.seq_len,
+        sharding=m.sharding,
+    )
+    ran = replace(
+        plain, micro_batch=m.micro_batch or None, activation_checkpointing=m.activation_checkpointing
+    )
+    try:
+        (fast, slow) = llm.predict([(plain, hw), (ran, hw)], fit).iters_per_s
+    except InvalidInputError:
+        return m
+    return replace(m, iters_per_s=m.iters_per_s * fast / slow)
+
+
 class Anchors:
     """Smooth measured anchors per (model, dataset); see the module docstring."""
 
-    def __init__(self, measurements: Sequence[Measurement]) -> None:
+    def __init__(self, measurements: Sequence[Measurement], llm_fit: llm.LLMFit = llm.FIT) -> None:
+        measurements = [at_default_plan(m, llm_fit) for m in measurements]
         by: dict[tuple[str, str, str, str], dict[str, list[Measurement]]] = defaultdict(
             lambda: defaultdict(list)
         )
@@ -316,7 +357,9 @@ class Anchors:
         """``times_of`` for rows known to be anchored (a measured group, a catalogued GPU type it was not
         measured on): the anchored time is NaN only where no efficiency table applies."""
         log_work = np.log(local_batch) + log_flops
-        log_rate = np.interp(group * _SPAN + log_work, self._cx, self._cy) + 0.5 * (log_eff + log_bw)
+        log_rate = np.interp(group * _SPAN + log_work, self._cx, self._cy) + (
+            SPEC_COMPUTE_WEIGHT * log_eff + (1.0 - SPEC_COMPUTE_WEIGHT) * log_bw
+        )
         t1: FloatArray = np.exp(log_work - log_rate)
         single = (num_gpus == 1.0) & (multi_node == 0.0)
         t: FloatArray = np.where(single, t1, np.nan)

@@ -521,9 +521,10 @@ def _iterations(job: JobFeatures, hw: HardwareFeatures, fit: LLMFit) -> tuple[fl
 def predict_mixed(
     rows: Sequence[tuple[JobFeatures, HardwareFeatures]],
     learned: Callable[[Sequence[tuple[JobFeatures, HardwareFeatures]]], Predictions],
+    fit: LLMFit = FIT,
 ) -> Predictions:
-    """Predictions for a batch in which some rows are LLM jobs: those here, the others by ``learned``
-    (the predictor's own path), merged back in row order."""
+    """Predictions for a batch in which some rows are LLM jobs: those here (under ``fit``), the others by
+    ``learned`` (the predictor's own path), merged back in row order."""
     from perfmodel.predictor import Predictions
 
     llm_at = [i for i, (job, _) in enumerate(rows) if is_llm_job(job)]
@@ -531,7 +532,7 @@ def predict_mixed(
     parts: list[tuple[list[int], Predictions]] = []
     if llm_at:
         try:
-            parts.append((llm_at, predict([rows[i] for i in llm_at])))
+            parts.append((llm_at, predict([rows[i] for i in llm_at], fit)))
         except InvalidInputError as exc:
             # renumber "row k" of the LLM sub-batch to the caller's row
             msg = str(exc)

@@ -52,6 +52,7 @@ Pure apart from ``Predictor.load`` (reads the model file).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -575,6 +576,9 @@ class Predictor:
         self.model = model
         self.meta = meta
         self.anchors = anchors
+        # The LLM scaling model's constants (the shipped ``llm.FIT``; the accuracy benchmark refits them on
+        # each split's training rows).
+        self.llm_fit = llm.FIT
         # Without ``measured`` every row extrapolates: "auto" then applies the envelope to every row on
         # several GPUs of one node, like "always".
         self.measured = measured
@@ -587,6 +591,8 @@ class Predictor:
             tuple[JobFeatures, HardwareFeatures], tuple[float, float, float, float, bool]
         ] = OrderedDict()
         self._cache_size = cache_size
+        # LLM rows: the factor their measured anchor moves the scaling model's answer by (1: none applies).
+        self._llm_anchor_factors: dict[tuple[JobFeatures, HardwareFeatures], float] = {}
         self._reset_parts()
 
     @property
@@ -679,6 +685,7 @@ class Predictor:
     def clear_cache(self) -> None:
         """Forget cached results (the resolved job and placement sides stay cached)."""
         self._cache.clear()
+        self._llm_anchor_factors.clear()
 
     def resolve(self, job: JobFeatures, hw: HardwareFeatures) -> Resolved:
         """``features.resolve`` with the job and placement sides cached separately (they recur)."""
@@ -737,8 +744,61 @@ class Predictor:
         are answered by ``perfmodel.llm``'s scaling model, the others by the learned model.
         """
         if any(map(llm.is_llm_job, (job for job, _ in rows))):
-            return llm.predict_mixed(rows, self._predict_learned)
+            out = llm.predict_mixed(rows, self._predict_learned, self.llm_fit)
+            return out if self.anchors is None else self._anchor_llm_rows(rows, out)
         return self._predict_learned(rows)
+
+    def _llm_reference_iters(self, job: JobFeatures, hw: HardwareFeatures) -> float:
+        """Steps/s the scaling model gives the row at the default memory plan (no activation
+        checkpointing, the whole per-rank batch in one micro-batch): what the anchor, which knows only
+        the work per GPU per step, is compared with, so that the plan's own cost (recomputation, more
+        micro-steps) comes from the scaling model alike on measured and unmeasured GPU types."""
+        if isinstance(job, llm.LLMJobFeatures) and (
+            job.micro_batch is not None or job.activation_checkpointing
+        ):
+            job = dataclasses.replace(job, micro_batch=None, activation_checkpointing=False)
+        return llm.predict([(job, hw)], self.llm_fit).iters_per_s[0]
+
+    def _anchor_llm_rows(
+        self, rows: Sequence[tuple[JobFeatures, HardwareFeatures]], out: Predictions
+    ) -> Predictions:
+        """LLM rows blended with their measured anchor where one applies (the model measured at its
+        precision and stack on other GPU types, not on this one), in log space with the learned path's
+        weight: iteration time = scaling model^(1 - w) x anchor^w. Without it an LLM measured on A100s
+        was answered on H100s by the scaling model alone (Hopper cold, llm-foundry's MPT-7B/30B rows:
+        docs/perfmodel-accuracy.md "Session 10")."""
+        factors = self._llm_anchor_factors
+        f = []
+        for row in rows:
+            if not llm.is_llm_job(row[0]):
+                f.append(1.0)
+                continue
+            got = factors.get(row)
+            if got is None:
+                got = 1.0
+                try:
+                    r: Resolved | None = self.resolve(*row)
+                except InvalidInputError:  # an LLM the learned path cannot describe: no anchor
+                    r = None
+                if r is not None and self.anchors is not None and self.anchors.applies(r):
+                    at = float(self.anchors.iteration_times([r])[0][0])
+                    if math.isfinite(at) and at > 0:
+                        got = (self._llm_reference_iters(*row) * at) ** -ANCHOR_WEIGHT
+                if len(factors) >= self._cache_size:
+                    factors.clear()
+                factors[row] = got
+            f.append(got)
+        if all(v == 1.0 for v in f):
+            return out
+        return Predictions(
+            [v * x for v, x in zip(f, out.samples_per_s, strict=True)],
+            [v * x for v, x in zip(f, out.iters_per_s, strict=True)],
+            [v * x for v, x in zip(f, out.low, strict=True)],
+            [v * x for v, x in zip(f, out.high, strict=True)],
+            [v * x for v, x in zip(f, out.iters_low, strict=True)],
+            [v * x for v, x in zip(f, out.iters_high, strict=True)],
+            out.low_confidence,
+        )
 
     def _predict_learned(self, rows: Sequence[tuple[JobFeatures, HardwareFeatures]]) -> Predictions:
         """``predict`` by the learned model (no LLM rows)."""

@@ -438,6 +438,8 @@ def parse_llm_foundry(rows: Iterable[dict[str, str]]) -> list[Measurement]:
                 flops_per_sample=_tokens(non_embedding, layers, d, int(seq)),
                 seq_len=int(seq),
                 sharding="fsdp",
+                micro_batch=int(_number(r.get("MicroBatchSize", "")) or 0),
+                activation_checkpointing=r.get("Activation Checkpointing", "").strip().lower() == "true",
                 source_file="scripts/train/benchmarking/README.md",
                 commit=COMMITS["llm_foundry"],
                 licence="Apache-2.0",

@@ -101,7 +101,7 @@ class TrainReport:
 def _job_of(m: Measurement) -> JobFeatures:
     """The job side of a measurement's question: a zoo LLM's row (which ``Predictor.predict`` answers
     with perfmodel.llm) as the ``LLMJobFeatures`` a user would submit, with its sequence length and
-    sharding (the tables give no micro-batch or activation checkpointing: perfmodel.llm's defaults); the
+    sharding, and the micro-batch and activation checkpointing where its source states them; the
     others as they are (LLM rows of models outside the zoo stay with the learned model, as before)."""
     if m.seq_len > 0 and llm_arch(m.model) is not None:
         return LLMJobFeatures(
@@ -114,6 +114,8 @@ def _job_of(m: Measurement) -> JobFeatures:
             m.stack,
             sequence_length=m.seq_len,
             sharding=m.sharding,
+            micro_batch=m.micro_batch or None,
+            activation_checkpointing=m.activation_checkpointing,
         )
     return JobFeatures(
         m.model, m.dataset, m.batch_size, m.precision, m.params or None, m.flops_per_sample or None, m.stack

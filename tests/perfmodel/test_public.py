@@ -206,3 +206,35 @@ def test_megatron_rows_of_a_table_without_a_precision_column_are_not_read_as_bf1
     unstated = {**stated, "container": "25.09", "header": _MEGATRON_HEAD + _MEGATRON_TAIL, "row": row}
     (m,) = parse_megatron([stated, unstated])
     assert (m.model, m.gpu_type, m.precision, m.num_gpus) == ("llama3-8b", "H100", "fp8", 8)
+
+
+def test_an_llm_row_is_asked_with_the_micro_batch_and_checkpointing_its_run_used(tmp_path: Path) -> None:
+    """llm-foundry's MPT-30B on 8 H100s (2,048 tokens, global batch 504, micro-batch 3, activation
+    checkpointing: 7.82 sequences/s). Asked without its memory plan (whole per-GPU batch, no
+    recomputation) perfmodel.llm answered 1.7x too fast; asked as run, within 25%."""
+    from perfmodel.predictor import Predictor
+    from perfmodel.train import rows_of
+
+    foundry = {
+        "Model": "30b",
+        "SeqLen (T)": "2048",
+        "# GPUs": "8",
+        "GPU": "h100_80gb",
+        "MicroBatchSize": "3",
+        "GradAccum": "21",
+        "GlobalBatchSize": "504",
+        "Throughput (S/s)": "7",
+        "Throughput (T/s)": "16022",
+        "NumParams": "29975214080",
+        "Precision": "amp_bf16",
+        "Activation Checkpointing": "True",
+    }
+    (m,) = parse_llm_foundry([foundry])
+    assert (m.micro_batch, m.activation_checkpointing) == (3, True)
+    path = tmp_path / "t.csv.gz"
+    write_table([m], path)
+    (back,) = read_table(path)
+    assert (back.micro_batch, back.activation_checkpointing) == (3, True)
+    (row,) = rows_of([back])
+    got = Predictor.load(anchors=False).predict([row]).samples_per_s[0]
+    assert got / m.samples_per_s == pytest.approx(1.0, abs=0.25)
