@@ -77,8 +77,9 @@ class Run:
     cpu_ms_per_pod: dict[str, float] = field(default_factory=dict)
     #: per verb: [calls, mean ms per call as the extender measured it]
     extender_calls: dict[str, list[float]] = field(default_factory=dict)
-    #: the extender's CPU ms per pod split by thread: "loop" (the event loop: HTTP and decisions) and
-    #: "other" (the cache's watch threads, bind workers, the placement task's API calls)
+    #: the extender's CPU ms per pod split by thread: "loop" (the event loop: HTTP and decisions; of it
+    #: "loop-sys" in the kernel: sockets) and "other" (the cache's watch threads, bind workers, the
+    #: placement task's API calls)
     extender_threads_ms_per_pod: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -229,14 +230,17 @@ def _thread_cpu_seconds(extender: ProcessRecord | None) -> dict[str, float]:
     (threads that ended are not counted: the cache's watch threads live as long as the process)."""
     if extender is None:
         return {}
-    out = {"loop": 0.0, "other": 0.0}
+    out = {"loop": 0.0, "loop-sys": 0.0, "other": 0.0}
+    tick = os.sysconf("SC_CLK_TCK")
     for task in Path(f"/proc/{extender.pid}/task").glob("*"):
         try:
             fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         side = "loop" if task.name == str(extender.pid) else "other"
-        out[side] += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        out[side] += (int(fields[11]) + int(fields[12])) / tick
+        if side == "loop":
+            out["loop-sys"] += int(fields[12]) / tick
     return out
 
 
