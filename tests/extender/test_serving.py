@@ -11,10 +11,8 @@ from typing import Any
 
 import orjson
 import uvicorn
-from uvicorn.config import HTTP_PROTOCOLS
-from uvicorn.importer import import_from_string
 
-from scheduler.commands.extender import CoalescingTransport, coalescing
+from scheduler.commands.extender import CoalescingTransport, server_options
 from scheduler.extender import create_app
 from scheduler.settings import Settings
 from tests.extender.conftest import FakeOracle
@@ -65,9 +63,10 @@ def test_the_app_served_through_the_coalescing_protocol_answers_on_a_kept_alive_
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    protocol = coalescing(import_from_string(HTTP_PROTOCOLS["h11"]))
+    options = server_options()  # what ``perfsched extender`` serves with
+    assert options["http"].__name__.startswith("Coalescing") and options["proxy_headers"] is False
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, http=protocol, log_level="error", lifespan="off")
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="off", **options)
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
