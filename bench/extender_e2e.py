@@ -77,6 +77,10 @@ class Run:
     cpu_ms_per_pod: dict[str, float] = field(default_factory=dict)
     #: per verb: [calls, mean ms per call as the extender measured it]
     extender_calls: dict[str, list[float]] = field(default_factory=dict)
+    #: the extender's CPU ms per pod split by thread: "loop" (the event loop: HTTP and decisions; of it
+    #: "loop-sys" in the kernel: sockets) and "other" (the cache's watch threads, bind workers, the
+    #: placement task's API calls)
+    extender_threads_ms_per_pod: dict[str, float] = field(default_factory=dict)
 
     @property
     def gang_median_s(self) -> float:
@@ -158,6 +162,7 @@ def run(
                 extender = _start_extender(dc, state, Path(tmp), profile, nodes, tree)
             binds = BindWatch(api)
             cpu0 = _cpu_seconds(dc)
+            threads0 = _thread_cpu_seconds(extender)
             t0 = time.monotonic()
             dc.start_scheduler("perfsched" if with_extender else "default", tuning)
             grab = _kube_scheduler_profile(dc, with_extender, nodes, *pprof) if pprof[0] else None
@@ -168,6 +173,7 @@ def run(
                 time.sleep(0.2)
             wall = time.monotonic() - t0
             cpu1 = _cpu_seconds(dc)
+            threads1 = _thread_cpu_seconds(extender)
             binds.stop()
             calls = _extender_calls(state.ports["extender"]) if with_extender else {}
             if grab is not None:
@@ -196,6 +202,9 @@ def run(
     result.gang_span_s = gang_spans
     result.extender_calls = calls
     result.cpu_ms_per_pod = {k: round(1000 * (v - cpu0.get(k, 0.0)) / total, 3) for k, v in cpu1.items()}
+    result.extender_threads_ms_per_pod = {
+        k: round(1000 * (v - threads0.get(k, 0.0)) / total, 3) for k, v in threads1.items()
+    }
     return result
 
 
@@ -213,6 +222,25 @@ def _cpu_seconds(dc: DevCluster) -> dict[str, float]:
             .replace("perfsched", "kube-scheduler")
             .replace("default", "kube-scheduler")
         ] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def _thread_cpu_seconds(extender: ProcessRecord | None) -> dict[str, float]:
+    """The extender's CPU seconds so far: its main thread (uvicorn's event loop) and all other threads
+    (threads that ended are not counted: the cache's watch threads live as long as the process)."""
+    if extender is None:
+        return {}
+    out = {"loop": 0.0, "loop-sys": 0.0, "other": 0.0}
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{extender.pid}/task").glob("*"):
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        side = "loop" if task.name == str(extender.pid) else "other"
+        out[side] += (int(fields[11]) + int(fields[12])) / tick
+        if side == "loop":
+            out["loop-sys"] += int(fields[12]) / tick
     return out
 
 
@@ -410,6 +438,8 @@ def _print(bare: Run, ext: Run, tuning: SchedulerTuning) -> None:
         f"{verb} {int(n)} x {ms:.2f} ms" for verb, (n, ms) in sorted(ext.extender_calls.items())
     )
     print(f"  extender calls (count x mean time inside the extender): {calls}")
+    threads = ", ".join(f"{k} {v:.2f}" for k, v in ext.extender_threads_ms_per_pod.items())
+    print(f"  extender CPU ms per pod by thread: {threads}")
     print(f"  ratio with/without: {ext.pods_per_s / bare.pods_per_s:.2f} (target >= 0.80)")
 
 

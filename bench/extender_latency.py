@@ -19,7 +19,8 @@ whose rejected nodes all carry the gang's placement in their reason).
   ``ip-10-0-42.ec2.internal``, where the other rows' names all have one length, as a node pool's
   generated names do); ``<verb>-churn`` changes the extender's
   cache (a GPU reserved, then released) before every call, as binds and watch events do;
-- loopback: uvicorn in a child process pinned to one core, a keep-alive ``http.client`` connection.
+- loopback: uvicorn in a child process pinned to one core, served with ``perfsched extender``'s options
+  (``scheduler.commands.extender.server_options``), a keep-alive ``http.client`` connection.
 
 Target: over loopback HTTP at 5,000 names, the extender's p99 <= 3x the floor's (every ratio is
 printed: of the minimum, the median and the 99th percentile).
@@ -306,14 +307,17 @@ def _serve(which: str, n: int, oracle_kind: str, port: int, core: int | None, pa
 
     if core is not None:
         os.sched_setaffinity(0, {core})
+    from scheduler.commands.extender import server_options
+
     logging.disable(logging.WARNING)
     app, floor = build_apps(n, oracle_kind, pads)
+    # both served as ``perfsched extender`` serves the extender (like for like)
     uvicorn.run(
         app if which == "extender" else floor,
         host="127.0.0.1",
         port=port,
         log_level="error",
-        access_log=False,
+        **server_options(),
     )
 
 

@@ -8,13 +8,91 @@ the command so that ``perfsched --help`` stays fast.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import logging
 import os
+from typing import Any
 
 import typer
 
 log = logging.getLogger(__name__)
+
+
+class CoalescingTransport:
+    """A transport whose writes made in one turn of the event loop leave in one write, after the turn.
+
+    uvicorn writes a reply's status line and headers, then its body, each straight to the socket: two
+    TCP segments, so kube-scheduler's reader wakes for the headers and again for the body while it waits
+    on its serial scheduling path (and on a busy machine the extender may lose the CPU in between).
+    Closing (or ``write_eof``) sends what is pending first; everything else is the wrapped transport's.
+    """
+
+    def __init__(self, transport: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._pending: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not self._pending:
+            self._loop.call_soon(self.flush)
+        self._pending.append(bytes(data))
+
+    def writelines(self, lines: Any) -> None:
+        for data in lines:
+            self.write(data)
+
+    def flush(self) -> None:
+        """Send what was written since the last flush, as one write."""
+        if self._pending:
+            data, self._pending = b"".join(self._pending), []
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+def coalescing(protocol: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
+    """``protocol`` (uvicorn's HTTP protocol class) writing through a ``CoalescingTransport``."""
+
+    class Coalescing(protocol):  # type: ignore[valid-type,misc]
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            # (uvloop's transports are not ``asyncio.Transport`` subclasses, but have its methods)
+            super().connection_made(CoalescingTransport(transport, asyncio.get_running_loop()))
+
+    Coalescing.__name__ = Coalescing.__qualname__ = f"Coalescing{protocol.__name__}"
+    return Coalescing
+
+
+def server_options() -> dict[str, Any]:
+    """uvicorn's options for the extender (also the latency benchmark's): kube-scheduler waits on every
+    filter and prioritize call (docs/extender.md, Performance)."""
+    from uvicorn.config import HTTP_PROTOCOLS
+    from uvicorn.importer import import_from_string
+
+    # libuv's event loop and the C HTTP parser (dependencies of perfsched); a venv built before they
+    # were added still serves, on asyncio and h11
+    loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+    http = "httptools" if importlib.util.find_spec("httptools") else "h11"
+    if (loop, http) != ("uvloop", "httptools"):
+        log.warning("uvloop or httptools is not installed: serving on %s and %s (slower)", loop, http)
+    return {
+        "loop": loop,
+        # one write per reply (headers and body together): kube-scheduler reads it in one wake-up
+        "http": coalescing(import_from_string(HTTP_PROTOCOLS[http])),
+        "access_log": False,
+        # kube-scheduler calls the extender directly: no proxy headers to read on every request
+        "proxy_headers": False,
+    }
 
 
 def register(app: typer.Typer) -> None:
@@ -76,21 +154,12 @@ def register(app: typer.Typer) -> None:
                 ", ".join(cache.unsynced()),
             )
         app = create_app(settings, cache, oracle, binder=KubeBinder(api))
-        # libuv's event loop and the C HTTP parser (dependencies of perfsched): kube-scheduler waits on
-        # every filter and prioritize call (docs/extender.md, Performance); a venv built before they
-        # were added still serves, on asyncio and h11
-        loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
-        http = "httptools" if importlib.util.find_spec("httptools") else "h11"
-        if (loop, http) != ("uvloop", "httptools"):
-            log.warning("uvloop or httptools is not installed: serving on %s and %s (slower)", loop, http)
         uvicorn.run(
             app,
             host=host or settings.extender_host,
             port=port or settings.extender_port,
             log_level=settings.log_level.lower(),
-            access_log=False,
-            loop=loop,
-            http=http,
+            **server_options(),
             **tls,  # type: ignore[arg-type]
         )
         cache.stop()

@@ -124,7 +124,7 @@ class Filter:
             # the TrainingJob itself cannot be scheduled as written: no node will do
             reason = f"perfsched: TrainingJob {ctx.pod.job} cannot be scheduled: {ctx.job_problem}"
             return FilterOutcome([], {}, dict.fromkeys(names, reason), {R_JOB: len(names)} if names else {})
-        per_name, counts = self._verdicts(ctx, names, node_objects)
+        keys, per_name, counts = self._verdicts(ctx, names, node_objects)
         cats: dict[str, int] = {}
         for v, n in counts.items():
             if v is not None:
@@ -132,7 +132,7 @@ class Filter:
         fits, failed, unres = list(names), {}, {}
         if len(counts) > 1 or None not in counts:  # some refused: split with C-speed passes, in order
             ok = list(map(is_, per_name, repeat(None)))
-            fits = list(compress(names, ok))
+            fits, keys = list(compress(names, ok)), list(compress(keys, ok))
             bad = list(map(not_, ok))
             verdicts_bad: list[Any] = list(compress(per_name, bad))  # (reason, resolvable, category)
             refused = list(zip(compress(names, bad), map(itemgetter(0), verdicts_bad), strict=True))
@@ -140,6 +140,7 @@ class Filter:
             failed = dict(compress(refused, resolvable))
             unres = dict(compress(refused, map(not_, resolvable)))
         if not ctx.in_gang:
+            self._index.remember(fits, keys)  # what the pod's prioritize call will ask about
             return FilterOutcome(fits, failed, unres, cats)
         fit_set = set(fits)
         plan = self._plans.plan(ctx, fits, fit_set.__contains__)
@@ -163,8 +164,8 @@ class Filter:
 
     def _verdicts(
         self, ctx: PodContext, names: Sequence[str], node_objects: Sequence[Any] | None
-    ) -> tuple[list[Verdict], Counter[Verdict]]:
-        """Each name's verdict, deciding each class key once; and how many names got each verdict."""
+    ) -> tuple[list[int | None], list[Verdict], Counter[Verdict]]:
+        """Each name's key and verdict, deciding each class key once; and how many names got each verdict."""
         keys = self._index.keys(names)
         counts = Counter(keys)
         sig = filter_signature(ctx, memory=self._memory is not None)
@@ -188,7 +189,7 @@ class Filter:
             for i in [i for i, k in enumerate(keys) if k in own]:
                 per_name[i] = verdict = self._own_verdict(ctx, names[i], keys[i], node_objects, i)
                 by_verdict[verdict] += 1
-        return per_name, by_verdict
+        return keys, per_name, by_verdict
 
     def _own_verdict(
         self, ctx: PodContext, name: str, key: int | None, node_objects: Sequence[Any] | None, i: int

@@ -6,7 +6,9 @@ GPU count, GPUs free for jobs, link, network, whether they sit in a multi-node N
 schedulable) share a *class*; ``key[name]`` is ``(class << 16) | free GPUs``, so a request's thousands
 of names become a few distinct keys with one C-speed ``map`` and each key is decided once.
 Invalidation rule: ``key`` changes exactly when the cache calls the hook for that node; class numbers are
-never reused, so anything memoised per class number stays true for the life of the process.
+never reused, so anything memoised per class number stays true for the life of the process. Keys
+``remember``ed for a list of names (filter's passing nodes: what prioritize sends next) answer ``keys`` for
+an equal list while no node has changed since (``version``).
 """
 
 from __future__ import annotations
@@ -51,12 +53,15 @@ class NodeIndex:
         #: node name -> ``(class << 16) | free GPUs``
         self.key: dict[str, int] = {}
         self._groups: tuple[int, dict[tuple[str, str], list[str]]] = (-1, {})
+        self.version = 0  # moves on every node change
+        self._last: tuple[int, Sequence[str], list[int | None]] = (-1, (), [])
         with cache.lock:
             cache.on_node_change(self._changed)
             for name in list(cache.nodes):
                 self._changed(name)
 
     def _changed(self, name: str) -> None:
+        self.version += 1
         node = self.cache.nodes.get(name)
         if node is None:
             self.key.pop(name, None)
@@ -70,7 +75,13 @@ class NodeIndex:
 
     def keys(self, names: Sequence[str]) -> list[int | None]:
         """The key of each name (None: the cache does not know the node), in order, at C speed."""
+        if self._last[0] == self.version and self._last[1] == names:  # comparing costs less than lookups
+            return list(self._last[2])
         return list(map(self.key.get, names))
+
+    def remember(self, names: Sequence[str], keys: list[int | None]) -> None:
+        """Keep ``keys`` (each name's key now) to answer the next ``keys(names)`` while no node changes."""
+        self._last = (self.version, names, keys)
 
     def groups(self) -> dict[tuple[str, str], list[str]]:
         """("domain" | "rack" | "zone", label) -> node names; rebuilt when the cache's nodes change."""

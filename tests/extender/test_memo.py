@@ -265,3 +265,22 @@ def test_node_keys_follow_every_change_the_cache_sees() -> None:
     cache.replace(Kind.NODES, [kube_node("d", "A100", 8)], "2")  # a relist replaces every node
     assert set(index.key) == {"d"}
     assert index.key["d"] >> 16 == 0  # the class of a and b: class numbers are never reused
+
+
+def test_prioritize_after_filter_sees_a_node_that_changed_between_the_two_calls() -> None:
+    """Prioritize reuses the keys of filter's passing nodes only while no node changed since."""
+    nodes = [kube_node("a", "V100", 8), kube_node("b", "V100", 8), kube_node("c", "V100", 8)]
+    cache = fed_cache(nodes, [kube_pod("busy", 2, node="a")])
+    app = create_app(Settings(extender_weight_throughput=0.0), cache, FakeOracle())
+    me = kube_pod("p", 4)
+    status, _, reply = call(app, "/filter", [pod_body(me, ["a", "b", "c"])])
+    assert status == 200
+    passed = orjson.loads(reply)["NodeNames"]
+    assert passed == ["a", "b", "c"]
+    # packing: a has 6 free -> 2 left of 8 after the pod -> 10 x 6/8 = 7.5 -> 8; b and c: 4 left -> 5
+    assert scores(app, me, passed) == {"a": 8, "b": 5, "c": 5}
+    call(app, "/filter", [pod_body(me, ["a", "b", "c"])])
+    cache.apply(Kind.PODS, "ADDED", kube_pod("late", 4, node="b"))  # bound between filter and prioritize
+    assert scores(app, me, passed) == {"a": 8, "b": 10, "c": 5}
+    # a list of other names (or another order) is looked up afresh
+    assert scores(app, me, ["c", "b"]) == {"c": 5, "b": 10}
