@@ -16,8 +16,9 @@ corrects, the same vectorised function for training and serving:
   (12 x parameters over memory bandwidth) and a fixed step overhead, divided by the software stack's
   speed factor. The peak is the GPU's dense rate at the job's precision (``GPUSpec.tflops``: TF32 for
   convolutional networks in fp32 on Ampere and newer, as PyTorch does by default; tensor cores for
-  amp/bf16/fp8); the bytes factor is 1 for fp32/tf32 and 1/2 for 16-bit and fp8 activations. A GPU the
-  model never saw gets a time from its datasheet figures.
+  amp/bf16; for fp8 the Amdahl blend of the FP8 and BF16 peaks, ``effective_tflops``); the bytes
+  factor is 1 for fp32/tf32 and 1/2 for 16-bit and fp8 activations. A GPU the model never saw gets a
+  time from its datasheet figures.
 - sync = ring all-reduce: 2 (n-1)/n x parameter bytes (fp32 gradients) / slowest link bandwidth, at 70%
   efficiency, plus 50 us per ring step, times the share not hidden behind the backward pass. The
   slowest link is the network (``network_gbps``) when the job spans nodes, else NVLink (per-direction
@@ -46,6 +47,7 @@ from perfmodel.gpus import (
     PRECISIONS,
     GPUSpec,
     canonical_gpu_type,
+    fp8_tflops,
     gpu_spec,
     spec_for_product,
     spec_from_labels,
@@ -94,9 +96,10 @@ class Physics:
     # Share of the all-reduce not hidden behind the backward pass.
     sync_exposed: float = 1.0
     # Tensor-core efficiency of TF32 and of FP8 relative to 16-bit inputs (priors: TF32 jobs keep fp32
-    # activations and element-wise work; FP8 speeds up only the GEMMs).
+    # activations and element-wise work; FP8's rate is already the Amdahl blend of ``gpus.fp8_tflops``,
+    # which speeds up only the GEMMs, so its prior is 1).
     tf32_factor: float = 0.5
-    fp8_factor: float = 0.6
+    fp8_factor: float = 1.0
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -418,7 +421,7 @@ def resolve_hw(hw: HardwareFeatures) -> HardwarePart:
         ),
         tflops_by_precision=(
             *(effective_tflops(spec, p) for p in PRECISIONS),
-            spec.tflops("fp32", tf32_convolutions=True),
+            effective_tflops(spec, "fp32", tf32_convolutions=True),
         ),
     )
 
@@ -449,9 +452,11 @@ def resolve(job: JobFeatures, hw: HardwareFeatures) -> Resolved:
     return combine(resolve_job(job), resolve_hw(hw))
 
 
-def effective_tflops(spec: GPUSpec, precision: str) -> float:
-    """Dense peak TFLOP/s of the job's matrix maths at ``precision`` (``GPUSpec.tflops``)."""
-    return spec.tflops(precision)
+def effective_tflops(spec: GPUSpec, precision: str, tf32_convolutions: bool = False) -> float:
+    """TFLOP/s the scaling model and the anchors run a job's FLOPs at: the dense peak of its matrix maths at
+    ``precision`` (``GPUSpec.tflops``); for FP8 the Amdahl blend of the FP8 and BF16 peaks at the default
+    GEMM share (``gpus.fp8_tflops``), since FP8 speeds up only the GEMMs."""
+    return fp8_tflops(spec) if precision == "fp8" else spec.tflops(precision, tf32_convolutions)
 
 
 def slowest_link_gbs(r: Resolved) -> float:

@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING
 
 from perfmodel.errors import InvalidInputError
 from perfmodel.features import HardwareFeatures, HardwarePart, JobFeatures, resolve_hw
-from perfmodel.gpus import GPUSpec
+from perfmodel.gpus import GPUSpec, fp8_tflops
 from perfmodel.zoo import LLMArch, lookup_model
 
 if TYPE_CHECKING:
@@ -410,19 +410,38 @@ def _fsdp_passes(p: LLMPlan) -> int:
     return p.grad_accumulation
 
 
+# Bytes an FP8 (Transformer Engine) job moves per token, layer and hidden unit to cast GEMM inputs: about
+# 16 h values a layer (forward: the inputs of the QKV, output, up and down projections, ~7 h; backward:
+# their output gradients, ~9 h), each read in 16-bit and written in FP8 with its transpose (4 bytes),
+# less what TE fuses into the preceding norm or activation: an estimate, not fitted (no FP8 zoo row here).
+FP8_CAST_BYTES = 48.0
+
+
 def compute_seconds_per_token(p: LLMPlan, fit: LLMFit = FIT) -> float:
     """Seconds one GPU spends per token of its share (no communication, no bubble, no recomputation):
     dense matmuls at the GEMM efficiency of their width, attention scores at the attention efficiency,
-    and the element-wise traffic over memory bandwidth (module docstring)."""
+    and the element-wise traffic over memory bandwidth (module docstring).
+
+    FP8: the dense matmuls' share of this 16-bit time runs at the FP8 rate, the rest (attention, which
+    Transformer Engine keeps in BF16, and the element-wise work) at the BF16 rate: ``gpus.fp8_tflops``
+    with the GEMM share of this architecture, plus ``FP8_CAST_BYTES`` of casting traffic (on a GPU with FP8
+    units; elsewhere the job's 16-bit time)."""
     a, sh = p.arch, p.sharding
-    peak = p.spec.tflops(p.precision) * 1e12
+    fp8 = p.precision == "fp8"
+    peak = p.spec.tflops("bf16" if fp8 else p.precision) * 1e12
     width = a.hidden / sh.tp
     attention = 12.0 * a.layers * a.hidden * p.sequence_length
     dense = max(p.flops_per_token - attention, 0.0)
     gemm = fit.gemm_efficiency * width / (width + fit.hidden_half)
-    flops_time = (dense / gemm + attention / fit.attention_efficiency) / peak
-    traffic = fit.elementwise_bytes * a.layers * width / (p.spec.memory_bandwidth_gbs * 1e9)
-    return flops_time / (sh.tp * sh.pp) + traffic / sh.pp
+    gemm_time = dense / gemm / peak / (sh.tp * sh.pp)
+    flops_time = gemm_time + attention / fit.attention_efficiency / peak / (sh.tp * sh.pp)
+    traffic = fit.elementwise_bytes * a.layers * width / (p.spec.memory_bandwidth_gbs * 1e9) / sh.pp
+    t16 = flops_time + traffic
+    if not fp8 or p.spec.tflops("fp8") <= p.spec.tflops("bf16"):
+        return t16  # no FP8 units: Transformer Engine runs the job in 16-bit
+    rate = fp8_tflops(p.spec, gemm_time / t16) * 1e12
+    cast = FP8_CAST_BYTES * a.layers * width / (p.spec.memory_bandwidth_gbs * 1e9) / sh.pp
+    return t16 * peak / rate + cast
 
 
 def mfu(p: LLMPlan, fit: LLMFit = FIT) -> float:
