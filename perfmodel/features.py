@@ -44,6 +44,7 @@ import numpy.typing as npt
 
 from perfmodel.errors import InvalidInputError
 from perfmodel.gpus import (
+    FP8_GEMM_SHARE,
     PRECISIONS,
     GPUSpec,
     canonical_gpu_type,
@@ -279,6 +280,8 @@ class JobPart:
     low_confidence: bool
     nums: tuple[float, ...] = ()
     precision_index: int = 0
+    # Share of the job's 16-bit step time in GEMMs, what FP8 speeds up (``gpus.fp8_tflops``).
+    gemm_share: float = FP8_GEMM_SHARE
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,7 +367,19 @@ def resolve_job(job: JobFeatures) -> JobPart:
             1.0 if job.precision == "fp8" else 0.0,
         ),
         precision_index=pindex,
+        gemm_share=_gemm_share(job.precision, family, float(params), float(flops)),
     )
+
+
+def _gemm_share(precision: str, family: Family, params: float, flops: float) -> float:
+    """GEMM share of an FP8 job's step (``gpus.fp8_tflops``): for a transformer from its parameter count
+    and FLOPs per sample (``llm.fp8_gemm_share``: the longer its sequence, the more of it is attention,
+    which stays in BF16), else ``gpus.FP8_GEMM_SHARE``; other precisions do not use it."""
+    if precision != "fp8" or family is not Family.TRANSFORMER:
+        return FP8_GEMM_SHARE
+    from perfmodel.llm import fp8_gemm_share  # perfmodel.llm builds on this module
+
+    return fp8_gemm_share(params, flops)
 
 
 def resolve_hw(hw: HardwareFeatures) -> HardwarePart:
@@ -443,7 +458,13 @@ def combine(j: JobPart, h: HardwarePart) -> Resolved:
         h.interconnect,
         h.network_gbps,
         j.low_confidence or h.spec.low_confidence,
-        j.nums + h.nums + (h.tflops_by_precision[j.precision_index],),
+        j.nums
+        + h.nums
+        + (
+            fp8_tflops(h.spec, j.gemm_share)
+            if j.precision == "fp8"
+            else h.tflops_by_precision[j.precision_index],
+        ),
     )
 
 
