@@ -24,7 +24,8 @@ matmuls run at a fraction of peak that grows with their width, attention at its 
 reaches less of peak than a GEMM), and the memory-bound element-wise work between them (norms,
 activations, residual adds) costs bytes over bandwidth: what makes one GPU's MFU differ from another's.
 Both fractions are of the datasheet peak at the job's precision (a measured per-product achievable
-fraction of it was tried and dropped: docs/llm.md).
+fraction of it was tried and dropped: docs/llm.md); FP8 runs only the dense matmuls at the FP8 rate and
+the rest at BF16 (``compute_seconds_per_token``, ``gpus.fp8_tflops``).
 
 Data-parallel traffic per GPU (bf16, ring collectives, 2 bytes a value, overlapped with compute): DDP
 all-reduces the gradients (2 (d-1)/d x 2 N bytes, once a step: gradient accumulation skips the
