@@ -20,7 +20,8 @@ benchmark's leave-one-GPU-type-out split shows it). The anchor of such a row has
   1 came out at 0.85 of 8 V100s (the simulator's truth: 0.26), and the scheduler kept such a job on
   K80s (docs/perfmodel-accuracy.md, "Session 8"). A type measured only on
   several GPUs uses its smallest GPU count, per GPU. An fp8 job never measured in fp8 takes the group
-  of its 16-bit runs, scaled to the FP8 peak (``Anchors.group_index``).
+  of its 16-bit runs, scaled to the GPU's effective FP8 rate (``gpus.fp8_tflops``: FP8 speeds up the
+  GEMMs only, so not the FP8 peak; ``Anchors.group_index``).
 - scaling efficiency on n GPUs: measured per-GPU throughput on n GPUs over that type's own 1-GPU curve at
   the same per-GPU batch (median over batches, capped at 1), per GPU count and node kind (one node /
   several), interpolated linearly in log GPU count (flat beyond; 1 on one GPU). The table of the measured
@@ -50,7 +51,7 @@ import numpy.typing as npt
 
 from perfmodel import llm
 from perfmodel.errors import InvalidInputError
-from perfmodel.features import JOB_COLUMNS, STACKS, HardwareFeatures, Resolved
+from perfmodel.features import JOB_COLUMNS, STACKS, HardwareFeatures, Resolved, effective_tflops
 from perfmodel.gpus import CANONICAL_TYPES, gpu_spec
 from perfmodel.measurements import Measurement
 from perfmodel.zoo import Family, canonical_dataset, llm_arch, lookup_model
@@ -72,12 +73,14 @@ FloatArray = npt.NDArray[np.float64]
 
 def _log_spec(gpu_type: str, precision: str, tf32_convolutions: bool) -> float:
     """Log of the spec a group's speeds are normalised by: ``(peak TFLOP/s at the group's precision x
-    memory bandwidth)^0.5`` -- the peak the scaling model uses for the job (``Resolved.nums``' last column:
-    TF32 for a convolutional network in fp32 on Ampere and newer), the measure a question's GPU is scaled
+    memory bandwidth)^0.5`` -- the rate the scaling model uses for the job (``features.effective_tflops``,
+    ``Resolved.nums``' last column: TF32 for a convolutional network in fp32 on Ampere and newer; for fp8
+    the Amdahl blend of the FP8 and BF16 peaks, not the FP8 peak), the measure a question's GPU is scaled
     by."""
     s = gpu_spec(gpu_type)
     a = SPEC_COMPUTE_WEIGHT
-    return a * math.log(s.tflops(precision, tf32_convolutions)) + (1.0 - a) * math.log(s.memory_bandwidth_gbs)
+    rate = effective_tflops(s, precision, tf32_convolutions)
+    return a * math.log(rate) + (1.0 - a) * math.log(s.memory_bandwidth_gbs)
 
 
 _STACK_NAMES = {code: name for name, code in STACKS.items()}
@@ -295,7 +298,7 @@ class Anchors:
     def group_index(self, model: str, dataset: str, precision: str, stack: str) -> int:
         """Index of the (model, dataset, precision, stack) group for ``times_of``; -1 when it was never
         measured. An fp8 job never measured in fp8 takes its 16-bit group (bf16, then fp16/amp), scaled
-        to the GPU's FP8 peak by the spec like any other GPU."""
+        to the GPU's effective FP8 rate (``gpus.fp8_tflops``) by the spec like any other GPU."""
         for p in _FALLBACK.get(precision, (precision,)):
             g = self._group_index.get((model, dataset, p, stack))
             if g is not None:

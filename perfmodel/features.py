@@ -16,8 +16,9 @@ corrects, the same vectorised function for training and serving:
   (12 x parameters over memory bandwidth) and a fixed step overhead, divided by the software stack's
   speed factor. The peak is the GPU's dense rate at the job's precision (``GPUSpec.tflops``: TF32 for
   convolutional networks in fp32 on Ampere and newer, as PyTorch does by default; tensor cores for
-  amp/bf16/fp8); the bytes factor is 1 for fp32/tf32 and 1/2 for 16-bit and fp8 activations. A GPU the
-  model never saw gets a time from its datasheet figures.
+  amp/bf16; for fp8 the Amdahl blend of the FP8 and BF16 peaks, ``effective_tflops``); the bytes
+  factor is 1 for fp32/tf32 and 1/2 for 16-bit and fp8 activations. A GPU the model never saw gets a
+  time from its datasheet figures.
 - sync = ring all-reduce: 2 (n-1)/n x parameter bytes (fp32 gradients) / slowest link bandwidth, at 70%
   efficiency, plus 50 us per ring step, times the share not hidden behind the backward pass. The
   slowest link is the network (``network_gbps``) when the job spans nodes, else NVLink (per-direction
@@ -43,9 +44,11 @@ import numpy.typing as npt
 
 from perfmodel.errors import InvalidInputError
 from perfmodel.gpus import (
+    FP8_GEMM_SHARE,
     PRECISIONS,
     GPUSpec,
     canonical_gpu_type,
+    fp8_tflops,
     gpu_spec,
     spec_for_product,
     spec_from_labels,
@@ -94,9 +97,10 @@ class Physics:
     # Share of the all-reduce not hidden behind the backward pass.
     sync_exposed: float = 1.0
     # Tensor-core efficiency of TF32 and of FP8 relative to 16-bit inputs (priors: TF32 jobs keep fp32
-    # activations and element-wise work; FP8 speeds up only the GEMMs).
+    # activations and element-wise work; FP8's rate is already the Amdahl blend of ``gpus.fp8_tflops``,
+    # which speeds up only the GEMMs, so its prior is 1).
     tf32_factor: float = 0.5
-    fp8_factor: float = 0.6
+    fp8_factor: float = 1.0
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -276,6 +280,8 @@ class JobPart:
     low_confidence: bool
     nums: tuple[float, ...] = ()
     precision_index: int = 0
+    # Share of the job's 16-bit step time in GEMMs, what FP8 speeds up (``gpus.fp8_tflops``).
+    gemm_share: float = FP8_GEMM_SHARE
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,7 +367,19 @@ def resolve_job(job: JobFeatures) -> JobPart:
             1.0 if job.precision == "fp8" else 0.0,
         ),
         precision_index=pindex,
+        gemm_share=_gemm_share(job.precision, family, float(params), float(flops)),
     )
+
+
+def _gemm_share(precision: str, family: Family, params: float, flops: float) -> float:
+    """GEMM share of an FP8 job's step (``gpus.fp8_tflops``): for a transformer from its parameter count
+    and FLOPs per sample (``llm.fp8_gemm_share``: the longer its sequence, the more of it is attention,
+    which stays in BF16), else ``gpus.FP8_GEMM_SHARE``; other precisions do not use it."""
+    if precision != "fp8" or family is not Family.TRANSFORMER:
+        return FP8_GEMM_SHARE
+    from perfmodel.llm import fp8_gemm_share  # perfmodel.llm builds on this module
+
+    return fp8_gemm_share(params, flops)
 
 
 def resolve_hw(hw: HardwareFeatures) -> HardwarePart:
@@ -418,7 +436,7 @@ def resolve_hw(hw: HardwareFeatures) -> HardwarePart:
         ),
         tflops_by_precision=(
             *(effective_tflops(spec, p) for p in PRECISIONS),
-            spec.tflops("fp32", tf32_convolutions=True),
+            effective_tflops(spec, "fp32", tf32_convolutions=True),
         ),
     )
 
@@ -440,7 +458,13 @@ def combine(j: JobPart, h: HardwarePart) -> Resolved:
         h.interconnect,
         h.network_gbps,
         j.low_confidence or h.spec.low_confidence,
-        j.nums + h.nums + (h.tflops_by_precision[j.precision_index],),
+        j.nums
+        + h.nums
+        + (
+            fp8_tflops(h.spec, j.gemm_share)
+            if j.precision == "fp8"
+            else h.tflops_by_precision[j.precision_index],
+        ),
     )
 
 
@@ -449,9 +473,11 @@ def resolve(job: JobFeatures, hw: HardwareFeatures) -> Resolved:
     return combine(resolve_job(job), resolve_hw(hw))
 
 
-def effective_tflops(spec: GPUSpec, precision: str) -> float:
-    """Dense peak TFLOP/s of the job's matrix maths at ``precision`` (``GPUSpec.tflops``)."""
-    return spec.tflops(precision)
+def effective_tflops(spec: GPUSpec, precision: str, tf32_convolutions: bool = False) -> float:
+    """TFLOP/s the scaling model and the anchors run a job's FLOPs at: the dense peak of its matrix maths at
+    ``precision`` (``GPUSpec.tflops``); for FP8 the Amdahl blend of the FP8 and BF16 peaks at the default
+    GEMM share (``gpus.fp8_tflops``), since FP8 speeds up only the GEMMs."""
+    return fp8_tflops(spec) if precision == "fp8" else spec.tflops(precision, tf32_convolutions)
 
 
 def slowest_link_gbs(r: Resolved) -> float:

@@ -514,6 +514,34 @@ def spec_from_labels(
     )
 
 
+# Share of a 16-bit training step's time spent in the matmuls (GEMMs) that FP8 speeds up, where the job's
+# architecture does not give it (``fp8_tflops``). Public anchors (H100, FP8 against BF16 on the same
+# stack): torchao float8 pre-training of Llama 3.1 8B-405B in torchtitan, 1.25x (8B) to 1.34-1.51x
+# (70B/405B, pytorch/ao README and docs.pytorch.org/ao "Pre-training with float8"); MosaicML's H100 blog
+# (databricks.com/blog/coreweave-nvidia-h100-part-1) and llm-foundry's benchmark table, 1.0-1.35x for
+# MPT 1B-3B. With the FP8 peak at 2x BF16, a share s gives 1 / (1 - s/2): 0.5 -> 1.33x, the middle of
+# those (not fitted on any measured row).
+FP8_GEMM_SHARE = 0.5
+
+
+def fp8_tflops(spec: GPUSpec, gemm_share: float = FP8_GEMM_SHARE) -> float:
+    """Effective TFLOP/s of an FP8 (Transformer Engine) training job: an Amdahl split of its step.
+
+    FP8 speeds up only the GEMMs' maths; attention softmax, norms and element-wise work, the optimizer and
+    communication stay in 16-bit, and casting to FP8 adds work. So the rate a job's FLOPs see is the
+    harmonic blend ``1 / (share / FP8 peak + (1 - share) / BF16 peak)`` with ``gemm_share`` the share of
+    the 16-bit step's time in GEMMs (``FP8_GEMM_SHARE`` where the architecture does not give it;
+    ``perfmodel.llm`` computes it from a transformer's GEMM and attention FLOPs). A GPU without FP8 units
+    runs the job at its 16-bit rate. Not the FP8 peak: that ratio (2x on Hopper) overstates a job's
+    speed-up by 1.3-1.6x against published FP8/BF16 runs (see ``FP8_GEMM_SHARE``).
+    """
+    if not 0.0 <= gemm_share <= 1.0:
+        raise ValueError(f"gemm_share must be in [0, 1], got {gemm_share}")
+    half = spec.tflops("bf16")
+    fp8 = spec.tflops("fp8")
+    return 1.0 / (gemm_share / fp8 + (1.0 - gemm_share) / half)
+
+
 def spec_ratio(
     reference: GPUSpec, target: GPUSpec, precision: str = "fp32", compute_share: float = 0.5
 ) -> float:

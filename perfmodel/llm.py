@@ -24,7 +24,8 @@ matmuls run at a fraction of peak that grows with their width, attention at its 
 reaches less of peak than a GEMM), and the memory-bound element-wise work between them (norms,
 activations, residual adds) costs bytes over bandwidth: what makes one GPU's MFU differ from another's.
 Both fractions are of the datasheet peak at the job's precision (a measured per-product achievable
-fraction of it was tried and dropped: docs/llm.md).
+fraction of it was tried and dropped: docs/llm.md); FP8 runs only the dense matmuls at the FP8 rate and
+the rest at BF16 (``compute_seconds_per_token``, ``gpus.fp8_tflops``).
 
 Data-parallel traffic per GPU (bf16, ring collectives, 2 bytes a value, overlapped with compute): DDP
 all-reduces the gradients (2 (d-1)/d x 2 N bytes, once a step: gradient accumulation skips the
@@ -59,7 +60,7 @@ from typing import TYPE_CHECKING
 
 from perfmodel.errors import InvalidInputError
 from perfmodel.features import HardwareFeatures, HardwarePart, JobFeatures, resolve_hw
-from perfmodel.gpus import GPUSpec
+from perfmodel.gpus import GPUSpec, fp8_tflops
 from perfmodel.zoo import LLMArch, lookup_model
 
 if TYPE_CHECKING:
@@ -410,19 +411,64 @@ def _fsdp_passes(p: LLMPlan) -> int:
     return p.grad_accumulation
 
 
+# Bytes an FP8 (Transformer Engine) job moves per token, layer and hidden unit to cast GEMM inputs: about
+# 16 h values a layer (forward: the inputs of the QKV, output, up and down projections, ~7 h; backward:
+# their output gradients, ~9 h), each read in 16-bit and written in FP8 with its transpose (4 bytes),
+# less what TE fuses into the preceding norm or activation: an estimate, not fitted (no FP8 zoo row here).
+FP8_CAST_BYTES = 48.0
+
+
 def compute_seconds_per_token(p: LLMPlan, fit: LLMFit = FIT) -> float:
     """Seconds one GPU spends per token of its share (no communication, no bubble, no recomputation):
     dense matmuls at the GEMM efficiency of their width, attention scores at the attention efficiency,
-    and the element-wise traffic over memory bandwidth (module docstring)."""
+    and the element-wise traffic over memory bandwidth (module docstring).
+
+    FP8: the dense matmuls' share of this 16-bit time runs at the FP8 rate, the rest (attention, which
+    Transformer Engine keeps in BF16, and the element-wise work) at the BF16 rate: ``gpus.fp8_tflops``
+    with the GEMM share of this architecture, plus ``FP8_CAST_BYTES`` of casting traffic (on a GPU with FP8
+    units; elsewhere the job's 16-bit time)."""
     a, sh = p.arch, p.sharding
-    peak = p.spec.tflops(p.precision) * 1e12
+    fp8 = p.precision == "fp8"
+    peak = p.spec.tflops("bf16" if fp8 else p.precision) * 1e12
     width = a.hidden / sh.tp
     attention = 12.0 * a.layers * a.hidden * p.sequence_length
     dense = max(p.flops_per_token - attention, 0.0)
     gemm = fit.gemm_efficiency * width / (width + fit.hidden_half)
-    flops_time = (dense / gemm + attention / fit.attention_efficiency) / peak
-    traffic = fit.elementwise_bytes * a.layers * width / (p.spec.memory_bandwidth_gbs * 1e9)
-    return flops_time / (sh.tp * sh.pp) + traffic / sh.pp
+    gemm_time = dense / gemm / peak / (sh.tp * sh.pp)
+    flops_time = gemm_time + attention / fit.attention_efficiency / peak / (sh.tp * sh.pp)
+    traffic = fit.elementwise_bytes * a.layers * width / (p.spec.memory_bandwidth_gbs * 1e9) / sh.pp
+    t16 = flops_time + traffic
+    if not fp8 or p.spec.tflops("fp8") <= p.spec.tflops("bf16"):
+        return t16  # no FP8 units: Transformer Engine runs the job in 16-bit
+    rate = fp8_tflops(p.spec, gemm_time / t16) * 1e12
+    cast = FP8_CAST_BYTES * a.layers * width / (p.spec.memory_bandwidth_gbs * 1e9) / sh.pp
+    return t16 * peak / rate + cast
+
+
+# Share of a transformer's 16-bit step time outside attention that its GEMMs take, for jobs whose
+# element-wise work and overheads the scaling model does not break down (the learned path's
+# ``fp8_gemm_share``): torchao's float8 runs on H100 (pytorch/ao README, docs.pytorch.org/ao "Pre-training
+# with float8") read 1.25x for Llama 3.1 8B and 1.43-1.51x for 70B at 8,192 tokens; with attention's
+# share of their matmul time from ``FIT`` (0.31 and 0.19) that is a share of 0.58 and 0.82: the middle,
+# 0.7. Not fitted on any measured row.
+DENSE_GEMM_SHARE = 0.7
+
+
+def fp8_gemm_share(params: float, flops_per_sample: float, fit: LLMFit = FIT) -> float:
+    """Share of a transformer's 16-bit step time in GEMMs (what FP8 speeds up), from its parameter count
+    and training FLOPs per sample (a sample = one sequence) when nothing else is known: with the shape
+    ``estimate_arch`` gives the count (12 L h = N / h) the FLOPs per sample are 6 N S + (N / h) S^2, which
+    fixes the sequence length S; the dense matmuls (6 N S at ``gemm_efficiency``) against attention
+    ((N / h) S^2 at ``attention_efficiency``) split the matmul time, of which ``DENSE_GEMM_SHARE`` of
+    the rest of the step is GEMMs. A long sequence is mostly attention, which Transformer Engine keeps in
+    BF16: llm-foundry's FP8 MPT-1B runs 1.35x its BF16 twin at 512 tokens and 1.05x at 32,768."""
+    if not (params > 0 and flops_per_sample > 0):
+        return DENSE_GEMM_SHARE
+    h = float(estimate_arch(params).hidden)
+    seq = h * (math.sqrt(36.0 + 4.0 * flops_per_sample / (params * h)) - 6.0) / 2.0
+    dense = 6.0 * params * seq / fit.gemm_efficiency
+    attention = params / h * seq * seq / fit.attention_efficiency
+    return DENSE_GEMM_SHARE * dense / (dense + attention)
 
 
 def mfu(p: LLMPlan, fit: LLMFit = FIT) -> float:

