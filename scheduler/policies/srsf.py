@@ -15,7 +15,7 @@ restarts or more, evictions and moves alike: not evicted within ``lease_s`` of e
 that wanted its GPUs evicts no job with less remaining service in its place, and tries its next type or
 waits). SRSF always evicts the running job with the most remaining service, so on a busy cluster the
 longest 1-GPU job restarted on whatever GPU a completion freed and was evicted from it by the next short
-arrival a minute later (Gavel's cluster, 400 jobs: one 119 h job 44 times, 0.1 per job of the run's
+arrival seconds later (Gavel's cluster, 400 jobs: one 119 h job 44 times, 0.1 per job of the run's
 churn). After Slurm's ``PreemptExemptTime`` (a minimum run time before a job may be preempted); differs:
 only for jobs already restarted ``lease_after_restarts`` times, so SRSF's order decides every other
 eviction (a 600 s lease for every job cost the predictor's share of the gain: docs/performance.md). On one
