@@ -82,6 +82,10 @@ class _Hold(NamedTuple):
 
 
 _NO_VICTIMS = Unschedulable("no lower-ranked running jobs to preempt")
+#: ``preempt_for``'s answer when the least urgent running job it would evict holds a restart lease
+_LEASED = Unschedulable(
+    "the least urgent running job it would evict has restarted many times and holds a lease on its GPUs"
+)
 #: ``preempt_for``'s answer when evictions would make room but ``evict_pays`` declined them all
 _EVICTION_DOES_NOT_PAY = Unschedulable(
     "evicting lower-ranked jobs would cost them more restart time than this job is predicted to wait"
@@ -94,6 +98,25 @@ _EVICTION_DOES_NOT_PAY = Unschedulable(
 EvictPays = Callable[[Job, str, Sequence[str], int], bool]
 #: ``try_place``'s answer when every option fails only for want of free GPUs (see ``short_of_gpus``)
 _SHORT_OF_GPUS = Unschedulable("waiting for free GPUs of an allowed type")
+
+
+def restart_leases(
+    snapshot: ClusterSnapshot, jobs: Sequence[Job], after_restarts: int | None, lease_s: float
+) -> frozenset[str]:
+    """``greedy_allocate``'s ``leased``: the running jobs restarted at least ``after_restarts`` times
+    (``Job.restarts``: after evictions and moves) whose last (re)start (``Job.last_change_time``) was
+    less than ``lease_s`` ago. None: no lease."""
+    if after_restarts is None or lease_s <= 0:
+        return frozenset()
+    now = snapshot.now
+    return frozenset(
+        j.name
+        for j in jobs
+        if j.restarts >= after_restarts
+        and j.last_change_time is not None
+        and now - j.last_change_time < lease_s
+        and j.name in snapshot.allocations
+    )
 
 
 def try_place(index: FreeIndex, req: Request, types_: Sequence[str]) -> Allocation | Unschedulable:
@@ -166,6 +189,7 @@ def greedy_allocate(
     consolidate: Callable[[Job, Allocation, Allocation], bool] | None = None,
     no_cascade: bool = False,
     evict_pays: EvictPays | None = None,
+    leased: Collection[str] = frozenset(),
 ) -> dict[str, Decision]:
     """Walk ``requests`` in order and place each gang; returns a decision for every job in ``jobs``.
 
@@ -188,8 +212,12 @@ def greedy_allocate(
     - ``evict_pays(job, gpu_type, victims, free_gpus)``: asked before the evictions a job needs on a type
       are made; when it declines, that type is not preempted on (the job tries its next type, else waits
       and its decision says why). None: every eviction the ranks allow is made.
+    - ``leased``: running jobs that may not be evicted this round (``restart_leases``). A job needing
+      evictions on a type evicts, least urgent first, only the jobs ranked behind the least urgent leased
+      one there: a leased job shields itself and every job ranked ahead of it on its type (no job with
+      less remaining work is evicted in its place); the job tries its next type, else waits.
     """
-    walk = _Walk(snapshot, jobs, requests, reservation, no_cascade, evict_pays)
+    walk = _Walk(snapshot, jobs, requests, reservation, no_cascade, evict_pays, leased)
     for req in requests:
         if req.job.name not in walk.decisions:  # else finished or pinned
             walk.step(req, preemptive, strict, preempt_margin, consolidate)
@@ -214,10 +242,12 @@ class _Walk:
         reservation: Reservation | None,
         no_cascade: bool,
         evict_pays: EvictPays | None = None,
+        leased: Collection[str] = frozenset(),
     ) -> None:
         self.allocations = snapshot.allocations
         self.no_cascade = no_cascade
         self.evict_pays = evict_pays
+        self.leased = leased
         #: GPUs wanted by the jobs walked so far that wait, by the first GPU type of their request: the
         #: GPUs freed on a type go to them before a job behind them (``evict_pays``'s ``free_gpus``)
         self.queued: dict[str, int] = {}
@@ -302,6 +332,7 @@ class _Walk:
                     preempt_margin,
                     self.preempted_by,
                     self._evict_pays if self.evict_pays is not None else None,
+                    self.leased,
                 )
         if isinstance(res, Allocation):
             self.index.commit(res)
@@ -591,7 +622,7 @@ def _waiting_decision(
         parts.append(req.note)
     if name in preempted_by:
         parts.append(f"preempted by job {preempted_by[name]}")
-    if "free but" in res.reason or res is _EVICTION_DOES_NOT_PAY:
+    if "free but" in res.reason or res is _EVICTION_DOES_NOT_PAY or res is _LEASED:
         parts.append(res.reason)
     return Decision(name, None, "; ".join(parts), unresolvable=not res.resolvable)
 
@@ -606,18 +637,24 @@ def preempt_for(
     margin: float,
     preempted_by: dict[str, str],
     evict_pays: EvictPays | None = None,
+    leased: Collection[str] = frozenset(),
 ) -> Allocation | Unschedulable:
     """Evict running jobs ranked behind ``req`` until it fits; undo evictions not needed. With
-    ``evict_pays``, the evictions needed on a type are made only when it approves them."""
+    ``evict_pays``, the evictions needed on a type are made only when it approves them. A job in
+    ``leased`` is not evicted, nor is any job ranked ahead of it on its type (``greedy_allocate``)."""
     gpr = req.job.gpus_per_replica
     need_min = min(req.replicas) * gpr
     threshold = req.rank + margin
     rank_of: dict[str, float] = {}
     declined = False
+    shielded = False
     for t in types_:
         victims: list[str] = []
         for neg_rank, v in victims_by_type.get(t, ()):
             if -neg_rank <= threshold:
+                break
+            if v in leased:
+                shielded = True
                 break
             if v in pending_victims:
                 victims.append(v)
@@ -664,4 +701,6 @@ def preempt_for(
             preempted_by[v] = req.job.name
         index.release(placed)  # the caller commits it
         return placed
-    return _EVICTION_DOES_NOT_PAY if declined else _NO_VICTIMS
+    if declined:
+        return _EVICTION_DOES_NOT_PAY
+    return _LEASED if shielded else _NO_VICTIMS

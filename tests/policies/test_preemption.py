@@ -97,3 +97,52 @@ def test_hetero_serves_the_job_with_the_larger_deficit() -> None:
     snap = snapshot(one, now=1000, allocations=[alloc("served", "V100", 1, {"n": 1})])
     res = run_round(snap, [served, starved], make_policy("hetero"), FakeOracle())
     assert kinds(res) == {"served": ActionKind.PREEMPT, "starved": ActionKind.START}
+
+
+# Aware SRSF's restart lease (scheduler.policies.srsf). Two GPU types (aware SRSF plans types only when
+# there is a choice); every job may run on the V100s only. Remaining service at 3 units/s per V100:
+# "long" 4e6 / 3 s, "longer" 8e6 / 3 s, "mid" 1e5 / 3 s, "new" 300 / 3 s: "new" is the most urgent.
+KEEP, PREEMPT, START = ActionKind.KEEP, ActionKind.PREEMPT, ActionKind.START
+LEASE_NODES = [node("v").gpus(2, "V100").build(), node("k").gpus(1, "K80").build()]
+
+
+def _lease_round(config: dict[str, object], *, restarts: int = 10, since_s: float = 60, with_: str = "mid"):  # type: ignore[no-untyped-def]
+    now = 10_000.0
+    long = job("long").allowed("V100").work(4e6).restarts(restarts).changed_at(now - since_s).build()
+    other = {
+        "mid": job("mid").allowed("V100").work(1e5).changed_at(0).build(),
+        "longer": job("longer").allowed("V100").work(8e6).changed_at(0).build(),
+    }[with_]
+    new = job("new").allowed("V100").work(300).submitted(now - 1).build()
+    snap = snapshot(
+        LEASE_NODES,
+        now=now,
+        allocations=[alloc("long", "V100", 1, {"v": 1}), alloc(with_, "V100", 1, {"v": 1})],
+    )
+    return run_round(snap, [long, other, new], make_policy("srsf", config), FakeOracle())
+
+
+def test_a_job_restarted_many_times_is_not_evicted_again_within_its_lease() -> None:
+    # unleased, "new" evicts the least urgent job, "long"
+    unleased: list[tuple[dict[str, object], int, float]] = [
+        ({"lease_after_restarts": None}, 10, 60.0),
+        ({"heterogeneity": "agnostic"}, 10, 60.0),  # the baseline has no lease
+        ({}, 9, 60.0),  # restarted fewer than 10 times (the default)
+        ({}, 10, 600.0),  # restarted 600 s ago: its lease (the default 600 s) is over
+        ({"lease_s": 0}, 10, 60.0),
+    ]
+    for config, restarts, since_s in unleased:
+        res = _lease_round(config, restarts=restarts, since_s=since_s)
+        assert kinds(res) == {"long": PREEMPT, "mid": KEEP, "new": START}, (config, restarts, since_s)
+    # leased: "long" keeps its GPU, and "mid" (less remaining service) is not evicted in its place
+    res = _lease_round({})
+    assert kinds(res) == {"long": KEEP, "mid": KEEP}
+    assert "holds a lease" in res.waiting["new"].reason
+    res = _lease_round({"lease_after_restarts": 3, "lease_s": 3600}, restarts=3, since_s=3000)
+    assert kinds(res) == {"long": KEEP, "mid": KEEP}
+
+
+def test_a_lease_does_not_shield_jobs_ranked_behind_it() -> None:
+    # "longer" has more remaining service than the leased "long": it is evicted as before
+    res = _lease_round({}, with_="longer")
+    assert kinds(res) == {"long": KEEP, "longer": PREEMPT, "new": START}

@@ -29,6 +29,7 @@ VALID = [
     ("srsf:preempt_margin_gpu_s=60", "srsf", {"preempt_margin_gpu_s": 60}, "srsf:preempt_margin_gpu_s=60"),
     ("ftf:preempt_margin=0.5", "ftf", {"preempt_margin": 0.5}, "ftf:preempt_margin=0.5"),
     ("las:promote_knob=null", "las", {"promote_knob": None}, "las:promote_knob=null"),
+    ("srsf:lease_s=0", "srsf", {"lease_s": 0}, "srsf:lease_s=0"),
     (
         "las:thresholds_gpu_hours=[1, 10];preemptive=false",
         "las",
@@ -83,6 +84,12 @@ INVALID = [
      "must be true or false, got 'yes'"),
     ("srsf:preempt_margin_gpu_s=lots", "policy spec 'srsf:preempt_margin_gpu_s=lots': policy 'srsf' config "
      "field 'preempt_margin_gpu_s': must be a number, got 'lots'"),
+    ("srsf:lease_after_restarts=often", "policy spec 'srsf:lease_after_restarts=often': policy 'srsf' "
+     "config field 'lease_after_restarts': must be an integer, got 'often'"),
+    ("srsf:lease_after_restarts=0", "policy spec 'srsf:lease_after_restarts=0': policy 'srsf': config "
+     "field 'lease_after_restarts': must be >= 1 (or null: no lease)"),
+    ("srsf:lease_s=-1", "policy spec 'srsf:lease_s=-1': policy 'srsf': config field 'lease_s': must be "
+     ">= 0 and finite"),
     ("las:thresholds_gpu_hours=1", "policy spec 'las:thresholds_gpu_hours=1': policy 'las' config field "
      "'thresholds_gpu_hours': must be a list, got 1"),
     ("las:thresholds_gpu_hours=[10,1]", "policy spec 'las:thresholds_gpu_hours=[10,1]': policy 'las': "
