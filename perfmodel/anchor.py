@@ -51,10 +51,10 @@ import numpy.typing as npt
 
 from perfmodel import llm
 from perfmodel.errors import InvalidInputError
-from perfmodel.features import JOB_COLUMNS, STACKS, HardwareFeatures, Resolved, effective_tflops
+from perfmodel.features import JOB_COLUMNS, STACKS, Resolved, effective_tflops
 from perfmodel.gpus import CANONICAL_TYPES, gpu_spec
 from perfmodel.measurements import Measurement
-from perfmodel.zoo import Family, canonical_dataset, llm_arch, lookup_model
+from perfmodel.zoo import Family, canonical_dataset, lookup_model
 
 # Weight of the anchor in log space when it applies (the benchmark's best blend: 0.75; on the development
 # splits too, docs/perfmodel-accuracy.md "Session 10").
@@ -155,25 +155,12 @@ def at_default_plan(m: Measurement, fit: llm.LLMFit = llm.FIT) -> Measurement:
     the one it ran with. An anchor knows only the work per GPU per step, so an LLM row's anchor is
     compared with the scaling model at that plan and the question's own plan is priced by the scaling
     model on every GPU type alike (``Predictor`` LLM rows). Other rows unchanged."""
-    if m.seq_len <= 0 or not (m.micro_batch or m.activation_checkpointing) or llm_arch(m.model) is None:
+    if not (m.micro_batch or m.activation_checkpointing):
         return m
-    hw = HardwareFeatures(
-        m.gpu_product or m.gpu_type, m.num_gpus, m.gpus_per_node, m.num_nodes, m.interconnect, m.network_gbps
-    )
-    plain = llm.LLMJobFeatures(
-        m.model,
-        m.dataset,
-        m.batch_size,
-        m.precision,
-        m.params or None,
-        m.flops_per_sample or None,
-        m.stack,
-        sequence_length=m.seq_len,
-        sharding=m.sharding,
-    )
-    ran = replace(
-        plain, micro_batch=m.micro_batch or None, activation_checkpointing=m.activation_checkpointing
-    )
+    ran, hw = llm.question_of(m)
+    if not isinstance(ran, llm.LLMJobFeatures):  # not a zoo LLM's row with a sequence length
+        return m
+    plain = replace(ran, micro_batch=None, activation_checkpointing=False)
     try:
         (fast, slow) = llm.predict([(plain, hw), (ran, hw)], fit).iters_per_s
     except InvalidInputError:

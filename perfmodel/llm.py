@@ -61,9 +61,10 @@ from typing import TYPE_CHECKING
 from perfmodel.errors import InvalidInputError
 from perfmodel.features import HardwareFeatures, HardwarePart, JobFeatures, resolve_hw
 from perfmodel.gpus import GPUSpec, fp8_tflops
-from perfmodel.zoo import LLMArch, lookup_model
+from perfmodel.zoo import LLMArch, llm_arch, lookup_model
 
 if TYPE_CHECKING:
+    from perfmodel.measurements import Measurement
     from perfmodel.predictor import Predictions
 
 SHARDING_KINDS = ("ddp", "fsdp", "tp")
@@ -188,6 +189,41 @@ def is_llm_job(job: JobFeatures) -> bool:
         if len(_IS_LLM_NAME) < 65536:
             _IS_LLM_NAME[job.model] = got
     return got
+
+
+def question_of(m: Measurement) -> tuple[JobFeatures, HardwareFeatures]:
+    """The (job, placement) question a measurement answers: its precision, stack and exact product; a zoo
+    LLM's row (which ``Predictor.predict`` answers with this module) as the ``LLMJobFeatures`` a user would
+    submit, with its sequence length and sharding, and the micro-batch and activation checkpointing where
+    its source states them (LLM rows of models outside the zoo stay with the learned model)."""
+    hw = HardwareFeatures(
+        m.gpu_product or m.gpu_type, m.num_gpus, m.gpus_per_node, m.num_nodes, m.interconnect, m.network_gbps
+    )
+    if m.seq_len > 0 and llm_arch(m.model) is not None:
+        job: JobFeatures = LLMJobFeatures(
+            m.model,
+            m.dataset,
+            m.batch_size,
+            m.precision,
+            m.params or None,
+            m.flops_per_sample or None,
+            m.stack,
+            sequence_length=m.seq_len,
+            sharding=m.sharding,
+            micro_batch=m.micro_batch or None,
+            activation_checkpointing=m.activation_checkpointing,
+        )
+    else:
+        job = JobFeatures(
+            m.model,
+            m.dataset,
+            m.batch_size,
+            m.precision,
+            m.params or None,
+            m.flops_per_sample or None,
+            m.stack,
+        )
+    return job, hw
 
 
 def treat_as_llm(model: str, sequence_length: int | None, other_llm_fields: bool) -> bool:

@@ -40,12 +40,12 @@ from perfmodel.features import (
     design_of,
     resolve,
 )
-from perfmodel.llm import LLMJobFeatures
+from perfmodel.llm import question_of
 from perfmodel.measurements import SHIPPABLE, Measurement, merge, read_shared_tidy, write_table
 from perfmodel.predictor import MODEL_FILE, Forest, LearnedModel, ModelMeta, Predictor
 from perfmodel.public import read_public, shippable
 from perfmodel.truth import TABLE_NAME
-from perfmodel.zoo import Family, llm_arch
+from perfmodel.zoo import Family
 
 log = logging.getLogger(__name__)
 
@@ -98,47 +98,9 @@ class TrainReport:
     q_high: float
 
 
-def _job_of(m: Measurement) -> JobFeatures:
-    """The job side of a measurement's question: a zoo LLM's row (which ``Predictor.predict`` answers
-    with perfmodel.llm) as the ``LLMJobFeatures`` a user would submit, with its sequence length and
-    sharding, and the micro-batch and activation checkpointing where its source states them; the
-    others as they are (LLM rows of models outside the zoo stay with the learned model, as before)."""
-    if m.seq_len > 0 and llm_arch(m.model) is not None:
-        return LLMJobFeatures(
-            m.model,
-            m.dataset,
-            m.batch_size,
-            m.precision,
-            m.params or None,
-            m.flops_per_sample or None,
-            m.stack,
-            sequence_length=m.seq_len,
-            sharding=m.sharding,
-            micro_batch=m.micro_batch or None,
-            activation_checkpointing=m.activation_checkpointing,
-        )
-    return JobFeatures(
-        m.model, m.dataset, m.batch_size, m.precision, m.params or None, m.flops_per_sample or None, m.stack
-    )
-
-
 def rows_of(measurements: Sequence[Measurement]) -> list[tuple[JobFeatures, HardwareFeatures]]:
-    """The (job, placement) question each measurement answers (its precision, stack and exact product;
-    for a zoo LLM's row also its sequence length and sharding)."""
-    return [
-        (
-            _job_of(m),
-            HardwareFeatures(
-                m.gpu_product or m.gpu_type,
-                m.num_gpus,
-                m.gpus_per_node,
-                m.num_nodes,
-                m.interconnect,
-                m.network_gbps,
-            ),
-        )
-        for m in measurements
-    ]
+    """The (job, placement) question each measurement answers (``llm.question_of``)."""
+    return [question_of(m) for m in measurements]
 
 
 def design(
