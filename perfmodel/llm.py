@@ -199,30 +199,24 @@ def question_of(m: Measurement) -> tuple[JobFeatures, HardwareFeatures]:
     hw = HardwareFeatures(
         m.gpu_product or m.gpu_type, m.num_gpus, m.gpus_per_node, m.num_nodes, m.interconnect, m.network_gbps
     )
-    if m.seq_len > 0 and llm_arch(m.model) is not None:
-        job: JobFeatures = LLMJobFeatures(
-            m.model,
-            m.dataset,
-            m.batch_size,
-            m.precision,
-            m.params or None,
-            m.flops_per_sample or None,
-            m.stack,
-            sequence_length=m.seq_len,
-            sharding=m.sharding,
-            micro_batch=m.micro_batch or None,
-            activation_checkpointing=m.activation_checkpointing,
-        )
-    else:
-        job = JobFeatures(
-            m.model,
-            m.dataset,
-            m.batch_size,
-            m.precision,
-            m.params or None,
-            m.flops_per_sample or None,
-            m.stack,
-        )
+    common = (
+        m.model,
+        m.dataset,
+        m.batch_size,
+        m.precision,
+        m.params or None,
+        m.flops_per_sample or None,
+        m.stack,
+    )
+    if m.seq_len <= 0 or llm_arch(m.model) is None:
+        return JobFeatures(*common), hw
+    job = LLMJobFeatures(
+        *common,
+        sequence_length=m.seq_len,
+        sharding=m.sharding,
+        micro_batch=m.micro_batch or None,
+        activation_checkpointing=m.activation_checkpointing,
+    )
     return job, hw
 
 
