@@ -56,6 +56,8 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: this file's sibling bench
+
 from bench import llm_fit
 from perfmodel.anchor import Anchors
 from perfmodel.features import design_of, resolve

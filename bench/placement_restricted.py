@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: this file's sibling bench
 
 from bench.placement_prefer import SHAPES, cluster
 from scheduler.core.placement import FreeIndex, place_gang
