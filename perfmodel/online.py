@@ -37,6 +37,17 @@ multiplicative correction of the predictor's throughput in nested levels, each f
    what was observed (MLPerf's 512-3,584 GPU H100 runs);
 3. per job (its own data loader, input sizes, ...).
 
+Beyond the largest GPU count observed on a GPU type, a model observed on that type is corrected no further
+than at its observed jobs (``_trend``, ``_correction``): the structural level stays within its values at
+the type's observed rows, and where the model ran at more than one GPU count the sum of the shared levels
+stays within its values at the model's own observed jobs (each level bounded alone does not bound the
+sum). The structural factors scale the offline model's all-reduce and departure, so wherever the offline
+curve over GPU count bends beyond the observed runs (a retrained model's per-GPU speed rising from 64 to
+512 GPUs) they carried the bend into the correction: two BERT runs on H100 at 8 and 64 GPUs corrected by
+1.40-1.57x read as 2.29x at 512 GPUs and 3.6x at 3,072. A model not observed on the type keeps the
+structural level's reach (bounded by perfect scaling of its corrected compute): held within the observed
+range too, the accuracy benchmark's Hopper "model new to its type" figure lost 0.9 points.
+
 Means are ``sum(residual) / (count + prior)``, with priors of 3 (GPU type) and 0.25 (job) observations, so
 one observation moves a level partly, and a few observations of a job make its predictions converge to what
 it really does. A job's observations count at most ``job_weight_cap`` times in the shared levels, so one
@@ -193,10 +204,16 @@ class OnlineCorrector:
     # regressor after the intercept the lowest and highest value at its observed jobs.
     _mg_coef: dict[tuple[str, str], tuple[float, ...]] = field(default_factory=dict)
     _mg_range: dict[tuple[str, str], tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    # Per (model, GPU type) observed at more than one GPU count: the lowest and highest shared correction
+    # (GPU and model levels) at its observed jobs, which bounds it beyond the GPU type's largest observed
+    # GPU count (``_correction``).
+    _mg_seen: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
     # Per GPU type: the lowest and highest trend value at its observed points.
     _trend_range: dict[str, tuple[float, float]] = field(default_factory=dict)
-    # Per GPU type: whether any observed job of it ran across nodes.
+    # Per GPU type: whether any observed job of it ran across nodes, and the largest log GPU count of its
+    # observed jobs.
     _spans_seen: dict[str, bool] = field(default_factory=dict)
+    _gpus_seen: dict[str, float] = field(default_factory=dict)
     # Per GPU type: the structural level's (all-reduce factor, departure factor) and per model its
     # compute factor (``_fit_structure``).
     _gpu_struct: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -263,7 +280,7 @@ class OnlineCorrector:
             mg.setdefault((st.model, st.gpu_type), []).append((cw, mean, st.point))
         self._gpu_sums, self._mg_jobs, self._dirty = gpu, mg, False
         self._gpu_slopes, self._trend_range, self._gpu_struct, self._model_compute = {}, {}, {}, {}
-        self._spans_seen = {}
+        self._spans_seen, self._gpus_seen = {}, {}
         for gpu_type in gpu:
             keys = [m for (m, g) in mg if g == gpu_type]
             models = [mg[(m, gpu_type)] for m in keys]
@@ -284,6 +301,7 @@ class OnlineCorrector:
             ]
             self._trend_range[gpu_type] = (min(seen), max(seen))
             self._spans_seen[gpu_type] = any(p[2] > 0 for jobs in models for _, _, p in jobs)
+            self._gpus_seen[gpu_type] = max(p[1] for jobs in models for _, _, p in jobs)
         # Per (model, GPU type): the posterior mean of its linear level on what the GPU level (bias and
         # trend) leaves of each job's residual (it does not depend on the question).
         self._mg_coef, self._mg_range = {}, {}
@@ -295,6 +313,18 @@ class OnlineCorrector:
             self._mg_range[(model, gpu_type)] = tuple(
                 (min(x[i] for x in xs), max(x[i] for x in xs)) for i in range(1, len(MODEL_PRIOR_SD))
             )
+        # Per (model, GPU type) observed at more than one GPU count (structural level only): the range of
+        # the shared correction at its observed jobs (``_correction``). One GPU count leaves it to the
+        # type's levels (an all-reduce seen on the type's other models carries to it).
+        self._mg_seen = {}
+        for (model, gpu_type), jobs in mg.items():
+            if (
+                self.trend != "structural"
+                or max(p[1] for _, _, p in jobs) - min(p[1] for _, _, p in jobs) < 1e-9
+            ):
+                continue
+            seen = [self._shared(model, gpu_type, p) for _, _, p in jobs]
+            self._mg_seen[(model, gpu_type)] = (min(seen), max(seen))
 
     def _fit_structure(
         self, gpu_type: str, keys: Sequence[str], models: Sequence[Sequence[tuple[float, float, _Point]]]
@@ -395,13 +425,21 @@ class OnlineCorrector:
         lo, hi = got
         trend = self._dot(self._gpu_slopes[gpu_type], point)
         if self.trend == "structural":
-            # Above the observed range only as far as the structural level alone goes: it is bounded by
-            # perfect scaling of the model's corrected compute (``_structural``).
+            # Above the observed range (up to the largest observed GPU count) only as far as the
+            # structural level alone goes: it is bounded by perfect scaling of the model's corrected
+            # compute (``_structural``).
             s = self._structural(model, gpu_type, point)
             if point[2] > 0 and not self._spans_seen.get(gpu_type, False):
                 # Across nodes on a type observed only within nodes: its factors came from NVLink or
                 # PCIe runs and say nothing about the network, so no further than the observed range
                 # (a 10% better 4 -> 8 GPU scaling read as 11x the offline throughput on two nodes).
+                return min(hi, max(lo, s))
+            if (model, gpu_type) in self._mg_jobs and point[1] > self._gpus_seen[gpu_type] + 1e-9:
+                # Beyond the largest GPU count observed on the type, no further than the observed range
+                # either: the factors scale the offline model's compute, all-reduce and departure, and
+                # where its curve over GPU count bends beyond the observed runs (per-GPU speed rising
+                # from 64 to 512 GPUs) they would carry the bend into the correction (two BERT runs at
+                # 8 and 64 GPUs corrected by 1.40-1.57x read as 2.29x at 512 GPUs and 3.6x at 3,072).
                 return min(hi, max(lo, s))
             return min(max(hi, s), max(lo, s + trend))
         return min(hi, max(lo, trend))
@@ -442,12 +480,23 @@ class OnlineCorrector:
         )
         return self._correction(r, point, self._jobs.get(self._key_of(job, hw, job_id)))[0]
 
+    def _shared(self, model: str, gpu_type: str, point: _Point) -> float:
+        """The shared levels' log correction at ``point`` (GPU type and model x GPU type), unbounded."""
+        g = self._gpu_level(gpu_type)
+        return g + self._trend(gpu_type, point, model) + self._model_gpu_level(model, gpu_type, point)
+
     def _correction(self, r: Resolved, point: _Point, st: _JobStats | None) -> tuple[float, float, float]:
         """(log correction, job evidence weight, spread of the job's own residuals)."""
         gpu_type = r.spec.gpu_type
-        g = self._gpu_level(gpu_type)
         model = _model_key(r)
-        total = g + self._trend(gpu_type, point, model) + self._model_gpu_level(model, gpu_type, point)
+        total = self._shared(model, gpu_type, point)
+        seen = self._mg_seen.get((model, gpu_type))
+        if seen is not None and point[1] > self._gpus_seen[gpu_type] + 1e-9:
+            # Beyond the largest GPU count observed on the type, a model observed there is corrected
+            # no further than at its observed jobs: each level is bounded on its own (``_trend``,
+            # ``_model_gpu_level``), their sum is not (the structural level at one end of its range and
+            # the model level at the other).
+            total = min(seen[1], max(seen[0], total))
         if st is None or st.gpu_type != gpu_type or st.weight <= 0:
             return total, 0.0, 0.0
         mean = st.sum_r / st.weight
