@@ -383,15 +383,17 @@ def _breakdown(
     arch: str,
 ) -> None:
     """Where the error after ``k`` observed configurations per (model, GPU type) lies (the default
-    correction, the draws of ``orders``): per GPU-count band and per (model, precision, stack, GPU type)
-    group, each with its rows per draw, MRE, mean log(measured / predicted) (its bias), the cold MRE on the
-    same rows and its share of the summed error; then what no correction of a group's level and slopes
-    can remove, on all of the held-out rows: the floors of a per-group fit to the cold log errors, made
-    with every row of the group (in sample): a constant, and a constant plus slopes in log per-GPU batch,
-    log GPUs and log work per sample (the online model level's regressors); and the repeat noise: rows of
-    one configuration (group, GPUs, nodes, global batch, work per sample) measured more than once, each
-    against their geometric mean."""
-    err, logres, cold, rows = [], [], [], []
+    correction, the draws of ``orders``): within or beyond the observed runs of the row's group (per-GPU
+    batch, GPU count and work per sample all between those of the observed runs, or not), per GPU-count
+    band and per (model, precision, stack, GPU type) group, each with its rows per draw, MRE, mean
+    log(measured / predicted) (its bias), the cold MRE on the same rows and its share of the summed
+    error; then what no correction of a group's level and slopes can remove, on all of the held-out
+    rows: the floors of a per-group fit to the cold log errors, made with every row of the group (in
+    sample): a constant, and a constant plus slopes in log per-GPU batch, log GPUs and log work per
+    sample (the online model level's regressors); and the repeat noise: rows of one configuration
+    (group, GPUs, nodes, global batch, work per sample) measured more than once, each against their
+    geometric mean."""
+    err, logres, cold, rows, inside = [], [], [], [], []
     for order in orders:
         corr = OnlineCorrector(ours.predictor)  # type: ignore[attr-defined]
         for i in (i for v in order.values() for i in v[:k]):
@@ -402,7 +404,24 @@ def _breakdown(
         logres.append(np.log(pred_t / d.t_true[rest]))
         cold.append(rel_err(ours(rest), d.t_true[rest]))
         rows.append(rest)
-    e, lr, c, idx = (np.concatenate(v) for v in (err, logres, cold, rows))
+        # Whether a row lies within its group's observed runs in every regressor of the model level.
+        seen = {g: np.asarray([_where(d, i) for i in v[:k]]) for g, v in order.items() if v[:k]}
+        inside.append(
+            np.asarray(
+                [
+                    bool(
+                        np.all(
+                            (seen[_group(d.ms[i])].min(0) - 1e-9 <= w)
+                            & (w <= seen[_group(d.ms[i])].max(0) + 1e-9)
+                        )
+                    )
+                    for i in rest
+                    for w in (np.asarray(_where(d, i)),)
+                ],
+                dtype=bool,
+            )
+        )
+    e, lr, c, idx, ins = (np.concatenate(v) for v in (err, logres, cold, rows, inside))
     n, total = len(orders), float(e.sum())
     big = e > 0.3
     print(
@@ -417,6 +436,8 @@ def _breakdown(
             f"  cold {100 * c[k_].mean():5.1f}%  share {100 * e[k_].sum() / total:4.1f}%"
         )
 
+    print(line("within the observed batch, GPUs and work", ins))
+    print(line("beyond them in one at least", ~ins))
     band = np.asarray([_band(d.ms[i]) for i in idx])
     for b, *_ in _BANDS:
         if (band == b).any():
@@ -458,6 +479,12 @@ def _breakdown(
         f" {sum(len(js) > 1 for js in repeats.values())} configurations measured more than once,"
         f" {100 * _mre(rep_left):.1f}% off their mean"
     )
+
+
+def _where(d: Data, i: int) -> tuple[float, float, float]:
+    """Row ``i``'s log per-GPU batch, log GPUs and log training FLOPs per sample."""
+    m = d.ms[i]
+    return (math.log(m.local_batch_size), math.log(m.num_gpus), math.log(d.resolved[i].flops_per_sample))
 
 
 def _group(m: Measurement) -> tuple[str, str, str, str]:
