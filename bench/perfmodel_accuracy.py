@@ -473,11 +473,15 @@ def _breakdown(
         repeats[(*_group(m), m.num_gpus, m.num_nodes, m.batch_size, d.resolved[i].flops_per_sample)].append(j)
     rep = [j for js in repeats.values() if len(js) > 1 for j in js]
     rep_left = np.concatenate([r0[js] - r0[js].mean() for js in repeats.values() if len(js) > 1] or [r0[:0]])
+    noise = (
+        f"{len(rep)} rows of {sum(len(js) > 1 for js in repeats.values())} configurations measured more"
+        f" than once, {100 * _mre(rep_left):.1f}% off their mean"
+        if rep
+        else "no configuration measured more than once"
+    )
     print(
         f"    floors on all {t.size} rows, in sample: a constant per group {100 * _mre(left_const):.1f}%,"
-        f" a constant and the three slopes {100 * _mre(left_lin):.1f}%; repeats: {len(rep)} rows of"
-        f" {sum(len(js) > 1 for js in repeats.values())} configurations measured more than once,"
-        f" {100 * _mre(rep_left):.1f}% off their mean"
+        f" a constant and the three slopes {100 * _mre(left_lin):.1f}%; repeats: {noise}"
     )
 
 
