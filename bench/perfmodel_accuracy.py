@@ -16,7 +16,9 @@ on its training part only:
   leaves the rest at k = 2, which moves the plain figure between k). A "model" here is the job a user
   runs: the model at its precision and software stack (BERT-large in MLPerf code and in plain PyTorch
   fp32 are two). Last, a model new to its GPU type: per draw half the groups observed twice, the other
-  half scored (only the GPU-type levels of the correction reach them);
+  half scored (only the GPU-type levels of the correction reach them). ``--breakdown K``: where the error
+  after K observed lies (per GPU-count band and per group, with its share of the summed error) and what no
+  per-group level can remove (in-sample floors of a per-group fit, and the rows measured twice);
 - ``lomo``: leave one model out (each model with at least 10 rows);
 - every split's errors are also broken down per source.
 
@@ -41,7 +43,7 @@ Kepler, Pascal, Turing and Volta held out in turn, at most 40 test rows per (mod
 type) -- to choose a change on without looking at the Ampere and Hopper figures the targets are set on.
 
 Run: ``nice python bench/perfmodel_accuracy.py [--shared ../shared/throughput] [--quick]
-[--splits random,logo-gen,lomo] [--draws 10] [--no-anchors] [--dev]``.
+[--splits random,logo-gen,lomo] [--draws 10] [--no-anchors] [--dev] [--breakdown 2]``.
 """
 
 from __future__ import annotations
@@ -291,9 +293,11 @@ def logo_generation(
     draws: int,
     archs: Sequence[str] = CHECK_GENERATIONS,
     cap: int = 0,
+    breakdown: int = 0,
 ) -> None:
     """Leave one GPU generation out (each of ``archs``), cold and after k observed configurations; with
-    ``cap`` > 0 at most ``cap`` test rows per (model, precision, stack, GPU type)."""
+    ``cap`` > 0 at most ``cap`` test rows per (model, precision, stack, GPU type); with ``breakdown`` =
+    k > 0 where the error after k observed lies (``_breakdown``)."""
     for arch in archs:
         test = np.flatnonzero(d.arch == arch)
         if cap:
@@ -319,6 +323,8 @@ def logo_generation(
         for k, trend in ((k, t) for k in ks for t in ONLINE_TRENDS):
             _observed_k(d, ours, orders, k, max(ks), trend, f"  {arch} + {k}, online trend {trend}:")
         _new_models(d, ours, orders, 2, f"  {arch}, a model not observed on its type (2 of half the others):")
+        if breakdown:
+            _breakdown(d, ours, orders, breakdown, test, arch)
 
 
 def _observed_k(
@@ -353,6 +359,145 @@ def _observed_k(
     )
     for s in sorted(set(src.tolist())):
         print(f"    source {s:<19} n={int((src == s).sum()) // len(orders):<6} ours {summarise(e[src == s])}")
+
+
+# GPU-count bands of the breakdown: (label, fewest GPUs, most GPUs, multi-node).
+_BANDS = (
+    ("1 GPU", 1, 1, False),
+    ("one node", 2, 1 << 30, False),
+    ("multi-node < 256 GPUs", 1, 255, True),
+    ("multi-node >= 256 GPUs", 256, 1 << 30, True),
+)
+
+
+def _band(m: Measurement) -> str:
+    return next(b for b, lo, hi, multi in _BANDS if lo <= m.num_gpus <= hi and (m.num_nodes > 1) == multi)
+
+
+def _breakdown(
+    d: Data,
+    ours: Callable[[Idx], np.ndarray],
+    orders: Sequence[dict[tuple[str, str, str, str], list[int]]],
+    k: int,
+    test: Idx,
+    arch: str,
+) -> None:
+    """Where the error after ``k`` observed configurations per (model, GPU type) lies (the default
+    correction, the draws of ``orders``): within or beyond the observed runs of the row's group (per-GPU
+    batch, GPU count and work per sample all between those of the observed runs, or not), per GPU-count
+    band and per (model, precision, stack, GPU type) group, each with its rows per draw, MRE, mean
+    log(measured / predicted) (its bias), the cold MRE on the same rows and its share of the summed
+    error; then what no correction of a group's level and slopes can remove, on all of the held-out
+    rows: the floors of a per-group fit to the cold log errors, made with every row of the group (in
+    sample): a constant, and a constant plus slopes in log per-GPU batch, log GPUs and log work per
+    sample (the online model level's regressors); and the repeat noise: rows of one configuration
+    (group, GPUs, nodes, global batch, work per sample) measured more than once, each against their
+    geometric mean."""
+    err, logres, cold, rows, inside = [], [], [], [], []
+    for order in orders:
+        corr = OnlineCorrector(ours.predictor)  # type: ignore[attr-defined]
+        for i in (i for v in order.values() for i in v[:k]):
+            corr.observe(*d.rows[i], d.ms[i].samples_per_s)
+        rest = np.asarray(sorted(i for v in order.values() for i in v[k:]), dtype=int)
+        pred_t = d.batch[rest] / np.asarray(corr.predict([d.rows[i] for i in rest]).samples_per_s)
+        err.append(rel_err(pred_t, d.t_true[rest]))
+        logres.append(np.log(pred_t / d.t_true[rest]))
+        cold.append(rel_err(ours(rest), d.t_true[rest]))
+        rows.append(rest)
+        # Whether a row lies within its group's observed runs in every regressor of the model level.
+        seen = {g: np.asarray([_where(d, i) for i in v[:k]]) for g, v in order.items() if v[:k]}
+        inside.append(
+            np.asarray(
+                [
+                    bool(
+                        np.all(
+                            (seen[_group(d.ms[i])].min(0) - 1e-9 <= w)
+                            & (w <= seen[_group(d.ms[i])].max(0) + 1e-9)
+                        )
+                    )
+                    for i in rest
+                    for w in (np.asarray(_where(d, i)),)
+                ],
+                dtype=bool,
+            )
+        )
+    e, lr, c, idx, ins = (np.concatenate(v) for v in (err, logres, cold, rows, inside))
+    n, total = len(orders), float(e.sum())
+    big = e > 0.3
+    print(
+        f"  {arch} + {k}, breakdown: MRE {100 * e.mean():.1f}%; {100 * big.mean():.0f}% of the rows are > 30%"
+        f" off and carry {100 * e[big].sum() / total:.0f}% of the error (capped at 30%:"
+        f" {100 * np.minimum(e, 0.3).mean():.1f}%)"
+    )
+
+    def line(label: str, k_: np.ndarray) -> str:
+        return (
+            f"    {label:<44} n={int(k_.sum()) // n:<4} {100 * e[k_].mean():5.1f}%  bias {lr[k_].mean():+.2f}"
+            f"  cold {100 * c[k_].mean():5.1f}%  share {100 * e[k_].sum() / total:4.1f}%"
+        )
+
+    print(line("within the observed batch, GPUs and work", ins))
+    print(line("beyond them in one at least", ~ins))
+    band = np.asarray([_band(d.ms[i]) for i in idx])
+    for b, *_ in _BANDS:
+        if (band == b).any():
+            print(line(b, band == b))
+    key = np.asarray(["|".join(_group(d.ms[i])) for i in idx])
+    shares = sorted(((float(e[key == g].sum()), g) for g in set(key.tolist())), reverse=True)
+    for _, g in shares[:8]:
+        print(line(g, key == g))
+    # The floors, in sample, on the cold log errors of every held-out row.
+    t = np.asarray(test, dtype=int)
+    r0 = np.log(d.t_true[t] / ours(t))
+    groups: dict[tuple[str, str, str, str], list[int]] = defaultdict(list)
+    for j, i in enumerate(t):
+        groups[_group(d.ms[i])].append(j)
+    left_const, left_lin = np.empty_like(r0), np.empty_like(r0)
+    for js in groups.values():
+        y = r0[js]
+        left_const[js] = y - y.mean()
+        ms = [d.ms[int(t[j])] for j in js]
+        x = np.column_stack(
+            [
+                np.ones(len(js)),
+                np.log([m.local_batch_size for m in ms]),
+                np.log([float(m.num_gpus) for m in ms]),
+                np.log([d.resolved[int(t[j])].flops_per_sample for j in js]),
+            ]
+        )
+        coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+        left_lin[js] = y - x @ coef
+    repeats: dict[tuple[object, ...], list[int]] = defaultdict(list)
+    for j, i in enumerate(t):
+        m = d.ms[i]
+        repeats[(*_group(m), m.num_gpus, m.num_nodes, m.batch_size, d.resolved[i].flops_per_sample)].append(j)
+    rep = [j for js in repeats.values() if len(js) > 1 for j in js]
+    rep_left = np.concatenate([r0[js] - r0[js].mean() for js in repeats.values() if len(js) > 1] or [r0[:0]])
+    noise = (
+        f"{len(rep)} rows of {sum(len(js) > 1 for js in repeats.values())} configurations measured more"
+        f" than once, {100 * _mre(rep_left):.1f}% off their mean"
+        if rep
+        else "no configuration measured more than once"
+    )
+    print(
+        f"    floors on all {t.size} rows, in sample: a constant per group {100 * _mre(left_const):.1f}%,"
+        f" a constant and the three slopes {100 * _mre(left_lin):.1f}%; repeats: {noise}"
+    )
+
+
+def _where(d: Data, i: int) -> tuple[float, float, float]:
+    """Row ``i``'s log per-GPU batch, log GPUs and log training FLOPs per sample."""
+    m = d.ms[i]
+    return (math.log(m.local_batch_size), math.log(m.num_gpus), math.log(d.resolved[i].flops_per_sample))
+
+
+def _group(m: Measurement) -> tuple[str, str, str, str]:
+    return (m.model, m.precision, m.stack, m.gpu_type)
+
+
+def _mre(log_err: np.ndarray) -> float:
+    """MRE of throughput (``rel_err``) from log(measured time / predicted time)."""
+    return float(np.abs(np.exp(log_err) - 1.0).mean()) if log_err.size else float("nan")
 
 
 def _new_models(
@@ -397,6 +542,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="leave-one-generation-out on the development generations (Kepler, Pascal, Turing, Volta held "
         f"out in turn, at most {DEV_GROUP_CAP} test rows per model and GPU type) instead of Ampere, Hopper",
     )
+    ap.add_argument(
+        "--breakdown",
+        type=int,
+        default=0,
+        metavar="K",
+        help="where the leave-one-generation-out error after K observed configurations per (model, GPU "
+        "type) lies: per GPU-count band and group, with the in-sample floors and the repeat noise",
+    )
     args = ap.parse_args(argv)
     global ANCHORS
     ANCHORS = not args.no_anchors
@@ -416,9 +569,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_split("random 20% hold-out", d, [("random", train, test)], methods)
     if "logo-gen" in splits:
         if args.dev:
-            logo_generation(d, methods, (1, 2, 3), args.draws, DEV_GENERATIONS, DEV_GROUP_CAP)
+            logo_generation(d, methods, (1, 2, 3), args.draws, DEV_GENERATIONS, DEV_GROUP_CAP, args.breakdown)
         else:
-            logo_generation(d, methods, (1, 2, 3), args.draws)
+            logo_generation(d, methods, (1, 2, 3), args.draws, breakdown=args.breakdown)
     if "lomo" in splits:
         counts: dict[str, int] = defaultdict(int)
         for m in ms:
