@@ -143,7 +143,7 @@ def test_the_mlperf_result_whose_tracked_throughput_contradicts_its_run_time_is_
     }
     assert parse_mlperf([n64]) == []
     (kept,) = parse_mlperf([n8])
-    assert (kept.num_gpus, kept.samples_per_s) == (64, pytest.approx(294759.222))
+    assert kept.num_gpus == 64 and kept.samples_per_s == pytest.approx(294759.222)
     # Nor is it in the shipped table (a 512-GPU H100 ResNet-50 row from that file).
     shipped = read_table(Path(__file__).parents[2] / "perfmodel" / "data" / "measurements.csv.gz")
     assert not [m for m in shipped if "dgxh100_n64_ngc23.04_mxnet/resnet" in m.source_file]
