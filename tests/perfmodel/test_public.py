@@ -82,6 +82,74 @@ def test_mlperf_rows_keep_the_rounds_licence_and_whole_system_throughput() -> No
     assert parse_mlperf([{**base, "round": "v4.0", "r0_tracked_throughput_median": ""}]) == []
 
 
+def test_mlperf_bert_on_hopper_and_blackwell_is_fp8_except_the_clipafter_runs() -> None:
+    # The submissions' config_*.sh enable Transformer Engine FP8 (--use_transformer_engine2) for BERT on
+    # H100/H200/B200/GB200, except NVIDIA's 64-434-node H100 runs at 2-3 sequences per GPU.
+    base = {
+        "round": "v3.0",
+        "submitter": "NVIDIA",
+        "system": "dgxh100_ngc23.04_pytorch",
+        "benchmark": "bert",
+        "accelerator": "NVIDIA H100-SXM5-80GB",
+        "nodes": "1",
+        "acc_per_node": "8",
+        "interconnect": "",
+        "host_networking": "",
+        "r0_global_batch_size": "768",
+        "r0_tracked_throughput_median": "4000",
+    }
+    one_node = parse_mlperf([base])[0]
+    gb200 = parse_mlperf(
+        [
+            {
+                **base,
+                "accelerator": "NVIDIA Blackwell GPU (GB200)",
+                "nodes": "128",
+                "acc_per_node": "4",
+                "r0_global_batch_size": "8192",
+            }
+        ]
+    )[0]
+    clipafter = parse_mlperf([{**base, "nodes": "434", "r0_global_batch_size": "13888"}])[0]
+    a100 = parse_mlperf([{**base, "accelerator": "NVIDIA A100-SXM4-80GB"}])[0]
+    resnet = parse_mlperf([{**base, "benchmark": "resnet", "r0_global_batch_size": "3200"}])[0]
+    assert (one_node.model, one_node.precision) == ("bert-large", "fp8")
+    assert gb200.precision == "fp8"
+    assert (clipafter.precision, a100.precision, resnet.precision) == ("amp", "amp", "amp")
+
+
+def test_the_mlperf_result_whose_tracked_throughput_contradicts_its_run_time_is_left_out() -> None:
+    # v3.0 NVIDIA 64 x DGX H100 ResNet-50: result_0 tracks 5.57M images/s, but its 50 epochs of ImageNet
+    # took 31.97 s (2.00M images/s); the same code's 8-node row is consistent and stays.
+    n64 = {
+        "round": "v3.0",
+        "submitter": "NVIDIA",
+        "system": "dgxh100_n64_ngc23.04_mxnet",
+        "benchmark": "resnet",
+        "accelerator": "NVIDIA H100-SXM5-80GB",
+        "nodes": "64",
+        "acc_per_node": "8",
+        "interconnect": "NVLINK Gen4 900 GB/s + NVSWITCH Gen3",
+        "host_networking": "Compute: 8x ConnectX-7 IB NDR 400Gb/s",
+        "r0_global_batch_size": "20480",
+        "r0_tracked_throughput_median": "5572642.401",
+    }
+    n8 = {
+        **n64,
+        "system": "dgxh100_n8_ngc23.04_mxnet",
+        "nodes": "8",
+        "r0_global_batch_size": "3200",
+        "r0_tracked_throughput_median": "294759.222",
+    }
+    assert parse_mlperf([n64]) == []
+    (kept,) = parse_mlperf([n8])
+    assert kept.num_gpus == 64 and kept.samples_per_s == pytest.approx(294759.222)
+    # Nor is it in the shipped table (a 512-GPU H100 ResNet-50 row from that file).
+    shipped = read_table(Path(__file__).parents[2] / "perfmodel" / "data" / "measurements.csv.gz")
+    assert not [m for m in shipped if "dgxh100_n64_ngc23.04_mxnet/resnet" in m.source_file]
+    assert [m for m in shipped if "dgxh100_n8_ngc23.04_mxnet/resnet" in m.source_file]
+
+
 def test_llm_rows_are_sequences_with_flops_per_sequence_and_zoo_style_names() -> None:
     foundry = {
         "Model": "7b",
