@@ -158,6 +158,11 @@ def _precision_of(header: str) -> str | None:
     return None
 
 
+def _per_precision(cell: str) -> list[float]:
+    """A DeepLearningExamples cell that gives one value per precision ("128 and 256", "8192")."""
+    return [b for b in (_number(x) for x in re.split(r"\s*(?:and|,)\s*", cell)) if b]
+
+
 def parse_dle(rows: Iterable[dict[str, str]]) -> list[Measurement]:
     """DeepLearningExamples table rows -> measurements (one per precision column with a number)."""
     out: list[Measurement] = []
@@ -193,9 +198,20 @@ def parse_dle(rows: Iterable[dict[str, str]]) -> list[Measurement]:
         bcol = next((i for i, h in enumerate(head) if re.match(r"batch size (/|per) gpu", h.lower())), None)
         if bcol is None:
             continue
-        batches = [b for b in (_number(x) for x in re.split(r"\s*(?:and|,)\s*", cells[bcol])) if b]
+        batches = _per_precision(cells[bcol])
         if not batches:
             continue
+        # A table with accumulation steps but no "Accumulated batch size" column gives the accumulated
+        # batch under "Batch size / GPU": BERT pre-training on DGX A100 in PaddlePaddle (8192 with 64 / 32
+        # steps) and on DGX-1 in PyTorch (4096 with 128 / 64), where the tables that have both columns
+        # give the micro-batch (128 / 256 on A100). Every other row's batch is what one GPU computes per
+        # step, so these rows get their micro-batch too: accumulated batch / steps.
+        scol = next((i for i, h in enumerate(head) if h.lower().startswith("accumulation steps")), None)
+        if scol is not None and not any(h.lower().startswith("accumulated batch") for h in head):
+            steps = _per_precision(cells[scol])
+            if len(steps) != len(batches):
+                continue
+            batches = [b / s for b, s in zip(batches, steps, strict=True)]
         bhead = head[bcol].upper()
         order = (
             ["amp", "fp32"]

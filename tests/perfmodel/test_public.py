@@ -256,6 +256,35 @@ def test_dle_fp32_columns_on_ampere_are_tf32_and_dgx_networks_are_per_node() -> 
     assert {m.network_gbps for m in ms} == {1600.0}  # DGX A100: 8 x 200 Gb/s
 
 
+def test_dle_accumulated_batch_under_the_batch_column_becomes_the_micro_batch() -> None:
+    # PaddlePaddle's table gives the accumulated batch under "Batch size / GPU"; PyTorch's gives both
+    head = (
+        "GPUs | Batch size / GPU (TF32 and FP16) | Accumulation steps (TF32 and FP16) | Sequence length | "
+        "Throughput - TF32(sequences/sec) | Throughput - mixed precision(sequences/sec)"
+    )
+    both = head.replace("| Accumulation", "| Accumulated Batch size / GPU (TF32 and FP16) | Accumulation")
+    heading = "BERT > Training performance: NVIDIA DGX A100 (8x A100 80GB) > Pre-training NVIDIA DGX A100"
+    paddle = _dle(
+        "PaddlePaddle/LanguageModeling/BERT/README.md",
+        heading,
+        "8 | 8192 and 8192 | 64 and 32 | 128 | 2428 | 5541",
+        head,
+    )
+    torch = _dle(
+        "PyTorch/LanguageModeling/BERT/README.md",
+        heading,
+        "8 | 128 and 256 | 8192 and 8192 | 64 and 32 | 128 | 2505 | 4591",
+        both,
+    )
+    for row in (paddle, torch):
+        ms = parse_dle([row])
+        assert {m.precision: m.batch_size // m.num_gpus for m in ms} == {"tf32": 128, "amp": 256}
+        assert {m.precision: m.dataset for m in ms} == {"tf32": "wikipedia-seq128", "amp": "wikipedia-seq128"}
+    # one GPU's step at micro-batch 256 in FP16: 5541 sequences/s over 8 GPUs
+    amp = next(m for m in parse_dle([paddle]) if m.precision == "amp")
+    assert amp.iters_per_s == pytest.approx(5541 / (8 * 256))
+
+
 _MEGATRON_HEAD = "Model | #-GPUs | GBS | MBS | Sequence Length | FSDP | TP | PP | CP | VP | EP | GA"
 _MEGATRON_TAIL = " | Tokens / sec / GPU | Model TFLOP / sec / GPU"
 
