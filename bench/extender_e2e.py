@@ -26,6 +26,11 @@ ratios within a pair, never across pairs), their median, and the median CPU ms p
 (kube-scheduler, extender, kube-apiserver, etcd, kwok; user + system time from ``/proc/<pid>/stat``
 between the scheduler's start and the last bind). ``--before TREE`` adds a third run to each pair: the
 extender of that source tree (e.g. a ``git archive`` of the last commit), against the same bare run.
+``--api-counts`` prints, per pod, the API server's requests by verb and resource and the watch events
+(and kB) it sent by resource while the scheduler ran (its ``/metrics``). ``--py-spy EXE`` makes
+``--profile`` sample the extender with py-spy (started as the extender's parent, which works where
+attaching to a running process is not allowed; all threads, wall time while runnable;
+``DIR/extender-<nodes>.pyspy.txt``, collapsed stacks).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -61,6 +67,8 @@ from perfsched_dev.k8s import bootstrap  # noqa: E402
 from scheduler.k8s import connect  # noqa: E402
 
 GANG_SIZE = 8
+#: ``--py-spy EXE``: the py-spy that samples the extender for ``--profile`` instead of cProfile
+_PY_SPY: list[str] = []
 
 
 @dataclass
@@ -81,6 +89,9 @@ class Run:
     #: "loop-sys" in the kernel: sockets) and "other" (the cache's watch threads, bind workers, the
     #: placement task's API calls)
     extender_threads_ms_per_pod: dict[str, float] = field(default_factory=dict)
+    #: with ``--api-counts``: the API server's requests ("verb resource") and watch events sent ("watch
+    #: kind") while the scheduler ran, per pod
+    api_per_pod: dict[str, float] = field(default_factory=dict)
 
     @property
     def gang_median_s(self) -> float:
@@ -134,6 +145,7 @@ def run(
     logs: str = "",
     tree: str = "",
     pprof: tuple[str, float] = ("", 0.0),
+    api_counts: bool = False,
 ) -> Run:
     """One cluster, one scheduler: create everything, start the scheduler, wait until all are bound."""
     scheduler_name = "perfsched" if with_extender else "default-scheduler"
@@ -163,6 +175,7 @@ def run(
             binds = BindWatch(api)
             cpu0 = _cpu_seconds(dc)
             threads0 = _thread_cpu_seconds(extender)
+            api0 = _api_counts(dc) if api_counts else {}
             t0 = time.monotonic()
             dc.start_scheduler("perfsched" if with_extender else "default", tuning)
             grab = _kube_scheduler_profile(dc, with_extender, nodes, *pprof) if pprof[0] else None
@@ -174,14 +187,15 @@ def run(
             wall = time.monotonic() - t0
             cpu1 = _cpu_seconds(dc)
             threads1 = _thread_cpu_seconds(extender)
+            api1 = _api_counts(dc) if api_counts else {}
             binds.stop()
             calls = _extender_calls(state.ports["extender"]) if with_extender else {}
             if grab is not None:
                 grab.join(timeout=pprof[1] + 60)
             api.close()
         finally:
-            if extender is not None and profile:  # SIGINT: uvicorn exits and cProfile writes the profile
-                os.kill(extender.pid, signal.SIGINT)
+            if extender is not None and profile:  # SIGINT: uvicorn exits and the profiler writes its file
+                os.kill(_extender_pid(extender), signal.SIGINT)
                 deadline = time.monotonic() + 120
                 while is_running(extender) and time.monotonic() < deadline:
                     time.sleep(0.2)
@@ -205,7 +219,42 @@ def run(
     result.extender_threads_ms_per_pod = {
         k: round(1000 * (v - threads0.get(k, 0.0)) / total, 3) for k, v in threads1.items()
     }
+    result.api_per_pod = {
+        k: round((v - api0.get(k, 0.0)) / total, 2) for k, v in sorted(api1.items()) if v > api0.get(k, 0.0)
+    }
     return result
+
+
+def _api_counts(dc: DevCluster) -> dict[str, float]:
+    """The API server's request counts by "verb resource" and watch events sent by "watch kind" so far
+    and their kB ("watch-kB kind") so far (its ``apiserver_request_total``, ``apiserver_watch_events_total``
+    and ``apiserver_watch_events_sizes``), from its ``/metrics``."""
+    import httpx
+
+    state = dc.load()
+    assert state is not None
+    headers = {"Authorization": f"Bearer {dc.admin_token()}"}
+    url = f"{state.endpoints['apiserver']}/metrics"
+    text = httpx.get(url, headers=headers, verify=False, timeout=30).text
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("apiserver_request_total{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            key = f"{labels.get('verb', '')} {labels.get('resource', '')}"
+            if labels.get("subresource"):
+                key += "/" + labels["subresource"]
+        elif line.startswith("apiserver_watch_events_total{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            key = f"watch-event {labels.get('resource') or labels.get('kind', '')}"
+        elif line.startswith("apiserver_watch_events_sizes_sum{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            key = f"watch-kB {labels.get('resource') or labels.get('kind', '')}"
+            out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[1]) / 1000
+            continue
+        else:
+            continue
+        out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
 
 
 def _cpu_seconds(dc: DevCluster) -> dict[str, float]:
@@ -232,16 +281,25 @@ def _thread_cpu_seconds(extender: ProcessRecord | None) -> dict[str, float]:
         return {}
     out = {"loop": 0.0, "loop-sys": 0.0, "other": 0.0}
     tick = os.sysconf("SC_CLK_TCK")
-    for task in Path(f"/proc/{extender.pid}/task").glob("*"):
+    pid = _extender_pid(extender)
+    for task in Path(f"/proc/{pid}/task").glob("*"):
         try:
             fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        side = "loop" if task.name == str(extender.pid) else "other"
+        side = "loop" if task.name == str(pid) else "other"
         out[side] += (int(fields[11]) + int(fields[12])) / tick
         if side == "loop":
             out["loop-sys"] += int(fields[12]) / tick
     return out
+
+
+def _extender_pid(extender: ProcessRecord) -> int:
+    """The extender's own process: the record's, or under ``--py-spy`` the sampler's child."""
+    if not _PY_SPY:
+        return extender.pid
+    children = Path(f"/proc/{extender.pid}/task/{extender.pid}/children").read_text().split()
+    return int(children[0]) if children else extender.pid
 
 
 def _kube_scheduler_profile(
@@ -296,7 +354,12 @@ def _start_extender(
 ) -> ProcessRecord:
     """Start ``perfsched extender`` (from source tree ``tree`` if given) and wait until it is ready."""
     argv = [sys.executable]
-    if profile:  # the event loop's thread, where the extender spends its CPU; written when it exits
+    if profile and _PY_SPY:  # sampled from outside, every thread, in py-spy's "raw" (collapsed) format
+        Path(profile).mkdir(parents=True, exist_ok=True)
+        out = str(Path(profile).resolve() / f"extender-{nodes}.pyspy.txt")
+        argv = [*_PY_SPY, "record", "--nonblocking", "--threads", "--rate", "250", "--format", "raw"]
+        argv += ["-o", out, "--", sys.executable]
+    elif profile:  # the event loop's thread, where the extender spends its CPU; written when it exits
         Path(profile).mkdir(parents=True, exist_ok=True)
         argv += ["-m", "cProfile", "-o", str(Path(profile).resolve() / f"extender-{nodes}.prof")]
     argv += ["-m", "scheduler.cli", "extender", "--host", "127.0.0.1", "--port", str(state.ports["extender"])]
@@ -312,6 +375,12 @@ def main() -> None:
     ap.add_argument("--qps", type=float, default=1000.0, help="client QPS of both kube-schedulers")
     ap.add_argument("--burst", type=int, default=2000, help="client burst of both kube-schedulers")
     ap.add_argument("--profile", default="", help="directory for cProfile profiles of the extender")
+    ap.add_argument(
+        "--py-spy",
+        default="",
+        help="py-spy executable: --profile samples the extender with it (collapsed stacks, all threads; "
+        "the extender's CPU figures then include py-spy's)",
+    )
     ap.add_argument("--pprof", default="", help="directory for CPU profiles of kube-scheduler (Go pprof)")
     ap.add_argument("--pprof-seconds", type=float, default=5.0, help="length of each kube-scheduler profile")
     ap.add_argument("--logs", default="", help="directory to keep the clusters' logs in")
@@ -332,8 +401,15 @@ def main() -> None:
         default=1,
         help="pairs (bare, extender) per node count, rotating which goes first",
     )
+    ap.add_argument(
+        "--api-counts",
+        action="store_true",
+        help="print the API server's requests and watch events per pod by resource in each run",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.py_spy:
+        _PY_SPY.append(args.py_spy)
     tuning = SchedulerTuning(qps=args.qps, burst=args.burst, extender_binds=args.extender_binds)
     node_counts = [int(n) for n in args.nodes.split(",")]
     pod_counts = [int(p) for p in args.pods.split(",")]
@@ -341,14 +417,26 @@ def main() -> None:
     load = [os.getloadavg()[0]]
     rows = []
     pprof = (args.pprof, args.pprof_seconds)
+    counts = args.api_counts
     for nodes, pods in zip(node_counts, pod_counts, strict=False):
         pairs = []
         before = replace(tuning, extender_binds=tuning.extender_binds or args.before_binds)
         for rep in range(args.repeat):
             runs = {
-                "bare": partial(run, nodes, pods, args.gangs, False, tuning, "", args.logs, pprof=pprof),
+                "bare": partial(
+                    run, nodes, pods, args.gangs, False, tuning, "", args.logs, pprof=pprof, api_counts=counts
+                ),
                 "extender": partial(
-                    run, nodes, pods, args.gangs, True, tuning, args.profile, args.logs, pprof=pprof
+                    run,
+                    nodes,
+                    pods,
+                    args.gangs,
+                    True,
+                    tuning,
+                    args.profile,
+                    args.logs,
+                    pprof=pprof,
+                    api_counts=counts,
                 ),
             }
             if args.before:
@@ -440,6 +528,10 @@ def _print(bare: Run, ext: Run, tuning: SchedulerTuning) -> None:
     print(f"  extender calls (count x mean time inside the extender): {calls}")
     threads = ", ".join(f"{k} {v:.2f}" for k, v in ext.extender_threads_ms_per_pod.items())
     print(f"  extender CPU ms per pod by thread: {threads}")
+    for label, r in (("without", bare), ("with", ext)):
+        if r.api_per_pod:
+            parts = ", ".join(f"{k} {v:g}" for k, v in r.api_per_pod.items())
+            print(f"  API requests and watch events per pod {label} extender: {parts}")
     print(f"  ratio with/without: {ext.pods_per_s / bare.pods_per_s:.2f} (target >= 0.80)")
 
 
