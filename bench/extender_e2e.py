@@ -25,7 +25,8 @@ pairs per node count, rotating which goes first, and prints each pair's ratio (o
 ratios within a pair, never across pairs), their median, and the median CPU ms per pod of each component
 (kube-scheduler, extender, kube-apiserver, etcd, kwok; user + system time from ``/proc/<pid>/stat``
 between the scheduler's start and the last bind). ``--before TREE`` adds a third run to each pair: the
-extender of that source tree (e.g. a ``git archive`` of the last commit), against the same bare run.
+extender of that source tree (e.g. a ``git archive`` of the last commit), against the same bare run;
+``--before A,B`` one run per tree.
 ``--api-counts`` prints, per pod, the API server's requests by verb and resource and the watch events
 (and kB) it sent by resource while the scheduler ran (its ``/metrics``). ``--py-spy EXE`` makes
 ``--profile`` sample the extender with py-spy (started as the extender's parent, which works where
@@ -384,7 +385,11 @@ def main() -> None:
     ap.add_argument("--pprof", default="", help="directory for CPU profiles of kube-scheduler (Go pprof)")
     ap.add_argument("--pprof-seconds", type=float, default=5.0, help="length of each kube-scheduler profile")
     ap.add_argument("--logs", default="", help="directory to keep the clusters' logs in")
-    ap.add_argument("--before", default="", help="also run this tree's extender in each pair (before/after)")
+    ap.add_argument(
+        "--before",
+        default="",
+        help="also run these trees' extenders (comma-separated) in each pair (before/after)",
+    )
     ap.add_argument(
         "--before-binds",
         action="store_true",
@@ -421,6 +426,8 @@ def main() -> None:
     for nodes, pods in zip(node_counts, pod_counts, strict=False):
         pairs = []
         before = replace(tuning, extender_binds=tuning.extender_binds or args.before_binds)
+        before_trees = [t for t in args.before.split(",") if t]
+        before_sides = ["before", *(f"before{i + 2}" for i in range(len(before_trees) - 1))]
         for rep in range(args.repeat):
             runs = {
                 "bare": partial(
@@ -439,10 +446,8 @@ def main() -> None:
                     api_counts=counts,
                 ),
             }
-            if args.before:
-                runs["before"] = partial(
-                    run, nodes, pods, args.gangs, True, before, "", args.logs, args.before
-                )
+            for side, tree in zip(before_sides, before_trees, strict=True):
+                runs[side] = partial(run, nodes, pods, args.gangs, True, before, "", args.logs, tree)
             # rotate which goes first, so a load drift during the pair favours none of them
             order = list(runs)[rep % len(runs) :] + list(runs)[: rep % len(runs)]
             done = {name: runs[name]() for name in order}
@@ -455,17 +460,17 @@ def main() -> None:
             }
             print(f"[{nodes} nodes, pair {rep + 1} of {args.repeat}, run order {', '.join(order)}]")
             _print(bare, ext, tuning)
-            if args.before:
-                old = done["before"]
-                pair["before"] = asdict(old)
-                pair["before_ratio"] = round(old.pods_per_s / bare.pods_per_s, 3)
-                print(f"  extender from {args.before}: {old.pods_per_s:.1f} pods/s", end=", ")
+            for side, tree in zip(before_sides, before_trees, strict=True):
+                old = done[side]
+                pair[side] = asdict(old)
+                pair[f"{side}_ratio"] = round(old.pods_per_s / bare.pods_per_s, 3)
+                print(f"  extender from {tree}: {old.pods_per_s:.1f} pods/s", end=", ")
                 cpu = old.cpu_ms_per_pod.get("extender", 0)
                 print(
-                    f"ratio {pair['before_ratio']:.2f}; CPU {cpu:.2f} ms per pod; calls {old.extender_calls}"
+                    f"ratio {pair[f'{side}_ratio']:.2f}; CPU {cpu:.2f} ms per pod; calls {old.extender_calls}"
                 )
             pairs.append(pair)
-        rows.append(_summary(nodes, pods, pairs))
+        rows.append(_summary(nodes, pods, pairs, dict(zip(before_sides, before_trees, strict=True))))
     load.append(os.getloadavg()[0])
     record = {"qps": args.qps, "burst": args.burst, "extender_binds": args.extender_binds, "runs": rows}
     record["load_avg_1m"] = [round(x, 2) for x in load]
@@ -477,11 +482,15 @@ def main() -> None:
         print(json.dumps(record, indent=2))
 
 
-def _summary(nodes: int, pods: int, pairs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The pairs of one node count with their median ratio and median CPU ms per pod by component."""
+def _summary(
+    nodes: int, pods: int, pairs: list[dict[str, Any]], trees: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The pairs of one node count with their median ratio and median CPU ms per pod by component
+    (``trees``: the ``--before`` trees by side, "before", "before2", ...)."""
+    trees = trees or {}
     ratios = [p["ratio"] for p in pairs]
     cpu: dict[str, dict[str, float]] = {}
-    for side in ("bare", "extender", "before"):
+    for side in ("bare", "extender", *trees):
         if not all(side in p for p in pairs):
             continue
         comps = sorted({c for p in pairs for c in p[side]["cpu_ms_per_pod"]})
@@ -491,16 +500,18 @@ def _summary(nodes: int, pods: int, pairs: list[dict[str, Any]]) -> dict[str, An
         }
     summary = {"nodes": nodes, "pods": pods, "ratios": ratios, "median_ratio": statistics.median(ratios)}
     summary["median_cpu_ms_per_pod"] = cpu
-    if "before" in cpu:
-        before = [p["before_ratio"] for p in pairs]
-        summary["median_before_ratio"] = statistics.median(before)
-        print(f"== {nodes} nodes, --before tree: ratios {', '.join(f'{r:.2f}' for r in before)}", end="; ")
-        print(f"median {summary['median_before_ratio']:.2f}")
+    for side, tree in trees.items():
+        before = [p[f"{side}_ratio"] for p in pairs]
+        summary[f"median_{side}_ratio"] = statistics.median(before)
+        print(f"== {nodes} nodes, --before {tree}: ratios {', '.join(f'{r:.2f}' for r in before)}", end="; ")
+        print(f"median {summary[f'median_{side}_ratio']:.2f}")
     print(
         f"== {nodes} nodes: ratios with/without extender {', '.join(f'{r:.2f}' for r in ratios)}; "
         f"median {summary['median_ratio']:.2f} (target >= 0.80)"
     )
-    for side, label in (("bare", "without"), ("extender", "with"), ("before", "with the --before")):
+    labels = [("bare", "without"), ("extender", "with")]
+    labels += [(side, f"with the --before {tree}") for side, tree in trees.items()]
+    for side, label in labels:
         if side not in cpu:
             continue
         parts = ", ".join(f"{k} {v:.2f}" for k, v in cpu[side].items())
