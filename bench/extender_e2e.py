@@ -26,7 +26,10 @@ ratios within a pair, never across pairs), their median, and the median CPU ms p
 (kube-scheduler, extender, kube-apiserver, etcd, kwok; user + system time from ``/proc/<pid>/stat``
 between the scheduler's start and the last bind). ``--before TREE`` adds a third run to each pair: the
 extender of that source tree (e.g. a ``git archive`` of the last commit), against the same bare run;
-``--before A,B`` one run per tree.
+``--before A,B`` one run per tree. ``--floors`` adds two more: ``bench/extender_floor.py``, an extender
+that speaks the same protocol over the same server but decides nothing (every node passes, one score),
+and the same with the extender's watch-fed cache: what any extender costs kube-scheduler, and what the
+watches add.
 ``--api-counts`` prints, per pod, the API server's requests by verb and resource and the watch events
 (and kB) it sent by resource while the scheduler ran (its ``/metrics``). ``--py-spy EXE`` makes
 ``--profile`` sample the extender with py-spy (started as the extender's parent, which works where
@@ -147,6 +150,7 @@ def run(
     tree: str = "",
     pprof: tuple[str, float] = ("", 0.0),
     api_counts: bool = False,
+    floor: str = "",
 ) -> Run:
     """One cluster, one scheduler: create everything, start the scheduler, wait until all are bound."""
     scheduler_name = "perfsched" if with_extender else "default-scheduler"
@@ -172,7 +176,7 @@ def run(
             with ThreadPoolExecutor(max_workers=8) as pool:
                 list(pool.map(lambda body: core.create_namespaced_pod(NAMESPACE, body), bodies))
             if with_extender:
-                extender = _start_extender(dc, state, Path(tmp), profile, nodes, tree)
+                extender = _start_extender(dc, state, Path(tmp), profile, nodes, tree, floor)
             binds = BindWatch(api)
             cpu0 = _cpu_seconds(dc)
             threads0 = _thread_cpu_seconds(extender)
@@ -351,9 +355,14 @@ def _extender_calls(port: int) -> dict[str, list[float]]:
 
 
 def _start_extender(
-    dc: DevCluster, state: Any, tmp: Path, profile: str, nodes: int, tree: str = ""
+    dc: DevCluster, state: Any, tmp: Path, profile: str, nodes: int, tree: str = "", floor: str = ""
 ) -> ProcessRecord:
-    """Start ``perfsched extender`` (from source tree ``tree`` if given) and wait until it is ready."""
+    """Start ``perfsched extender`` (from source tree ``tree`` if given; ``floor`` "floor" or "watch":
+    ``bench/extender_floor.py`` instead, with ``--watch`` for "watch") and wait until it is ready."""
+    if floor:
+        argv = [sys.executable, str(HERE / "extender_floor.py"), "--port", str(state.ports["extender"])]
+        argv += ["--kubeconfig", state.kubeconfig, *(["--watch"] if floor == "watch" else [])]
+        return start_extender(dc, state, argv, tmp / "dc" / "logs" / "extender.log")
     argv = [sys.executable]
     if profile and _PY_SPY:  # sampled from outside, every thread, in py-spy's "raw" (collapsed) format
         Path(profile).mkdir(parents=True, exist_ok=True)
@@ -389,6 +398,12 @@ def main() -> None:
         "--before",
         default="",
         help="also run these trees' extenders (comma-separated) in each pair (before/after)",
+    )
+    ap.add_argument(
+        "--floors",
+        action="store_true",
+        help="add two runs to each pair: bench/extender_floor.py (the protocol with no decisions), and "
+        "the same with the extender's watch-fed cache (--watch)",
     )
     ap.add_argument(
         "--before-binds",
@@ -428,6 +443,12 @@ def main() -> None:
         before = replace(tuning, extender_binds=tuning.extender_binds or args.before_binds)
         before_trees = [t for t in args.before.split(",") if t]
         before_sides = ["before", *(f"before{i + 2}" for i in range(len(before_trees) - 1))]
+        floor_sides = ["floor", "floor+watch"] if args.floors else []
+        # what each extra run is, as printed
+        extra = dict(zip(before_sides, before_trees, strict=False))
+        extra.update(
+            zip(floor_sides, ("bench/extender_floor.py", "bench/extender_floor.py --watch"), strict=True)
+        )
         for rep in range(args.repeat):
             runs = {
                 "bare": partial(
@@ -448,6 +469,8 @@ def main() -> None:
             }
             for side, tree in zip(before_sides, before_trees, strict=True):
                 runs[side] = partial(run, nodes, pods, args.gangs, True, before, "", args.logs, tree)
+            for side, floor in zip(floor_sides, ("floor", "watch"), strict=False):
+                runs[side] = partial(run, nodes, pods, args.gangs, True, tuning, "", args.logs, floor=floor)
             # rotate which goes first, so a load drift during the pair favours none of them
             order = list(runs)[rep % len(runs) :] + list(runs)[: rep % len(runs)]
             done = {name: runs[name]() for name in order}
@@ -460,7 +483,7 @@ def main() -> None:
             }
             print(f"[{nodes} nodes, pair {rep + 1} of {args.repeat}, run order {', '.join(order)}]")
             _print(bare, ext, tuning)
-            for side, tree in zip(before_sides, before_trees, strict=True):
+            for side, tree in extra.items():
                 old = done[side]
                 pair[side] = asdict(old)
                 pair[f"{side}_ratio"] = round(old.pods_per_s / bare.pods_per_s, 3)
@@ -470,7 +493,7 @@ def main() -> None:
                     f"ratio {pair[f'{side}_ratio']:.2f}; CPU {cpu:.2f} ms per pod; calls {old.extender_calls}"
                 )
             pairs.append(pair)
-        rows.append(_summary(nodes, pods, pairs, dict(zip(before_sides, before_trees, strict=True))))
+        rows.append(_summary(nodes, pods, pairs, extra))
     load.append(os.getloadavg()[0])
     record = {"qps": args.qps, "burst": args.burst, "extender_binds": args.extender_binds, "runs": rows}
     record["load_avg_1m"] = [round(x, 2) for x in load]
@@ -486,7 +509,8 @@ def _summary(
     nodes: int, pods: int, pairs: list[dict[str, Any]], trees: dict[str, str] | None = None
 ) -> dict[str, Any]:
     """The pairs of one node count with their median ratio and median CPU ms per pod by component
-    (``trees``: the ``--before`` trees by side, "before", "before2", ...)."""
+    (``trees``: what each extra run was by side: "before", "before2", ... for the ``--before`` trees,
+    "floor" and "floor+watch" for ``--floors``)."""
     trees = trees or {}
     ratios = [p["ratio"] for p in pairs]
     cpu: dict[str, dict[str, float]] = {}
@@ -503,14 +527,14 @@ def _summary(
     for side, tree in trees.items():
         before = [p[f"{side}_ratio"] for p in pairs]
         summary[f"median_{side}_ratio"] = statistics.median(before)
-        print(f"== {nodes} nodes, --before {tree}: ratios {', '.join(f'{r:.2f}' for r in before)}", end="; ")
+        print(f"== {nodes} nodes, {tree}: ratios {', '.join(f'{r:.2f}' for r in before)}", end="; ")
         print(f"median {summary[f'median_{side}_ratio']:.2f}")
     print(
         f"== {nodes} nodes: ratios with/without extender {', '.join(f'{r:.2f}' for r in ratios)}; "
         f"median {summary['median_ratio']:.2f} (target >= 0.80)"
     )
     labels = [("bare", "without"), ("extender", "with")]
-    labels += [(side, f"with the --before {tree}") for side, tree in trees.items()]
+    labels += [(side, f"with {tree}") for side, tree in trees.items()]
     for side, label in labels:
         if side not in cpu:
             continue
