@@ -442,7 +442,9 @@ def main() -> None:
         pairs = []
         before = replace(tuning, extender_binds=tuning.extender_binds or args.before_binds)
         before_trees = [t for t in args.before.split(",") if t]
-        before_sides = ["before", *(f"before{i + 2}" for i in range(len(before_trees) - 1))]
+        before_sides = ["before", *(f"before{i + 1}" for i in range(1, len(before_trees)))][
+            : len(before_trees)
+        ]
         floor_sides = ["floor", "floor+watch"] if args.floors else []
         # what each extra run is, as printed
         extra = dict(zip(before_sides, before_trees, strict=False))
