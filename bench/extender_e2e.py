@@ -224,9 +224,8 @@ def run(
     result.extender_threads_ms_per_pod = {
         k: round(1000 * (v - threads0.get(k, 0.0)) / total, 3) for k, v in threads1.items()
     }
-    result.api_per_pod = {
-        k: round((v - api0.get(k, 0.0)) / total, 2) for k, v in sorted(api1.items()) if v > api0.get(k, 0.0)
-    }
+    per_pod = {k: round((v - api0.get(k, 0.0)) / total, 2) for k, v in sorted(api1.items())}
+    result.api_per_pod = {k: v for k, v in per_pod.items() if v > 0}  # what rounds to 0 is left out
     return result
 
 
