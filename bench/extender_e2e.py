@@ -25,7 +25,16 @@ pairs per node count, rotating which goes first, and prints each pair's ratio (o
 ratios within a pair, never across pairs), their median, and the median CPU ms per pod of each component
 (kube-scheduler, extender, kube-apiserver, etcd, kwok; user + system time from ``/proc/<pid>/stat``
 between the scheduler's start and the last bind). ``--before TREE`` adds a third run to each pair: the
-extender of that source tree (e.g. a ``git archive`` of the last commit), against the same bare run.
+extender of that source tree (e.g. a ``git archive`` of the last commit), against the same bare run;
+``--before A,B`` one run per tree. ``--floors`` adds two more: ``bench/extender_floor.py``, an extender
+that speaks the same protocol over the same server but decides nothing (every node passes, one score),
+and the same with the extender's watch-fed cache: what any extender costs kube-scheduler, and what the
+watches add.
+``--api-counts`` prints, per pod, the API server's requests by verb and resource and the watch events
+(and kB) it sent by resource while the scheduler ran (its ``/metrics``). ``--py-spy EXE`` makes
+``--profile`` sample the extender with py-spy (started as the extender's parent, which works where
+attaching to a running process is not allowed; all threads, wall time while runnable;
+``DIR/extender-<nodes>.pyspy.txt``, collapsed stacks).
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -61,6 +71,8 @@ from perfsched_dev.k8s import bootstrap  # noqa: E402
 from scheduler.k8s import connect  # noqa: E402
 
 GANG_SIZE = 8
+#: ``--py-spy EXE``: the py-spy that samples the extender for ``--profile`` instead of cProfile
+_PY_SPY: list[str] = []
 
 
 @dataclass
@@ -81,6 +93,9 @@ class Run:
     #: "loop-sys" in the kernel: sockets) and "other" (the cache's watch threads, bind workers, the
     #: placement task's API calls)
     extender_threads_ms_per_pod: dict[str, float] = field(default_factory=dict)
+    #: with ``--api-counts``: the API server's requests ("verb resource") and watch events sent ("watch
+    #: kind") while the scheduler ran, per pod
+    api_per_pod: dict[str, float] = field(default_factory=dict)
 
     @property
     def gang_median_s(self) -> float:
@@ -134,6 +149,8 @@ def run(
     logs: str = "",
     tree: str = "",
     pprof: tuple[str, float] = ("", 0.0),
+    api_counts: bool = False,
+    floor: str = "",
 ) -> Run:
     """One cluster, one scheduler: create everything, start the scheduler, wait until all are bound."""
     scheduler_name = "perfsched" if with_extender else "default-scheduler"
@@ -159,10 +176,11 @@ def run(
             with ThreadPoolExecutor(max_workers=8) as pool:
                 list(pool.map(lambda body: core.create_namespaced_pod(NAMESPACE, body), bodies))
             if with_extender:
-                extender = _start_extender(dc, state, Path(tmp), profile, nodes, tree)
+                extender = _start_extender(dc, state, Path(tmp), profile, nodes, tree, floor)
             binds = BindWatch(api)
             cpu0 = _cpu_seconds(dc)
             threads0 = _thread_cpu_seconds(extender)
+            api0 = _api_counts(dc) if api_counts else {}
             t0 = time.monotonic()
             dc.start_scheduler("perfsched" if with_extender else "default", tuning)
             grab = _kube_scheduler_profile(dc, with_extender, nodes, *pprof) if pprof[0] else None
@@ -174,14 +192,15 @@ def run(
             wall = time.monotonic() - t0
             cpu1 = _cpu_seconds(dc)
             threads1 = _thread_cpu_seconds(extender)
+            api1 = _api_counts(dc) if api_counts else {}
             binds.stop()
             calls = _extender_calls(state.ports["extender"]) if with_extender else {}
             if grab is not None:
                 grab.join(timeout=pprof[1] + 60)
             api.close()
         finally:
-            if extender is not None and profile:  # SIGINT: uvicorn exits and cProfile writes the profile
-                os.kill(extender.pid, signal.SIGINT)
+            if extender is not None and profile:  # SIGINT: uvicorn exits and the profiler writes its file
+                os.kill(_extender_pid(extender), signal.SIGINT)
                 deadline = time.monotonic() + 120
                 while is_running(extender) and time.monotonic() < deadline:
                     time.sleep(0.2)
@@ -205,7 +224,41 @@ def run(
     result.extender_threads_ms_per_pod = {
         k: round(1000 * (v - threads0.get(k, 0.0)) / total, 3) for k, v in threads1.items()
     }
+    per_pod = {k: round((v - api0.get(k, 0.0)) / total, 2) for k, v in sorted(api1.items())}
+    result.api_per_pod = {k: v for k, v in per_pod.items() if v > 0}  # what rounds to 0 is left out
     return result
+
+
+def _api_counts(dc: DevCluster) -> dict[str, float]:
+    """The API server's request counts by "verb resource" and watch events sent by "watch kind" so far
+    and their kB ("watch-kB kind") so far (its ``apiserver_request_total``, ``apiserver_watch_events_total``
+    and ``apiserver_watch_events_sizes``), from its ``/metrics``."""
+    import httpx
+
+    state = dc.load()
+    assert state is not None
+    headers = {"Authorization": f"Bearer {dc.admin_token()}"}
+    url = f"{state.endpoints['apiserver']}/metrics"
+    text = httpx.get(url, headers=headers, verify=False, timeout=30).text
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("apiserver_request_total{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            key = f"{labels.get('verb', '')} {labels.get('resource', '')}"
+            if labels.get("subresource"):
+                key += "/" + labels["subresource"]
+        elif line.startswith("apiserver_watch_events_total{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            key = f"watch-event {labels.get('resource') or labels.get('kind', '')}"
+        elif line.startswith("apiserver_watch_events_sizes_sum{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            key = f"watch-kB {labels.get('resource') or labels.get('kind', '')}"
+            out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[1]) / 1000
+            continue
+        else:
+            continue
+        out[key] = out.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+    return out
 
 
 def _cpu_seconds(dc: DevCluster) -> dict[str, float]:
@@ -232,16 +285,25 @@ def _thread_cpu_seconds(extender: ProcessRecord | None) -> dict[str, float]:
         return {}
     out = {"loop": 0.0, "loop-sys": 0.0, "other": 0.0}
     tick = os.sysconf("SC_CLK_TCK")
-    for task in Path(f"/proc/{extender.pid}/task").glob("*"):
+    pid = _extender_pid(extender)
+    for task in Path(f"/proc/{pid}/task").glob("*"):
         try:
             fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        side = "loop" if task.name == str(extender.pid) else "other"
+        side = "loop" if task.name == str(pid) else "other"
         out[side] += (int(fields[11]) + int(fields[12])) / tick
         if side == "loop":
             out["loop-sys"] += int(fields[12]) / tick
     return out
+
+
+def _extender_pid(extender: ProcessRecord) -> int:
+    """The extender's own process: the record's, or under ``--py-spy`` the sampler's child."""
+    if not _PY_SPY:
+        return extender.pid
+    children = Path(f"/proc/{extender.pid}/task/{extender.pid}/children").read_text().split()
+    return int(children[0]) if children else extender.pid
 
 
 def _kube_scheduler_profile(
@@ -292,11 +354,21 @@ def _extender_calls(port: int) -> dict[str, list[float]]:
 
 
 def _start_extender(
-    dc: DevCluster, state: Any, tmp: Path, profile: str, nodes: int, tree: str = ""
+    dc: DevCluster, state: Any, tmp: Path, profile: str, nodes: int, tree: str = "", floor: str = ""
 ) -> ProcessRecord:
-    """Start ``perfsched extender`` (from source tree ``tree`` if given) and wait until it is ready."""
+    """Start ``perfsched extender`` (from source tree ``tree`` if given; ``floor`` "floor" or "watch":
+    ``bench/extender_floor.py`` instead, with ``--watch`` for "watch") and wait until it is ready."""
+    if floor:
+        argv = [sys.executable, str(HERE / "extender_floor.py"), "--port", str(state.ports["extender"])]
+        argv += ["--kubeconfig", state.kubeconfig, *(["--watch"] if floor == "watch" else [])]
+        return start_extender(dc, state, argv, tmp / "dc" / "logs" / "extender.log")
     argv = [sys.executable]
-    if profile:  # the event loop's thread, where the extender spends its CPU; written when it exits
+    if profile and _PY_SPY:  # sampled from outside, every thread, in py-spy's "raw" (collapsed) format
+        Path(profile).mkdir(parents=True, exist_ok=True)
+        out = str(Path(profile).resolve() / f"extender-{nodes}.pyspy.txt")
+        argv = [*_PY_SPY, "record", "--nonblocking", "--threads", "--rate", "250", "--format", "raw"]
+        argv += ["-o", out, "--", sys.executable]
+    elif profile:  # the event loop's thread, where the extender spends its CPU; written when it exits
         Path(profile).mkdir(parents=True, exist_ok=True)
         argv += ["-m", "cProfile", "-o", str(Path(profile).resolve() / f"extender-{nodes}.prof")]
     argv += ["-m", "scheduler.cli", "extender", "--host", "127.0.0.1", "--port", str(state.ports["extender"])]
@@ -312,10 +384,26 @@ def main() -> None:
     ap.add_argument("--qps", type=float, default=1000.0, help="client QPS of both kube-schedulers")
     ap.add_argument("--burst", type=int, default=2000, help="client burst of both kube-schedulers")
     ap.add_argument("--profile", default="", help="directory for cProfile profiles of the extender")
+    ap.add_argument(
+        "--py-spy",
+        default="",
+        help="py-spy executable: --profile samples the extender with it (collapsed stacks, all threads; "
+        "the extender's CPU figures then include py-spy's)",
+    )
     ap.add_argument("--pprof", default="", help="directory for CPU profiles of kube-scheduler (Go pprof)")
     ap.add_argument("--pprof-seconds", type=float, default=5.0, help="length of each kube-scheduler profile")
     ap.add_argument("--logs", default="", help="directory to keep the clusters' logs in")
-    ap.add_argument("--before", default="", help="also run this tree's extender in each pair (before/after)")
+    ap.add_argument(
+        "--before",
+        default="",
+        help="also run these trees' extenders (comma-separated) in each pair (before/after)",
+    )
+    ap.add_argument(
+        "--floors",
+        action="store_true",
+        help="add two runs to each pair: bench/extender_floor.py (the protocol with no decisions), and "
+        "the same with the extender's watch-fed cache (--watch)",
+    )
     ap.add_argument(
         "--before-binds",
         action="store_true",
@@ -332,8 +420,15 @@ def main() -> None:
         default=1,
         help="pairs (bare, extender) per node count, rotating which goes first",
     )
+    ap.add_argument(
+        "--api-counts",
+        action="store_true",
+        help="print the API server's requests and watch events per pod by resource in each run",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.py_spy:
+        _PY_SPY.append(args.py_spy)
     tuning = SchedulerTuning(qps=args.qps, burst=args.burst, extender_binds=args.extender_binds)
     node_counts = [int(n) for n in args.nodes.split(",")]
     pod_counts = [int(p) for p in args.pods.split(",")]
@@ -341,20 +436,42 @@ def main() -> None:
     load = [os.getloadavg()[0]]
     rows = []
     pprof = (args.pprof, args.pprof_seconds)
+    counts = args.api_counts
     for nodes, pods in zip(node_counts, pod_counts, strict=False):
         pairs = []
         before = replace(tuning, extender_binds=tuning.extender_binds or args.before_binds)
+        before_trees = [t for t in args.before.split(",") if t]
+        before_sides = ["before", *(f"before{i + 1}" for i in range(1, len(before_trees)))][
+            : len(before_trees)
+        ]
+        floor_sides = ["floor", "floor+watch"] if args.floors else []
+        # what each extra run is, as printed
+        extra = dict(zip(before_sides, before_trees, strict=False))
+        extra.update(
+            zip(floor_sides, ("bench/extender_floor.py", "bench/extender_floor.py --watch"), strict=True)
+        )
         for rep in range(args.repeat):
             runs = {
-                "bare": partial(run, nodes, pods, args.gangs, False, tuning, "", args.logs, pprof=pprof),
+                "bare": partial(
+                    run, nodes, pods, args.gangs, False, tuning, "", args.logs, pprof=pprof, api_counts=counts
+                ),
                 "extender": partial(
-                    run, nodes, pods, args.gangs, True, tuning, args.profile, args.logs, pprof=pprof
+                    run,
+                    nodes,
+                    pods,
+                    args.gangs,
+                    True,
+                    tuning,
+                    args.profile,
+                    args.logs,
+                    pprof=pprof,
+                    api_counts=counts,
                 ),
             }
-            if args.before:
-                runs["before"] = partial(
-                    run, nodes, pods, args.gangs, True, before, "", args.logs, args.before
-                )
+            for side, tree in zip(before_sides, before_trees, strict=True):
+                runs[side] = partial(run, nodes, pods, args.gangs, True, before, "", args.logs, tree)
+            for side, floor in zip(floor_sides, ("floor", "watch"), strict=False):
+                runs[side] = partial(run, nodes, pods, args.gangs, True, tuning, "", args.logs, floor=floor)
             # rotate which goes first, so a load drift during the pair favours none of them
             order = list(runs)[rep % len(runs) :] + list(runs)[: rep % len(runs)]
             done = {name: runs[name]() for name in order}
@@ -367,17 +484,17 @@ def main() -> None:
             }
             print(f"[{nodes} nodes, pair {rep + 1} of {args.repeat}, run order {', '.join(order)}]")
             _print(bare, ext, tuning)
-            if args.before:
-                old = done["before"]
-                pair["before"] = asdict(old)
-                pair["before_ratio"] = round(old.pods_per_s / bare.pods_per_s, 3)
-                print(f"  extender from {args.before}: {old.pods_per_s:.1f} pods/s", end=", ")
+            for side, tree in extra.items():
+                old = done[side]
+                pair[side] = asdict(old)
+                pair[f"{side}_ratio"] = round(old.pods_per_s / bare.pods_per_s, 3)
+                print(f"  extender from {tree}: {old.pods_per_s:.1f} pods/s", end=", ")
                 cpu = old.cpu_ms_per_pod.get("extender", 0)
                 print(
-                    f"ratio {pair['before_ratio']:.2f}; CPU {cpu:.2f} ms per pod; calls {old.extender_calls}"
+                    f"ratio {pair[f'{side}_ratio']:.2f}; CPU {cpu:.2f} ms per pod; calls {old.extender_calls}"
                 )
             pairs.append(pair)
-        rows.append(_summary(nodes, pods, pairs))
+        rows.append(_summary(nodes, pods, pairs, extra))
     load.append(os.getloadavg()[0])
     record = {"qps": args.qps, "burst": args.burst, "extender_binds": args.extender_binds, "runs": rows}
     record["load_avg_1m"] = [round(x, 2) for x in load]
@@ -389,11 +506,16 @@ def main() -> None:
         print(json.dumps(record, indent=2))
 
 
-def _summary(nodes: int, pods: int, pairs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The pairs of one node count with their median ratio and median CPU ms per pod by component."""
+def _summary(
+    nodes: int, pods: int, pairs: list[dict[str, Any]], trees: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The pairs of one node count with their median ratio and median CPU ms per pod by component
+    (``trees``: what each extra run was by side: "before", "before2", ... for the ``--before`` trees,
+    "floor" and "floor+watch" for ``--floors``)."""
+    trees = trees or {}
     ratios = [p["ratio"] for p in pairs]
     cpu: dict[str, dict[str, float]] = {}
-    for side in ("bare", "extender", "before"):
+    for side in ("bare", "extender", *trees):
         if not all(side in p for p in pairs):
             continue
         comps = sorted({c for p in pairs for c in p[side]["cpu_ms_per_pod"]})
@@ -403,16 +525,18 @@ def _summary(nodes: int, pods: int, pairs: list[dict[str, Any]]) -> dict[str, An
         }
     summary = {"nodes": nodes, "pods": pods, "ratios": ratios, "median_ratio": statistics.median(ratios)}
     summary["median_cpu_ms_per_pod"] = cpu
-    if "before" in cpu:
-        before = [p["before_ratio"] for p in pairs]
-        summary["median_before_ratio"] = statistics.median(before)
-        print(f"== {nodes} nodes, --before tree: ratios {', '.join(f'{r:.2f}' for r in before)}", end="; ")
-        print(f"median {summary['median_before_ratio']:.2f}")
+    for side, tree in trees.items():
+        before = [p[f"{side}_ratio"] for p in pairs]
+        summary[f"median_{side}_ratio"] = statistics.median(before)
+        print(f"== {nodes} nodes, {tree}: ratios {', '.join(f'{r:.2f}' for r in before)}", end="; ")
+        print(f"median {summary[f'median_{side}_ratio']:.2f}")
     print(
         f"== {nodes} nodes: ratios with/without extender {', '.join(f'{r:.2f}' for r in ratios)}; "
         f"median {summary['median_ratio']:.2f} (target >= 0.80)"
     )
-    for side, label in (("bare", "without"), ("extender", "with"), ("before", "with the --before")):
+    labels = [("bare", "without"), ("extender", "with")]
+    labels += [(side, f"with {tree}") for side, tree in trees.items()]
+    for side, label in labels:
         if side not in cpu:
             continue
         parts = ", ".join(f"{k} {v:.2f}" for k, v in cpu[side].items())
@@ -440,6 +564,10 @@ def _print(bare: Run, ext: Run, tuning: SchedulerTuning) -> None:
     print(f"  extender calls (count x mean time inside the extender): {calls}")
     threads = ", ".join(f"{k} {v:.2f}" for k, v in ext.extender_threads_ms_per_pod.items())
     print(f"  extender CPU ms per pod by thread: {threads}")
+    for label, r in (("without", bare), ("with", ext)):
+        if r.api_per_pod:
+            parts = ", ".join(f"{k} {v:g}" for k, v in r.api_per_pod.items())
+            print(f"  API requests and watch events per pod {label} extender: {parts}")
     print(f"  ratio with/without: {ext.pods_per_s / bare.pods_per_s:.2f} (target >= 0.80)")
 
 
