@@ -447,9 +447,8 @@ def main() -> None:
         floor_sides = ["floor", "floor+watch"] if args.floors else []
         # what each extra run is, as printed
         extra = dict(zip(before_sides, before_trees, strict=False))
-        extra.update(
-            zip(floor_sides, ("bench/extender_floor.py", "bench/extender_floor.py --watch"), strict=True)
-        )
+        floor_commands = ("bench/extender_floor.py", "bench/extender_floor.py --watch")
+        extra.update(zip(floor_sides, floor_commands[: len(floor_sides)], strict=True))
         for rep in range(args.repeat):
             runs = {
                 "bare": partial(
