@@ -46,11 +46,18 @@ def main() -> None:
                         names = rng.sample(list(by_name), min(k, len(nodes)))
                         holds = [n for n in names if free[n] >= gpr]
                         prefer = {rng.choice(holds): 1} if with_prefer and holds else None
-                        ask = {"replicas": replicas - 1, "gpus_per_replica": gpr, "gpu_type": "V100"}
+                        shape = {"replicas": replicas - 1, "gpus_per_replica": gpr}
                         start = time.perf_counter()
-                        want = place_gang([by_name[n] for n in names], free, job="j", prefer=prefer, **ask)
+                        want = place_gang(
+                            [by_name[n] for n in names],
+                            free,
+                            **shape,
+                            gpu_type="V100",
+                            job="j",
+                            prefer=prefer,
+                        )
                         mid = time.perf_counter()
-                        got = index.restricted(names).place(job="j", prefer=prefer, **ask)
+                        got = index.restricted(names).place(**shape, gpu_type="V100", job="j", prefer=prefer)
                         end = time.perf_counter()
                         assert got == want, (got, want)
                         fresh += mid - start
