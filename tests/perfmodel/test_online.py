@@ -88,7 +88,7 @@ def test_scaling_trend_on_a_gpu_type_carries_to_other_models(predictor: Predicto
     c = OnlineCorrector(predictor)
 
     def truth(job: JobFeatures, hw: HardwareFeatures) -> float:
-        return predictor.predict([(job, hw)]).samples_per_s[0] * 0.8 ** math.log2(hw.num_gpus)
+        return float(predictor.predict([(job, hw)]).samples_per_s[0] * 0.8 ** math.log2(hw.num_gpus))
 
     for k, n in enumerate((1, 2, 4, 8, 1, 4)):
         job = JobFeatures("resnet50", "imagenet", 64 * n * (1 + k % 2))
@@ -242,6 +242,22 @@ def test_an_llm_seen_at_two_sequence_lengths_carries_to_its_other_configurations
         assert abs(c.predict([q]).samples_per_s[0] / truth(*q) - 1) < 0.13, (seq, batch)
 
 
+def _mlperf_bert_h100(
+    n: int, precision: str = "amp", network_gbps: float = 3200.0
+) -> tuple[JobFeatures, HardwareFeatures]:
+    """BERT-large (MLPerf code, 6 sequences per GPU) on ``n`` H100s, 8 to a node (``n`` < 8: one node)."""
+    job = JobFeatures("bert-large", "wikipedia-seq512", 6 * n, precision=precision, stack="mlperf")
+    hw = HardwareFeatures("NVIDIA-H100-80GB-HBM3", n, min(n, 8), max(1, n // 8), network_gbps=network_gbps)
+    return job, hw
+
+
+def _corrected_over_offline(
+    c: OnlineCorrector, offline: Predictor, row: tuple[JobFeatures, HardwareFeatures]
+) -> float:
+    """The corrector's throughput for ``row`` over the offline predictor's."""
+    return float(c.predict([row]).samples_per_s[0] / offline.predict([row]).samples_per_s[0])
+
+
 def test_a_model_seen_at_two_gpu_counts_does_not_carry_their_noise_to_thousands_of_gpus(
     predictor: Predictor,
 ) -> None:
@@ -250,14 +266,11 @@ def test_a_model_seen_at_two_gpu_counts_does_not_carry_their_noise_to_thousands_
     # would carry that noise six e-folds further, to 3,072 GPUs (the previous model level: 1.61x there
     # with the noise one way round); the model's GPU-count slope holds between its runs and is flat
     # beyond them, so the correction there stays within what the two runs were corrected by.
-    gpu = "NVIDIA-H100-80GB-HBM3"
-
     def row(n: int) -> tuple[JobFeatures, HardwareFeatures]:
-        job = JobFeatures("bert-large", "wikipedia-seq512", 6 * n, precision="amp", stack="mlperf")
-        return job, HardwareFeatures(gpu, n, 8, n // 8, network_gbps=3200.0)
+        return _mlperf_bert_h100(n)
 
     def ratio(c: OnlineCorrector, n: int) -> float:
-        return float(c.predict([row(n)]).samples_per_s[0] / predictor.predict([row(n)]).samples_per_s[0])
+        return _corrected_over_offline(c, predictor, row(n))
 
     for noise in (1.05, 1 / 1.05):
         c = OnlineCorrector(predictor)
@@ -275,14 +288,11 @@ def test_a_gpu_type_seen_only_within_nodes_does_not_extrapolate_across_nodes(pre
     # GPUs over 100 Gb/s nodes the correction must stay within what the two runs were corrected by (the
     # structural level's departure factor, 1.4 from the two runs, cancelled the offline model's
     # multi-node departure: 11.3x the offline throughput on two nodes).
-    gpu = "NVIDIA-H100-80GB-HBM3"
-
     def row(n: int) -> tuple[JobFeatures, HardwareFeatures]:
-        job = JobFeatures("bert-large", "wikipedia-seq512", 6 * n, precision="amp", stack="mlperf")
-        return job, HardwareFeatures(gpu, n, min(n, 8), max(1, n // 8))
+        return _mlperf_bert_h100(n, network_gbps=100.0)
 
     def ratio(c: OnlineCorrector, n: int) -> float:
-        return float(c.predict([row(n)]).samples_per_s[0] / predictor.predict([row(n)]).samples_per_s[0])
+        return _corrected_over_offline(c, predictor, row(n))
 
     c = OnlineCorrector(predictor)
     for n, f in ((4, 1 / 1.05), (8, 1.05)):
@@ -321,14 +331,12 @@ def test_the_correction_does_not_follow_a_bend_of_the_offline_curve_beyond_the_o
     # follow the bend (2.3x at 512 GPUs with the MLPerf-relabelled model). Beyond the observed GPU counts
     # the correction stays within what the observed runs were corrected by, whatever the curve does.
     bent = _BentPredictor(predictor, power)
-    gpu = "NVIDIA-H100-80GB-HBM3"
 
     def row(n: int) -> tuple[JobFeatures, HardwareFeatures]:
-        job = JobFeatures("bert-large", "wikipedia-seq512", 6 * n, precision=precision, stack="mlperf")
-        return job, HardwareFeatures(gpu, n, 8, n // 8, network_gbps=3200.0)
+        return _mlperf_bert_h100(n, precision)
 
     def ratio(c: OnlineCorrector, n: int) -> float:
-        return float(c.predict([row(n)]).samples_per_s[0] / bent.predict([row(n)]).samples_per_s[0])
+        return _corrected_over_offline(c, bent, row(n))
 
     for noise in (1.05, 1 / 1.05):
         c = OnlineCorrector(bent)

@@ -54,19 +54,26 @@ def test_dle_rows_become_one_measurement_per_precision_with_the_directory_licenc
     assert bert and not any(shippable(m) for m in bert)
 
 
-def test_mlperf_rows_keep_the_rounds_licence_and_whole_system_throughput() -> None:
-    base = {
-        "submitter": "X",
-        "system": "sys",
-        "benchmark": "resnet",
+def _mlperf(**fields: str) -> dict[str, str]:
+    """An MLPerf Training index row: NVIDIA's v3.0 BERT on one DGX H100, with ``fields`` replaced."""
+    row = {
+        "round": "v3.0",
+        "submitter": "NVIDIA",
+        "system": "dgxh100_ngc23.04_pytorch",
+        "benchmark": "bert",
         "accelerator": "NVIDIA H100-SXM5-80GB",
         "nodes": "1",
         "acc_per_node": "8",
         "interconnect": "",
         "host_networking": "",
-        "r0_global_batch_size": "3456",
-        "r0_tracked_throughput_median": "30000",
+        "r0_global_batch_size": "768",
+        "r0_tracked_throughput_median": "4000",
     }
+    return {**row, **fields}
+
+
+def test_mlperf_rows_keep_the_rounds_licence_and_whole_system_throughput() -> None:
+    base = _mlperf(benchmark="resnet", r0_global_batch_size="3456", r0_tracked_throughput_median="30000")
     ok = parse_mlperf([{**base, "round": "v4.0"}])[0]
     unlicensed = parse_mlperf([{**base, "round": "v4.1"}])[0]
     assert (ok.gpu_type, ok.gpu_product, ok.interconnect, ok.stack) == (
@@ -85,19 +92,7 @@ def test_mlperf_rows_keep_the_rounds_licence_and_whole_system_throughput() -> No
 def test_mlperf_bert_on_hopper_and_blackwell_is_fp8_except_the_clipafter_runs() -> None:
     # The submissions' config_*.sh enable Transformer Engine FP8 (--use_transformer_engine2) for BERT on
     # H100/H200/B200/GB200, except NVIDIA's 64-434-node H100 runs at 2-3 sequences per GPU.
-    base = {
-        "round": "v3.0",
-        "submitter": "NVIDIA",
-        "system": "dgxh100_ngc23.04_pytorch",
-        "benchmark": "bert",
-        "accelerator": "NVIDIA H100-SXM5-80GB",
-        "nodes": "1",
-        "acc_per_node": "8",
-        "interconnect": "",
-        "host_networking": "",
-        "r0_global_batch_size": "768",
-        "r0_tracked_throughput_median": "4000",
-    }
+    base = _mlperf()
     one_node = parse_mlperf([base])[0]
     gb200 = parse_mlperf(
         [
@@ -121,19 +116,15 @@ def test_mlperf_bert_on_hopper_and_blackwell_is_fp8_except_the_clipafter_runs() 
 def test_the_mlperf_result_whose_tracked_throughput_contradicts_its_run_time_is_left_out() -> None:
     # v3.0 NVIDIA 64 x DGX H100 ResNet-50: result_0 tracks 5.57M images/s, but its 50 epochs of ImageNet
     # took 31.97 s (2.00M images/s); the same code's 8-node row is consistent and stays.
-    n64 = {
-        "round": "v3.0",
-        "submitter": "NVIDIA",
-        "system": "dgxh100_n64_ngc23.04_mxnet",
-        "benchmark": "resnet",
-        "accelerator": "NVIDIA H100-SXM5-80GB",
-        "nodes": "64",
-        "acc_per_node": "8",
-        "interconnect": "NVLINK Gen4 900 GB/s + NVSWITCH Gen3",
-        "host_networking": "Compute: 8x ConnectX-7 IB NDR 400Gb/s",
-        "r0_global_batch_size": "20480",
-        "r0_tracked_throughput_median": "5572642.401",
-    }
+    n64 = _mlperf(
+        system="dgxh100_n64_ngc23.04_mxnet",
+        benchmark="resnet",
+        nodes="64",
+        interconnect="NVLINK Gen4 900 GB/s + NVSWITCH Gen3",
+        host_networking="Compute: 8x ConnectX-7 IB NDR 400Gb/s",
+        r0_global_batch_size="20480",
+        r0_tracked_throughput_median="5572642.401",
+    )
     n8 = {
         **n64,
         "system": "dgxh100_n8_ngc23.04_mxnet",
