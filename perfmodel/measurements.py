@@ -103,15 +103,6 @@ _GPU_PRODUCT: dict[tuple[str, str], str] = {
     ("sia_azure", "V100-32GB"): "V100-SXM2-32GB",
 }
 
-# Pollux's benchmark applications that train in mixed precision: its ImageNet ResNet-50 and YOLOv3 scripts
-# call apex ``amp.initialize`` (opt level O1, apex's default; petuum/adaptdl osdi21-artifact @ d3478f8,
-# ``benchmark/models/{imagenet/main.py,yolov3/train.py}``); BERT, CIFAR-10, DeepSpeech2 and NCF train in
-# fp32. Sia measured the same applications and ElasticFlow's T4 tables are Pollux's. Their memory agrees:
-# ResNet-50 ran 200 images per 11 GB RTX 2080 Ti and 600 per 32 GB V100 (<= 50 MiB an image), where Zeus'
-# fp32 ResNet-50 stops at 83-89 MiB an image on every GPU it swept; and Sia's V100 runs it 1.7-1.85x
-# Zeus' fp32 speed at 230-360 images.
-_AMP_APPS = frozenset({"imagenet", "yolov3"})
-
 # Intra-node link and inter-node network of each measured cluster (public instance specs; where the
 # source does not say, an assumption marked as such).
 _CLUSTER_LINKS: dict[tuple[str, str], tuple[str, float]] = {
@@ -247,7 +238,6 @@ def _convert(row: dict[str, str]) -> Measurement | None:
         nodes = int(float(row["num_nodes"] or 1))
         placement = row["placement"]
         per_node = max(int(c) for c in placement) if placement else -(-n // nodes)
-        precision = "amp" if row["model"] in _AMP_APPS else "fp32"
         return Measurement(
             src,
             model,
@@ -259,7 +249,6 @@ def _convert(row: dict[str, str]) -> Measurement | None:
             per_node,
             *links,
             its,
-            precision,
             gpu_product=product,
         )
     if src == "elasticflow":
@@ -267,8 +256,7 @@ def _convert(row: dict[str, str]) -> Measurement | None:
         if its is None or its <= 0:
             return None
         nodes = -(-n // 4)  # g4dn.12xlarge: 4 GPUs per node
-        precision = "amp" if row["model"] in _AMP_APPS else "fp32"
-        return Measurement(src, model, dataset, int(bs), gpu, n, nodes, min(n, 4), *links, its, precision)
+        return Measurement(src, model, dataset, int(bs), gpu, n, nodes, min(n, 4), *links, its)
     if src == "zeus":
         eps = _f(row["epochs_per_s"])
         info = dataset_info(dataset)

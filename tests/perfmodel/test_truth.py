@@ -280,37 +280,3 @@ def test_measured_v100_rows_carry_the_memory_their_runs_had(tmp_path: Path) -> N
     assert {s: spec.memory_gib for s, spec in specs.items()} == {"gavel": 16, "sia_azure": 32, "zeus": 32}
     assert specs["zeus"].variant == "V100-PCIE-32GB" and specs["zeus"].fp32_tflops == pytest.approx(14.0)
     assert specs["sia_azure"].variant == "V100-SXM2-32GB"
-
-
-def test_pollux_applications_that_train_in_mixed_precision_are_labelled_amp(tmp_path: Path) -> None:
-    """Pollux's ImageNet ResNet-50 and YOLOv3 scripts train under apex AMP (so do Sia's and ElasticFlow's
-    copies of its tables); its other applications, and ResNet-50 from other sources, in fp32."""
-    one = {"batch_size": "16", "local_batch_size": "16", "num_gpus": "1", "num_nodes": "1", "placement": "1"}
-    pollux = {**one, "source": "pollux_sia", "gpu_type": "T4", "iters_per_s": "2"}
-    _write_tidy(
-        tmp_path / "throughput_isolated_tidy.csv.gz",
-        [
-            {**pollux, "source_file": "imagenet/placements-aws.csv", "model": "imagenet"},
-            {**pollux, "source_file": "yolov3/placements-aws.csv", "model": "yolov3"},
-            {**pollux, "source_file": "cifar10/placements-aws.csv", "model": "cifar10"},
-            {**pollux, "source_file": "bert/placements-aws.csv", "model": "bert"},
-            {
-                **one,
-                "source": "elasticflow",
-                "model": "imagenet",
-                "gpu_type": "T4",
-                "batch_size": "32",
-                "iters_per_s": "2",
-            },
-            {**one, "source": "gavel", "model": "ResNet-50", "gpu_type": "V100", "iters_per_s": "2"},
-        ],
-    )
-    got = {(m.source, m.model): m.precision for m in read_shared_tidy(tmp_path)}
-    assert got == {
-        ("pollux_aws", "resnet50"): "amp",
-        ("pollux_aws", "yolov3"): "amp",
-        ("pollux_aws", "resnet18"): "fp32",
-        ("pollux_aws", "bert"): "fp32",
-        ("elasticflow", "resnet50"): "amp",
-        ("gavel", "resnet50"): "fp32",
-    }
