@@ -11,7 +11,10 @@ Rules, in order (all deterministic; ``batch_size`` is the global batch, the per-
 
 1. **Measured.** The configuration (model, dataset, global batch, GPU type, GPUs, nodes) was measured:
    return the measured iterations/s (the median when several sources, or several layouts with the same
-   GPU and node counts, were measured).
+   GPU and node counts, were measured). A GPU type is its default variant (``perfmodel.gpus``: a V100 is
+   the 16 GB SXM2 card): where that variant was measured, rows of another one (Zeus's 32 GB PCIe V100)
+   do not enter the median or rule 2's curve; they answer only configurations the default variant was never
+   measured on.
 2. **Extrapolated on the same GPU type.** The model was measured on this GPU type. Its iteration time is
    modelled as ``T(b, n) = C(b) + S(n, nodes)``: ``C`` is the 1-GPU compute time at per-GPU batch ``b``,
    interpolated log-log between the measured 1-GPU batches (beyond them the end slope, clamped to
@@ -50,7 +53,7 @@ from importlib import resources
 from pathlib import Path
 
 from perfmodel.errors import InvalidInputError
-from perfmodel.gpus import CANONICAL_TYPES, canonical_gpu_type, gpu_spec, spec_ratio
+from perfmodel.gpus import CANONICAL_TYPES, canonical_gpu_type, gpu_spec, spec_for_product, spec_ratio
 from perfmodel.measurements import Measurement, read_table
 from perfmodel.public import PUBLIC_SOURCES
 from perfmodel.zoo import canonical_dataset, canonical_model, lookup_model
@@ -79,6 +82,14 @@ class JobType:
     work_unit: str
     gpu_types: tuple[str, ...]
     gpu_counts: tuple[int, ...]
+
+
+def _default_variant(m: Measurement) -> bool:
+    """Whether ``m`` ran on its GPU type's default variant (no product stated, or the default's)."""
+    if not m.gpu_product:
+        return True
+    spec = spec_for_product(m.gpu_product)
+    return spec is None or spec == gpu_spec(m.gpu_type)
 
 
 def _ring(n: int) -> float:
@@ -194,22 +205,18 @@ class GroundTruth:
         # the predictor; here they would mix software stacks under one key and add job types to every
         # simulated workload
         self._rows = [m for m in measurements if m.source not in PUBLIC_SOURCES]
-        self._exact: dict[tuple[str, str, int, str, int, int], float] = {}
-        exact_lists: dict[tuple[str, str, int, str, int, int], list[float]] = defaultdict(list)
+        # the rows of each configuration: the GPU type's default variant where it was measured, else the
+        # other variants' (rules 1 and 2 alike)
+        exact_rows: dict[tuple[str, str, int, str, int, int], list[Measurement]] = defaultdict(list)
+        for m in self._rows:
+            exact_rows[(m.model, m.dataset, m.batch_size, m.gpu_type, m.num_gpus, m.num_nodes)].append(m)
         groups: dict[tuple[str, str, str], list[Measurement]] = defaultdict(list)
-        for m in self._rows:
-            exact_lists[(m.model, m.dataset, m.batch_size, m.gpu_type, m.num_gpus, m.num_nodes)].append(
-                m.iters_per_s
-            )
-            groups[(m.model, m.dataset, m.gpu_type)].append(m)
-        self._exact = {k: statistics.median(v) for k, v in exact_lists.items()}
+        for k, rows in exact_rows.items():
+            exact_rows[k] = [m for m in rows if _default_variant(m)] or rows
+            groups[(k[0], k[1], k[3])].extend(exact_rows[k])
+        self._exact = {k: statistics.median(m.iters_per_s for m in v) for k, v in exact_rows.items()}
         # the link (Gb/s) each measured configuration ran on, for rule 1 asked at another network
-        links: dict[tuple[str, str, int, str, int, int], list[float]] = defaultdict(list)
-        for m in self._rows:
-            links[(m.model, m.dataset, m.batch_size, m.gpu_type, m.num_gpus, m.num_nodes)].append(
-                m.network_gbps
-            )
-        self._exact_link = {k: statistics.median(v) for k, v in links.items()}
+        self._exact_link = {k: statistics.median(m.network_gbps for m in v) for k, v in exact_rows.items()}
         self._groups: dict[tuple[str, str, str], _Group] = {}
         for (model, dataset, gpu), rows in groups.items():
             info = lookup_model(model)

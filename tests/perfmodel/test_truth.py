@@ -13,7 +13,7 @@ import pytest
 from perfmodel.errors import InvalidInputError
 from perfmodel.features import resolve
 from perfmodel.llm import question_of
-from perfmodel.measurements import SHIPPABLE, merge, read_shared_tidy
+from perfmodel.measurements import SHIPPABLE, Measurement, merge, read_shared_tidy
 from perfmodel.truth import GroundTruth
 
 
@@ -280,3 +280,30 @@ def test_measured_v100_rows_carry_the_memory_their_runs_had(tmp_path: Path) -> N
     assert {s: spec.memory_gib for s, spec in specs.items()} == {"gavel": 16, "sia_azure": 32, "zeus": 32}
     assert specs["zeus"].variant == "V100-PCIE-32GB" and specs["zeus"].fp32_tflops == pytest.approx(14.0)
     assert specs["sia_azure"].variant == "V100-SXM2-32GB"
+
+
+def test_the_truth_of_a_gpu_type_is_its_default_variant_where_that_was_measured() -> None:
+    """Zeus measured ResNet-50 on a 32 GB PCIe V100 at batches Gavel measured on the 16 GB SXM2 default:
+    the simulated V100 runs at Gavel's speed there (a second variant must not move the median), and Zeus's
+    rows still answer a batch only Zeus measured."""
+
+    def row(source: str, batch: int, its: float, product: str = "") -> Measurement:
+        link = "pcie" if product else "nvlink"
+        return Measurement(
+            source, "resnet50", "imagenet", batch, "V100", 1, 1, 1, link, 10.0, its, gpu_product=product
+        )
+
+    rows = [
+        row("gavel", 32, 7.8),
+        row("zeus", 32, 9.9, "V100-PCIE-32GB"),
+        row("gavel", 64, 4.4),
+        row("zeus", 64, 4.9, "V100-PCIE-32GB"),
+        row("zeus", 256, 1.3, "V100-PCIE-32GB"),
+    ]
+    truth = GroundTruth(rows)
+    assert truth.throughput("resnet50", 32, "V100", 1, dataset="imagenet") == pytest.approx(7.8)
+    assert truth.throughput("resnet50", 64, "V100", 1, dataset="imagenet") == pytest.approx(4.4)
+    assert truth.throughput("resnet50", 256, "V100", 1, dataset="imagenet") == pytest.approx(1.3)
+    assert GroundTruth(rows[1::2] + rows[4:]).throughput("resnet50", 32, "V100", 1, dataset="imagenet") == (
+        pytest.approx(9.9)
+    )
