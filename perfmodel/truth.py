@@ -12,7 +12,7 @@ Rules, in order (all deterministic; ``batch_size`` is the global batch, the per-
 1. **Measured.** The configuration (model, dataset, global batch, GPU type, GPUs, nodes) was measured:
    return the measured iterations/s (the median when several sources, or several layouts with the same
    GPU and node counts, were measured). A GPU type is its default variant (``perfmodel.gpus``: a V100 is
-   the 16 GB SXM2 card): where that variant was measured, rows of another one (Zeus's 32 GB PCIe V100)
+   the 16 GB SXM2 card): where that variant was measured, rows of another one (a 32 GB PCIe V100, say)
    do not enter the median or rule 2's curve; they answer only configurations the default variant was never
    measured on.
 2. **Extrapolated on the same GPU type.** The model was measured on this GPU type. Its iteration time is
