@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: this file's sibling bench
+
 from perfmodel.gpus import gpu_spec, spec_for_product
 from perfmodel.measurements import Measurement
 from perfmodel.train import training_table
@@ -89,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "throughput")
     args = ap.parse_args(argv)
     if not args.shared.is_dir():
-        args.shared = Path("/work/shared/throughput")
+        ap.error(f"--shared {args.shared}: not a directory (the throughput tables, ../shared/throughput)")
     by_model = sweeps(training_table(args.shared, shippable_only=False))
     totals = {False: 0.0, True: 0.0}
     n_total = 0

@@ -561,8 +561,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     global ANCHORS
     ANCHORS = not args.no_anchors
     if not args.shared.is_dir():
-        shared = Path("/work/shared/throughput")
-        args.shared = shared if shared.is_dir() else args.shared
+        ap.error(f"--shared {args.shared}: not a directory (the throughput tables, ../shared/throughput)")
     t0 = time.time()
     ms = training_table(args.shared, shippable_only=False)
     d = Data(ms, args.shared)
