@@ -10,7 +10,13 @@ The same-run baselines are the truth table with the simulator's ``mre0.25`` inje
 predictor without its measured anchors (``Predictor.load(anchors=False)``). Rows a measured anchor applies
 to (a model measured at its precision and stack, never on the row's GPU type) are also broken down by
 where their per-GPU work lies against the anchor's measured 1-GPU curve: below its smallest batch,
-inside, above its largest.
+inside, above its largest. Multi-GPU questions are also split by where the truth's gradient sync comes
+from: measured (the model was measured on several GPUs of that type, across nodes at the question's link
+for a multi-node question), rescaled to the link (measured across nodes on another link: ``perfmodel.truth``
+rule 2 scales those rows' sync by the link ratio) or at line rate (measured on one GPU only, or in one node
+only: rule 2 charges the parameter bytes over the link at full rate). The last two are extrapolations of
+the truth itself; a type-aware policy's choices for those jobs turn on them (docs/perfmodel-accuracy.md,
+"Session 13").
 
 Run: ``nice python bench/perfmodel_sim_rows.py [--cluster gavel-heterogeneous] [--jobs 400]``.
 """
@@ -25,8 +31,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from perfmodel.gpus import canonical_gpu_type
 from perfmodel.predictor import Predictor
 from perfmodel.truth import GroundTruth
+from perfmodel.zoo import canonical_dataset, canonical_model
 from scheduler.core.types import Job, PlacementShape
 from scheduler.oracles.predictor import PredictorOracle
 from scheduler.oracles.table import TableOracle
@@ -87,6 +95,38 @@ def anchor_positions(oracle: PredictorOracle, qs: Sequence[tuple[Job, PlacementS
     return out
 
 
+def sync_sources(truth: GroundTruth, qs: Sequence[tuple[Job, PlacementShape]]) -> list[str | None]:
+    """Per multi-GPU question, where the truth's gradient sync comes from: "measured" when the truth holds
+    a row of the job's model and dataset on that GPU type on several GPUs with the same single-/multi-node
+    kind (across nodes, at the question's link), "rescaled to the link" when those cross-node rows ran on
+    another link, else "at line rate"; None for a 1-GPU question."""
+    links: dict[tuple[str, str, str, bool], set[float]] = defaultdict(set)
+    for m in truth.measurements:
+        if m.num_gpus > 1:
+            gpu = canonical_gpu_type(m.gpu_type) or m.gpu_type
+            key = (canonical_model(m.model), canonical_dataset(m.dataset), gpu, m.num_nodes > 1)
+            links[key].add(m.network_gbps)
+    out: list[str | None] = []
+    for job, shape in qs:
+        if shape.num_gpus == 1:
+            out.append(None)
+            continue
+        multi_node = shape.num_nodes > 1
+        key = (
+            canonical_model(job.model or ""),
+            canonical_dataset(job.dataset or ""),
+            canonical_gpu_type(shape.gpu_type) or shape.gpu_type,
+            multi_node,
+        )
+        if key not in links:
+            out.append("truth's sync at line rate")
+        elif multi_node and shape.network_gbps not in links[key]:
+            out.append("truth's sync rescaled to the link")
+        else:
+            out.append("truth's sync measured")
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cluster", default="gavel-heterogeneous")
@@ -105,6 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     ok = truth > 0
     where = anchor_positions(shipped, qs)
+    sync_from = sync_sources(truth_table, qs)
     print(f"{len(qs)} (job, compact shape) questions on {a.cluster}, {int(ok.sum())} with a true answer")
     groups: dict[str, list[int]] = defaultdict(list)
     for i, (_, shape) in enumerate(qs):
@@ -114,14 +155,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             groups["all"].append(i)
             if where[i] is not None:
                 groups[f"anchored, {where[i]}"].append(i)
-    print(f"{'class':<28} {'n':>5}  " + "  ".join(f"{m + ' MRE (median)':>24}" for m in methods))
+            if sync_from[i] is not None:
+                groups[f"multi-GPU, {sync_from[i]}"].append(i)
+    print(f"{'class':<45} {'n':>5}  " + "  ".join(f"{m + ' MRE (median)':>24}" for m in methods))
     for name in sorted(groups, key=lambda g: (g != "all", g)):
         idx = np.asarray(groups[name])
         cells = []
         for pred in methods.values():
             e = np.abs(pred[idx] / truth[idx] - 1.0)
             cells.append(f"{100 * e.mean():7.1f}% ({100 * np.median(e):5.1f}%)")
-        print(f"{name:<28} {idx.size:>5}  " + "  ".join(f"{c:>24}" for c in cells))
+        print(f"{name:<45} {idx.size:>5}  " + "  ".join(f"{c:>24}" for c in cells))
     # Speed ratios between GPU types of the same job (what a type-aware policy acts on).
     by_job: dict[str, dict[str, int]] = defaultdict(dict)
     for i, (job, shape) in enumerate(qs):
