@@ -18,6 +18,16 @@ inside one NVLink node is never slower in total than on one of its GPUs (``time 
 inside a measured in-node curve that falls (``MeasuredInNode.follows``, where the in-node envelope does
 not apply either): the table measured such drops, and holding the guard there cost the benchmark's
 random hold-out about a point of MRE.
+Cross-node correction: a row across nodes gets the forests' correction of the same row at the nearest
+node network (in log) that the measured table ran its GPU type and software stack across nodes on
+(``MeasuredInNode.reference_links``; its own network where it ran none), times the scaling model at its
+own network. The trees see the network only through the all-reduce's modelled time and share, and on a
+network its GPU type and stack never ran on they answer from other clusters' rows: the research stack's
+V100s ran across nodes at 10 Gb/s only, and the trees' slow-down of BERT over two V100 servers grew from
+x1.7 at 10 Gb/s to x3.2 at 100 Gb/s, so a faster network barely helped (the simulator's questions,
+``bench/perfmodel_sim_rows.py``: the K80/V100 speed ratio of its > 4-GPU jobs off x2.33 from the truth,
+P100/V100 x1.65; read at the measured network x1.29 and x1.06). On every training row the rule is the
+identity, so training is unchanged.
 Serving evaluates exactly the functions training does: each batch of rows becomes a matrix of
 ``Resolved.nums``, then ``features.design_of_nums`` and ``LearnedModel.times`` (scaling model,
 features, forests, the measured-anchor blend of ``perfmodel.anchor`` where a predictor has anchors --
@@ -77,6 +87,7 @@ from perfmodel.features import (
     JOB_COLUMNS,
     LINK_NVLINK,
     NUM_COLUMNS,
+    STACKS,
     Design,
     HardwareFeatures,
     HardwarePart,
@@ -136,7 +147,11 @@ class MeasuredInNode:
     parameters/FLOPs-only job, an unknown GPU, more GPUs than measured, or a cell whose measurements only
     rise -- gets the envelope (there a fall can only be the learned model's noise). "NVLink" is the link
     the row really uses: ``nvlink`` on a GPU type without NVLink counts as PCIe, as in
-    ``features.resolve_hw``. Pure.
+    ``features.resolve_hw``.
+
+    Across nodes it records the node networks each GPU type's rows ran on, per software stack
+    (``links``), for ``reference_links``: the link at which the learned correction of a cross-node row is
+    read (the module docstring's "cross-node correction"). Pure.
     """
 
     def __init__(self, measurements: Sequence[Measurement]) -> None:
@@ -144,8 +159,11 @@ class MeasuredInNode:
         types = {t: i for i, t in enumerate(CANONICAL_TYPES)}
         cells: dict[tuple[int, int, int], int] = {}
         sweeps: dict[tuple[int, int, int, int], dict[int, list[float]]] = {}
+        links: dict[tuple[int, int], set[float]] = {}
         for m in measurements:
             col = types.get(m.gpu_type)
+            if col is not None and m.num_nodes > 1:
+                links.setdefault((col, STACKS[m.stack]), set()).add(math.log(m.network_gbps / 8.0))
             if m.num_nodes != 1 or col is None:
                 continue
             g = groups.setdefault((m.model, m.dataset), len(groups))
@@ -156,6 +174,8 @@ class MeasuredInNode:
             )
         self._groups = groups
         self._types = types
+        # Per (type column, stack code): the log link bandwidths (GB/s) its cross-node rows ran on.
+        self.links = {key: np.asarray(sorted(v)) for key, v in links.items()}
         # Rows: groups, then one for anything else; columns: catalogued types, then anything else.
         self.largest = np.zeros((len(groups) + 1, len(types) + 1, 2), dtype=np.float64)
         self.floor = np.ones_like(self.largest)
@@ -186,6 +206,20 @@ class MeasuredInNode:
         """Per one-node row: inside a measured in-node curve that falls (the model answers it as it is)?"""
         cell = (group, type_col, nvlink.astype(np.intp))
         out: npt.NDArray[np.bool_] = (num_gpus <= self.largest[cell]) & (self.floor[cell] < FALL_RATIO)
+        return out
+
+    def reference_links(
+        self, type_col: npt.NDArray[np.intp], stack: FloatArray, log_link: FloatArray
+    ) -> FloatArray:
+        """Per cross-node row (type column, stack code, log link GB/s): the log link its learned correction is
+        read at -- the nearest (in log) that the table measured that GPU type and stack across nodes on, or
+        the row's own where it measured none."""
+        out = log_link.copy()
+        for (col, code), measured in self.links.items():
+            rows = np.flatnonzero((type_col == col) & (stack == code))
+            if rows.size:
+                near = np.abs(log_link[rows, None] - measured[None, :]).argmin(axis=1)
+                out[rows] = measured[near]
         return out
 
     def cell(self, model: str, dataset: str, gpu_type: str, nvlink: bool) -> tuple[int, float]:
@@ -552,6 +586,9 @@ _H_GPUS, _H_NODES, _H_GPN, _H_LINK = (
     HW_COLUMNS.index(c) for c in ("gpus", "nodes", "gpus_per_node", "link_class")
 )
 _NUM_WIDTH = len(NUM_COLUMNS)
+# Columns of a ``Resolved.nums`` matrix read by the cross-node correction: stack code, link GB/s.
+_M_STACK = JOB_COLUMNS.index("stack")
+_M_LINK = _JN + HW_COLUMNS.index("link_gbs")
 
 
 class Predictor:
@@ -894,6 +931,8 @@ class Predictor:
         m[:, _JN + _H_GPN] = gpn
         m[:, -1] = ht[o, _H_TF + jt[o, _J_PREC].astype(np.intp)]
         d = design_of_nums(m, self.model.physics)
+        if self.measured is not None:
+            self._reference_link_features(self.measured, d, m, ht[o, _H_CTYPE].astype(np.intp), nodes)
         # Inside a measured in-node curve that falls the NVLink guard yields (with or without the envelope;
         # "always" puts the envelope over every such row anyway).
         follows = None
@@ -907,6 +946,28 @@ class Predictor:
         t, t1 = self.model.times(d, self._anchored(jt[o], ht[o], m), ht[o, _H_SEEN] > 0, follows)
         samples: FloatArray = m[:, 0] / t
         return samples, t1
+
+    def _reference_link_features(
+        self,
+        measured: MeasuredInNode,
+        d: Design,
+        m: FloatArray,
+        type_col: npt.NDArray[np.intp],
+        nodes: FloatArray,
+    ) -> None:
+        """Cross-node correction (module docstring): the forests' features of each cross-node row become
+        those of the same row at its reference link (``MeasuredInNode.reference_links``), in place; its
+        scaling-model times and sync floor stay at its own link."""
+        cross = np.flatnonzero(nodes > 1.0)
+        if cross.size == 0:
+            return
+        own = np.log(m[cross, _M_LINK])
+        ref = measured.reference_links(type_col[cross], m[cross, _M_STACK], own)
+        moved = np.abs(ref - own) > 1e-9
+        if moved.any():
+            at = m[cross[moved]].copy()
+            at[:, _M_LINK] = np.exp(ref[moved])
+            d.x[cross[moved]] = design_of_nums(at, self.model.physics).x
 
     def _anchored(
         self, jt: FloatArray, ht: FloatArray, m: FloatArray

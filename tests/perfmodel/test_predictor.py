@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfmodel.errors import InvalidInputError, ModelFileError
-from perfmodel.features import HardwareFeatures, JobFeatures, Resolved, feature_matrix, resolve
+from perfmodel.features import (
+    STACKS,
+    HardwareFeatures,
+    JobFeatures,
+    Resolved,
+    design_of,
+    feature_matrix,
+    resolve,
+)
 from perfmodel.gpus import CANONICAL_TYPES
 from perfmodel.predictor import MODEL_FILE, Forest, Predictor
 from perfmodel.zoo import llm_arch, model_names
@@ -226,10 +236,37 @@ def _sample_rows() -> list[tuple[JobFeatures, HardwareFeatures]]:
 
 def _per_row_reference(predictor: Predictor, rows: list[tuple[JobFeatures, HardwareFeatures]]) -> np.ndarray:
     """Samples/s without the in-node envelope by the plain per-row path: features.resolve per row ->
-    design_of -> Anchors.iteration_times -> LearnedModel.times."""
+    design_of -> Anchors.iteration_times -> LearnedModel.times; with the predictor's measured table, a
+    cross-node row's features are those of the same row at its reference network (``_reference_network``)."""
     resolved = [resolve(j, h) for j, h in rows]
-    t, _ = predictor.model.times_of(resolved, _anchored(predictor, resolved))
+    anchored = _anchored(predictor, resolved)
+    if predictor.measured is None:
+        t, _ = predictor.model.times_of(resolved, anchored)
+    else:
+        d = design_of(resolved, predictor.model.physics)
+        at = [
+            resolve(j, dataclasses.replace(h, network_gbps=_reference_network(predictor, j, h)))
+            for j, h in rows
+        ]
+        d.x[:] = design_of(at, predictor.model.physics).x
+        t, _ = predictor.model.times(d, anchored, predictor.model.seen_of(resolved))
     return np.asarray([r.batch_size for r in resolved]) / t
+
+
+def _reference_network(predictor: Predictor, job: JobFeatures, hw: HardwareFeatures) -> float:
+    """The network (Gb/s) a row's learned correction is read at: its own on one node; across nodes the
+    nearest (in log) its GPU type and stack were measured across nodes on, if any."""
+    r = resolve(job, hw)
+    measured = predictor.measured
+    if hw.num_nodes == 1 or measured is None:
+        return hw.network_gbps
+    links = measured.links.get(
+        (measured.type_index(r.spec.gpu_type, r.spec.low_confidence), STACKS[job.stack])
+    )
+    if links is None:
+        return hw.network_gbps
+    own = math.log(hw.network_gbps / 8.0)
+    return 8.0 * math.exp(min(links, key=lambda v: abs(v - own)))
 
 
 def _anchored(predictor: Predictor, resolved: list[Resolved]) -> tuple[np.ndarray, np.ndarray] | None:
@@ -247,11 +284,14 @@ def test_batch_path_equals_the_per_row_reference(predictor: Predictor) -> None:
     for p in (plain, predictor):
         raw = Predictor(p.model, p.meta, anchors=p.anchors, in_node_envelope=False)
         got_raw = raw.predict(rows)
-        want = _per_row_reference(p, rows)
+        want = _per_row_reference(raw, rows)
         # The same bits: the batch path does the per-row path's arithmetic on the same numbers.
         np.testing.assert_array_equal(got_raw.samples_per_s, want)
         assert got_raw.low_confidence == [r.low_confidence for r in resolved]
-    # ``want`` is the default predictor's from here on.
+    # The default predictor's from here on: with the measured table, cross-node rows off a measured network
+    # read the correction at their reference network.
+    want = _per_row_reference(predictor, rows)
+    assert sum(_reference_network(predictor, j, h) != h.network_gbps for j, h in rows) > 10
     # With the envelope where the rule applies it: such a row on n GPUs of one node gets the best of the
     # same job on 1 .. n GPUs of that node (the reference computed row by row); other rows -- several
     # nodes, one GPU, inside a measured in-node curve that falls -- are the per-row value unchanged.
