@@ -263,6 +263,21 @@ def run_split(
             f"    {label:<26} n={int(k.sum()):<6}"
             + "  ".join(f"{summarise(out[m]['all'][k]):>20}" for m in methods)
         )
+    # Rows across nodes, where the gradient all-reduce's model matters: by GPU count, and the smaller ones
+    # by source (the research tables' 2-64 GPU rows over 10-100 Gb/s networks).
+    gpus = np.asarray([d.ms[i].num_gpus for i in allt])
+    nodes = np.asarray([d.ms[i].num_nodes for i in allt])
+    small, large = (nodes > 1) & (gpus < 256), (nodes > 1) & (gpus >= 256)
+    bands = [("multi-node, < 256 GPUs", small), ("multi-node, >= 256 GPUs", large)]
+    bands += [
+        (f"  < 256, {src}", small & (d.source[allt] == src)) for src in sorted(set(d.source[allt].tolist()))
+    ]
+    for label, k in bands:
+        if k.any():
+            print(
+                f"    {label:<26} n={int(k.sum()):<6}"
+                + "  ".join(f"{summarise(out[m]['all'][k]):>20}" for m in methods)
+            )
     return out
 
 

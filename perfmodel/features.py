@@ -19,10 +19,12 @@ corrects, the same vectorised function for training and serving:
   amp/bf16; for fp8 the Amdahl blend of the FP8 and BF16 peaks, ``effective_tflops``); the bytes
   factor is 1 for fp32/tf32 and 1/2 for 16-bit and fp8 activations. A GPU the model never saw gets a
   time from its datasheet figures.
-- sync = ring all-reduce: 2 (n-1)/n x parameter bytes (fp32 gradients) / slowest link bandwidth, at 70%
-  efficiency, plus 50 us per ring step, times the share not hidden behind the backward pass. The
-  slowest link is the network (``network_gbps``) when the job spans nodes, else NVLink (per-direction
-  half of the GPU's total) or PCIe.
+- sync = all-reduce of the gradients: 2 (n-1)/n x parameter bytes (fp32 gradients) / slowest link
+  bandwidth, at 70% efficiency, plus the all-reduce's latency as NCCL runs it (hierarchical: the cheaper
+  of a ring, 2 (n - N) hops inside the N nodes and 2 (N - 1) across them, and a tree, 2 (g - 1) hops
+  inside a node of g GPUs and 2 log2(N) across, at a slightly lower bandwidth; ``_allreduce_latencies``),
+  times the share not hidden behind the backward pass. The slowest link is the network
+  (``network_gbps``) when the job spans nodes, else NVLink (per-direction half of the GPU's total) or PCIe.
 
 The efficiencies, per-family intensities, overhead and stack factors are ``Physics``: fitted by
 ``perfmodel.train`` on the measured table (a dozen numbers, least squares in log time) and stored in the
@@ -55,7 +57,7 @@ from perfmodel.gpus import (
 )
 from perfmodel.zoo import Family, canonical_dataset, lookup_model
 
-FEATURE_SCHEMA_VERSION = "perfmodel-features-v4"
+FEATURE_SCHEMA_VERSION = "perfmodel-features-v5"
 # Software stacks (how far the job's code is tuned; see ``perfmodel.public``): the feature's codes.
 # ``research`` is what a typical user's PyTorch job is and the default.
 STACKS: dict[str, int] = {"research": 0, "vendor": 1, "mlperf": 2, "llm": 3}
@@ -67,7 +69,17 @@ LINK_PCIE, LINK_NVLINK, LINK_NETWORK = 0, 1, 2
 INTERCONNECTS = ("nvlink", "pcie")
 
 _SYNC_EFFICIENCY = 0.7
-_RING_STEP_LATENCY_S = 50e-6
+# Latency of one all-reduce of the gradients, hierarchical as NCCL runs it (its cost model: NVIDIA/nccl
+# src/graph/tuning.cc, the base and per-hop latencies of the Simple protocol, which messages of the size of a
+# gradient bucket take; read to learn, not copied). A call costs a base latency; a ring over n GPUs on N
+# nodes takes 2 (n - N) hops inside nodes and 2 (N - 1) across the network; a (double binary) tree takes
+# 2 (g - 1) hops inside a node of g GPUs and 2 log2(N) across the network, at a slightly lower bus bandwidth
+# than the ring. NCCL picks the cheaper per call: the ring on one node and for large messages on a few nodes,
+# the tree at hundreds of nodes, where a flat ring's thousands of steps would cost a third of a second.
+_ALLREDUCE_BASE_LATENCY_S = 8.4e-6  # baseLatencies, Ring and Tree, Simple
+_INTRA_NODE_HOP_S = 4.0e-6  # hwLatencies NVLINK and PCI, Tree, Simple (Ring: 3.4 NVLink, 5.7 PCIe)
+_NETWORK_HOP_S = 14e-6  # hwLatencies NET, Ring and Tree, Simple
+_TREE_BUS_SHARE = 0.92  # the tree all-reduce's bus bandwidth against the ring's (busBw x .92 there)
 # Floor of a multi-GPU iteration (``Design.sync_floor``): the ring all-reduce of the gradients at the slowest
 # link's full line rate, times this share. Data parallelism can hide the all-reduce behind the backward
 # pass but cannot move the bytes faster than the link, so an iteration never takes less; the share (1/2)
@@ -559,10 +571,39 @@ def _terms(m: FloatArray, phys: Physics = DEFAULT_PHYSICS) -> tuple[FloatArray, 
     core = hi * (1.0 + (np.minimum(flop_t, mem_t) / hi) ** q) ** (1.0 / q)
     compute = (core + 12.0 * m[:, _P] / (m[:, _BW] * 1e9) + phys.overhead_s) / speed
     ring = 2.0 * (n - 1.0) / n
-    sync = ring * 4.0 * m[:, _P] / (m[:, _LINK] * (1e9 * _SYNC_EFFICIENCY))
-    sync += 2.0 * (n - 1.0) * _RING_STEP_LATENCY_S
+    wire = ring * 4.0 * m[:, _P] / (m[:, _LINK] * (1e9 * _SYNC_EFFICIENCY))
+    ring_lat, tree_lat = _allreduce_latencies(m)
+    sync = np.minimum(wire + ring_lat, wire / _TREE_BUS_SHARE + tree_lat)
     sync *= phys.sync_exposed
     return compute, sync, flop_t / speed
+
+
+def _allreduce_latencies(m: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """(ring, tree) latency in seconds of one all-reduce over each row's placement, NCCL's hierarchical
+    model (see ``_ALLREDUCE_BASE_LATENCY_S``); 0 on one GPU."""
+    n = m[:, _N]
+    nodes = np.maximum(m[:, _NODES], 1.0)
+    per_node = np.minimum(m[:, _GPN], n)
+    multi = n > 1.0
+    ring = (
+        _ALLREDUCE_BASE_LATENCY_S
+        + 2.0 * (n - nodes) * _INTRA_NODE_HOP_S
+        + 2.0 * (nodes - 1.0) * _NETWORK_HOP_S
+    )
+    tree = _ALLREDUCE_BASE_LATENCY_S + 2.0 * (
+        (per_node - 1.0) * _INTRA_NODE_HOP_S + np.log2(nodes) * _NETWORK_HOP_S
+    )
+    return np.where(multi, ring, 0.0), np.where(multi, tree, 0.0)
+
+
+def allreduce_latency_s(num_gpus: int, num_nodes: int = 1, gpus_per_node: int = 0) -> float:
+    """Latency (seconds) of one all-reduce over ``num_gpus`` GPUs on ``num_nodes`` nodes: the cheaper of
+    NCCL's ring and tree (``_allreduce_latencies``); 0 on one GPU."""
+    m = np.zeros((1, len(_NUM_COLUMNS)))
+    m[0, _N], m[0, _NODES] = float(num_gpus), float(num_nodes)
+    m[0, _GPN] = float(gpus_per_node or -(-num_gpus // max(num_nodes, 1)))
+    ring, tree = _allreduce_latencies(m)
+    return float(min(ring[0], tree[0]))
 
 
 def model_terms(rows: Sequence[Resolved], phys: Physics = DEFAULT_PHYSICS) -> tuple[FloatArray, FloatArray]:
@@ -633,7 +674,8 @@ class Design:
     ``x_single`` are the features of the same job on one GPU at the same per-GPU batch; ``x`` those of
     the real placement; ``compute``/``sync`` the scaling model's times; ``link_class`` the slowest link
     (``LINK_*``); ``num_gpus`` the GPU counts; ``sync_floor`` the least time an iteration can take for its
-    gradient all-reduce (``SYNC_FLOOR_SHARE`` x the ring at the slowest link's line rate; 0 on one GPU).
+    gradient all-reduce (``SYNC_FLOOR_SHARE`` x the ring's bytes at the slowest link's line rate, plus the
+    all-reduce's latency; 0 on one GPU).
     """
 
     x: FloatArray
@@ -679,6 +721,8 @@ def design_of_nums(m: FloatArray, phys: Physics = DEFAULT_PHYSICS) -> Design:
     # gradients in plain PyTorch, but tuned code all-reduces them in 16 bits: the floor takes the lesser).
     grad_bytes = np.where(m[:, _BYTES] >= 1.0, 4.0, 2.0)
     floor = SYNC_FLOOR_SHARE * 2.0 * (n - 1.0) / n * grad_bytes * m[:, _P] / (m[:, _LINK] * 1e9)
+    # plus the all-reduce's latency: no algorithm finishes it sooner (the lesser of ring and tree)
+    floor += np.minimum(*_allreduce_latencies(m))
     return Design(both[:k], both[k:], compute[:k], sync[:k], m[:, _LCLASS].copy(), n.copy(), floor)
 
 

@@ -35,11 +35,14 @@ gathered parameters after use, and ZeRO-3 reduces gradients as they are produced
 gradients of their 1/(tp pp) of the model across the data-parallel group once a step with Megatron's
 distributed optimizer (reduce-scatter + all-gather, 2 (d-1)/d x 2 N / (tp pp)). Tensor parallelism adds
 4 all-reduces of the activations (micro-batch x S x hidden x 2 bytes) per layer and micro-batch, which are
-not overlapped. Links: NVLink (half the GPU's total, per direction) or PCIe inside a node; across nodes
-the node's whole network (``network_gbps`` / 8): a ring collective over k nodes carries about the whole
-buffer in and out of each node, and NCCL runs one ring per NIC (rail), so each GPU's bus bandwidth is the
-node's network, not 1/(GPUs per node) of it (NCCL's measured bus bandwidth across DGX nodes is about the
-node's line rate).
+not overlapped. Each such collective also pays its latency, NCCL's hierarchical model
+(``features.allreduce_latency_s``, the same as a data-parallel job's gradient all-reduce): the gradient
+all-reduce of DDP and tp/pp once a step, the tensor-parallel ones per call; FSDP's per-layer collectives'
+latencies are in the fitted per-layer cost ``T_LAYER``. Links: NVLink (half the GPU's total, per
+direction) or PCIe inside a node; across nodes the node's whole network (``network_gbps`` / 8): a ring
+collective over k nodes carries about the whole buffer in and out of each node, and NCCL runs one ring
+per NIC (rail), so each GPU's bus bandwidth is the node's network, not 1/(GPUs per node) of it (NCCL's
+measured bus bandwidth across DGX nodes is about the node's line rate).
 
 ``E_GEMM``, ``H0``, ``E_ATT``, ``BYTES``, ``T_LAYER`` (a fixed cost per layer and micro-batch step:
 collective and kernel-launch latencies) and the link efficiency are fitted (``bench/llm_fit.py``) on the
@@ -59,7 +62,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from perfmodel.errors import InvalidInputError
-from perfmodel.features import HardwareFeatures, HardwarePart, JobFeatures, resolve_hw
+from perfmodel.features import HardwareFeatures, HardwarePart, JobFeatures, allreduce_latency_s, resolve_hw
 from perfmodel.gpus import GPUSpec, fp8_tflops
 from perfmodel.zoo import LLMArch, llm_arch, lookup_model
 
@@ -547,13 +550,22 @@ def step_time(p: LLMPlan, fit: LLMFit = FIT) -> StepTime:
         dp_spans = nodes > 1 and d > 1
     eff = fit.link_efficiency
     dp_time = traffic / (_bus_gbs(p, p.data_parallel if sh.kind != "fsdp" else n, dp_spans) * 1e9 * eff)
+    if sh.kind != "fsdp" and p.data_parallel > 1:
+        # the gradient all-reduce's latency once a step, NCCL's hierarchical model as for data-parallel
+        # jobs (``features.allreduce_latency_s``); FSDP's per-layer collectives' latencies are in the
+        # fitted per-layer cost (``LLMFit.layer_overhead_s``, fitted on FSDP rows)
+        d_nodes = nodes if dp_spans else 1
+        dp_time += allreduce_latency_s(p.data_parallel, d_nodes, -(-p.data_parallel // d_nodes))
     tp_time = 0.0
     if sh.tp > 1:
         per = 2.0 * (sh.tp - 1) / sh.tp * bytes_ * p.micro_batch * p.sequence_length / sh.cp * p.arch.hidden
         calls = 4 + (2 if p.activation_checkpointing else 0)
         micro_steps = p.grad_accumulation
         layers_here = p.arch.layers / sh.pp
-        tp_time = micro_steps * layers_here * calls * per / (_bus_gbs(p, sh.tp, sh.tp > gpn) * 1e9 * eff)
+        tp_nodes = -(-sh.tp // gpn)
+        per_call = per / (_bus_gbs(p, sh.tp, sh.tp > gpn) * 1e9 * eff)
+        per_call += allreduce_latency_s(sh.tp, tp_nodes, min(sh.tp, gpn))
+        tp_time = micro_steps * layers_here * calls * per_call
     total = max(compute + bubble, dp_time) + tp_time
     return StepTime(compute, bubble, dp_time, tp_time, total)
 

@@ -92,6 +92,16 @@ _MODEL_MAP: dict[str, tuple[str, str]] = {
 # batch of 1 image and A3C with 4 workers (taken as a batch of 4 environment steps).
 _DEFAULT_BATCH = {"CycleGAN": 1.0, "A3C": 4.0}
 _GPU_MAP = {"V100-32GB": "V100", "QuadroRTX6000": "RTX6000"}
+# The exact product where a tidy source's GPU is not its type's default variant (``perfmodel.gpus``: a V100
+# is the 16 GB SXM2 card unless a row says otherwise), keyed by (source, the tidy table's GPU name). Sia's
+# ``azure`` cluster is Azure's ND40rs_v2 (eight 32 GB V100 SXM2; the tidy table says ``V100-32GB``). Zeus
+# does not name the variant: its V100's highest power limit is 250 W, the PCIe card's board power (SXM2:
+# 300 W), and its largest batches, which Zeus swept to each GPU's memory limit, exceed those on its 24 GB
+# RTX 6000 (ResNet-50 360 against 256 images, DeepSpeech2 192 against 128, BERT 56 against 32): 32 GB.
+_GPU_PRODUCT: dict[tuple[str, str], str] = {
+    ("zeus", "V100"): "V100-PCIE-32GB",
+    ("sia_azure", "V100-32GB"): "V100-SXM2-32GB",
+}
 
 # Intra-node link and inter-node network of each measured cluster (public instance specs; where the
 # source does not say, an assumption marked as such).
@@ -208,6 +218,7 @@ def _convert(row: dict[str, str]) -> Measurement | None:
         dataset = row.get("dataset", "")
     dataset = canonical_dataset(dataset or row.get("dataset", ""))
     gpu = _GPU_MAP.get(row["gpu_type"], row["gpu_type"])
+    product = _GPU_PRODUCT.get((src, row["gpu_type"]), "")
     n = int(float(row["num_gpus"]))
     bs = _f(row["batch_size"]) or _DEFAULT_BATCH.get(row["model"])
     if bs is None or bs <= 0 or n <= 0:
@@ -227,7 +238,19 @@ def _convert(row: dict[str, str]) -> Measurement | None:
         nodes = int(float(row["num_nodes"] or 1))
         placement = row["placement"]
         per_node = max(int(c) for c in placement) if placement else -(-n // nodes)
-        return Measurement(src, model, dataset, round(bs), gpu, n, nodes, per_node, *links, its)
+        return Measurement(
+            src,
+            model,
+            dataset,
+            round(bs),
+            gpu,
+            n,
+            nodes,
+            per_node,
+            *links,
+            its,
+            gpu_product=product,
+        )
     if src == "elasticflow":
         its = _f(row["iters_per_s"])
         if its is None or its <= 0:
@@ -240,7 +263,9 @@ def _convert(row: dict[str, str]) -> Measurement | None:
         if eps is None or eps <= 0 or info is None:
             return None
         samples = eps * info.train_samples
-        return Measurement(src, model, dataset, int(bs), gpu, 1, 1, 1, "pcie", 10.0, samples / bs)
+        return Measurement(
+            src, model, dataset, int(bs), gpu, 1, 1, 1, "pcie", 10.0, samples / bs, gpu_product=product
+        )
     return None
 
 

@@ -1,11 +1,20 @@
-"""CSV/flag rows become (job, placement) pairs with defaults, or errors naming the column."""
+"""CSV/flag rows become (job, placement) pairs with defaults, or errors naming the column; the scaling
+model's gradient all-reduce at large GPU counts."""
 
 from __future__ import annotations
 
 import pytest
 
 from perfmodel.errors import InvalidInputError
-from perfmodel.features import parse_row, resolve
+from perfmodel.features import (
+    HardwareFeatures,
+    JobFeatures,
+    allreduce_latency_s,
+    design_of,
+    model_terms,
+    parse_row,
+    resolve,
+)
 
 
 def test_defaults_and_node_count() -> None:
@@ -59,3 +68,39 @@ def test_params_and_flops_replace_a_zoo_name() -> None:
 def test_bad_rows_name_the_column(row: dict[str, str], message: str) -> None:
     with pytest.raises(InvalidInputError, match=message):
         parse_row(row)
+
+
+def _mlperf_resnet50_on_h100(gpus: int) -> tuple[float, float, float]:
+    """(compute, sync, sync floor) in seconds of MLPerf's ResNet-50 at 16 images per GPU on DGX H100 nodes
+    (8 GPUs, 8 x 400 Gb/s), under the prior physics."""
+    job = JobFeatures("resnet50", "imagenet", 16 * gpus, "amp", stack="mlperf")
+    hw = HardwareFeatures("H100", gpus, min(gpus, 8), -(-gpus // 8), "nvlink", 3200.0)
+    r = resolve(job, hw)
+    compute, sync = model_terms([r])
+    return float(compute[0]), float(sync[0]), float(design_of([r]).sync_floor[0])
+
+
+def test_gradient_sync_at_thousands_of_gpus_takes_milliseconds_not_a_flat_rings_steps() -> None:
+    # MLPerf Training v3.1 ran this job on 3,584 H100s in 448 nodes at ~5.7 ms a step. A flat ring over
+    # 3,584 GPUs takes 2 x 3,583 steps: at NCCL's 4-14 us a hop that alone is 30-100 ms, at the 50 us
+    # this model once charged 0.36 s. NCCL runs rings inside nodes and a tree (log2 of the nodes) across.
+    compute, sync, floor = _mlperf_resnet50_on_h100(3584)
+    assert sync < 3e-3
+    assert sync < compute
+    assert 0.0 < floor <= sync
+    # the latency grows with log2(nodes) across the network: 448 nodes cost little more than 8
+    lat_8, lat_448 = allreduce_latency_s(64, 8), allreduce_latency_s(3584, 448)
+    assert 100e-6 < lat_8 < lat_448 < 2.5 * lat_8
+    assert lat_448 < 1e-3
+    assert _mlperf_resnet50_on_h100(3584)[1] < 1.5 * _mlperf_resnet50_on_h100(64)[1]
+
+
+def test_allreduce_latency_inside_a_node_is_a_ring_and_across_nodes_the_cheaper_of_ring_and_tree() -> None:
+    assert allreduce_latency_s(1) == 0.0
+    # one node: 2 (g - 1) hops, rising with the GPU count
+    one_node = [allreduce_latency_s(g) for g in (2, 4, 8)]
+    assert one_node == sorted(one_node) and one_node[0] > 0.0
+    # two nodes of 8: a tree's 2 network hops beat a ring's 2 (N - 1) + 28 in-node ones only a little
+    assert allreduce_latency_s(8) < allreduce_latency_s(16, 2) < 2.0 * allreduce_latency_s(8)
+    # the node count, not the GPU count, drives it across nodes
+    assert allreduce_latency_s(1024, 128) < allreduce_latency_s(1024, 1024)

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from perfmodel.errors import InvalidInputError
-from perfmodel.features import HardwareFeatures, JobFeatures
+from perfmodel.features import HardwareFeatures, JobFeatures, allreduce_latency_s
 from perfmodel.llm import FIT, LLMJobFeatures, Sharding, is_llm_job, parse_sharding, plan, predict, step_time
 from perfmodel.predictor import Predictor
 from perfmodel.zoo import LLMS, llm_arch, lookup_model
@@ -186,3 +186,18 @@ def test_predict_each_gives_bad_llm_rows_their_own_error() -> None:
     assert not isinstance(out[2], InvalidInputError)
     with pytest.raises(InvalidInputError, match=r"^row 1: sharding: tp4xpp4"):
         p.predict([good, bad, cnn])
+
+
+def test_tensor_parallel_all_reduces_pay_their_latency_per_call() -> None:
+    # tp8 inside an H100 node, one sequence of 128 tokens per micro-batch: each of the 4 all-reduces per
+    # layer moves 7/8 x 2 x 128 x 8,192 x 2 bytes (3.7 MB, ~12 us over NVLink) and pays NCCL's latency
+    # over 8 GPUs (a base and 14 in-node hops, ~64 us): latency, not bandwidth, is most of the TP time
+    job = LLMJobFeatures(
+        "llama3-70b", batch_size=8, precision="bf16", sequence_length=128, sharding="tp8", micro_batch=1
+    )
+    p = plan(job, HardwareFeatures("H100", 8))
+    calls = 4 * p.arch.layers * p.grad_accumulation
+    latency = allreduce_latency_s(8)
+    assert 50e-6 < latency < 100e-6
+    tp = step_time(p).tensor_parallel
+    assert calls * latency < tp < 2.0 * calls * latency

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from perfmodel.errors import InvalidInputError
-from perfmodel.measurements import SHIPPABLE, Measurement, read_shared_tidy
+from perfmodel.features import resolve
+from perfmodel.llm import question_of
+from perfmodel.measurements import SHIPPABLE, Measurement, merge, read_shared_tidy
 from perfmodel.truth import GroundTruth
 
 
@@ -241,6 +243,43 @@ def test_in_node_answers_do_not_depend_on_the_network(
 def test_a_network_that_is_not_a_positive_number_is_refused(truth: GroundTruth, gbps: float) -> None:
     with pytest.raises(InvalidInputError, match="network_gbps"):
         truth.throughput("lstm", 20, "V100", 8, 2, "wikitext-2", network_gbps=gbps)
+
+
+def test_measured_v100_rows_carry_the_memory_their_runs_had(tmp_path: Path) -> None:
+    """Gavel's V100 (AWS p3) is the 16 GB default, Zeus' the 32 GB PCIe card, Sia's Azure one the 32 GB
+    SXM2: each row resolves to its GPU's memory and peak, and the same configuration measured on two of
+    them stays two rows (``merge`` would otherwise take their median as a repeat)."""
+    one = {"batch_size": "128", "num_gpus": "1", "num_nodes": "1", "placement": "1"}
+    _write_tidy(
+        tmp_path / "throughput_isolated_tidy.csv.gz",
+        [
+            {**one, "source": "gavel", "model": "ResNet-50", "gpu_type": "V100", "iters_per_s": "2"},
+            {
+                **one,
+                "source": "zeus",
+                "model": "resnet50",
+                "dataset": "imagenet",
+                "gpu_type": "V100",
+                "power_limit_w": "250",
+                "epochs_per_s": "0.0002",
+            },
+            {
+                **one,
+                "source": "pollux_sia",
+                "source_file": "imagenet/placements-azure.csv",
+                "model": "imagenet",
+                "local_batch_size": "128",
+                "gpu_type": "V100-32GB",
+                "iters_per_s": "3",
+            },
+        ],
+    )
+    rows = merge(read_shared_tidy(tmp_path))
+    specs = {m.source: resolve(*question_of(m)).spec for m in rows}
+    assert sorted(specs) == ["gavel", "sia_azure", "zeus"]
+    assert {s: spec.memory_gib for s, spec in specs.items()} == {"gavel": 16, "sia_azure": 32, "zeus": 32}
+    assert specs["zeus"].variant == "V100-PCIE-32GB" and specs["zeus"].fp32_tflops == pytest.approx(14.0)
+    assert specs["sia_azure"].variant == "V100-SXM2-32GB"
 
 
 def test_the_truth_of_a_gpu_type_is_its_default_variant_where_that_was_measured() -> None:
