@@ -260,13 +260,12 @@ def _reference_network(predictor: Predictor, job: JobFeatures, hw: HardwareFeatu
     measured = predictor.measured
     if hw.num_nodes == 1 or measured is None:
         return hw.network_gbps
-    links = measured.links.get(
-        (measured.type_index(r.spec.gpu_type, r.spec.low_confidence), STACKS[job.stack])
+    ref = measured.reference_links(
+        np.asarray([measured.type_index(r.spec.gpu_type, r.spec.low_confidence)], dtype=np.intp),
+        np.asarray([float(STACKS[job.stack])]),
+        np.asarray([math.log(hw.network_gbps / 8.0)]),
     )
-    if links is None:
-        return hw.network_gbps
-    own = math.log(hw.network_gbps / 8.0)
-    return 8.0 * math.exp(min(links, key=lambda v: abs(v - own)))
+    return 8.0 * math.exp(float(ref[0]))
 
 
 def _anchored(predictor: Predictor, resolved: list[Resolved]) -> tuple[np.ndarray, np.ndarray] | None:
@@ -291,7 +290,7 @@ def test_batch_path_equals_the_per_row_reference(predictor: Predictor) -> None:
     # The default predictor's from here on: with the measured table, cross-node rows off a measured network
     # read the correction at their reference network.
     want = _per_row_reference(predictor, rows)
-    assert sum(_reference_network(predictor, j, h) != h.network_gbps for j, h in rows) > 10
+    assert sum(not math.isclose(_reference_network(predictor, j, h), h.network_gbps) for j, h in rows) > 10
     # With the envelope where the rule applies it: such a row on n GPUs of one node gets the best of the
     # same job on 1 .. n GPUs of that node (the reference computed row by row); other rows -- several
     # nodes, one GPU, inside a measured in-node curve that falls -- are the per-row value unchanged.
