@@ -5,7 +5,8 @@
 # leaves those commands out.
 # Build:  docker build -t perfsched:dev .
 # Lint:   hadolint Dockerfile   (tests/deploy/test_image.py runs it)
-# Dependencies are pinned by deploy/image/requirements.lock (generated from the tested venv); the wheel is
+# Dependencies are pinned by deploy/image/requirements.lock, the runtime part of uv.lock that the tests run
+# with (`make lock` exports it; pip, setuptools and wheel below are the lock's versions too); the wheel is
 # built by deploy/image/build-wheel.sh, the same script the tests run, and carries the shipped predictor
 # model (perfmodel/data) and the simulator's sample traces and cluster specs as package data.
 

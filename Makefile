@@ -7,30 +7,39 @@ SHELL := /bin/bash
 
 CACHE      ?= $(HOME)/.cache/perfsched
 PY_VERSION := $(shell python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
-# Only the dependency lists key the venv, so editing lint settings does not rebuild it.
-DEPS_HASH  := $(shell sed -n '/^dependencies = \[/,/^\[project.scripts\]/p' pyproject.toml | sha256sum | cut -c1-12)
-VENV       ?= $(CACHE)/venv-py$(PY_VERSION)-$(DEPS_HASH)
+# The lock (uv.lock) keys the venv: a venv holds exactly one lock's packages, and a changed lock gets a new one.
+LOCK_HASH  := $(shell sha256sum uv.lock | cut -c1-12)
+VENV       ?= $(CACHE)/venv-py$(PY_VERSION)-$(LOCK_HASH)
+# uv installs the venv; its own version is the one uv.lock pins (it is in the dev extra).
+UV_VERSION := $(shell awk '/^name = "uv"$$/ {getline; gsub(/"/, "", $$3); print $$3; exit}' uv.lock)
 PY         := $(VENV)/bin/python
 export PATH := $(VENV)/bin:$(PATH)
 # The venv is shared by every clone of the repo (CI clones, worktrees); this clone's code always wins
 # over whichever clone the venv's editable install last pointed at.
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: help venv deps tools test unit lint typecheck importlint fmt demo bench e2e-up e2e-down clean trainer-image
+.PHONY: help venv deps lock tools test unit lint typecheck importlint fmt demo bench e2e-up e2e-down clean trainer-image
 
 help:
 	@echo "make demo    - bring up a local control plane and run a TrainingJob workload through perfsched"
 	@echo "make test    - install everything needed, then lint, type-check, import contracts and pytest"
 	@echo "make lint    - ruff + mypy + import-linter only"
+	@echo "make lock    - re-resolve uv.lock within pyproject's ranges (LOCK_UPGRADE='pkg ...' bumps only those)"
 	@echo "make bench   - run the benchmarks under bench/ and print their figures"
 	@echo "make e2e-up / e2e-down - start / stop the local control plane"
 	@echo "make trainer-image - build the example trainer image (TRAINER_IMAGE=$(TRAINER_IMAGE))"
 
-# The venv lives outside the repo, keyed by pyproject.toml's hash, so CI clones reuse it.
-$(VENV)/.installed: pyproject.toml
+# The venv lives outside the repo, keyed by uv.lock's hash, so CI clones reuse it. It is installed from the
+# lock and nothing else: the lock is checked against pyproject.toml first (one line per conflict), then
+# `uv sync --locked` installs exactly the locked versions (and removes anything else), so a release on the
+# package index never changes a fresh machine's environment. `make lock` is the only step that resolves.
+$(VENV)/.installed: uv.lock
+	rm -rf "$(VENV)"
 	python3 -m venv "$(VENV)"
-	"$(PY)" -m pip install --quiet --upgrade pip "setuptools>=77" wheel
-	"$(PY)" -m pip install --quiet -e '.[dev]'
+	"$(PY)" -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
+	"$(PY)" deploy/lock.py check
+	UV_PROJECT_ENVIRONMENT="$(VENV)" "$(VENV)/bin/uv" sync --locked --extra dev --no-install-project --quiet \
+	  || { echo "make venv: installing uv.lock failed (see above); if uv.lock is stale, run 'make lock'" >&2; exit 1; }
 	touch "$@"
 
 venv: $(VENV)/.installed
@@ -40,6 +49,15 @@ venv: $(VENV)/.installed
 	"$(PY)" -c 'import perfmodel._forest' 2>/dev/null || echo "WARNING: perfmodel._forest was not built \
 	(needs a C compiler and the Python headers; Debian: gcc python3-dev): the predictor walks its trees \
 	with numpy, about 2x slower, and tests/perfmodel/test_forest_native.py fails" >&2
+
+# Re-resolve the lock (the only target that asks the package index what is newest), then export the image's
+# pin list. `make lock LOCK_UPGRADE="httpx uvicorn"` upgrades just those packages (a Dependabot-style bump).
+LOCK_UPGRADE ?=
+lock:
+	if [ ! -x "$(VENV)/bin/uv" ]; then python3 -m venv "$(CACHE)/uv-$(UV_VERSION)" \
+	  && "$(CACHE)/uv-$(UV_VERSION)/bin/pip" install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"; fi
+	uvbin="$(VENV)/bin/uv"; [ -x "$$uvbin" ] || uvbin="$(CACHE)/uv-$(UV_VERSION)/bin/uv"
+	PATH="$$(dirname "$$uvbin"):$$PATH" python3 deploy/lock.py update $(LOCK_UPGRADE)
 
 # Debian packages and Go-built binaries for the e2e control plane (cached by version).
 tools: venv
