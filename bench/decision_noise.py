@@ -6,8 +6,8 @@ predictor from one run of ``bench/decision_quality.py``, compare it with this sp
 every predicted throughput multiplied by a fixed per-(job, shape) factor ``exp(sigma z)``, ``z ~ N(0, 1)``
 drawn from a hash of the noise seed, the job and the shape (no information; ``--sigma 0.01`` is 1%), for
 each noise seed, after the noise-free run. Prints avg and p99 JCT per run, their mean, and the kept share
-of the aware policy's gain over its agnostic twin against the true table's (issue 11's "kept"), both
-agnostic runs taken once per cell.
+of the aware policy's gain over its agnostic twin against the true table's ("kept",
+docs/decision-quality.md), both agnostic runs taken once per cell.
 
 Run: ``nice python bench/decision_noise.py [--seed 1] [--load 1.5] [--policy las] [--sigma 0.01]
 [--draws 4] [--jobs 400]`` (gavel-heterogeneous; about a minute per run on the 2-core VM).

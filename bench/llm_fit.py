@@ -11,7 +11,7 @@ modelled as fsdp.
 
 Prints, for the model before its two network terms (each GPU held to 1/8 of its node's network, FSDP
 traffic once a step; ``before_network_terms``), as shipped, and as shipped with matmuls against vidur's
-measured achievable fractions of the peak (``vidur_fractions``: tried and not shipped, docs/llm.md),
+measured achievable fractions of the peak (``vidur_fractions``: not shipped, docs/llm.md),
 each refitted on the same rows: the fitted constants, in-sample error, leave-one-model-size-out error,
 leave-one-GPU-generation-out error (fit on A100 rows, test on H100 rows and back), and the error on
 Megatron-Bridge's FP8 Llama 3 rows (``megatron_rows``) -- against two same-run baselines: a constant 40%
@@ -225,7 +225,7 @@ def constant_mfu(data: list[Row], m: float) -> np.ndarray:
 
 @contextmanager
 def before_network_terms() -> Iterator[None]:
-    """The model as it was before the network terms (for the same-run comparison): each GPU held to 1/8
+    """The model without its two network terms (for the same-run comparison): each GPU held to 1/8
     of its node's network across nodes, and FSDP's traffic counted once a step rather than once a
     micro-batch."""
     bus, passes = perfmodel.llm._bus_gbs, perfmodel.llm._fsdp_passes
@@ -258,7 +258,7 @@ def _vidur_peak(p: LLMPlan) -> LLMPlan:
 @contextmanager
 def vidur_fractions() -> Iterator[None]:
     """The shipped model with matmuls against vidur's measured achievable fraction of the peak instead of
-    the datasheet peak (tried and not shipped: what the fractions would change)."""
+    the datasheet peak (not shipped: what the fractions would change)."""
     global _adjust
     _adjust = _vidur_peak
     try:

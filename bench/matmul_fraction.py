@@ -1,5 +1,5 @@
 """Derive each GPU's achieved dense 16-bit matmul TFLOP/s, and its fraction of the datasheet peak, from
-microsoft/vidur's per-operator profiles: the measurement behind docs/llm.md's "tried, not shipped" table
+microsoft/vidur's per-operator profiles: the measurement behind docs/llm.md's "not shipped" table
 (matmuls against this achievable fraction cost the LLM scaling model accuracy on every split, so
 ``perfmodel`` runs them against the datasheet peak; ``bench/llm_fit.py`` re-measures that comparison).
 

@@ -15,8 +15,8 @@ from: measured (the model was measured on several GPUs of that type, across node
 for a multi-node question), rescaled to the link (measured across nodes on another link: ``perfmodel.truth``
 rule 2 scales those rows' sync by the link ratio) or at line rate (measured on one GPU only, or in one node
 only: rule 2 charges the parameter bytes over the link at full rate). The last two are extrapolations of
-the truth itself; a type-aware policy's choices for those jobs turn on them (docs/perfmodel-accuracy.md,
-"Session 13").
+the truth itself; a type-aware policy's choices for those jobs turn on them
+(docs/decisions/0005-cross-node-correction.md).
 
 Run: ``nice python bench/perfmodel_sim_rows.py [--cluster gavel-heterogeneous] [--jobs 400]``.
 """

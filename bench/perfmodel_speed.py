@@ -8,9 +8,9 @@ Figures (median of repeated runs after warm-up, one thread):
   in-node envelope where it extrapolates, see ``perfmodel.predictor.MeasuredInNode``) on 100 (job,
   placement) rows not in the result cache (their job and placement sides were seen before, as in a
   scheduling round), target <= 2 ms; baselines, interleaved with ours on the same batches (the shared
-  machine's load moves all alike): the same predictor with the envelope on every one-node row (the
-  default before; each such row on n GPUs is computed with the same job on 1 .. n-1 GPUs) and without
-  any envelope, and the per-row path without it, and the default predictor with its trees walked by
+  machine's load moves all alike): the same predictor with the envelope on every one-node row
+  (``envelope="always"``; each such row on n GPUs is computed with the same job on 1 .. n-1 GPUs) and
+  without any envelope, and the per-row path without it, and the default predictor with its trees walked by
   numpy instead of the compiled ``perfmodel._forest``; ``xgboost.Booster.inplace_predict`` on the same 100
   feature rows (tree evaluation only). Printed with them: how many of the rows get the envelope and how
   many rows the forest walks. Also printed: the same with every cache cold (a new predictor per batch).

@@ -1,8 +1,8 @@
-"""Benchmark diagnosis: which of the predictor's answers cost the aware policies their gain (issue 11).
+"""Benchmark diagnosis: which of the predictor's answers cost the aware policies their gain.
 
 With ``--oracle predictor`` an aware policy keeps a share of the gain it has over its agnostic twin under
-the true table ("kept", issue 11's target >= 80%). This reruns the predictor-in-the-loop cell with one
-class of the predictor's answers changed, so the lost gain can be split by where it comes from:
+the true table ("kept", target >= 80%: docs/decision-quality.md). This reruns the predictor-in-the-loop
+cell with one class of the predictor's answers changed, so the lost gain can be split by where it comes from:
 
 - ``predictor``: the shipped predictor as ``decision_quality.py`` runs it (the baseline);
 - ``truth-across-nodes``: every question about a placement that spans nodes answered by the simulator's
@@ -13,12 +13,11 @@ class of the predictor's answers changed, so the lost gain can be split by where
   truth takes the cross-node sync time from the research tables' rows, measured one GPU per node, scales
   it by their link over the placement's ``network_gbps`` and ignores the GPUs per node).
 
-The ground truth honours each placement's network (``perfmodel.truth``, rule 2), so there is no longer a
-network-blind what-if to compare with; the session 9 figures in docs/performance.md that were measured on
-the network-blind truth came from this script before that change.
+The ground truth honours each placement's network (``perfmodel.truth``, rule 2; why:
+docs/decisions/0009-network-aware-ground-truth.md), so there is no network-blind what-if to compare with.
 
 "kept" = (1 - aware JCT under the variant / agnostic JCT under the table) / (1 - aware / agnostic, both
-under the table), as in docs/performance.md. Table runs and the agnostic runs do not depend on the
+under the table), as in docs/decision-quality.md. Table runs and the agnostic runs do not depend on the
 variant (agnostic LAS does not ask the oracle; agnostic SRSF's table run is the reference).
 
 Run: ``OMP_NUM_THREADS=1 nice python bench/predictor_loss_split.py [--seeds 4] [--loads 1.5]

@@ -93,7 +93,7 @@ if ! command -v promtool >/dev/null 2>&1; then
   ($sudo_cmd systemctl stop prometheus 2>/dev/null || $sudo_cmd service prometheus stop 2>/dev/null || true) >/dev/null 2>&1
 fi
 
-# --- PyTorch for the real-training tests and `perfsched demo --real` -- owned by issue 16 ----------------
+# --- PyTorch for the real-training tests and `perfsched demo --real` -------------------------------------
 # Debian's python3-torch (CPU, 1.13) for /usr/bin/python3 (3.11, the same minor version as perfsched's
 # venv, so the workers can import scheduler.worker through `perfsched emulate --exec`'s worker site).
 # Skipped when a Python with PyTorch is already there ($PERFSCHED_TRAINER_PYTHON or /usr/bin/python3)

@@ -11,8 +11,8 @@ corrects, the same vectorised function for training and serving:
 - compute = the FLOP-bound time (per-GPU batch x FLOPs per sample / (peak FLOP/s x efficiency)) and the
   memory-bound time (the same FLOPs x bytes factor / (arithmetic intensity of the family x memory
   bandwidth)) combined as ``(flop^p + memory^p)^(1/p)`` (p fitted by ``perfmodel.train``; held at 1, a sum,
-  it cost leave-one-model-out 6 points of MRE once anchors carried the held-out generations, see
-  docs/perfmodel-accuracy.md "Session 7"), plus weight traffic
+  it costs leave-one-model-out 6 points of MRE with anchors carrying the held-out generations,
+  ``bench/perfmodel_accuracy.py``), plus weight traffic
   (12 x parameters over memory bandwidth) and a fixed step overhead, divided by the software stack's
   speed factor. The peak is the GPU's dense rate at the job's precision (``GPUSpec.tflops``: TF32 for
   convolutional networks in fp32 on Ampere and newer, as PyTorch does by default; tensor cores for

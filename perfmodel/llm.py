@@ -24,7 +24,7 @@ matmuls run at a fraction of peak that grows with their width, attention at its 
 reaches less of peak than a GEMM), and the memory-bound element-wise work between them (norms,
 activations, residual adds) costs bytes over bandwidth: what makes one GPU's MFU differ from another's.
 Both fractions are of the datasheet peak at the job's precision (a measured per-product achievable
-fraction of it was tried and dropped: docs/llm.md); FP8 runs only the dense matmuls at the FP8 rate and
+fraction of it cost accuracy on every split: docs/llm.md); FP8 runs only the dense matmuls at the FP8 rate and
 the rest at BF16 (``compute_seconds_per_token``, ``gpus.fp8_tflops``).
 
 Data-parallel traffic per GPU (bf16, ring collectives, 2 bytes a value, overlapped with compute): DDP
@@ -407,7 +407,7 @@ class LLMFit:
 # ../shared/throughput/public/mosaic_llmfoundry_benchmarks.tsv.gz), matmuls against the datasheet peak.
 # In-sample relative error: mean 10.6%, median 8.5% (a constant 40% MFU: 17.6%, 18.2%); leave one model
 # size out 11.3%; fit on A100 rows and test on H100 29.6% (40% MFU: 9.8%), H100 -> A100 23.2% (21.5%):
-# docs/llm.md. vidur's measured achievable matmul fractions (A100 0.80, H100 0.81) were tried and cost
+# docs/llm.md. With vidur's measured achievable matmul fractions (A100 0.80, H100 0.81) the fit loses
 # 0.2-1.3 points on every split, so they are not applied. hidden_half sits on its bound (the data does not
 # pin the width dependence down); link_efficiency is not fitted: with ring collectives over the node's
 # whole network no row here is bound by its traffic, so it stays at its prior 0.70 (NCCL's bus bandwidth

@@ -24,17 +24,14 @@ multiplicative correction of the predictor's throughput in nested levels, each f
    model there; a second at another batch, GPU count or sequence length tilts it within the prior
    (small batches underuse a fast GPU; a model's error differs between its compute-bound and
    overhead-bound regimes, and with attention's share of the work). The GPU-count and work slopes hold
-   only between the observed jobs (``_model_gpu_level``). It replaced a shrunken mean plus a
-   kernel-weighted local deviation; the structural default also lost the placement trend it had after the
-   structural level (log GPUs, node span; with log batch too it was no better): on the accuracy benchmark's
-   held-out generations (10 draws) after 1 / 2 / 3 observed runs per (model, GPU type) Ampere went 23.6 /
-   19.3 / 17.6% -> 24.3 / 18.8 / 16.4% and Hopper 33.0 / 22.6 / 21.4% -> 28.5 / 18.7 / 16.1%, and a model
-   new to a type (2 runs of half the others observed) 37.1% -> 34.6% (Ampere, cold 33.6%) and 35.9% ->
-   30.4% (Hopper, cold 39.0%): the trend, fitted within the observed models, misled the others. Even a
-   per-(model, type) fit of intercept, batch and GPU slopes to *every* row of the held-out generation
-   leaves 11.4% / 13.9% (in sample): the offline model's error there is not a few factors per (model,
-   type), there is table noise (one configuration measured twice 0.8 apart in log) and rows far outside
-   what was observed (MLPerf's 512-3,584 GPU H100 runs);
+   only between the observed jobs (``_model_gpu_level``). The structural default has no placement trend
+   after the structural level (log GPUs, node span): fitted within the observed models, such a trend
+   misleads the others, and a model new to a GPU type reads worse than cold with it (alternatives and
+   their figures: docs/decisions/0004-online-correction.md). Even a per-(model, type) fit of intercept,
+   batch and GPU slopes to *every* row of a held-out generation leaves 11.4% / 13.9% (Ampere / Hopper, in
+   sample): the offline model's error there is not a few factors per (model, type), there is table noise
+   (one configuration measured twice 0.8 apart in log) and rows far outside what was observed (MLPerf's
+   512-3,584 GPU H100 runs);
 3. per job (its own data loader, input sizes, ...).
 
 Beyond the largest GPU count observed on a GPU type, a model observed on that type is corrected no further
@@ -42,11 +39,11 @@ than at its observed jobs (``_trend``, ``_correction``): the structural level st
 the type's observed rows, and where the model ran at more than one GPU count the sum of the shared levels
 stays within its values at the model's own observed jobs (each level bounded alone does not bound the
 sum). The structural factors scale the offline model's all-reduce and departure, so wherever the offline
-curve over GPU count bends beyond the observed runs (a retrained model's per-GPU speed rising from 64 to
-512 GPUs) they carried the bend into the correction: two BERT runs on H100 at 8 and 64 GPUs corrected by
+curve over GPU count bends beyond the observed runs (a per-GPU speed rising from 64 to 512 GPUs) they
+would carry the bend into the correction: unbounded, two BERT runs on H100 at 8 and 64 GPUs corrected by
 1.40-1.57x read as 2.29x at 512 GPUs and 3.6x at 3,072. A model not observed on the type keeps the
 structural level's reach (bounded by perfect scaling of its corrected compute): held within the observed
-range too, the accuracy benchmark's Hopper "model new to its type" figure lost 0.9 points.
+range too, the accuracy benchmark's Hopper "model new to its type" figure loses 0.9 points.
 
 Means are ``sum(residual) / (count + prior)``, with priors of 3 (GPU type) and 0.25 (job) observations, so
 one observation moves a level partly, and a few observations of a job make its predictions converge to what
@@ -102,7 +99,7 @@ _BATCH_REF = math.log(32.0)
 # share, departure, log training FLOPs per sample); see the module docstring.
 _Point = tuple[float, float, float, float, float, float]
 _TREND = (1, 2, 3, 4)  # indices of _Point the per-GPU-type trend regresses on
-# The previous session's trend (log GPUs and node span only, ridge 1), kept as the benchmark's same-run
+# A trend on log GPUs and node span only (ridge 1), kept as the benchmark's same-run
 # baseline (``OnlineCorrector(trend="placement")``).
 _TREND_PLACEMENT_ONLY = (1, 2)
 RIDGE_PLACEMENT_ONLY = 1.0

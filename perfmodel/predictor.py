@@ -693,11 +693,11 @@ class Predictor:
         measured at the job's precision and software stack but never on the question's GPU type: its
         measured speed carried over by the spec ratio, which gives a GPU generation the model never saw the
         physics answer where the learned correction would extrapolate (leave-one-generation-out, cold:
-        Ampere 33.4% -> 27.7% MRE, Hopper 38.1% -> 30.4%; ``bench/perfmodel_accuracy.py``). Pooled over
-        every stack and precision and normalised by FP32 specs, as they once were, they sent tuned-code and
-        half-precision speeds to other GPUs (Ampere 75.7%) and were off by default; held flat below the
-        smallest measured batch, they sent a job at per-GPU batch 1 to K80s in the simulator
-        (docs/perfmodel-accuracy.md, "Session 8").
+        Ampere 33.4% -> 27.7% MRE, Hopper 38.1% -> 30.4%; ``bench/perfmodel_accuracy.py``). They are kept
+        per stack and precision: pooled over both and normalised by FP32 specs they send tuned-code and
+        half-precision speeds to other GPUs (Ampere 75.7%); and below the smallest measured batch they
+        follow the measured trend: held flat there they sent a job at per-GPU batch 1 to K80s in the
+        simulator (docs/decisions/0003-measured-anchors.md).
         """
         with_anchors = anchors
         if path is None:
@@ -802,8 +802,8 @@ class Predictor:
         """LLM rows blended with their measured anchor where one applies (the model measured at its
         precision and stack on other GPU types, not on this one), in log space with the learned path's
         weight: iteration time = scaling model^(1 - w) x anchor^w. Without it an LLM measured on A100s
-        was answered on H100s by the scaling model alone (Hopper cold, llm-foundry's MPT-7B/30B rows:
-        docs/perfmodel-accuracy.md "Session 10")."""
+        would be answered on H100s by the scaling model alone (Hopper cold, llm-foundry's MPT-7B/30B rows:
+        docs/decisions/0003-measured-anchors.md)."""
         factors = self._llm_anchor_factors
         f = []
         for row in rows:

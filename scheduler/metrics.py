@@ -209,7 +209,7 @@ OPERATOR_ERRORS = Counter(
     registry=REGISTRY,
 )
 
-# --- dashboard and alerts (issue 7: helm/perfsched/files) -------------------------------------------
+# --- dashboard and alerts (helm/perfsched/files) --------------------------------------------------------
 # Needed by the Grafana dashboard ("GPUs allocated vs capacity by GPU type") and the
 # PerfschedJobsWaitingTooLong alert; the operator sets them once per round from its snapshot
 # (``record_cluster_gauges``), so they are as fresh as the last round.

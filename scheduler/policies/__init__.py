@@ -49,8 +49,8 @@ POLICIES: dict[str, PolicyFactory] = {
 }
 
 #: The policy the operator, Helm chart (``operator.policy`` empty) and ``perfsched demo`` run when none is
-#: given. Chosen from ``bench/decision_quality.py`` (docs/performance.md, "Which policy should be the
-#: default"); change it here.
+#: given. Chosen from ``bench/decision_quality.py`` (docs/decision-quality.md; why:
+#: docs/decisions/0010-las-default-policy.md); change it here.
 DEFAULT_POLICY_SPEC = "las"
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")

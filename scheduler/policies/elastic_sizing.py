@@ -71,7 +71,7 @@ from scheduler.policies.type_planner import DEFAULT_HORIZON_S, MIN_SPEEDUP, MOVE
 #: move to another GPU type must clear (``type_planner.MIN_SPEEDUP``): every GPU freed by a completion
 #: does not restart a big job for a few percent, nor does a prediction error of that size. Against 1.1x
 #: on the benchmark's elastic scenario (seeds 0-1, loads 0.8-3): resizes per job 0.07-0.67 instead of
-#: 0.11-0.78, average JCT -10% .. +3% (docs/performance.md, "Elastic jobs sized")
+#: 0.11-0.78, average JCT -10% .. +3% (docs/decisions/0015-elastic-sizing-in-ordering-policies.md)
 MIN_RESIZE_SPEEDUP = MIN_SPEEDUP
 
 

@@ -14,7 +14,7 @@ margin on the deficit.
 **A fairness policy, not a JCT policy.** Use it when every job should get the same share of its best
 speed (its FTF rho is low); for average JCT use an ordering policy with ``heterogeneity: aware``
 (``las``, ``srsf``: ``scheduler.policies.type_planner``), which beat it on every benchmark cell of
-``bench/decision_quality.py``. Why it loses to LAS on average JCT (measured, issue 11):
+``bench/decision_quality.py``. Why it loses to LAS on average JCT (docs/decisions/0010-las-default-policy.md):
 
 - the objective is max-min fairness over *every* active job, queue included: each gets the same
   fraction of its best speed, i.e. processor sharing, which on heavy-tailed Philly durations is far
@@ -23,11 +23,10 @@ speed (its FTF rho is low); for average JCT use an ordering policy with ``hetero
   minus the share received since submission) run, so a job that ran for a round falls behind and is
   preempted. Churn is not priced: 2.3 preemptions per job at load 1 and 5.7 at load 3 (400 jobs), each
   costing a restart, and the more jobs wait the smaller each share and the faster the rotation;
-- under the shipped predictor the LP is steered by the jobs the predictor gets most wrong: the 8-GPU
-  jobs spread over two 4-GPU servers (2% of the jobs, 90% of the GPU-hours of the Philly sample) are
-  predicted with a mean relative error of 105%, their V100/K80 speed ratio overstated 4.2x (1-GPU jobs:
-  13%, ratio within 4%), so the plan hands the V100s to the biggest jobs that barely gain from them.
-  That error is the predictor's (multi-node shapes), not the policy's.
+- under the predictor the LP is steered by the jobs the predictor gets most wrong: the 8-GPU jobs
+  spread over two 4-GPU servers (2% of the jobs, 90% of the GPU-hours of the Philly sample) are its
+  least accurate questions (docs/perfmodel-accuracy.md), and normalised rows make them look like the
+  jobs that need V100s most, so an error there hands the V100s to the biggest jobs, which barely gain.
 
 Follows Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep Learning
 Workloads" (Gavel), OSDI 2020. Differs: normalisation is by the job's own best type rather than an

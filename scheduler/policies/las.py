@@ -18,7 +18,7 @@ Consolidation, ``consolidate: true`` (the default): a running gang spread over s
 placement of the same type and size on fewer nodes when one is free at its turn and the oracle's speed-up
 pays the restart (``type_planner.move_pays``). Without it, an 8-GPU job restarted on scattered GPUs keeps
 them for its whole run: on the benchmark's clusters the largest jobs ran at 1/8 of their speed for
-hundreds of hours (docs/performance.md, "Long gangs").
+hundreds of hours (docs/decisions/0014-consolidation-of-spread-gangs.md).
 
 Anti-starvation, ``starvation_factor: K`` (off by default, ``null``; opt in with e.g. 1): a job
 waiting, or running spread over more nodes than its gang needs, is starving once the time it has lost
@@ -30,8 +30,8 @@ keeps its queue's rank, so it evicts no job its queue could not: promotion with 
 gets an EASY backfilling reservation of nodes on the shared greedy walk
 (``scheduler.policies.greedy.Reservation``): jobs behind it may take GPUs on those nodes only when
 predicted to finish before the nodes are needed. It is off by default because the benchmark did not
-choose it (docs/performance.md, "Long gangs"); K bounds a job's slowdown to about K + 1 plus the wait
-for the held nodes.
+choose it (docs/decisions/0014-consolidation-of-spread-gangs.md); K bounds a job's slowdown to about
+K + 1 plus the wait for the held nodes.
 
 Elastic jobs: aware, each is sized by marginal gain in LAS's order (``scheduler.policies.elastic_sizing``:
 admitted at its minimum, spare GPUs by predicted gain per GPU, growth priced by its restart, shrunk only

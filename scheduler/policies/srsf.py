@@ -18,7 +18,8 @@ longest 1-GPU job restarted on whatever GPU a completion freed and was evicted f
 arrival seconds later (Gavel's cluster, 400 jobs: one 119 h job 44 times, 0.1 per job of the run's
 churn). After Slurm's ``PreemptExemptTime`` (a minimum run time before a job may be preempted); differs:
 only for jobs already restarted ``lease_after_restarts`` times, so SRSF's order decides every other
-eviction (a 600 s lease for every job cost the predictor's share of the gain: docs/performance.md). On one
+eviction (a 600 s lease for every job cost the predictor's share of the gain:
+docs/decisions/0013-srsf-restart-lease.md). On one
 GPU type aware equals agnostic, and the agnostic twin (the baseline) has no lease.
 
 Follows the SRSF baseline of Tiresias (NSDI'19) and the survey's "SRSF with execution-time error"

@@ -36,7 +36,7 @@ on its asked GPUs of type t, one batched oracle call):
    measured / predicted: the move is decided on the predictor's ratio between types at the measured
    level. (Against the compact shape's prediction instead, a placement faster than that shape read as
    predictor error even under the true table: aware SRSF on modern-mix, load 1.5, 5.02 -> 12.8 h.)
-   Comparing the measurement here with raw predictions elsewhere (the previous rule) blocks every
+   Comparing the measurement here with raw predictions elsewhere (the alternative) blocks every
    move of a job the predictor under-rates on all types (on one Philly draw a shufflenet on 8 P100s
    stayed there 526 h; the truth moves it to V100s within a day), and taking the measurement as the
    speed everywhere would move jobs on the predictor's level errors
@@ -65,7 +65,7 @@ on its asked GPUs of type t, one batched oracle call):
    evicted from them by the next arrival, dozens of times an hour, now keep them. Elastic victims are
    not priced (a restart is how one running small regains its size). Not for SRSF: it
    met the churn bound without it, and with it the predictor's share of its gain on one Philly
-   draw fell 83% -> 75% (docs/performance.md, "Evictions priced").
+   draw fell 83% -> 75% (docs/decisions/0012-eviction-pricing.md).
    Types where a job is predicted to make no progress are left out; a job predicted to make none
    anywhere keeps the free-GPU order.
 
@@ -215,13 +215,10 @@ class EvictionPrice:
 
     def __call__(self, job: Job, gpu_type: str, victims: Sequence[str], free_gpus: int) -> bool:
         wait = self.wait_s(job.min_gpus, gpu_type, free_gpus)
-        # an elastic victim is not protected. Before elastic sizing LAS never grew a running job, so a
-        # restart was how an elastic job that ran small got back to its full size (protected, two 16-GPU
-        # jobs on modern-mix ran 4-6x longer and aware LAS's average JCT went 2.82 -> 5.5 h at load 1.5).
-        # With sizing (``elastic_sizing``) that still held when measured (its first growth bar, 1.1x; now
-        # 1.25x): priced, on the benchmark's elastic scenario at load 3 preemptions per job fell 0.47 /
-        # 0.49 -> 0.13 / 0.17 (seeds 0 / 1) but the average JCT went 1.63 / 1.83 -> 1.61 / 2.10 h
-        # (docs/performance.md, "Elastic jobs sized", network-blind truth)
+        # an elastic victim is not protected: a restart is how an elastic job that runs small gets back
+        # to a larger size. Priced, the short jobs that would evict it wait instead: on the benchmark's
+        # elastic scenario at load 3 preemptions per job fell 0.47 / 0.49 -> 0.13 / 0.17 (seeds 0 / 1)
+        # but the average JCT went 1.63 / 1.83 -> 1.61 / 2.10 h (docs/decisions/0012-eviction-pricing.md)
         priced = [v for v in victims if not self._jobs[v].is_elastic]
         return eviction_pays(
             job.min_gpus,

@@ -251,7 +251,7 @@ def test_gpus_held_by_a_draining_gang_are_not_admitted_twice() -> None:
     assert result.waiting["a-2"].reason.endswith("the job needs 4, 0 A100 free")
 
 
-# --- the policy chooses the GPU type within the queue's quota (issue 14: heterogeneity-aware under queues)
+# --- the policy chooses the GPU type within the queue's quota (heterogeneity-aware under queues) ---------
 
 MIXED = cluster(("A100", 1, 8), ("K80", 1, 8))
 

@@ -119,7 +119,7 @@ def test_job_deleted_mid_run_leaves_others_alone() -> None:
     assert h.api.status_of("ml", "b")["phase"] == "Running"
 
 
-# --- events follow the state they describe (issue 15, 4b) -------------------------------------------------
+# --- events follow the state they describe ----------------------------------------------------------------
 
 
 def preempted_job(h: Harness) -> ScriptedPolicy:

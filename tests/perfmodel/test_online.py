@@ -100,8 +100,9 @@ def test_scaling_trend_on_a_gpu_type_carries_to_other_models(predictor: Predicto
     cold = predictor.predict([bert8]).samples_per_s[0]
     got = c.predict([bert8]).samples_per_s[0]
     # truth = cold x 0.8^3 = 0.512 cold (cold error 95%); the trend learned on ResNet-50 removes most of
-    # it (24-34% left with the shipped models of sessions 7-8: the structural level prices the all-reduce
-    # of BERT's larger model, not a flat 0.8 per doubling); a BERT-only correction would leave ~95%
+    # it (the structural level prices the all-reduce of BERT's larger model, not a flat 0.8 per
+    # doubling, so some error is left: at most 40% of the cold error); a BERT-only correction would
+    # leave ~95%
     assert abs(cold / truth(*bert8) - 1) > 0.9
     assert abs(got / truth(*bert8) - 1) < 0.4 * abs(cold / truth(*bert8) - 1)
 
@@ -168,16 +169,16 @@ def test_trend_does_not_extrapolate_beyond_what_was_observed(predictor: Predicto
     # ResNet-50 on A100 is observed at half the offline throughput per doubling of the GPU count on 1, 2
     # and 4 GPUs (ratios observed / offline: 1, 0.5, 0.25), at two batch sizes. A straight trend in the
     # GPU count would say 0.5^6 = 1/64 on 64 GPUs; the trend is clamped to its values at the observed
-    # points, so the correction stays near the lowest observed ratio 0.25 (the previous correction gave
-    # 0.20 on 8 GPUs and 0.05 on 64).
+    # points, so the correction stays near the lowest observed ratio 0.25 (an unclamped trend would
+    # give 0.20 on 8 GPUs and 0.05 on 64).
     c = OnlineCorrector(predictor)
     for k, n in enumerate((1, 2, 4, 1, 2, 4)):
         q = (JobFeatures("resnet50", "imagenet", 64 * n * (1 + k // 3)), HardwareFeatures("A100", n, n))
         c.observe(*q, predictor.predict([q]).samples_per_s[0] * 0.5 ** math.log2(n), job_id=f"j{k}")
     # Beyond the observed GPU counts the correction stays between the lowest observed ratio and its own
-    # value at the largest observed count (4 GPUs), without going on down. (It once read 0.29 on 8 and 64
-    # GPUs against a bound of 0.3; retrained for FP8, session 10, 0.35 and 0.31 with 0.42 at 4 GPUs: the
-    # corrector's level at 4 GPUs moves with the offline model, so the bound is relative to it.)
+    # value at the largest observed count (4 GPUs), without going on down. The corrector's level at 4
+    # GPUs moves with the offline model (a retrain shifts it by a few hundredths), so the bounds are
+    # relative to it rather than fixed numbers.
     ratios = []
     for n, per_node, nodes in ((4, 4, 1), (8, 8, 1), (64, 8, 8)):
         q = (JobFeatures("resnet50", "imagenet", 64 * n), HardwareFeatures("A100", n, per_node, nodes))
@@ -191,8 +192,8 @@ def test_a_model_seen_at_two_batch_sizes_carries_to_its_other_configurations(pre
     # On this GPU type BERT runs 1.8x the offline throughput at per-GPU batch 32, and relatively faster at
     # small batches (x (b / 32)^-0.2: the offline model over-rates small batches' overhead on a fast GPU).
     # Seen on one GPU at batches 8 and 64, its other batch sizes and GPU counts on the type must follow:
-    # within 5% between the observed batches and on 4 GPUs, and not run off beyond them (the previous
-    # correction, a mean plus a kernel-weighted local deviation, was +34% / +53% off at 128 / 256).
+    # within 5% between the observed batches and on 4 GPUs, and not run off beyond them (a mean plus a
+    # kernel-weighted local deviation is +34% / +53% off at 128 / 256: docs/decisions/0004).
     gpu = "NVIDIA-A100-SXM4-80GB"
 
     def row(local: int, n: int = 1) -> tuple[JobFeatures, HardwareFeatures]:
@@ -263,8 +264,8 @@ def test_a_model_seen_at_two_gpu_counts_does_not_carry_their_noise_to_thousands_
 ) -> None:
     # BERT-large (MLPerf code) on H100 nodes runs 1.5x the offline throughput at every GPU count, seen
     # at 8 and 64 GPUs with +-5% run-to-run noise. A straight line through the two runs in log GPUs
-    # would carry that noise six e-folds further, to 3,072 GPUs (the previous model level: 1.61x there
-    # with the noise one way round); the model's GPU-count slope holds between its runs and is flat
+    # would carry that noise six e-folds further, to 3,072 GPUs (1.61x there with the noise one way
+    # round); the model's GPU-count slope holds between its runs and is flat
     # beyond them, so the correction there stays within what the two runs were corrected by.
     def row(n: int) -> tuple[JobFeatures, HardwareFeatures]:
         return _mlperf_bert_h100(n)

@@ -142,8 +142,8 @@ def _linear_bound(predictor: Predictor, job: JobFeatures, hw: HardwareFeatures, 
     """The most a job on n GPUs of one node may reach: linear scaling from one GPU at a per-GPU batch of
     global / m for some m in 1..n (m = n: the same per-GPU batch), with the 1-GPU times from the per-row
     path. The in-node envelope lets a row reach the best of the same job on fewer GPUs; where the learned
-    1-GPU time drops as the batch grows, that can exceed n x one GPU at the same per-GPU batch (see the
-    docs/performance.md, "Predictor")."""
+    1-GPU time drops as the batch grows, that can exceed n x one GPU at the same per-GPU batch (see
+    docs/decisions/0002-in-node-envelope.md)."""
     fewer = [(job, HardwareFeatures(hw.gpu_type, m, m, 1, hw.interconnect)) for m in range(1, n + 1)]
     resolved = [resolve(j, h) for j, h in fewer]
     _, t1 = predictor.model.times_of(resolved, _anchored(predictor, resolved))
