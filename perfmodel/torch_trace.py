@@ -533,9 +533,10 @@ class _Tracer:
             self._gemm(full, base, n, args, ins, outs, scales)
             return
         if cls == "attention":
-            q, k = ins[0], ins[1]
-            bh = numel(q[:-2])
             backward = "backward" in n
+            # forward (query, key, value, ...); backward (grad_out, query, key, value, ...)
+            q, k = (ins[1], ins[2]) if backward and len(ins) > 2 else (ins[0], ins[1])
+            bh = numel(q[:-2])
             flops = attention_flops(bh, q[-2], k[-2], q[-1], backward=backward)
             gemm = {"m": q[-2], "n": k[-2], "k": q[-1], "batch": bh}
             self._add(full, base, cls, ins, outs, flops, scales, gemm)
