@@ -238,6 +238,18 @@ class OperatorProfile:
         return doc
 
 
+def profile_fingerprint(profile: OperatorProfile) -> tuple[str, str, int, float, int]:
+    """A small hashable stand-in for a profile in cache keys: model, source, micro-batch, training
+    FLOPs per sample and operator count."""
+    return (
+        profile.model.name,
+        profile.model.source.value,
+        profile.batch_size,
+        profile.train_flops_per_sample,
+        len(profile.operators),
+    )
+
+
 def _op_to_json(o: Operator) -> dict[str, Any]:
     d: dict[str, Any] = {
         "name": o.name,
