@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from perfmodel.errors import ProfileError
+from perfmodel.opcount import conv_gemms, op_class, optimizer_operators, pointwise_flops
 from perfmodel.profile import OpClass, Phase, Source
 from perfmodel.profiling import DEFAULT_TORCH_PYTHON, profile_torch, profile_zoo, torch_available
-from perfmodel.torch_trace import conv_gemms, op_class, optimizer_operators, pointwise_flops
 
 MODELS = Path(__file__).parent / "torch_models" / "models.py"
 
