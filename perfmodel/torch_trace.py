@@ -76,7 +76,6 @@ def trace_step(
     input_shape: Sequence[int],
     batch_size: int,
     optimizer: str = "adamw",
-    num_classes: int | None = None,
     name: str | None = None,
 ) -> dict[str, Any]:
     """Trace one training step of the module ``FILE.py:FACTORY`` builds; the profile JSON document."""
