@@ -149,7 +149,7 @@ class TransformerSpec:
             linear_bias=bias,
             rotary=not learned_pos,
             causal=mtype not in ("bert", "roberta"),
-            positions=seq if learned_pos else 0,
+            positions=(get(("n_positions", "max_position_embeddings"), default=seq) if learned_pos else 0),
         )
 
 

@@ -136,6 +136,24 @@ def test_llm_config_profile_equals_the_zoo_llm(tmp_path: Path) -> None:
     assert att.flops == 274_877_906_944 and att.gemm == GemmDims(4096, 4096, 128, 32)
 
 
+def test_gpt2_config_keys() -> None:
+    # openai-community/gpt2 config.json: GPT-2's own key names, learned positions, tied LM head.
+    cfg = {
+        "model_type": "gpt2",
+        "activation_function": "gelu_new",
+        "n_layer": 12,
+        "n_embd": 768,
+        "n_head": 12,
+        "n_inner": None,
+        "n_positions": 1024,
+        "vocab_size": 50257,
+    }
+    p = profile_llm(cfg, batch_size=1, sequence_length=512)
+    assert p.model.parameters == 124_439_808  # the model card's count
+    assert p.sample.sequence_length == 512
+    assert p.model.parameters == profile_zoo("gpt2").model.parameters
+
+
 def test_moe_config_routes_top_k_tokens() -> None:
     cfg = {**_llama3_8b_config(), "vocab_size": 32000, "num_local_experts": 8, "num_experts_per_tok": 2}
     p = profile_llm(cfg, batch_size=2, sequence_length=1024, name="mixtral-like")
