@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from perfmodel.profile import OperatorProfile
 from scheduler import metrics
 from scheduler.core.decisions import Action, ActionKind, RoundResult, Unschedulable
 from scheduler.core.errors import PerfschedError
@@ -48,6 +49,8 @@ from scheduler.k8s import crd
 from scheduler.k8s.actuator import Actuator, NotLeader
 from scheduler.k8s.codec import CodecError, decode_node
 from scheduler.k8s.kubeapi import KubeApi, Obj
+from scheduler.k8s.profiles import ModelProfiles
+from scheduler.operator.modelprofile import Condition, profile_condition, with_profile_condition
 from scheduler.operator.observe import (
     GangState,
     JobView,
@@ -167,6 +170,9 @@ class Operator:
         self.actuator = Actuator(
             api, may_act=may_act, master_port=self.config.master_port, instance=self.config.instance
         )
+        self.profiles = ModelProfiles(api)
+        #: this round's ModelProfile condition (status, reason, message) of each job with spec.modelProfile
+        self._profile_conditions: dict[str, Condition] = {}
         # Only for metrics and de-duplicating observations; never needed for correctness.
         self._observed_report_time: dict[str, float] = {}
         self._learned: list[tuple[Job, PlacementShape, float]] = []
@@ -338,15 +344,18 @@ class Operator:
         placing: list[tuple[JobView, Job]] = []
         allocations: dict[str, Allocation] = {}
         accounted: set[str] = set()
+        self._profile_conditions.clear()
         for obj in sorted(tjs, key=_creation_order):
             key = crd.job_key(obj)
             spec = crd.parse_spec(obj)
+            profile = self._model_profile(key, obj, spec)
             converted = crd.trainingjob_to_job(
                 obj,
                 now=now,
                 known_model=self.known_model,
                 cluster_gpu_types=cluster_types,
                 priority_classes=classes,
+                model_profile=profile,
             )
             view = observe_job(
                 obj,
@@ -474,6 +483,17 @@ class Operator:
             if alloc is not None:
                 self._learn(view, step.job, alloc, observed, node_map, step.predicted)
 
+    def _model_profile(
+        self, key: str, obj: Obj, spec: crd.TrainingJobSpec | Unschedulable
+    ) -> OperatorProfile | str | None:
+        """The job's operator profile (or why it cannot be used); records its ModelProfile condition."""
+        if not isinstance(spec, crd.TrainingJobSpec) or spec.model_profile is None:
+            return None
+        namespace = str((obj.get("metadata") or {}).get("namespace", ""))
+        profile = self.profiles.resolve(namespace, spec.model_profile)
+        self._profile_conditions[key] = profile_condition(spec, namespace, profile)
+        return profile
+
     def _execute(
         self,
         view: JobView,
@@ -484,6 +504,7 @@ class Operator:
     ) -> None:
         """Apply one transition's Outcome: the status (through its model), its Events, the gang, the pod
         deletions and the Service, then counters and metrics (see ``scheduler.operator.transitions``)."""
+        out = with_profile_condition(view.status, out, self._profile_conditions.get(view.key), now)
         if out.status is not None:
             patch = status_patch(view.obj.get("status") or {}, status_wire(out.status))
             if patch:
