@@ -1,8 +1,8 @@
 """Benchmark: the whole ``perfsched simulate`` process against the naive reference simulator, same run.
 
 Replays the Philly 10k trace with SRSF on 64 GPUs at load 0.8, as a user runs it: a fresh process with
-its imports, trace parsing, rounds, report and plots (``perfsched simulate --policy srsf --gpus 64
---load 0.8 --out DIR``; ``--no-files`` adds ``--out ''``), and the reference
+its imports, trace parsing, rounds, table, report and plots (``perfsched simulate --policy srsf --gpus 64
+--load 0.8 --out DIR``; ``--no-files``: ``--out '' --json``, no files), and the reference
 ``shared/bench/refsim.py TRACE --gpus 64 --load 0.8 --policies srsf:0`` (an independent event-driven
 simulator of a homogeneous pool, numpy and pandas), alternately, ``--repeat`` times each. Prints each
 one's median and best wall time and CPU time (user + system of the child process) and the ratio
@@ -95,7 +95,9 @@ def main() -> None:
 
     out_dir = Path(tempfile.mkdtemp(prefix="sim-vs-ref-"))
     ours_cmd = [perfsched, "simulate", "--policy", "srsf", "--gpus", "64", "--load", "0.8"]
-    ours_cmd += ["--out", "" if args.no_files else str(out_dir), "--json"]
+    # as a user runs it: the table on stdout and the files in --out (report.json read back from there);
+    # with --no-files the report comes as JSON on stdout instead
+    ours_cmd += ["--out", "", "--json"] if args.no_files else ["--out", str(out_dir)]
     ref_cmd = [args.ref_python, str(shared / "bench" / "refsim.py"), str(trace)]
     ref_cmd += ["--gpus", "64", "--load", "0.8", "--policies", "srsf:0"]
 
@@ -108,7 +110,7 @@ def main() -> None:
         ref.append((w, c))
         w, c, stdout = _timed(ours_cmd)
         ours.append((w, c))
-        report = json.loads(stdout)
+        report = json.loads(stdout if args.no_files else (out_dir / "report.json").read_text())
     shutil.rmtree(out_dir, ignore_errors=True)
 
     o, r = _stats(ours), _stats(ref)
