@@ -104,3 +104,15 @@ def test_bad_compare_input_exits_2_with_one_line_before_starting_anything(
     assert len(out.stderr.strip().splitlines()) == 1
     assert "Traceback" not in out.stderr
     assert not (tmp_path / "s").exists()
+
+
+def test_the_default_baseline_is_a_policy_spec_the_operator_accepts() -> None:
+    from typing import get_args
+
+    from perfsched_dev.commands.demo import DEFAULT_BASELINE
+    from scheduler.policies import check_single_spec, make_policy_from_spec
+    from scheduler.policies.config import Heterogeneity
+
+    if "ordered" not in get_args(Heterogeneity):
+        pytest.skip("heterogeneity=ordered is not in this tree's policies yet")
+    make_policy_from_spec(check_single_spec(DEFAULT_BASELINE).text)
