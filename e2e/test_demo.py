@@ -123,3 +123,44 @@ def test_a_component_dying_mid_run_fails_the_demo_and_everything_is_stopped(tmp_
     assert "cleaning up" in output
     assert not [r.name for r in started if is_running(r)]
     assert not (state / "state.json").exists()
+
+
+def test_compare_runs_both_policies_reports_side_by_side_and_cleans_up(tmp_path: Path) -> None:
+    state = tmp_path / "demo"
+    out_dir = tmp_path / "out"
+    out = demo(
+        "--compare",
+        "--baseline",
+        "las:heterogeneity=agnostic",
+        "--duration",
+        "60",
+        "--jobs",
+        "8",
+        "--state-dir",
+        str(state),
+        "--out",
+        str(out_dir),
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = out.stdout
+    assert "run 1 of 2" in text and "run 2 of 2" in text
+    assert "the same workload under two policies" in text
+    assert "default: las" in text and "baseline: las:heterogeneity=agnostic" in text
+    for row in (
+        "avg JCT",
+        "p99 JCT",
+        "GPU utilisation",
+        "preemptions / resizes / restarts",
+        "predictor error",
+    ):
+        assert row in text
+    assert "average JCT was lower" in text or "average JCT was NOT lower" in text
+    assert (out_dir / "jct_cdf.png").read_bytes()[:4] == b"\x89PNG"
+    reports = json.loads((out_dir / "report.json").read_text())
+    assert [r["role"] for r in reports] == ["default", "baseline"]
+    assert all(r["submitted"] == 8 for r in reports)
+    # each run had its own control plane, and both were torn down
+    for state_dir in (state, tmp_path / "demo-baseline"):
+        assert (state_dir / "logs" / "perfsched-operator.log").exists()
+        assert not (state_dir / "state.json").exists(), f"{state_dir}: the cluster was not torn down"

@@ -25,7 +25,7 @@ from scheduler.core.errors import ConfigError, PerfschedError
 
 if TYPE_CHECKING:
     from perfsched_dev.devcluster.cluster import DevCluster
-    from scheduler.core.types import Node
+    from scheduler.core.types import Job, Node
     from scheduler.sim.cluster import ClusterSpec
 
 log = logging.getLogger(__name__)
@@ -40,10 +40,12 @@ class DemoOptions:
     """What ``perfsched demo`` runs."""
 
     duration_s: float = 180.0
-    jobs: int = 16
+    #: 40 jobs on one node per pool (4 K80 + 4 P100 + 4 V100): queues form for the V100s, and the jobs
+    #: gain from 0.7x to 9x on a V100 over a K80, so which job gets the fast GPUs matters
+    jobs: int = 40
     policy: str = ""
     cluster: str = "gavel-heterogeneous"
-    nodes_per_pool: int = 2
+    nodes_per_pool: int = 1
     seed: int = 0
     time_scale: float = 1.0
     elastic: bool = False
@@ -103,8 +105,11 @@ def demo_state_dir(options: DemoOptions) -> Path:
     return Path(cache).expanduser() / "demo-cluster"
 
 
-def build_manifests(options: DemoOptions) -> tuple[list[tuple[float, dict[str, Any]]], Any]:
-    """(submit offset, TrainingJob manifest) pairs from the shipped Philly sample, and the cluster spec."""
+def build_jobs(options: DemoOptions) -> tuple[tuple[Job, ...], ClusterSpec]:
+    """The demo's jobs (as the simulator would replay them) from the shipped Philly sample, and the cluster
+    spec cut to ``nodes_per_pool`` nodes per pool. Durations are calibrated on the largest pool (the first
+    of equals: K80 on ``gavel-heterogeneous``), so a job runs its rescaled traced duration there."""
+    from perfmodel.gpus import canonical_gpu_type
     from perfmodel.truth import GroundTruth
     from scheduler.sim.cluster import load_cluster_spec
     from scheduler.sim.trace_jobs import WorkloadOptions, build_workload
@@ -119,8 +124,6 @@ def build_manifests(options: DemoOptions) -> tuple[list[tuple[float, dict[str, A
     trace = load_trace("philly-10k")
     picked = pick_jobs(trace.jobs, shape)
     ref = sorted(spec.pools, key=lambda p: -p.gpus_per_node * p.nodes)[0]
-    from perfmodel.gpus import canonical_gpu_type
-
     ref_type = canonical_gpu_type(ref.gpu_product) or "V100"
     workload = build_workload(
         picked,
@@ -134,7 +137,13 @@ def build_manifests(options: DemoOptions) -> tuple[list[tuple[float, dict[str, A
         ),
         max_gpus=biggest,
     )
-    return [(job.submit_time, trainingjob_manifest(job)) for job in workload.jobs], spec
+    return workload.jobs, spec
+
+
+def build_manifests(options: DemoOptions) -> tuple[list[tuple[float, dict[str, Any]]], Any]:
+    """(submit offset, TrainingJob manifest) pairs from the shipped Philly sample, and the cluster spec."""
+    jobs, spec = build_jobs(options)
+    return [(job.submit_time, trainingjob_manifest(job)) for job in jobs], spec
 
 
 def _submitter(

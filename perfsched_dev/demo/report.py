@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,12 +72,15 @@ class DemoReport:
     failed: int
     unfinished: int
     avg_jct_s: float | None
+    p99_jct_s: float | None
     utilisation: float
     preemptions: int
     resizes: int
     restarts: int
     predictor_error: float | None
     predictor_samples: int
+    #: the JCT of every job that succeeded, seconds, ascending
+    jcts: tuple[float, ...] = ()
 
 
 def build_report(
@@ -86,9 +89,9 @@ def build_report(
     total_gpus: int,
     error_samples: Sequence[float],
 ) -> DemoReport:
-    """Summarise the run. JCT is ``status.completionTime - metadata.creationTimestamp`` of finished jobs;
-    utilisation is the time-average of GPUs in use over ``total_gpus``; predictor error is the mean of the
-    relative errors sampled while jobs ran."""
+    """Summarise the run. JCT is ``status.completionTime - metadata.creationTimestamp`` of finished jobs
+    (p99 by ``percentile``); utilisation is the time-average of GPUs in use over ``total_gpus``; predictor
+    error is the mean of the relative errors sampled while jobs ran."""
     jcts = []
     succeeded = failed = 0
     preemptions = resizes = restarts = 0
@@ -112,10 +115,75 @@ def build_report(
         failed=failed,
         unfinished=len(tjs) - succeeded - failed,
         avg_jct_s=sum(jcts) / len(jcts) if jcts else None,
+        p99_jct_s=percentile(jcts, 99) if jcts else None,
         utilisation=util,
         preemptions=preemptions,
         resizes=resizes,
         restarts=restarts,
         predictor_error=sum(error_samples) / len(error_samples) if error_samples else None,
         predictor_samples=len(error_samples),
+        jcts=tuple(sorted(jcts)),
     )
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile of ``values``, interpolated linearly between the closest ranks (numpy's
+    default, written out so that the report needs no numpy): rank ``q/100 x (n - 1)`` of the sorted values."""
+    if not values:
+        raise ValueError("percentile of no values")
+    ordered = sorted(values)
+    pos = q / 100.0 * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _seconds(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f} s"
+
+
+def _error(r: DemoReport) -> str:
+    if r.predictor_error is None:
+        return "-"
+    return f"{r.predictor_error:.1%} ({r.predictor_samples} samples)"
+
+
+def comparison_rows(a: DemoReport, b: DemoReport) -> list[tuple[str, str, str]]:
+    """The two runs' figures side by side: (metric, first run, second run) per row."""
+
+    def jobs(r: DemoReport) -> str:
+        return f"{r.succeeded}/{r.submitted} succeeded, {r.failed} failed, {r.unfinished} unfinished"
+
+    def actions(r: DemoReport) -> str:
+        return f"{r.preemptions} / {r.resizes} / {r.restarts}"
+
+    rows: list[tuple[str, Callable[[DemoReport], str]]] = [
+        ("jobs", jobs),
+        ("avg JCT", lambda r: _seconds(r.avg_jct_s)),
+        ("p99 JCT", lambda r: _seconds(r.p99_jct_s)),
+        ("GPU utilisation", lambda r: f"{r.utilisation:.0%}"),
+        ("preemptions / resizes / restarts", actions),
+        ("predictor error (mean |pred - obs| / obs)", _error),
+    ]
+    return [(label, show(a), show(b)) for label, show in rows]
+
+
+def verdict(aware: DemoReport, baseline: DemoReport, aware_name: str, baseline_name: str) -> str:
+    """One sentence on whether the aware policy's average JCT was lower than the baseline's, and by how
+    much; it says so when it was not, and when the runs cannot be compared (a job unfinished in either,
+    so the averages cover different jobs, or no job finished)."""
+    a, b = aware.avg_jct_s, baseline.avg_jct_s
+    if a is None or b is None:
+        return "no comparison: a run finished no job"
+    caveat = ""
+    if aware.unfinished or baseline.unfinished or aware.failed or baseline.failed:
+        caveat = (
+            " (not every job succeeded in both runs, so the averages cover different jobs; "
+            "try a longer --duration)"
+        )
+    if a < b:
+        return (
+            f"{aware_name}'s average JCT was lower: {a:.1f} s vs {b:.1f} s for {baseline_name} "
+            f"({b / a:.2f}x){caveat}"
+        )
+    return f"{aware_name}'s average JCT was NOT lower: {a:.1f} s vs {b:.1f} s for {baseline_name}{caveat}"
