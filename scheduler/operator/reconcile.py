@@ -35,7 +35,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from scheduler import metrics
 from scheduler.core.decisions import Action, ActionKind, RoundResult, Unschedulable
@@ -46,7 +46,7 @@ from scheduler.core.round import RoundCosts, run_round
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node, PlacementShape
 from scheduler.k8s import crd
 from scheduler.k8s.actuator import Actuator, NotLeader
-from scheduler.k8s.codec import CodecError, decode_node
+from scheduler.k8s.codec import CodecError, NodeHealth, decode_node, decode_node_health
 from scheduler.k8s.kubeapi import KubeApi, Obj
 from scheduler.operator.observe import (
     GangState,
@@ -54,6 +54,7 @@ from scheduler.operator.observe import (
     PodView,
     held_allocations,
     intended_allocation,
+    node_failures,
     observe_job,
     pod_view,
 )
@@ -72,6 +73,9 @@ class OperatorConfig:
     costs: RoundCosts = field(default_factory=RoundCosts)
     backoff_limit: int = 3
     gang_start_timeout_s: float = 300.0
+    requeue_backoff_s: float = 30.0
+    requeue_backoff_max_s: float = 1800.0
+    node_failure_grace_s: float = 60.0
     master_port: int = 29500
     instance: str = ""
     api_concurrency: int = 8
@@ -184,9 +188,32 @@ class Operator:
                 classes[str(name)] = int(pc.get("value") or 0)
         return tjs, pods, nodes, classes
 
-    def _nodes(self, raw: Sequence[Obj]) -> list[Node]:
+    def _nodes(
+        self, raw: Sequence[Obj], pods: Sequence[PodView], now: float
+    ) -> tuple[list[Node], dict[str, str]]:
+        """The GPU nodes the planner may use, and the failed nodes (name -> why).
+
+        A failed node (NotReady beyond the grace period, tainted NoExecute, deleted under bound pods)
+        leaves the planner's capacity until it is healthy again; a node NotReady within the grace period
+        keeps the gangs it runs but takes no new ones (its capacity is what its pods hold).
+        """
         out: list[Node] = []
         unknown: Counter[str] = Counter()
+        healths: list[NodeHealth] = []
+        for obj in raw:
+            name = (obj.get("metadata") or {}).get("name")
+            try:
+                healths.append(decode_node_health(obj))
+            except CodecError as exc:
+                log.warning("node health does not decode; taken as healthy", extra={"error": str(exc)})
+                if isinstance(name, str) and name:
+                    healths.append(NodeHealth(name))
+        held: Counter[str] = Counter()
+        for p in pods:
+            if p.info.holds_gpus:
+                held[p.info.node_name] += p.info.gpus
+        bound = {p.info.node_name for p in pods if p.info.node_name and p.unfinished}
+        failed, suspect = node_failures(healths, bound, now=now, grace_s=self.config.node_failure_grace_s)
         for obj in raw:
             try:
                 node = decode_node(obj)
@@ -195,13 +222,20 @@ class Operator:
                 continue
             if node.gpus <= 0 or not node.gpu_type:
                 continue
+            if node.name in failed:
+                continue
+            if node.name in suspect:
+                node = replace(node, gpus_external=max(node.gpus_external, node.gpus - held[node.name]))
             if node.gpu_type not in crd.CANONICAL_GPU_TYPES:
                 unknown[node.gpu_product] += 1
             out.append(node)
         metrics.OPERATOR_UNKNOWN_GPU_PRODUCTS.clear()
         for product, count in unknown.items():
             metrics.OPERATOR_UNKNOWN_GPU_PRODUCTS.labels(product=product).set(count)
-        return out
+        for name, why in sorted(failed.items()):
+            if name in held or name in bound:
+                log.warning("node failed; its gangs restart elsewhere", extra={"node": name, "why": why})
+        return out, failed
 
     # --- the round -------------------------------------------------------------------------------------
 
@@ -236,12 +270,12 @@ class Operator:
         t_list = time.perf_counter()
         tjs, raw_pods, raw_nodes, classes = self._list()
         report.list_seconds = time.perf_counter() - t_list
-        nodes = self._nodes(raw_nodes)
         views_all = [v for v in (pod_view(p) for p in raw_pods) if v is not None]
+        nodes, failed = self._nodes(raw_nodes, views_all, now)
 
         # --- phase 2 and 3: observe and settle -----------------------------------------------------------
         round_jobs, placing, allocations, accounted = self._settle_all(
-            tjs, views_all, nodes, classes, now, report
+            tjs, views_all, nodes, failed, classes, now, report
         )
         node_types = {n.name: n.gpu_type for n in nodes}
         allocations.update(held_allocations(views_all, accounted, node_types))
@@ -322,6 +356,7 @@ class Operator:
         tjs: Sequence[Obj],
         views_all: Sequence[PodView],
         nodes: Sequence[Node],
+        failed: Mapping[str, str],
         classes: Mapping[str, int],
         now: float,
         report: RoundReport,
@@ -354,9 +389,15 @@ class Operator:
                 now=now,
                 total_work=spec.work.total if isinstance(spec, crd.TrainingJobSpec) else None,
                 node_types=node_types,
-                start_timeout_s=self.config.gang_start_timeout_s,
+                start_timeout_s=_start_timeout(spec, self.config.gang_start_timeout_s),
+                failed_nodes=failed,
             )
-            step = Observed(converted, backoff_limit=self.config.backoff_limit)
+            step = Observed(
+                converted,
+                backoff_limit=self.config.backoff_limit,
+                requeue_backoff_s=self.config.requeue_backoff_s,
+                requeue_backoff_max_s=self.config.requeue_backoff_max_s,
+            )
             try:
                 out = transition(spec, view, step, now)
                 if out is not None:
@@ -366,6 +407,9 @@ class Operator:
             except PerfschedError as exc:
                 self._api_error(report, key, "settle", exc)
                 continue
+            if out is not None and out.quick_delete:
+                # deleted at once (grace 0) or by a kubelet with nothing to wait for: no longer held
+                accounted.update(f"{view.namespace}/{name}" for name, grace in out.quick_delete if grace == 0)
             if out is None or out.job is None:
                 continue
             if out.allocation is not None and _placing(view):
@@ -490,13 +534,17 @@ class Operator:
                 self.actuator.patch_status(view.obj, patch)
         # after the status it describes and before the pods: a pod change that began says it was sent
         for e in out.events:
-            self.actuator.event(view.obj, type_=e.type, reason=e.reason, message=e.message, now=now)
+            self.actuator.event(
+                view.obj, type_=e.type, reason=e.reason, message=e.message, now=now, key=e.key
+            )
         if out.create is not None:
             assert isinstance(spec, crd.TrainingJobSpec)
             c = out.create
             self.actuator.start_gang(
                 view.obj, spec, c.allocation, generation=c.generation, start_progress=c.start_progress
             )
+        for name, grace in out.quick_delete:
+            self.actuator.delete_pods(view.namespace, [name], grace)
         if out.delete:
             self.actuator.delete_pods(view.namespace, out.delete, out.grace_seconds)
         if out.delete_service:
@@ -576,6 +624,13 @@ class Operator:
                 log.error(
                     "online correction failed", exc_info=True, extra={"job": job.name, "error": str(exc)}
                 )
+
+
+def _start_timeout(spec: crd.TrainingJobSpec | Unschedulable, default: float) -> float:
+    """The job's start timeout: ``spec.startTimeoutSeconds``, else the operator's default."""
+    if isinstance(spec, crd.TrainingJobSpec) and spec.start_timeout_seconds is not None:
+        return float(spec.start_timeout_seconds)
+    return default
 
 
 def _creation_order(obj: Obj) -> tuple[float, str]:
