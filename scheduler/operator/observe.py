@@ -170,6 +170,8 @@ class JobView:
     node_failed: bool = False
     #: why the pods of a gang that is not running wait, in their own words ("" when none says)
     problems: str = ""
+    #: seconds since the pods of a gang that is not running yet were created
+    starting_s: float = 0.0
 
     @property
     def name(self) -> str:
@@ -351,6 +353,8 @@ def _gang_state(
     started = min((p.created for p in cur if p.created is not None), default=None)
     if started is None:
         started = crd.parse_time(status.last_change_time)
+    if started is not None:
+        view = replace(view, starting_s=max(0.0, now - started))
     if started is not None and start_timeout_s > 0 and now - started > start_timeout_s:
         detail = f"{running}/{expected} replicas running {start_timeout_s:.0f} s after the gang started"
         return replace(view, state=GangState.STUCK, detail=f"{detail}: {problems}" if problems else detail)

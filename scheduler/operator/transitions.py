@@ -41,6 +41,8 @@ from scheduler.operator.status import evolve, with_condition
 
 #: Reasons of a gang torn down and requeued (status.reason and the Running condition's reason).
 TEARDOWN_REASONS = frozenset({"WorkerFailed", "GangBroken", "NodeFailed", "StartTimeout"})
+#: seconds a starting gang's pods report a problem before it is the Running condition's reason (and an Event)
+PROBLEM_AFTER_S = 10.0
 #: Admitted=False reasons of a job that waits its turn (a Normal Event); others are Warnings.
 _WAIT_REASONS = frozenset({"Waiting", "QueueQuota"})
 #: Status fields a job that holds no gang does not have.
@@ -652,8 +654,10 @@ def _keep(
             changes["reason"] = "Running"
             changes["message"] = detail
     elif view.problems:
+        # kube-scheduler retries, images take a while: a problem is news (a Warning Event) once it lasts
+        reason = "PodsNotStarting" if view.starting_s >= PROBLEM_AFTER_S else "PodsStarting"
         changes["conditions"] = with_condition(
-            old.conditions, "Running", False, "PodsNotStarting", f"{detail}; {view.problems}", now=now
+            old.conditions, "Running", False, reason, f"{detail}; {view.problems}", now=now
         )
     else:
         changes["conditions"] = with_condition(

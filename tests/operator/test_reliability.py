@@ -92,7 +92,12 @@ def test_stuck_gang_says_why_then_is_stopped_and_requeued_with_backoff() -> None
     op.run_round()
     for pod in ("bert-g1-0", "bert-g1-1"):
         unschedulable(h, pod, f"0/1 nodes are available: {PVC}. preemption: 0/1 nodes are available")
-    op.run_round()  # before the timeout: waiting, and saying why in the pods' words
+    op.run_round()  # at once: the condition says why in the pods' words, not yet a Warning
+    run = cond(h.api.status_of("ml", "bert"), "Running")
+    assert run["reason"] == "PodsStarting" and PVC in run["message"]
+    assert "PodsNotStarting" not in reasons(h, "bert")
+    h.clock.advance(10)  # the problem lasts (PROBLEM_AFTER_S): it becomes the reason, with an Event
+    op.run_round()
     st = h.api.status_of("ml", "bert")
     run = cond(st, "Running")
     assert run["reason"] == "PodsNotStarting"
@@ -101,7 +106,7 @@ def test_stuck_gang_says_why_then_is_stopped_and_requeued_with_backoff() -> None
     op.run_round()
     assert reasons(h, "bert").count("PodsNotStarting") == 1  # once per gang, not per round
 
-    h.clock.advance(61)  # spec.startTimeoutSeconds 60 < the operator's 300
+    h.clock.advance(51)  # spec.startTimeoutSeconds 60 < the operator's 300
     rep = op.run_round()
     assert rep.did("restart", "ml/bert")
     st = h.api.status_of("ml", "bert")
@@ -167,10 +172,11 @@ def test_bound_pods_that_cannot_pull_their_image_release_their_gpus() -> None:
     msg = 'Back-off pulling image "trainer:1": not found'
     waiting(h, "bert-g1-0", "ImagePullBackOff", msg)
     waiting(h, "bert-g1-1", "ContainerCreating", "")  # still being created: not a problem
+    h.clock.advance(10)
     op.run_round()
     run = cond(h.api.status_of("ml", "bert"), "Running")
     assert run["message"].endswith(f'pod bert-g1-0: ImagePullBackOff "{msg}"')
-    h.clock.advance(61)
+    h.clock.advance(51)
     h.api.calls.clear()
     assert op.run_round().did("restart", "ml/bert")
     assert [c for c in h.api.calls if c[0] == "delete_pod"] == [
