@@ -90,6 +90,8 @@ def _failure_text(obj: Mapping[str, Any]) -> str:
     return "; ".join(parts) or "pod failed"
 
 
+#: seconds a starting gang's pods report a problem before it is news (at most half the start timeout)
+PROBLEM_AFTER_S = 10.0
 #: container waiting reasons that are progress, not a problem
 _STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
 #: longest quoted message of a pod's own reason
@@ -170,8 +172,9 @@ class JobView:
     node_failed: bool = False
     #: why the pods of a gang that is not running wait, in their own words ("" when none says)
     problems: str = ""
-    #: seconds since the pods of a gang that is not running yet were created
-    starting_s: float = 0.0
+    #: the pods of a gang that is not running have reported ``problems`` for a while: news (see
+    #: ``PROBLEM_AFTER_S``)
+    problems_last: bool = False
 
     @property
     def name(self) -> str:
@@ -353,8 +356,11 @@ def _gang_state(
     started = min((p.created for p in cur if p.created is not None), default=None)
     if started is None:
         started = crd.parse_time(status.last_change_time)
-    if started is not None:
-        view = replace(view, starting_s=max(0.0, now - started))
+    if started is not None and problems:
+        # kube-scheduler retries and images take a while: a problem is news once it lasts, and always
+        # before the start timeout stops the gang
+        after = min(PROBLEM_AFTER_S, start_timeout_s / 2) if start_timeout_s > 0 else PROBLEM_AFTER_S
+        view = replace(view, problems_last=now - started >= after)
     if started is not None and start_timeout_s > 0 and now - started > start_timeout_s:
         detail = f"{running}/{expected} replicas running {start_timeout_s:.0f} s after the gang started"
         return replace(view, state=GangState.STUCK, detail=f"{detail}: {problems}" if problems else detail)

@@ -7,9 +7,12 @@ is the whole lifecycle loop, in numbered phases:
    an operator restart loses nothing and does not restart running jobs).
 2. **Observe** each job (``scheduler.operator.observe``): its gang's state, progress and checkpoint.
 3. **Settle** what needs no policy: a finished gang completes the job; a crashed one counts a failure and
-   is torn down (or the job Fails after the backoff limit); a gang that lost a pod or node, or was not
-   scheduled in time, is torn down; leftover pods of older generations are deleted; a job whose spec
-   cannot be scheduled as written gets a condition naming the problem.
+   is torn down (or the job Fails after the backoff limit); a gang that lost a pod or a node (NotReady
+   beyond the grace period, tainted NoExecute, deleted) is torn down and restarts from its checkpoint; a
+   gang not running within its start timeout is torn down and requeued with exponential backoff (or the
+   job Fails after the backoff limit); a job backing off waits outside the round; leftover pods of older
+   generations are deleted, those on a failed node at once; a job whose spec cannot be scheduled as
+   written gets a condition naming the problem. Failed nodes are not in the snapshot.
 4. **Decide**: ``run_round(snapshot, jobs, policy, oracle, costs=...)`` on the jobs that are waiting or
    running. GPUs of pods still draining (or not ours) are held by pseudo-allocations outside the round.
 5. **Apply** the actions: START writes the intent (``status.allocation``, a new ``gangGeneration``) then

@@ -41,8 +41,6 @@ from scheduler.operator.status import evolve, with_condition
 
 #: Reasons of a gang torn down and requeued (status.reason and the Running condition's reason).
 TEARDOWN_REASONS = frozenset({"WorkerFailed", "GangBroken", "NodeFailed", "StartTimeout"})
-#: seconds a starting gang's pods report a problem before it is the Running condition's reason (and an Event)
-PROBLEM_AFTER_S = 10.0
 #: Admitted=False reasons of a job that waits its turn (a Normal Event); others are Warnings.
 _WAIT_REASONS = frozenset({"Waiting", "QueueQuota"})
 #: Status fields a job that holds no gang does not have.
@@ -654,8 +652,8 @@ def _keep(
             changes["reason"] = "Running"
             changes["message"] = detail
     elif view.problems:
-        # kube-scheduler retries, images take a while: a problem is news (a Warning Event) once it lasts
-        reason = "PodsNotStarting" if view.starting_s >= PROBLEM_AFTER_S else "PodsStarting"
+        # a problem is news (the reason, and a Warning Event) once it lasts (``JobView.problems_last``)
+        reason = "PodsNotStarting" if view.problems_last else "PodsStarting"
         changes["conditions"] = with_condition(
             old.conditions, "Running", False, reason, f"{detail}; {view.problems}", now=now
         )

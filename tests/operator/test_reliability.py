@@ -142,6 +142,22 @@ def test_stuck_gang_says_why_then_is_stopped_and_requeued_with_backoff() -> None
     assert h.api.job_pods("ml", "bert") == []
 
 
+def test_a_short_start_timeout_reports_the_problem_halfway() -> None:
+    # PROBLEM_AFTER_S is 10 s, but a gang with 8 s to start is told at 4 s, before it is stopped
+    h = make_harness()
+    h.api.add_node(gpu_node("n1", 8))
+    h.api.add_trainingjob(trainingjob("bert", startTimeoutSeconds=8))
+    op = h.operator()
+    op.run_round()
+    unschedulable(h, "bert-g1-0", PVC)
+    h.clock.advance(3)
+    op.run_round()
+    assert cond(h.api.status_of("ml", "bert"), "Running")["reason"] == "PodsStarting"
+    h.clock.advance(1)
+    op.run_round()
+    assert cond(h.api.status_of("ml", "bert"), "Running")["reason"] == "PodsNotStarting"
+
+
 def test_a_fixed_cause_lets_the_next_attempt_run() -> None:
     h = make_harness(gang_start_timeout_s=60, requeue_backoff_s=10)
     h.api.add_node(gpu_node("n1", 8))
