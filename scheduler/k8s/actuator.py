@@ -274,6 +274,26 @@ def event_body(
     }
 
 
+def node_event_body(node: str, *, reason: str, message: str, now: float, instance: str = "") -> Obj:
+    """A Warning Event about a Node (pure; Node events live in the ``default`` namespace)."""
+    ts = crd.rfc3339(now)
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{node}.", "namespace": "default"},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
+        "type": "Warning",
+        "reason": reason,
+        "message": message[:1024],
+        "source": {"component": COMPONENT},
+        "reportingComponent": OPERATOR_COMPONENT,
+        "reportingInstance": instance or COMPONENT,
+        "firstTimestamp": ts,
+        "lastTimestamp": ts,
+        "count": 1,
+    }
+
+
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(float(x))
 
@@ -343,6 +363,15 @@ class Actuator:
         self._check()
         meta = tj["metadata"]
         return self.api.patch_trainingjob_status(meta.get("namespace", "default"), meta["name"], status)
+
+    def node_event(self, node: str, *, reason: str, message: str, now: float) -> None:
+        """Record a Warning Event on a Node; a failure to record one is logged, never fatal."""
+        self._check()
+        body = node_event_body(node, reason=reason, message=message, now=now, instance=self._instance)
+        try:
+            self.api.create_event("default", body)
+        except PerfschedError as exc:
+            log.warning("could not record node event", extra={"node": node, "error": str(exc)})
 
     def event(
         self, tj: Mapping[str, Any], *, type_: str, reason: str, message: str, now: float, key: str = ""

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -46,6 +46,7 @@ from scheduler.core.errors import PerfschedError
 from scheduler.core.placement import spread_of
 from scheduler.core.protocols import Clock, Policy, ThroughputOracle
 from scheduler.core.round import RoundCosts, run_round
+from scheduler.core.slow_nodes import GangSample, SlowNodeConfig, node_slowdown, single_node
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node, PlacementShape
 from scheduler.k8s import crd
 from scheduler.k8s.actuator import Actuator, NotLeader
@@ -79,6 +80,7 @@ class OperatorConfig:
     requeue_backoff_s: float = 30.0
     requeue_backoff_max_s: float = 1800.0
     node_failure_grace_s: float = 60.0
+    slow_nodes: SlowNodeConfig = field(default_factory=SlowNodeConfig)
     master_port: int = 29500
     instance: str = ""
     api_concurrency: int = 8
@@ -177,6 +179,11 @@ class Operator:
         # Only for metrics and de-duplicating observations; never needed for correctness.
         self._observed_report_time: dict[str, float] = {}
         self._learned: list[tuple[Job, PlacementShape, float]] = []
+        # residuals of single-node gangs over the slow-node window, and the nodes flagged (for the Event
+        # on a new flag); lost on restart, refilled within the window (the metric says nothing meanwhile)
+        self._residuals: deque[GangSample] = deque()
+        self._slow_pending: list[GangSample] = []
+        self._flagged: set[str] = set()
 
     # --- phase 1: list ---------------------------------------------------------------------------------
 
@@ -310,6 +317,7 @@ class Operator:
             self._queue_statuses(tenancy, snapshot, jobs, result, report)
         for args in self._learned:
             self._observe(*args)
+        self._slow_nodes(now)
         self._cluster_gauges(nodes, actions, allocations, tjs, now, report)
 
     def _tenancy(self, nodes: Sequence[Node]) -> Tenancy:
@@ -614,7 +622,38 @@ class Operator:
             metrics.OPERATOR_THROUGHPUT_ERROR.labels(gpu_type=alloc.gpu_type).observe(
                 abs(predicted - observed) / observed
             )
+            node = single_node(alloc.replicas_per_node)
+            if node is not None:
+                model = job.model or f"{job.params}/{job.flops_per_sample}"
+                now = self.clock.now()
+                self._slow_pending.append(GangSample(now, node, alloc.gpu_type, model, observed / predicted))
         self._learned.append((job, spread_of(alloc, node_map), observed))
+
+    def _slow_nodes(self, now: float) -> None:
+        """Slow-node detection (``scheduler.core.slow_nodes``): the ratio of every node with evidence as
+        ``perfsched_node_slowdown_ratio{node}``, a Warning Event ``SlowNode`` on a node newly flagged."""
+        cfg = self.config.slow_nodes
+        self._residuals.extend(self._slow_pending)
+        self._slow_pending.clear()
+        while self._residuals and self._residuals[0].time < now - cfg.window_s:
+            self._residuals.popleft()
+        verdicts = node_slowdown(self._residuals, now=now, config=cfg)
+        metrics.NODE_SLOWDOWN_RATIO.clear()
+        for node, v in verdicts.items():
+            metrics.NODE_SLOWDOWN_RATIO.labels(node=node).set(round(v.ratio, 4))
+        flagged = {n for n, v in verdicts.items() if v.flagged}
+        for node in sorted(flagged - self._flagged):
+            v = verdicts[node]
+            message = (
+                f"jobs run at {v.ratio:.2f}x the throughput of the same models on peer {v.gpu_type} nodes "
+                f"({v.models} model(s), {v.samples} reports over the last {cfg.window_s / 60:.0f} min)"
+            )
+            log.warning("slow node", extra={"node": node, "ratio": v.ratio})
+            try:
+                self.actuator.node_event(node, reason="SlowNode", message=message, now=now)
+            except NotLeader:
+                return
+        self._flagged = flagged
 
     def _observe(self, job: Job, shape: PlacementShape, observed: float) -> None:
         """Feed one observation to the oracle's online correction (if the oracle learns)."""

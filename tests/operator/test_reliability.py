@@ -400,3 +400,40 @@ def test_an_operator_killed_at_any_step_of_a_change_leaves_no_orphan(
     if want is not None:
         st = h.api.status_of("ml", "bert")
         assert (st["phase"], st["allocation"]["gpuType"]) == ("Running", want.gpu_type)
+
+
+# --- slow nodes -------------------------------------------------------------------------------------------
+
+
+def test_a_node_where_every_model_runs_slow_is_flagged_once_with_its_ratio() -> None:
+    from scheduler import metrics
+
+    policy = ScriptedPolicy()
+    h = make_harness(policy)
+    jobs = []
+    for n in ("n1", "n2", "n3"):
+        h.api.add_node(gpu_node(n, 8))
+        for model in ("resnet50", "bert"):
+            name = f"{model}-{n}"
+            h.api.add_trainingjob(
+                trainingjob(name, model=model, replicas={"min": 1, "max": 1, "gpusPerReplica": 2})
+            )
+            policy.want[f"ml/{name}"] = alloc(f"ml/{name}", "A100", 2, **{n: 1})
+            jobs.append((name, n))
+    op = h.operator()
+    op.run_round()
+    h.settle_pods()
+    for i in range(7):  # a report every 2 min for 12 min: 7 reports per job, spanning 720 s >= 600 s
+        for name, n in jobs:
+            # predicted 10/s per GPU x 2 = 20/s; n3 makes 60 % of it, the others 100 %
+            rate = 12.0 if n == "n3" else 20.0
+            h.api.report_progress(
+                "ml", f"{name}-g1-0", progress=10 + i, checkpoint=0, throughput=rate, time=h.clock.now()
+            )
+        op.run_round()
+        h.clock.advance(120)
+    slow = [e for e in h.api.events if (e.get("involvedObject") or {}).get("kind") == "Node"]
+    assert [(e["involvedObject"]["name"], e["reason"]) for e in slow] == [("n3", "SlowNode")]
+    assert "0.60x the throughput of the same models on peer A100 nodes (2 model(s)" in slow[0]["message"]
+    assert metrics.NODE_SLOWDOWN_RATIO.labels(node="n3")._value.get() == pytest.approx(0.6)
+    assert metrics.NODE_SLOWDOWN_RATIO.labels(node="n1")._value.get() == pytest.approx(1 / 0.8)
