@@ -77,6 +77,8 @@ class Settings(BaseSettings):
     operator_requeue_backoff_max_seconds: float = Field(default=1800.0, ge=0)
     #: a GPU node NotReady longer than this fails: its gangs restart elsewhere from their checkpoints
     operator_node_failure_grace_seconds: float = Field(default=60.0, ge=0)
+    #: keep new gangs off a node flagged slow (``perfsched_node_slowdown_ratio``); what runs there stays
+    operator_exclude_slow_nodes: bool = False
     #: leader election on a coordination.k8s.io Lease (namespace empty: the operator's own namespace,
     #: from the service account, else "default")
     operator_leader_elect: bool = True

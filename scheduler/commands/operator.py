@@ -130,6 +130,7 @@ def _operator_config(settings: Settings, identity: str) -> OperatorConfig:
         requeue_backoff_s=settings.operator_requeue_backoff_seconds,
         requeue_backoff_max_s=settings.operator_requeue_backoff_max_seconds,
         node_failure_grace_s=settings.operator_node_failure_grace_seconds,
+        exclude_slow_nodes=settings.operator_exclude_slow_nodes,
         master_port=settings.operator_master_port,
         instance=identity,
         api_concurrency=settings.operator_api_concurrency,

@@ -81,6 +81,8 @@ class OperatorConfig:
     requeue_backoff_max_s: float = 1800.0
     node_failure_grace_s: float = 60.0
     slow_nodes: SlowNodeConfig = field(default_factory=SlowNodeConfig)
+    #: keep new gangs off a flagged slow node (what runs there stays)
+    exclude_slow_nodes: bool = False
     master_port: int = 29500
     instance: str = ""
     api_concurrency: int = 8
@@ -234,7 +236,8 @@ class Operator:
                 continue
             if node.name in failed:
                 continue
-            if node.name in suspect:
+            if node.name in suspect or (self.config.exclude_slow_nodes and node.name in self._flagged):
+                # no new gang here: its capacity is what its pods hold
                 node = replace(node, gpus_external=max(node.gpus_external, node.gpus - held[node.name]))
             if node.gpu_type not in crd.CANONICAL_GPU_TYPES:
                 unknown[node.gpu_product] += 1

@@ -405,11 +405,12 @@ def test_an_operator_killed_at_any_step_of_a_change_leaves_no_orphan(
 # --- slow nodes -------------------------------------------------------------------------------------------
 
 
-def test_a_node_where_every_model_runs_slow_is_flagged_once_with_its_ratio() -> None:
+@pytest.mark.parametrize("exclude", [False, True])
+def test_a_node_where_every_model_runs_slow_is_flagged_once_with_its_ratio(exclude: bool) -> None:
     from scheduler import metrics
 
     policy = ScriptedPolicy()
-    h = make_harness(policy)
+    h = make_harness(policy, exclude_slow_nodes=exclude)
     jobs = []
     for n in ("n1", "n2", "n3"):
         h.api.add_node(gpu_node(n, 8))
@@ -437,3 +438,7 @@ def test_a_node_where_every_model_runs_slow_is_flagged_once_with_its_ratio() -> 
     assert "0.60x the throughput of the same models on peer A100 nodes (2 model(s)" in slow[0]["message"]
     assert metrics.NODE_SLOWDOWN_RATIO.labels(node="n3")._value.get() == pytest.approx(0.6)
     assert metrics.NODE_SLOWDOWN_RATIO.labels(node="n1")._value.get() == pytest.approx(1 / 0.8)
+    # opt-in: a flagged node takes no new gang (its capacity is what its pods hold: 2 x 2 GPUs)
+    op.run_round()
+    n3 = next(n for n in policy.seen[-1][0].nodes if n.name == "n3")
+    assert n3.capacity_for_jobs == (4 if exclude else 8)
