@@ -179,6 +179,15 @@ OPERATOR_UNKNOWN_GPU_PRODUCTS = Gauge(
     ["product"],
     registry=REGISTRY,
 )
+#: How fast the jobs on a node run against the same models on its peers of the same GPU type
+#: (``scheduler.core.slow_nodes``): 1 as fast, 0.6 at 60 %; nodes with samples and peers only.
+NODE_SLOWDOWN_RATIO = Gauge(
+    "perfsched_node_slowdown_ratio",
+    "Observed/predicted throughput of the jobs on a node over that of the same models on peer nodes of its "
+    "GPU type (median over models, last hour); below 0.75 on several models for 10 min the node is flagged.",
+    ["node"],
+    registry=REGISTRY,
+)
 #: Work units lost to restarts, resizes and preemptions (progress since the last checkpoint).
 OPERATOR_LOST_WORK = Counter(
     "perfsched_operator_lost_work_units_total",

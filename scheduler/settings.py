@@ -66,10 +66,19 @@ class Settings(BaseSettings):
     operator_resize_cost_seconds: float = Field(default=10.0, ge=0)
     #: a running job is not resized or moved again sooner than this after its last change
     operator_min_resize_interval_seconds: float = Field(default=60.0, ge=0)
-    #: worker crashes a job may have before it is marked Failed
-    operator_backoff_limit: int = Field(default=3, ge=0)
-    #: a gang whose pods are not all scheduled this long after creation is torn down and requeued (0: never)
-    operator_gang_start_timeout_seconds: float = Field(default=300.0, ge=0)
+    #: worker crashes, and separately start timeouts, a job may have before it is marked Failed
+    #: (``spec.backoffLimit`` overrides it per job)
+    operator_backoff_limit: int = Field(default=3, ge=0, le=100)
+    #: a gang whose replicas are not all Running this long after it started is stopped, its GPUs released,
+    #: and requeued with exponential backoff (0: never; ``spec.startTimeoutSeconds`` overrides it per job)
+    operator_gang_start_timeout_seconds: float = Field(default=300.0, ge=0, le=86400)
+    #: the first wait after a start timeout; each further one doubles, up to the maximum
+    operator_requeue_backoff_seconds: float = Field(default=30.0, ge=0)
+    operator_requeue_backoff_max_seconds: float = Field(default=1800.0, ge=0)
+    #: a GPU node NotReady longer than this fails: its gangs restart elsewhere from their checkpoints
+    operator_node_failure_grace_seconds: float = Field(default=60.0, ge=0)
+    #: keep new gangs off a node flagged slow (``perfsched_node_slowdown_ratio``); what runs there stays
+    operator_exclude_slow_nodes: bool = False
     #: leader election on a coordination.k8s.io Lease (namespace empty: the operator's own namespace,
     #: from the service account, else "default")
     operator_leader_elect: bool = True

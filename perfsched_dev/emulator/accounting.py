@@ -69,8 +69,18 @@ def advance(
     return replace(state, progress=progress, checkpoint=checkpoint, since_checkpoint_s=since, throughput=rate)
 
 
+def terminate(state: GangProgress) -> GangProgress:
+    """A gang that got SIGTERM saves a checkpoint where it stands, as the worker contract asks (the
+    example trainer stops at the next step and saves it within the grace period)."""
+    return replace(state, checkpoint=state.progress, since_checkpoint_s=0.0, throughput=0.0)
+
+
 def restart_point(previous: GangProgress | None, start_progress: float | None) -> float:
-    """Where a new generation starts: the operator's ``start-progress`` if given, else the last checkpoint."""
-    if start_progress is not None:
-        return start_progress
-    return previous.checkpoint if previous is not None else 0.0
+    """Where a new generation starts: the newest checkpoint its workers find, the operator's
+    ``start-progress`` or the last checkpoint this emulator saved, whichever is further (the example
+    trainer resumes from the newest checkpoint in its volume, which a SIGTERM checkpoint the operator
+    did not see yet may have moved past the start progress)."""
+    saved = previous.checkpoint if previous is not None else None
+    if start_progress is None:
+        return saved or 0.0
+    return max(start_progress, saved) if saved is not None else start_progress

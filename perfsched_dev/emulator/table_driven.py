@@ -8,9 +8,12 @@ progress by the emulated time that passed (wall time x ``time_scale``),
 checkpoints every ``checkpoint_interval_s`` emulated seconds, and reports on every pod of the gang in the
 ``perfsched.dev/progress`` annotation, as a real worker would. When the work is done it writes the final
 report plus ``perfsched.dev/kwok-run-duration: 0s``, so KWOK ends the pods Succeeded (exit 0).
-A new generation (restart or resize) starts from ``perfsched.dev/start-progress`` on replica 0 (written
-by the operator from the last checkpoint), else from the last checkpoint the emulator saw: the progress
-since that checkpoint is lost. After an emulator restart, gangs resume from their own annotations.
+The workers keep the worker contract: a running gang whose pods are deleted with a grace period (resize,
+preemption, migration) saves a checkpoint where it stands (SIGTERM), one whose pods fail or are killed
+without one (grace 0) saves nothing. A new generation (restart or resize) starts from the newest
+checkpoint: ``perfsched.dev/start-progress`` on replica 0 (written by the operator from the last
+checkpoint it saw) or the last checkpoint the emulator saved, whichever is further; the progress since
+that checkpoint is lost. After an emulator restart, gangs resume from their own annotations.
 
 Impure shell around the pure ``perfsched_dev.emulator.accounting``; the API is a ``WorkloadApi`` so tests
 pass a fake.
@@ -181,6 +184,8 @@ class _Tracked:
     reported_checkpoint: float = -1.0
     finished_reported: bool = False
     last_seen: float = 0.0
+    #: the generation got SIGTERM (or failed): it makes no more progress
+    terminated: bool = False
 
 
 @dataclass
@@ -191,6 +196,8 @@ class StepResult:
     finished: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
     unknown_throughput: list[str] = field(default_factory=list)
+    #: gangs that got SIGTERM and saved a checkpoint in this step
+    checkpointed: list[str] = field(default_factory=list)
 
 
 def _float(raw: str | None, default: float = 100.0) -> float:
@@ -250,9 +257,15 @@ class Emulator:
         now = self.clock()
         result = StepResult()
         gangs: dict[str, list[WorkerPod]] = defaultdict(list)
+        listed: dict[str, list[WorkerPod]] = defaultdict(list)
         for pod in self.api.list_job_pods(self.config.namespace):
-            if pod.info.job and not pod.deleting and not pod.info.terminal and not self._on_exec_node(pod):
+            if not pod.info.job or self._on_exec_node(pod):
+                continue
+            listed[pod.info.job].append(pod)
+            if not pod.deleting and not pod.info.terminal:
                 gangs[pod.info.job].append(pod)
+        for job, tracked in self._jobs.items():
+            self._maybe_terminated(job, tracked, listed.get(job, []), result)
         for job, pods in gangs.items():
             newest = max((p.info.generation for p in pods), key=_generation_key)
             gang = sorted(
@@ -267,6 +280,45 @@ class Emulator:
         for job in [j for j, t in self._jobs.items() if now - t.last_seen > 3600]:
             del self._jobs[job]
         return result
+
+    def _maybe_terminated(
+        self, job: str, tracked: _Tracked, pods: Sequence[WorkerPod], out: StepResult
+    ) -> None:
+        """Play the workers' SIGTERM handler: a running gang whose pods are being deleted with a grace
+        period (or were removed before this step saw them: KWOK removes a deleted pod at once) saves a
+        checkpoint where it stands and reports it on the pods that are still there. A gang whose pods
+        failed, or were deleted with no grace period (SIGKILL), saves nothing."""
+        state = tracked.state
+        if tracked.last_wall is None or state.done or tracked.terminated:
+            return
+        gen = [p for p in pods if p.info.generation == state.generation]
+        if any(not p.deleting and not p.info.terminal for p in gen):
+            return  # still running (or a replica is not running yet: the gang is not training)
+        if any(p.info.phase == "Failed" for p in gen):
+            tracked.terminated = True
+            return
+        deleting = [p for p in gen if p.deleting and not p.info.terminal]
+        if gen and not deleting:
+            return  # ended by itself (Succeeded): nothing to stop
+        if any(p.deletion_grace_s == 0 for p in deleting):
+            tracked.terminated = True  # SIGKILL: no checkpoint
+            return
+        tracked.state = accounting.terminate(state)
+        tracked.terminated = True
+        tracked.last_wall = None
+        out.checkpointed.append(job)
+        log.info(
+            "gang %s generation %s got SIGTERM: checkpoint at %.1f", job, state.generation, state.progress,
+            extra={"job": job, "generation": state.generation},
+        )  # fmt: skip
+        report = ProgressReport(tracked.state.progress, tracked.state.checkpoint, 0.0, self.clock())
+        for pod in deleting:
+            try:  # best effort: the pod may be gone already (its checkpoint is in the "volume" anyway)
+                self.api.annotate_pod(
+                    pod.info.namespace, pod.info.name, {ANNOTATION_PROGRESS: report.to_annotation()}
+                )
+            except PerfschedError as exc:
+                log.debug("could not report the SIGTERM checkpoint: %s", exc)
 
     def _on_exec_node(self, pod: WorkerPod) -> bool:
         # pods of exec nodes are real processes (perfsched_dev.emulator.exec): they report for themselves

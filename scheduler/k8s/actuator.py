@@ -227,16 +227,34 @@ def headless_service(tj: Mapping[str, Any], *, master_port: int = DEFAULT_MASTER
     }
 
 
+def event_name(tj: Mapping[str, Any], key: str) -> str:
+    """The name of the Event that announces decision ``key`` about a TrainingJob: the same for every
+    operator replica, and different for a job recreated under the same name (its uid is in the hash)."""
+    meta = tj["metadata"]
+    digest = hashlib.sha256(f"{meta.get('uid', '')}/{key}".encode()).hexdigest()[:16]
+    return f"{meta['name']}.{digest}"
+
+
 def event_body(
-    tj: Mapping[str, Any], *, type_: str, reason: str, message: str, now: float, instance: str = ""
+    tj: Mapping[str, Any],
+    *,
+    type_: str,
+    reason: str,
+    message: str,
+    now: float,
+    instance: str = "",
+    key: str = "",
 ) -> Obj:
-    """A core/v1 Event about the TrainingJob (pure)."""
+    """A core/v1 Event about the TrainingJob (pure); with a decision ``key`` its name is ``event_name``,
+    else the API server generates one."""
     meta = tj["metadata"]
     ts = crd.rfc3339(now)
+    namespace = meta.get("namespace", "default")
+    naming = {"name": event_name(tj, key)} if key else {"generateName": f"{meta['name']}."}
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta.get("namespace", "default")},
+        "metadata": {**naming, "namespace": namespace},
         "involvedObject": {
             "apiVersion": API_VERSION,
             "kind": TRAININGJOB_KIND,
@@ -245,6 +263,26 @@ def event_body(
             "uid": meta.get("uid", ""),
         },
         "type": type_,
+        "reason": reason,
+        "message": message[:1024],
+        "source": {"component": COMPONENT},
+        "reportingComponent": OPERATOR_COMPONENT,
+        "reportingInstance": instance or COMPONENT,
+        "firstTimestamp": ts,
+        "lastTimestamp": ts,
+        "count": 1,
+    }
+
+
+def node_event_body(node: str, *, reason: str, message: str, now: float, instance: str = "") -> Obj:
+    """A Warning Event about a Node (pure; Node events live in the ``default`` namespace)."""
+    ts = crd.rfc3339(now)
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{node}.", "namespace": "default"},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
+        "type": "Warning",
         "reason": reason,
         "message": message[:1024],
         "source": {"component": COMPONENT},
@@ -326,11 +364,29 @@ class Actuator:
         meta = tj["metadata"]
         return self.api.patch_trainingjob_status(meta.get("namespace", "default"), meta["name"], status)
 
-    def event(self, tj: Mapping[str, Any], *, type_: str, reason: str, message: str, now: float) -> None:
-        """Record an Event; a failure to record one is logged, never fatal."""
+    def node_event(self, node: str, *, reason: str, message: str, now: float) -> None:
+        """Record a Warning Event on a Node; a failure to record one is logged, never fatal."""
         self._check()
-        body = event_body(tj, type_=type_, reason=reason, message=message, now=now, instance=self._instance)
+        body = node_event_body(node, reason=reason, message=message, now=now, instance=self._instance)
+        try:
+            self.api.create_event("default", body)
+        except PerfschedError as exc:
+            log.warning("could not record node event", extra={"node": node, "error": str(exc)})
+
+    def event(
+        self, tj: Mapping[str, Any], *, type_: str, reason: str, message: str, now: float, key: str = ""
+    ) -> None:
+        """Record an Event; a failure to record one is logged, never fatal. An Event of a decision
+        (``key``) that exists already was sent by a previous leader: it is not sent twice."""
+        self._check()
+        body = event_body(
+            tj, type_=type_, reason=reason, message=message, now=now, instance=self._instance, key=key
+        )
         try:
             self.api.create_event(tj["metadata"].get("namespace", "default"), body)
+        except AlreadyExists:
+            log.info(
+                "event already recorded", extra={"reason": reason, "event": body["metadata"].get("name")}
+            )
         except PerfschedError as exc:  # events are best effort, as in client-go's recorder
             log.warning("could not record event", extra={"reason": reason, "error": str(exc)})

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
@@ -160,6 +161,62 @@ def decode_node(obj: Mapping[str, Any], gpu_type_of: Callable[[str], str] = gpu_
         network_gbps=network,
         schedulable=not bool(spec.get("unschedulable", False)),
     )
+
+
+#: NoExecute taints the node lifecycle controller sets on a NotReady / unreachable node: covered by the
+#: Ready condition and its grace period, not a failure by themselves.
+_LIFECYCLE_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHealth:
+    """What a Node object says about its health.
+
+    ``ready`` is the Ready condition (True; a node without conditions counts as ready); ``since`` is when
+    a not-ready node's Ready condition last changed (None if not given); ``no_execute`` lists the keys of
+    ``NoExecute`` taints other than the lifecycle controller's not-ready / unreachable ones (an operator
+    or a health checker evicting the node's pods).
+    """
+
+    name: str
+    ready: bool = True
+    since: float | None = None
+    no_execute: tuple[str, ...] = ()
+
+
+def decode_node_health(obj: Mapping[str, Any]) -> NodeHealth:
+    """The Ready condition and NoExecute taints of a Node API object (``CodecError`` naming a bad field)."""
+    name = object_name(obj, "Node")
+    where = f"Node {name}"
+    status = _mapping(obj, "status", where)
+    spec = _mapping(obj, "spec", where)
+    ready, since = True, None
+    conditions = status.get("conditions") or []
+    if not isinstance(conditions, list):
+        raise CodecError(f"{where}.status.conditions: expected a list, got {type(conditions).__name__}")
+    for cond in conditions:
+        if isinstance(cond, Mapping) and cond.get("type") == "Ready":
+            ready = cond.get("status") == "True"
+            since = _timestamp(cond.get("lastTransitionTime")) if not ready else None
+    taints = spec.get("taints") or []
+    if not isinstance(taints, list):
+        raise CodecError(f"{where}.spec.taints: expected a list, got {type(taints).__name__}")
+    no_execute = tuple(
+        str(t.get("key", ""))
+        for t in taints
+        if isinstance(t, Mapping) and t.get("effect") == "NoExecute" and t.get("key") not in _LIFECYCLE_TAINTS
+    )
+    return NodeHealth(name=name, ready=ready, since=since, no_execute=no_execute)
+
+
+def _timestamp(value: object) -> float | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)).timestamp()
 
 
 def _container_gpus(container: object, where: str) -> int:

@@ -37,6 +37,10 @@ PHASES = ("Pending", "Admitted", "Running", "Resizing", "Preempted", "Succeeded"
 Phase = Literal["Pending", "Admitted", "Running", "Resizing", "Preempted", "Succeeded", "Failed"]
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
+#: Upper bounds of ``spec.startTimeoutSeconds`` (one day) and ``spec.backoffLimit`` (the CRD's CEL rules).
+MAX_START_TIMEOUT_S = 86400
+MAX_BACKOFF_LIMIT = 100
+
 #: Canonical GPU type names (the schema's enum for ``allowedGPUTypes``): perfmodel's catalogue.
 CANONICAL_GPU_TYPES = frozenset(CANONICAL_TYPES)
 
@@ -131,6 +135,10 @@ class TrainingJobSpec(_Wire):
     preemptible: bool = True
     deadline: datetime | None = None
     checkpoint_grace_seconds: int = Field(default=30, ge=0)
+    #: seconds a started gang has to get every replica Running (None: the operator's default)
+    start_timeout_seconds: int | None = Field(default=None, gt=0, le=MAX_START_TIMEOUT_S)
+    #: start timeouts (and worker crashes) before the job Fails (None: the operator's default)
+    backoff_limit: int | None = Field(default=None, ge=0, le=MAX_BACKOFF_LIMIT)
     template: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -196,6 +204,8 @@ class TrainingJobStatus(_Wire):
     resizes: int = 0
     preemptions: int = 0
     failures: int = 0
+    requeue_count: int = 0
+    next_attempt_time: str | None = None
     observed_generation: int | None = None
     placement: dict[str, str] = Field(default_factory=dict)
 

@@ -438,6 +438,9 @@ class FakeKubeApi:
     def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:
         self._fault("create_event")
         with self._lock:
+            name = (body.get("metadata") or {}).get("name")
+            if name and any((e.get("metadata") or {}).get("name") == name for e in self.events):
+                raise AlreadyExists(f'events "{name}" already exists')
             self.events.append(copy.deepcopy(dict(body)))
 
     def get_configmap(self, namespace: str, name: str) -> Obj | None:

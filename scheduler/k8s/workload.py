@@ -41,6 +41,8 @@ class WorkerPod:
     report: ProgressReport | None
     start_progress: float | None
     annotations: Mapping[str, str]
+    #: the grace period of a pod being deleted (``metadata.deletionGracePeriodSeconds``; None: not given)
+    deletion_grace_s: float | None = None
 
 
 class KubeWorkload:
@@ -84,6 +86,7 @@ class KubeWorkload:
                     report=parse_progress(ann.get(ANNOTATION_PROGRESS)),
                     start_progress=parse_start_progress(ann.get(ANNOTATION_START_PROGRESS)),
                     annotations={str(k): str(v) for k, v in ann.items()},
+                    deletion_grace_s=_seconds(meta.get("deletionGracePeriodSeconds")),
                 )
             )
         return out
@@ -146,3 +149,7 @@ class KubeWorkload:
                     resp.release_conn()
         except NotFound:
             log.debug("pod %s/%s is gone; report dropped", namespace, name)
+
+
+def _seconds(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

@@ -10,8 +10,13 @@ with this allocation should exist") and the facts are in the pods. ``observe_job
 - the gang's ``state``: ``IDLE`` (no gang, nothing draining: the job waits for the policy), ``DRAINING``,
   ``STARTING`` (pods created, not all Running), ``RUNNING``, ``COMPLETED`` (replica 0 reported the
   declared work done, or exited 0), ``CRASHED`` (a pod of the gang Failed), ``BROKEN`` (a pod of a
-  running gang vanished, or its node did), ``STUCK`` (the gang was not scheduled in time), ``MISSING``
-  (fewer pods than the intent: an operator died half-way through creating the gang; recreate the rest);
+  running gang vanished, or its node failed), ``STUCK`` (not every replica ran within the start timeout),
+  ``MISSING`` (fewer pods than the intent: an operator died half-way through creating the gang; recreate
+  the rest);
+- ``orphans``: unfinished pods (any generation) bound to a failed node, which the operator deletes at once
+  (grace 0: no kubelet is left to run their grace period); they hold no GPUs the planner can count;
+- ``problems``: what the pods of a gang that is not running say about why (their own reasons, quoted and
+  capped: a FailedScheduling message, ImagePullBackOff, CreateContainerConfigError, an unbound claim);
 - progress, checkpoint and observed throughput from the ``perfsched.dev/progress`` reports, replica 0
   authoritative, falling back to the values saved in the status.
 """
@@ -25,7 +30,7 @@ from typing import Any
 
 from scheduler.core.types import Allocation
 from scheduler.k8s import crd
-from scheduler.k8s.codec import CodecError, PodInfo, decode_pod
+from scheduler.k8s.codec import CodecError, NodeHealth, PodInfo, decode_pod
 from scheduler.k8s.progress import ProgressReport, parse_progress, parse_start_progress
 from scheduler.names import ANNOTATION_PROGRESS, ANNOTATION_START_PROGRESS
 
@@ -53,6 +58,8 @@ class PodView:
     start_progress: float | None
     created: float | None
     failure: str = ""
+    #: why an unfinished pod does not run yet, in its own words ("" when it just has not got there)
+    waiting: str = ""
 
     @property
     def name(self) -> str:
@@ -83,6 +90,43 @@ def _failure_text(obj: Mapping[str, Any]) -> str:
     return "; ".join(parts) or "pod failed"
 
 
+#: seconds a starting gang's pods report a problem before it is news (at most half the start timeout)
+PROBLEM_AFTER_S = 10.0
+#: container waiting reasons that are progress, not a problem
+_STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
+#: longest quoted message of a pod's own reason
+MESSAGE_CAP = 200
+
+
+def quoted(reason: str, message: object) -> str:
+    """``Reason "message"``, the message capped at ``MESSAGE_CAP`` characters (one line)."""
+    text = " ".join(str(message or "").split())
+    if len(text) > MESSAGE_CAP:
+        text = text[: MESSAGE_CAP - 3] + "..."
+    return f'{reason} "{text}"' if text else reason
+
+
+def _waiting_text(obj: Mapping[str, Any]) -> str:
+    """Why a pod that is not Running is stuck, from its status: a container waiting for a reason other
+    than being created (ImagePullBackOff, CreateContainerConfigError, ...), else a PodScheduled=False
+    condition (kube-scheduler's FailedScheduling message: no fitting node, an unbound or missing claim)."""
+    status = obj.get("status") or {}
+    if not isinstance(status, Mapping):
+        return ""
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for cs in status.get(key) or []:
+            if not isinstance(cs, Mapping):
+                continue
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            reason = waiting.get("reason") if isinstance(waiting, Mapping) else None
+            if reason and reason not in _STARTING_REASONS:
+                return quoted(str(reason), waiting.get("message"))
+    for cond in status.get("conditions") or []:
+        if isinstance(cond, Mapping) and cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return quoted(str(cond.get("reason") or "Unschedulable"), cond.get("message"))
+    return ""
+
+
 def pod_view(obj: Mapping[str, Any]) -> PodView | None:
     """A pod API object as a ``PodView``; None for a pod whose fields do not decode."""
     try:
@@ -98,6 +142,7 @@ def pod_view(obj: Mapping[str, Any]) -> PodView | None:
         start_progress=parse_start_progress(annotations.get(ANNOTATION_START_PROGRESS)),
         created=crd.parse_time(meta.get("creationTimestamp")),
         failure=_failure_text(obj) if info.phase == "Failed" else "",
+        waiting=_waiting_text(obj) if info.phase == "Pending" else "",
     )
 
 
@@ -113,6 +158,7 @@ class JobView:
     cur: tuple[PodView, ...] = ()
     stale: tuple[PodView, ...] = ()
     draining: tuple[PodView, ...] = ()
+    orphans: tuple[PodView, ...] = ()
     allocation: Allocation | None = None
     progress: float = 0.0
     checkpoint: float = 0.0
@@ -122,6 +168,13 @@ class JobView:
     running_replicas: int = 0
     expected_replicas: int = 0
     missing: tuple[int, ...] = field(default_factory=tuple)
+    #: the gang lost a node (BROKEN by a node failure, not by its pods)
+    node_failed: bool = False
+    #: why the pods of a gang that is not running wait, in their own words ("" when none says)
+    problems: str = ""
+    #: the pods of a gang that is not running have reported ``problems`` for a while: news (see
+    #: ``PROBLEM_AFTER_S``)
+    problems_last: bool = False
 
     @property
     def name(self) -> str:
@@ -148,8 +201,13 @@ def observe_job(
     total_work: float | None,
     node_types: Mapping[str, str],
     start_timeout_s: float,
+    failed_nodes: Mapping[str, str] | None = None,
 ) -> JobView:
-    """Join a TrainingJob's status with its pods into a ``JobView`` (pure)."""
+    """Join a TrainingJob's status with its pods into a ``JobView`` (pure).
+
+    ``failed_nodes`` maps each failed node (NotReady beyond the grace period, deleted, tainted NoExecute)
+    to why (see ``node_failures``); ``start_timeout_s`` is the job's start timeout (0: none)."""
+    failed = failed_nodes or {}
     key = crd.job_key(obj)
     status = crd.parse_status(obj)
     gen = status.gang_generation
@@ -158,8 +216,10 @@ def observe_job(
     cur = [p for p in pods if intent is not None and p.info.generation == str(gen)]
     cur_names = {p.name for p in cur}
     others = [p for p in pods if p.name not in cur_names]
-    stale = tuple(p for p in others if p.unfinished and not p.deleting)
-    draining = tuple(p for p in pods if p.unfinished and p.deleting)
+    orphans = tuple(p for p in pods if p.unfinished and p.info.node_name in failed)
+    orphan_names = {p.name for p in orphans}
+    stale = tuple(p for p in others if p.unfinished and not p.deleting and p.name not in orphan_names)
+    draining = tuple(p for p in pods if p.unfinished and p.deleting and p.name not in orphan_names)
 
     progress, checkpoint, observed = _progress(status, cur, pods, total_work)
     starts = [p.start_progress for p in cur if p.start_progress is not None]
@@ -174,6 +234,7 @@ def observe_job(
         cur=tuple(cur),
         stale=stale,
         draining=draining,
+        orphans=orphans,
         progress=progress,
         checkpoint=checkpoint,
         observed_throughput=observed,
@@ -185,7 +246,13 @@ def observe_job(
     if intent is None:
         return replace(view, state=GangState.DRAINING if (stale or draining) else GangState.IDLE)
     return _gang_state(
-        view, intent, now=now, total_work=total_work, node_types=node_types, start_timeout_s=start_timeout_s
+        view,
+        intent,
+        now=now,
+        total_work=total_work,
+        node_types=node_types,
+        start_timeout_s=start_timeout_s,
+        failed_nodes=failed,
     )
 
 
@@ -221,6 +288,7 @@ def _gang_state(
     total_work: float | None,
     node_types: Mapping[str, str],
     start_timeout_s: float,
+    failed_nodes: Mapping[str, str],
 ) -> JobView:
     """The state of an intended gang (see the module docstring), from its pods."""
     key, status, cur, progress = view.key, view.status, view.cur, view.progress
@@ -239,10 +307,17 @@ def _gang_state(
     live = [p for p in cur if p.unfinished and not p.deleting]
     present = {p.info.replica_index for p in cur}
     missing = tuple(i for i in range(expected) if i not in present)
+    failed_here = sorted({p.info.node_name for p in cur if p.unfinished and p.info.node_name in failed_nodes})
+    if failed_here:
+        why = "; ".join(f"node {n} {failed_nodes[n]}" for n in failed_here)
+        return replace(view, state=GangState.BROKEN, node_failed=True, detail=why)
     lost_nodes = sorted({p.node for p in live if p.node and p.node not in node_types})
     if lost_nodes:
         return replace(
-            view, state=GangState.BROKEN, detail=f"node {', '.join(lost_nodes)} of the gang is gone"
+            view,
+            state=GangState.BROKEN,
+            node_failed=True,
+            detail=f"node {', '.join(lost_nodes)} of the gang is gone",
         )
     wrong = sorted(
         f"{p.name} on {p.info.node_name} ({node_types[p.info.node_name]})"
@@ -276,18 +351,65 @@ def _gang_state(
     view = replace(view, allocation=_allocation_of(key, intent, members))
     if running == expected:
         return replace(view, state=GangState.RUNNING)
-    unbound = [p for p in live if not p.info.node_name]
-    oldest = min((p.created for p in unbound if p.created is not None), default=None)
-    if unbound and oldest is not None and start_timeout_s > 0 and now - oldest > start_timeout_s:
-        return replace(
-            view,
-            state=GangState.STUCK,
-            detail=(
-                f"{len(unbound)} of {expected} pods were not scheduled within {start_timeout_s:.0f} s; "
-                "see their FailedScheduling events"
-            ),
-        )
+    problems = pod_problems(live)
+    view = replace(view, problems=problems)
+    started = min((p.created for p in cur if p.created is not None), default=None)
+    if started is None:
+        started = crd.parse_time(status.last_change_time)
+    if started is not None and problems:
+        # kube-scheduler retries and images take a while: a problem is news once it lasts, and always
+        # before the start timeout stops the gang
+        after = min(PROBLEM_AFTER_S, start_timeout_s / 2) if start_timeout_s > 0 else PROBLEM_AFTER_S
+        view = replace(view, problems_last=now - started >= after)
+    if started is not None and start_timeout_s > 0 and now - started > start_timeout_s:
+        detail = f"{running}/{expected} replicas running {start_timeout_s:.0f} s after the gang started"
+        return replace(view, state=GangState.STUCK, detail=f"{detail}: {problems}" if problems else detail)
     return replace(view, state=GangState.STARTING)
+
+
+def pod_problems(pods: Sequence[PodView]) -> str:
+    """What the pods that do not run say, grouped by reason (at most 3), e.g. ``pods a-g1-0, a-g1-1:
+    FailedScheduling "0/4 nodes are available: persistentvolumeclaim \"ckpt\" not found"``. Pods that
+    wait without a reason (created, being bound with the rest of the gang) are not problems."""
+    by_reason: dict[str, list[str]] = {}
+    for p in pods:
+        if p.waiting and p.info.phase != "Running":
+            by_reason.setdefault(p.waiting, []).append(p.name)
+    parts = []
+    for reason, names in list(by_reason.items())[:3]:
+        who = f"pod {names[0]}" if len(names) == 1 else f"pods {', '.join(names)}"
+        parts.append(f"{who}: {reason}")
+    if len(by_reason) > 3:
+        parts.append(f"{len(by_reason) - 3} more reason(s)")
+    return "; ".join(parts)
+
+
+def node_failures(
+    healths: Sequence[NodeHealth], pod_nodes: Collection[str], *, now: float, grace_s: float
+) -> tuple[dict[str, str], set[str]]:
+    """(failed nodes -> why, nodes NotReady still within the grace period), pure.
+
+    A node fails when it is NotReady (Ready False or Unknown) for longer than ``grace_s``, carries a
+    ``NoExecute`` taint (other than the lifecycle controller's own), or is gone while pods are bound to
+    it (``pod_nodes``: the nodes pods are bound to).
+    """
+    failed: dict[str, str] = {}
+    suspect: set[str] = set()
+    known = set()
+    for h in healths:
+        known.add(h.name)
+        if h.no_execute:
+            failed[h.name] = f"is tainted NoExecute ({', '.join(sorted(h.no_execute))})"
+        elif not h.ready:
+            down = now - h.since if h.since is not None else None
+            if down is not None and down > grace_s:
+                failed[h.name] = f"is NotReady for {down:.0f} s (grace period {grace_s:.0f} s)"
+            else:
+                suspect.add(h.name)
+    for name in sorted(set(pod_nodes) - known):
+        if name:
+            failed[name] = "was deleted"
+    return failed, suspect
 
 
 def _allocation_of(key: str, intent: Allocation, live: Sequence[PodView]) -> Allocation:

@@ -7,9 +7,12 @@ is the whole lifecycle loop, in numbered phases:
    an operator restart loses nothing and does not restart running jobs).
 2. **Observe** each job (``scheduler.operator.observe``): its gang's state, progress and checkpoint.
 3. **Settle** what needs no policy: a finished gang completes the job; a crashed one counts a failure and
-   is torn down (or the job Fails after the backoff limit); a gang that lost a pod or node, or was not
-   scheduled in time, is torn down; leftover pods of older generations are deleted; a job whose spec
-   cannot be scheduled as written gets a condition naming the problem.
+   is torn down (or the job Fails after the backoff limit); a gang that lost a pod or a node (NotReady
+   beyond the grace period, tainted NoExecute, deleted) is torn down and restarts from its checkpoint; a
+   gang not running within its start timeout is torn down and requeued with exponential backoff (or the
+   job Fails after the backoff limit); a job backing off waits outside the round; leftover pods of older
+   generations are deleted, those on a failed node at once; a job whose spec cannot be scheduled as
+   written gets a condition naming the problem. Failed nodes are not in the snapshot.
 4. **Decide**: ``run_round(snapshot, jobs, policy, oracle, costs=...)`` on the jobs that are waiting or
    running. GPUs of pods still draining (or not ours) are held by pseudo-allocations outside the round.
 5. **Apply** the actions: START writes the intent (``status.allocation``, a new ``gangGeneration``) then
@@ -32,10 +35,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from perfmodel.profile import OperatorProfile
 from scheduler import metrics
@@ -44,10 +47,11 @@ from scheduler.core.errors import PerfschedError
 from scheduler.core.placement import spread_of
 from scheduler.core.protocols import Clock, Policy, ThroughputOracle
 from scheduler.core.round import RoundCosts, run_round
+from scheduler.core.slow_nodes import GangSample, SlowNodeConfig, node_slowdown, single_node
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node, PlacementShape
 from scheduler.k8s import crd
 from scheduler.k8s.actuator import Actuator, NotLeader
-from scheduler.k8s.codec import CodecError, decode_node
+from scheduler.k8s.codec import CodecError, NodeHealth, decode_node, decode_node_health
 from scheduler.k8s.kubeapi import KubeApi, Obj
 from scheduler.k8s.profiles import ModelProfiles
 from scheduler.operator.modelprofile import Condition, profile_condition, with_profile_condition
@@ -57,6 +61,7 @@ from scheduler.operator.observe import (
     PodView,
     held_allocations,
     intended_allocation,
+    node_failures,
     observe_job,
     pod_view,
 )
@@ -75,6 +80,12 @@ class OperatorConfig:
     costs: RoundCosts = field(default_factory=RoundCosts)
     backoff_limit: int = 3
     gang_start_timeout_s: float = 300.0
+    requeue_backoff_s: float = 30.0
+    requeue_backoff_max_s: float = 1800.0
+    node_failure_grace_s: float = 60.0
+    slow_nodes: SlowNodeConfig = field(default_factory=SlowNodeConfig)
+    #: keep new gangs off a flagged slow node (what runs there stays)
+    exclude_slow_nodes: bool = False
     master_port: int = 29500
     instance: str = ""
     api_concurrency: int = 8
@@ -176,6 +187,11 @@ class Operator:
         # Only for metrics and de-duplicating observations; never needed for correctness.
         self._observed_report_time: dict[str, float] = {}
         self._learned: list[tuple[Job, PlacementShape, float]] = []
+        # residuals of single-node gangs over the slow-node window, and the nodes flagged (for the Event
+        # on a new flag); lost on restart, refilled within the window (the metric says nothing meanwhile)
+        self._residuals: deque[GangSample] = deque()
+        self._slow_pending: list[GangSample] = []
+        self._flagged: set[str] = set()
 
     # --- phase 1: list ---------------------------------------------------------------------------------
 
@@ -190,9 +206,32 @@ class Operator:
                 classes[str(name)] = int(pc.get("value") or 0)
         return tjs, pods, nodes, classes
 
-    def _nodes(self, raw: Sequence[Obj]) -> list[Node]:
+    def _nodes(
+        self, raw: Sequence[Obj], pods: Sequence[PodView], now: float
+    ) -> tuple[list[Node], dict[str, str]]:
+        """The GPU nodes the planner may use, and the failed nodes (name -> why).
+
+        A failed node (NotReady beyond the grace period, tainted NoExecute, deleted under bound pods)
+        leaves the planner's capacity until it is healthy again; a node NotReady within the grace period
+        keeps the gangs it runs but takes no new ones (its capacity is what its pods hold).
+        """
         out: list[Node] = []
         unknown: Counter[str] = Counter()
+        healths: list[NodeHealth] = []
+        for obj in raw:
+            name = (obj.get("metadata") or {}).get("name")
+            try:
+                healths.append(decode_node_health(obj))
+            except CodecError as exc:
+                log.warning("node health does not decode; taken as healthy", extra={"error": str(exc)})
+                if isinstance(name, str) and name:
+                    healths.append(NodeHealth(name))
+        held: Counter[str] = Counter()
+        for p in pods:
+            if p.info.holds_gpus:
+                held[p.info.node_name] += p.info.gpus
+        bound = {p.info.node_name for p in pods if p.info.node_name and p.unfinished}
+        failed, suspect = node_failures(healths, bound, now=now, grace_s=self.config.node_failure_grace_s)
         for obj in raw:
             try:
                 node = decode_node(obj)
@@ -201,13 +240,21 @@ class Operator:
                 continue
             if node.gpus <= 0 or not node.gpu_type:
                 continue
+            if node.name in failed:
+                continue
+            if node.name in suspect or (self.config.exclude_slow_nodes and node.name in self._flagged):
+                # no new gang here: its capacity is what its pods hold
+                node = replace(node, gpus_external=max(node.gpus_external, node.gpus - held[node.name]))
             if node.gpu_type not in crd.CANONICAL_GPU_TYPES:
                 unknown[node.gpu_product] += 1
             out.append(node)
         metrics.OPERATOR_UNKNOWN_GPU_PRODUCTS.clear()
         for product, count in unknown.items():
             metrics.OPERATOR_UNKNOWN_GPU_PRODUCTS.labels(product=product).set(count)
-        return out
+        for name, why in sorted(failed.items()):
+            if name in held or name in bound:
+                log.warning("node failed; its gangs restart elsewhere", extra={"node": name, "why": why})
+        return out, failed
 
     # --- the round -------------------------------------------------------------------------------------
 
@@ -242,12 +289,12 @@ class Operator:
         t_list = time.perf_counter()
         tjs, raw_pods, raw_nodes, classes = self._list()
         report.list_seconds = time.perf_counter() - t_list
-        nodes = self._nodes(raw_nodes)
         views_all = [v for v in (pod_view(p) for p in raw_pods) if v is not None]
+        nodes, failed = self._nodes(raw_nodes, views_all, now)
 
         # --- phase 2 and 3: observe and settle -----------------------------------------------------------
         round_jobs, placing, allocations, accounted = self._settle_all(
-            tjs, views_all, nodes, classes, now, report
+            tjs, views_all, nodes, failed, classes, now, report
         )
         node_types = {n.name: n.gpu_type for n in nodes}
         allocations.update(held_allocations(views_all, accounted, node_types))
@@ -279,6 +326,7 @@ class Operator:
             self._queue_statuses(tenancy, snapshot, jobs, result, report)
         for args in self._learned:
             self._observe(*args)
+        self._slow_nodes(now)
         self._cluster_gauges(nodes, actions, allocations, tjs, now, report)
 
     def _tenancy(self, nodes: Sequence[Node]) -> Tenancy:
@@ -328,6 +376,7 @@ class Operator:
         tjs: Sequence[Obj],
         views_all: Sequence[PodView],
         nodes: Sequence[Node],
+        failed: Mapping[str, str],
         classes: Mapping[str, int],
         now: float,
         report: RoundReport,
@@ -363,9 +412,15 @@ class Operator:
                 now=now,
                 total_work=spec.work.total if isinstance(spec, crd.TrainingJobSpec) else None,
                 node_types=node_types,
-                start_timeout_s=self.config.gang_start_timeout_s,
+                start_timeout_s=_start_timeout(spec, self.config.gang_start_timeout_s),
+                failed_nodes=failed,
             )
-            step = Observed(converted, backoff_limit=self.config.backoff_limit)
+            step = Observed(
+                converted,
+                backoff_limit=self.config.backoff_limit,
+                requeue_backoff_s=self.config.requeue_backoff_s,
+                requeue_backoff_max_s=self.config.requeue_backoff_max_s,
+            )
             try:
                 out = transition(spec, view, step, now)
                 if out is not None:
@@ -375,6 +430,9 @@ class Operator:
             except PerfschedError as exc:
                 self._api_error(report, key, "settle", exc)
                 continue
+            if out is not None and out.quick_delete:
+                # deleted at once (grace 0) or by a kubelet with nothing to wait for: no longer held
+                accounted.update(f"{view.namespace}/{name}" for name, grace in out.quick_delete if grace == 0)
             if out is None or out.job is None:
                 continue
             if out.allocation is not None and _placing(view):
@@ -511,13 +569,17 @@ class Operator:
                 self.actuator.patch_status(view.obj, patch)
         # after the status it describes and before the pods: a pod change that began says it was sent
         for e in out.events:
-            self.actuator.event(view.obj, type_=e.type, reason=e.reason, message=e.message, now=now)
+            self.actuator.event(
+                view.obj, type_=e.type, reason=e.reason, message=e.message, now=now, key=e.key
+            )
         if out.create is not None:
             assert isinstance(spec, crd.TrainingJobSpec)
             c = out.create
             self.actuator.start_gang(
                 view.obj, spec, c.allocation, generation=c.generation, start_progress=c.start_progress
             )
+        for name, grace in out.quick_delete:
+            self.actuator.delete_pods(view.namespace, [name], grace)
         if out.delete:
             self.actuator.delete_pods(view.namespace, out.delete, out.grace_seconds)
         if out.delete_service:
@@ -584,7 +646,38 @@ class Operator:
             metrics.OPERATOR_THROUGHPUT_ERROR.labels(gpu_type=alloc.gpu_type).observe(
                 abs(predicted - observed) / observed
             )
+            node = single_node(alloc.replicas_per_node)
+            if node is not None:
+                model = job.model or f"{job.params}/{job.flops_per_sample}"
+                now = self.clock.now()
+                self._slow_pending.append(GangSample(now, node, alloc.gpu_type, model, observed / predicted))
         self._learned.append((job, spread_of(alloc, node_map), observed))
+
+    def _slow_nodes(self, now: float) -> None:
+        """Slow-node detection (``scheduler.core.slow_nodes``): the ratio of every node with evidence as
+        ``perfsched_node_slowdown_ratio{node}``, a Warning Event ``SlowNode`` on a node newly flagged."""
+        cfg = self.config.slow_nodes
+        self._residuals.extend(self._slow_pending)
+        self._slow_pending.clear()
+        while self._residuals and self._residuals[0].time < now - cfg.window_s:
+            self._residuals.popleft()
+        verdicts = node_slowdown(self._residuals, now=now, config=cfg)
+        metrics.NODE_SLOWDOWN_RATIO.clear()
+        for node, v in verdicts.items():
+            metrics.NODE_SLOWDOWN_RATIO.labels(node=node).set(round(v.ratio, 4))
+        flagged = {n for n, v in verdicts.items() if v.flagged}
+        for node in sorted(flagged - self._flagged):
+            v = verdicts[node]
+            message = (
+                f"jobs run at {v.ratio:.2f}x the throughput of the same models on peer {v.gpu_type} nodes "
+                f"({v.models} model(s), {v.samples} reports over the last {cfg.window_s / 60:.0f} min)"
+            )
+            log.warning("slow node", extra={"node": node, "ratio": v.ratio})
+            try:
+                self.actuator.node_event(node, reason="SlowNode", message=message, now=now)
+            except NotLeader:
+                return
+        self._flagged = flagged
 
     def _observe(self, job: Job, shape: PlacementShape, observed: float) -> None:
         """Feed one observation to the oracle's online correction (if the oracle learns)."""
@@ -597,6 +690,13 @@ class Operator:
                 log.error(
                     "online correction failed", exc_info=True, extra={"job": job.name, "error": str(exc)}
                 )
+
+
+def _start_timeout(spec: crd.TrainingJobSpec | Unschedulable, default: float) -> float:
+    """The job's start timeout: ``spec.startTimeoutSeconds``, else the operator's default."""
+    if isinstance(spec, crd.TrainingJobSpec) and spec.start_timeout_seconds is not None:
+        return float(spec.start_timeout_seconds)
+    return default
 
 
 def _creation_order(obj: Obj) -> tuple[float, str]:

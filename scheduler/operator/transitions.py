@@ -40,7 +40,7 @@ from scheduler.operator.observe import GangState, JobView, PodView, intended_all
 from scheduler.operator.status import evolve, with_condition
 
 #: Reasons of a gang torn down and requeued (status.reason and the Running condition's reason).
-TEARDOWN_REASONS = frozenset({"WorkerFailed", "GangBroken", "GangNotScheduled"})
+TEARDOWN_REASONS = frozenset({"WorkerFailed", "GangBroken", "NodeFailed", "StartTimeout"})
 #: Admitted=False reasons of a job that waits its turn (a Normal Event); others are Warnings.
 _WAIT_REASONS = frozenset({"Waiting", "QueueQuota"})
 #: Status fields a job that holds no gang does not have.
@@ -50,11 +50,16 @@ _RATE_FIELDS = ("observed_throughput", "predicted_throughput")
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """A core/v1 Event about the TrainingJob."""
+    """A core/v1 Event about the TrainingJob.
+
+    ``key`` names the decision an Event announces (empty: none, e.g. a wait): the Event's name is derived
+    from it, so a leader that re-sends the Event of a decision its predecessor already announced (it died
+    after the Event and before the pods changed) gets AlreadyExists and the user sees one Event."""
 
     type: Literal["Normal", "Warning"]
     reason: str
     message: str
+    key: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +77,9 @@ class Observed:
 
     job: Job | Unschedulable
     backoff_limit: int = 3
+    #: first wait after a start timeout; each further one doubles, up to ``requeue_backoff_max_s``
+    requeue_backoff_s: float = 30.0
+    requeue_backoff_max_s: float = 1800.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +112,9 @@ class Outcome:
     #: pods to delete, with the job's checkpoint grace period
     delete: tuple[str, ...] = ()
     grace_seconds: int = 30
+    #: pods with nothing to checkpoint, deleted first with their own short grace period: 0 for a pod
+    #: that is not bound or whose node failed (no kubelet to wait for), 1 for a bound pod that never ran
+    quick_delete: tuple[tuple[str, int], ...] = ()
     delete_service: bool = False
     events: tuple[Event, ...] = ()
     #: the action counted in ``perfsched_operator_actions_total`` (start, resize, preempt, ...)
@@ -123,7 +134,7 @@ def transition(
 ) -> Outcome | None:
     """The transition of one job for this step of the round (None: nothing to do for it)."""
     if isinstance(step, Observed):
-        return _observed(spec, view, step, now)
+        return _with_orphans(view, _observed(spec, view, step, now))
     assert isinstance(spec, crd.TrainingJobSpec), "a job in the round has a valid spec"
     action, job = step.action, step.job
     if action is None:
@@ -163,10 +174,13 @@ def _observed(
     assert isinstance(spec, crd.TrainingJobSpec) and isinstance(step.job, Job)
     if state is GangState.COMPLETED:
         return _complete(spec, view, step.job, now)
+    limit = spec.backoff_limit if spec.backoff_limit is not None else step.backoff_limit
     if state is GangState.CRASHED:
-        return _crashed(spec, view, step.backoff_limit, now)
-    if state is GangState.BROKEN or state is GangState.STUCK:
-        reason = "GangBroken" if state is GangState.BROKEN else "GangNotScheduled"
+        return _crashed(spec, view, limit, now)
+    if state is GangState.STUCK:
+        return _start_timeout(spec, view, step, limit, now)
+    if state is GangState.BROKEN:
+        reason = "NodeFailed" if view.node_failed else "GangBroken"
         message = f"{view.detail}; restarting from the last checkpoint"
         return _teardown(spec, view, "Pending", reason, message, now)
     if state is GangState.DRAINING:
@@ -183,9 +197,28 @@ def _observed(
             grace_seconds=grace,
             events=_resumed_event(view),
         )
+    due = crd.parse_time(view.status.next_attempt_time)
+    if state is GangState.IDLE and due is not None and now < due:
+        return _backing_off(spec, view, due, now)
     # IDLE, STARTING, RUNNING: the policy decides
     return Outcome(
         job=job_for_round(view, step.job, now), allocation=view.allocation, delete=stale, grace_seconds=grace
+    )
+
+
+def _with_orphans(view: JobView, out: Outcome | None) -> Outcome | None:
+    """Pods bound to a failed node are deleted at once whatever else the job does (no kubelet is left to
+    run a grace period, and a pod that is never confirmed gone would hold the job back forever)."""
+    orphans = [p.name for p in view.orphans]
+    if not orphans:
+        return out
+    out = out or Outcome()
+    quick = {n: g for n, g in out.quick_delete}
+    quick.update(dict.fromkeys(orphans, 0))
+    return replace(
+        out,
+        delete=tuple(n for n in out.delete if n not in quick),
+        quick_delete=tuple(sorted(quick.items())),
     )
 
 
@@ -227,30 +260,105 @@ def _crashed(spec: crd.TrainingJobSpec, view: JobView, limit: int, now: float) -
             f"{view.detail}; restarting from the last checkpoint (failure {failures}, backoff limit {limit})"
         )
         return _teardown(spec, view, "Pending", "WorkerFailed", msg, now, failures=failures)
-    old = view.status
     msg = f"backoff limit {limit} exceeded after {failures} worker failures; last: {view.detail}"
-    conds = with_condition(old.conditions, "Running", False, "WorkerFailed", view.detail, now=now)
-    conds = with_condition(conds, "Failed", True, "BackoffLimitExceeded", msg, now=now)
+    return _fail(spec, view, "WorkerFailed", view.detail, "BackoffLimitExceeded", msg, now, failures=failures)
+
+
+def _start_timeout(
+    spec: crd.TrainingJobSpec, view: JobView, step: Observed, limit: int, now: float
+) -> Outcome:
+    """Not every replica ran within the start timeout: stop the gang, release its GPUs and requeue the job
+    after an exponential backoff (``requeueCount``, ``nextAttemptTime``); Fail past the backoff limit."""
+    count = view.status.requeue_count + 1
+    if count > limit:
+        msg = f"backoff limit {limit} exceeded after {count} start timeouts; last: {view.detail}"
+        return _fail(
+            spec, view, "StartTimeout", view.detail, "StartTimeoutExceeded", msg, now, requeue_count=count
+        )
+    wait = min(step.requeue_backoff_max_s, step.requeue_backoff_s * 2 ** (count - 1))
+    msg = (
+        f"{view.detail}; stopped and requeued (start timeout {count} of backoff limit {limit}), "
+        f"next attempt in {wait:.0f} s from the last checkpoint"
+    )
+    return _teardown(
+        spec,
+        view,
+        "Pending",
+        "StartTimeout",
+        msg,
+        now,
+        requeue_count=count,
+        next_attempt_time=crd.rfc3339(now + wait),
+    )
+
+
+def _backing_off(spec: crd.TrainingJobSpec, view: JobView, due: float, now: float) -> Outcome:
+    """A job requeued after a start timeout waits out its backoff outside the round."""
+    old = view.status
+    run = old.condition("Running")
+    why = (
+        run.message if run is not None and run.reason == "StartTimeout" else "the gang did not start in time"
+    )
+    msg = f"backing off until {crd.rfc3339(due)} ({due - now:.0f} s) after a start timeout: {why}"
+    conds = with_condition(old.conditions, "Admitted", False, "StartBackoff", msg, now=now)
+    new = evolve(old, **_base(spec, view), phase="Pending", conditions=conds, **_none(_GANG_FIELDS))
+    return Outcome(
+        status=new, phase="Pending", waiting=msg, delete=_live(view.stale), grace_seconds=_grace(spec)
+    )
+
+
+def _fail(
+    spec: crd.TrainingJobSpec,
+    view: JobView,
+    run_reason: str,
+    run_message: str,
+    reason: str,
+    message: str,
+    now: float,
+    **counts: int,
+) -> Outcome:
+    """The job Fails: its pods are stopped (a running one gets the grace period to checkpoint)."""
+    old = view.status
+    conds = with_condition(old.conditions, "Running", False, run_reason, run_message, now=now)
+    conds = with_condition(conds, "Failed", True, reason, message, now=now)
     new = evolve(
         old,
         **_base(spec, view),
         phase="Failed",
-        reason="BackoffLimitExceeded",
-        message=msg,
-        failures=failures,
+        reason=reason,
+        message=message,
         completion_time=crd.rfc3339(now),
         conditions=conds,
+        next_attempt_time=None,
+        **counts,
         **_none(_GANG_FIELDS),
     )
+    delete, quick = _split([p for p in view.cur if p.unfinished and not p.deleting] + list(view.stale))
     return Outcome(
         status=new,
         phase="Failed",
-        delete=_live([p for p in view.cur if p.unfinished]) + _live(view.stale),
+        delete=delete,
+        quick_delete=quick,
         grace_seconds=spec.checkpoint_grace_seconds,
         delete_service=True,
         events=status_events(old, new, created=_created(view)),
         count="fail",
     )
+
+
+def _split(pods: Sequence[PodView]) -> tuple[tuple[str, ...], tuple[tuple[str, int], ...]]:
+    """Pods to stop: (those that run and get the checkpoint grace period, (name, grace) of those with
+    nothing to checkpoint: 0 when not bound to a node, 1 when bound but never Running)."""
+    graceful: list[str] = []
+    quick: list[tuple[str, int]] = []
+    for p in pods:
+        if not p.unfinished or p.deleting:
+            continue
+        if p.info.phase == "Running":
+            graceful.append(p.name)
+        else:
+            quick.append((p.name, 1 if p.info.node_name else 0))
+    return tuple(graceful), tuple(quick)
 
 
 def _teardown(
@@ -260,14 +368,13 @@ def _teardown(
     reason: str,
     message: str,
     now: float,
-    *,
-    failures: int | None = None,
+    **extra: object,
 ) -> Outcome:
-    """Stop the gang (intent first: no allocation), keeping progress up to the checkpoint."""
+    """Stop the gang (intent first: no allocation), keeping progress up to the checkpoint; ``extra``:
+    further status fields (the failure or requeue count)."""
     old = view.status
     conds = with_condition(old.conditions, "Running", False, reason, message, now=now)
     conds = with_condition(conds, "Admitted", False, reason, message, now=now)
-    extra = {"failures": failures} if failures is not None else {}
     new = evolve(
         old,
         **_base(spec, view),
@@ -280,10 +387,12 @@ def _teardown(
         **extra,
         **_none(_GANG_FIELDS + _RATE_FIELDS),
     )
+    delete, quick = _split([p for p in view.cur if p.unfinished and not p.deleting] + list(view.stale))
     return Outcome(
         status=new,
         phase=phase,
-        delete=_live([p for p in view.cur if p.unfinished]) + _live(view.stale),
+        delete=delete,
+        quick_delete=quick,
         grace_seconds=spec.checkpoint_grace_seconds,
         events=status_events(old, new, created=_created(view)),
         count="restart",
@@ -299,14 +408,15 @@ def _draining(spec: crd.TrainingJobSpec, view: JobView, now: float) -> Outcome:
     phase = _waiting_phase(old)
     conds = with_condition(old.conditions, "Running", False, "Draining", msg, now=now)
     new = evolve(old, **_base(spec, view), phase=phase, conditions=conds, accounted_time=None)
-    stale = _live(view.stale)
+    stale, quick = _split(view.stale)
     return Outcome(
         status=new,
         phase=phase,
         waiting=msg,
         delete=stale,
+        quick_delete=quick,
         grace_seconds=spec.checkpoint_grace_seconds,
-        events=_resumed_event(view) if stale else (),
+        events=_resumed_event(view) if stale or quick else (),
     )
 
 
@@ -316,8 +426,14 @@ def _resumed_event(view: JobView) -> tuple[Event, ...]:
 
     Events go out after the status and before the pods, so a gang with none of its pods was started or
     restarted without its Event having been sent for sure, and likewise pods a stop wanted gone of which
-    none is being deleted yet; once a pod change began, the Event had been sent.
+    none is being deleted yet; once a pod change began, the Event had been sent. The Event may have been
+    sent before the operator died: it carries the decision's key, so it is recorded once.
     """
+    st = view.status
+    return tuple(replace(e, key=decision_key(st, e.reason)) for e in _resumed(view))
+
+
+def _resumed(view: JobView) -> tuple[Event, ...]:
     st = view.status
     reason, message = st.reason or "", st.message or ""
     if view.state is GangState.MISSING:
@@ -383,6 +499,7 @@ def _start(
         "accounted_time": now,
         "attained_service": job.attained_service,
         "observed_throughput": None,
+        "next_attempt_time": None,
         "conditions": conds,
     }
     if predicted:
@@ -534,6 +651,12 @@ def _keep(
         if old.phase != "Running":
             changes["reason"] = "Running"
             changes["message"] = detail
+    elif view.problems:
+        # a problem is news (the reason, and a Warning Event) once it lasts (``JobView.problems_last``)
+        reason = "PodsNotStarting" if view.problems_last else "PodsStarting"
+        changes["conditions"] = with_condition(
+            old.conditions, "Running", False, reason, f"{detail}; {view.problems}", now=now
+        )
     else:
         changes["conditions"] = with_condition(
             old.conditions, "Running", False, "PodsStarting", detail, now=now
@@ -569,11 +692,32 @@ def _wait(spec: crd.TrainingJobSpec, view: JobView, why: Unschedulable | None, n
 # --- events from the status change -----------------------------------------------------------------------
 
 
+#: marks an Event that says why a job waits (not a decision: sent each time the reason changes)
+_WAIT = "<wait>"
+
+
+def decision_key(status: crd.TrainingJobStatus, reason: str) -> str:
+    """The decision a status records, for the Event that announces it: the reason and the counters that
+    every decision moves (a new gang generation, one more resize, preemption, failure or requeue)."""
+    return (
+        f"{reason}.g{status.gang_generation}.r{status.resizes}.p{status.preemptions}"
+        f".f{status.failures}.q{status.requeue_count}.{status.phase or ''}"
+    )
+
+
 def status_events(
     old: crd.TrainingJobStatus, new: crd.TrainingJobStatus, *, created: float | None
 ) -> tuple[Event, ...]:
     """The Event a status change announces (at most one; the first rule that matches), in the new
-    status's words. ``created``: the job's creation time (for the completion time in Succeeded)."""
+    status's words, keyed by the decision (``decision_key``) unless it only says why a job waits.
+    ``created``: the job's creation time (for the completion time in Succeeded)."""
+    events = _status_events(old, new, created=created)
+    return tuple(replace(e, key="" if e.key == _WAIT else decision_key(new, e.reason)) for e in events)
+
+
+def _status_events(
+    old: crd.TrainingJobStatus, new: crd.TrainingJobStatus, *, created: float | None
+) -> tuple[Event, ...]:
     msg = new.message or ""
     if new.gang_generation > old.gang_generation:
         return (Event("Normal", new.reason or "Started", msg),)
@@ -591,6 +735,12 @@ def status_events(
     torn_down = run_new is not None and run_new.reason in TEARDOWN_REASONS
     if torn_down and run_new is not None and (run_old is None or run_old.message != run_new.message):
         return (Event("Warning", run_new.reason, run_new.message),)
+    if (
+        run_new is not None
+        and run_new.reason == "PodsNotStarting"
+        and (run_old is None or run_old.reason != "PodsNotStarting")
+    ):
+        return (Event("Warning", "PodsNotStarting", run_new.message),)
     if new.phase == "Running" and old.phase != "Running" and run_new is not None:
         rate = new.observed_throughput or new.predicted_throughput
         unit = f" {new.work_unit}/s" if new.work_unit else "/s"
@@ -601,7 +751,7 @@ def status_events(
     if adm_old is None or adm_old.status != "False" or adm_old.reason != adm_new.reason:
         quiet = adm_new.reason in _WAIT_REASONS  # waiting for GPUs or for quota is normal
         kind: Literal["Normal", "Warning"] = "Normal" if quiet else "Warning"
-        return (Event(kind, adm_new.reason, adm_new.message),)
+        return (Event(kind, adm_new.reason, adm_new.message, key=_WAIT),)
     return ()
 
 

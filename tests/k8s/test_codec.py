@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from scheduler.core.types import Interconnect
-from scheduler.k8s.codec import CodecError, decode_node, decode_pod, parse_count, pod_gpu_request
+from scheduler.k8s.codec import (
+    CodecError,
+    NodeHealth,
+    decode_node,
+    decode_node_health,
+    decode_pod,
+    parse_count,
+    pod_gpu_request,
+)
 from tests.extender.kube import kube_node, kube_pod
 
 
@@ -108,3 +116,45 @@ def test_bad_batch_size_annotation_does_not_hide_the_pod() -> None:
 def test_parse_count_refuses_non_whole_quantities(value: object) -> None:
     with pytest.raises(CodecError, match="f: "):
         parse_count(value, "f")
+
+
+# --- node health ------------------------------------------------------------------------------------------
+
+
+def test_node_health_reads_the_ready_condition_and_no_execute_taints() -> None:
+    node = kube_node("n1", 8, "A100")
+    assert decode_node_health(node) == NodeHealth("n1")  # no conditions: taken as ready
+    node["status"]["conditions"] = [
+        {"type": "MemoryPressure", "status": "False"},
+        {"type": "Ready", "status": "Unknown", "lastTransitionTime": "2026-01-01T00:00:10Z"},
+    ]
+    node["spec"] = {
+        "taints": [
+            # the lifecycle controller's taints come with NotReady: the grace period covers them
+            {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},
+            {"key": "dedicated", "effect": "NoSchedule"},
+        ]
+    }
+    health = decode_node_health(node)
+    assert (health.ready, health.since, health.no_execute) == (False, 1767225610.0, ())
+    node["spec"]["taints"].append({"key": "gpu-health", "value": "xid79", "effect": "NoExecute"})
+    assert decode_node_health(node).no_execute == ("gpu-health",)
+    node["status"]["conditions"][1]["status"] = "True"
+    assert decode_node_health(node).ready and decode_node_health(node).since is None
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (
+            lambda n: n["status"].update(conditions={"Ready": "True"}),
+            "Node n1.status.conditions: expected a list",
+        ),
+        (lambda n: n.update(spec={"taints": "gpu"}), "Node n1.spec.taints: expected a list"),
+    ],
+)
+def test_bad_node_health_fields_are_named(mutate, message: str) -> None:  # type: ignore[no-untyped-def]
+    node = kube_node("n1", 8, "A100")
+    mutate(node)
+    with pytest.raises(CodecError, match=message):
+        decode_node_health(node)

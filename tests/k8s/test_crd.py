@@ -341,3 +341,40 @@ def test_crd_schema_knows_model_profile() -> None:
     assert mp["required"] == ["configMapName", "key"]
     rules = [r["rule"] for r in spec["x-kubernetes-validations"]]
     assert "has(self.model) || has(self.modelParams) || has(self.modelProfile)" in rules
+
+
+# --- start timeout and backoff limit: refused at the edges, naming the field -------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("startTimeoutSeconds", 0, "spec.startTimeoutSeconds must be greater than 0"),
+        ("startTimeoutSeconds", -5, "spec.startTimeoutSeconds must be greater than 0"),
+        ("startTimeoutSeconds", 86401, "spec.startTimeoutSeconds must be at most 86400 (one day)"),
+        ("backoffLimit", -1, "spec.backoffLimit must not be negative"),
+        ("backoffLimit", 101, "spec.backoffLimit must be at most 100"),
+    ],
+)
+def test_bad_start_timeout_and_backoff_are_refused_naming_the_field(
+    field: str, value: int, message: str
+) -> None:
+    # the API server's CEL rule (each message names the field) ...
+    prop = _schema()["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][field]
+    rules = {r["message"]: r["rule"] for r in prop["x-kubernetes-validations"]}
+    assert message in rules
+    rule = rules[message]  # "self > 0", "self <= 86400", "self >= 0", "self <= 100": evaluated here
+    op, bound = rule.removeprefix("self ").split(" ")
+    holds = {">": value > int(bound), "<=": value <= int(bound), ">=": value >= int(bound)}[op]
+    assert not holds
+    # ... and the operator's own model, for a CRD installed without its schema
+    job = trainingjob_to_job(tj(**{field: value}), now=NOW)
+    assert isinstance(job, Unschedulable) and not job.resolvable and f"spec.{field}" in job.reason
+
+
+def test_start_timeout_and_backoff_limit_parse() -> None:
+    spec = TrainingJobSpec.model_validate(tj(startTimeoutSeconds=86400, backoffLimit=0)["spec"])
+    assert (spec.start_timeout_seconds, spec.backoff_limit) == (86400, 0)
+    assert (
+        TrainingJobSpec.model_validate(tj()["spec"]).start_timeout_seconds is None
+    )  # the operator's default

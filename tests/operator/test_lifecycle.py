@@ -235,7 +235,10 @@ def test_gang_not_scheduled_in_time_is_requeued() -> None:
     rep = op.run_round()
     assert rep.did("restart", "ml/bert")
     st = h.api.status_of("ml", "bert")
-    assert cond(st, "Running")["reason"] == "GangNotScheduled"
+    assert cond(st, "Running")["reason"] == "StartTimeout"
+    assert "0/2 replicas running 60 s after the gang started" in cond(st, "Running")["message"]
+    # requeued after the first backoff (30 s), counted against the backoff limit
+    assert (st["requeueCount"], st["nextAttemptTime"]) == (1, crd.rfc3339(h.clock.now() + 30))
     assert h.api.job_pods("ml", "bert") == []  # unbound pods are deleted at once
 
 

@@ -30,6 +30,7 @@ from scheduler.operator.transitions import (
     Outcome,
     Planned,
     Step,
+    decision_key,
     status_events,
     transition,
 )
@@ -119,6 +120,7 @@ def pod(
     node: str = "n1",
     deleting: bool = False,
     report: ProgressReport | None = None,
+    created: float = T0,
 ) -> PodView:
     info = PodInfo(
         uid=f"u{gen}-{replica}",
@@ -136,7 +138,7 @@ def pod(
     )
     failure = "container worker exited with code 1" if phase == "Failed" else ""
     return PodView(
-        info=info, deleting=deleting, report=report, start_progress=None, created=T0, failure=failure
+        info=info, deleting=deleting, report=report, start_progress=None, created=created, failure=failure
     )
 
 
@@ -295,7 +297,8 @@ ROWS = [
     Row(
         "KEEP while the pods start: Admitted, no Event",
         running_status(phase="Admitted", reason="Started"),
-        (pod(0, phase="Pending"), pod(1, phase="Pending")),
+        # created 10 s ago: well within the start timeout (300 s)
+        (pod(0, phase="Pending", created=NOW - 10), pod(1, phase="Pending", created=NOW - 10)),
         "keep",
         GangState.STARTING,
         {"phase": "Admitted", "reason": "Started", "accountedTime": NOW, "allocation": ALLOC_WIRE},
@@ -438,14 +441,14 @@ ROWS = [
         backoff_limit=1,
     ),
     Row(
-        "the node of a replica is gone: GangBroken, torn down",
+        "the node of a replica is gone: NodeFailed, torn down",
         running_status(),
         (pod(0), pod(1, node="n9")),
         "observed",
         GangState.BROKEN,
-        {"phase": "Pending", "reason": "GangBroken", "allocation": GONE},
-        [("Admitted", "False", "GangBroken"), ("Running", "False", "GangBroken")],
-        [("Warning", "GangBroken")],
+        {"phase": "Pending", "reason": "NodeFailed", "allocation": GONE},
+        [("Admitted", "False", "NodeFailed"), ("Running", "False", "NodeFailed")],
+        [("Warning", "NodeFailed")],
         "node n9 of the gang is gone; restarting from the last checkpoint",
         delete=("bert-g1-0", "bert-g1-1"),
         count="restart",
@@ -598,11 +601,18 @@ def test_status_events_follow_the_status_change_alone() -> None:
     old = crd.TrainingJobStatus.model_validate(running_status())
     assert status_events(old, old, created=T0) == ()
     restarted = old.model_copy(update={"gang_generation": 2, "reason": "Restarted", "message": "again"})
-    assert status_events(old, restarted, created=T0) == (Event("Normal", "Restarted", "again"),)
+    key = decision_key(restarted, "Restarted")  # names the decision: the same for every leader
+    assert key == "Restarted.g2.r0.p0.f0.q0.Running"
+    assert status_events(old, restarted, created=T0) == (Event("Normal", "Restarted", "again", key),)
     done = old.model_copy(
         update={"phase": "Succeeded", "message": "all done", "completion_time": rfc(T0 + 90.4)}
     )
-    assert status_events(old, done, created=T0) == (Event("Normal", "Succeeded", "all done in 90 s"),)
+    (succeeded,) = status_events(old, done, created=T0)
+    assert (succeeded.type, succeeded.reason, succeeded.message) == (
+        "Normal",
+        "Succeeded",
+        "all done in 90 s",
+    )
 
 
 def test_allocation_status_round_trips() -> None:

@@ -50,9 +50,20 @@ def test_restart_loses_the_work_since_the_checkpoint() -> None:
     assert (state.progress, state.checkpoint) == (350.0, 200.0)
     restarted = accounting.start("2", 1000.0, accounting.restart_point(state, None))
     assert (restarted.progress, restarted.checkpoint, restarted.generation) == (200.0, 200.0, "2")
-    # the operator's start-progress wins over the emulator's memory
-    assert accounting.restart_point(state, 150.0) == 150.0
+    # the newest checkpoint wins, as the example trainer resumes from the newest one in its volume:
+    # the operator's start-progress when it saw a later one, else the emulator's own
+    assert accounting.restart_point(state, 250.0) == 250.0
+    assert accounting.restart_point(state, 150.0) == 200.0
+    assert accounting.restart_point(None, 150.0) == 150.0
     assert accounting.restart_point(None, None) == 0.0
+
+
+def test_sigterm_saves_a_checkpoint_where_the_gang_stands() -> None:
+    # 10/s, checkpoint every 20 s, run 35 s: progress 350, checkpoint 200; SIGTERM saves 350
+    state = accounting.advance(accounting.start("1", 1000.0, 0.0), 10.0, 35.0, 20.0)
+    stopped = accounting.terminate(state)
+    assert (stopped.progress, stopped.checkpoint, stopped.throughput) == (350.0, 350.0, 0.0)
+    assert accounting.restart_point(stopped, 200.0) == 350.0  # nothing lost
 
 
 def test_resume_keeps_progress_and_clamps_the_checkpoint() -> None:

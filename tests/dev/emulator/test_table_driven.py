@@ -83,10 +83,11 @@ class FakeApi:
             out.append(
                 WorkerPod(
                     info=decode_pod(obj),
-                    deleting=False,
+                    deleting="deletionTimestamp" in obj["metadata"],
                     report=parse_progress(ann.get("perfsched.dev/progress")),
                     start_progress=parse_start_progress(ann.get("perfsched.dev/start-progress")),
                     annotations=dict(ann),
+                    deletion_grace_s=obj["metadata"].get("deletionGracePeriodSeconds"),
                 )
             )
         return out
@@ -241,6 +242,48 @@ def test_new_generation_starts_from_the_operators_start_progress() -> None:
     emu.step()
     first = api.report(new0)
     assert first is not None and (first.progress, first.checkpoint) == (1000.0, 1000.0)  # 500 iterations lost
+
+
+@pytest.mark.parametrize(
+    ("how", "start"),
+    [
+        ("graceful", 1500.0),  # SIGTERM: the workers save where they stand within the grace period
+        ("vanished", 1500.0),  # KWOK removed the deleted pods before the emulator saw them
+        ("killed", 1000.0),  # deleted with no grace period (SIGKILL): the last periodic checkpoint
+        ("failed", 1000.0),  # a crash saves nothing
+    ],
+)
+def test_stopped_gang_checkpoints_on_sigterm_only(how: str, start: float) -> None:
+    api, clock = FakeApi(), Clock()
+    api.add_job("a", iterations=100_000)
+    old = [api.add_pod("a", i, "1", f"v100-{i}") for i in range(2)]
+    emu = make(api, clock, time_scale=10.0, checkpoint_interval_s=100.0)
+    emu.step()
+    clock.t += 15  # 150 emulated s: progress 1,500, checkpoint 1,000
+    emu.step()
+    for pod in old:
+        meta = api.pods[("team", pod)]["metadata"]
+        if how == "graceful":
+            meta.update(deletionTimestamp="2026-01-01T00:00:30Z", deletionGracePeriodSeconds=30)
+        elif how == "killed":
+            meta.update(deletionTimestamp="2026-01-01T00:00:00Z", deletionGracePeriodSeconds=0)
+        elif how == "failed":
+            api.pods[("team", pod)]["status"]["phase"] = "Failed"
+    if how == "vanished":
+        for pod in old:
+            del api.pods[("team", pod)]
+    clock.t += 1
+    result = emu.step()
+    assert result.checkpointed == (["team/a"] if start == 1500.0 else [])
+    if how == "graceful":  # reported on the pods still there, for the operator to see
+        report = api.report(old[0])
+        assert report is not None and (report.progress, report.checkpoint) == (1500.0, 1500.0)
+    # the operator restarts it from the checkpoint it saw (1,000): the workers resume from the newest
+    new0 = api.add_pod("a", 0, "2", "v100-0", **{"perfsched.dev/start-progress": "1000"})
+    api.add_pod("a", 1, "2", "v100-1", **{"perfsched.dev/start-progress": "1000"})
+    emu.step()
+    first = api.report(new0)
+    assert first is not None and first.progress == start
 
 
 def test_new_generation_without_start_progress_resumes_from_the_last_checkpoint() -> None:
