@@ -300,6 +300,8 @@ class Adopter:
             )
         if w.agnostic:
             status["predictor"] = w.agnostic
+        if predicted:
+            status["predictedThroughput"] = round(predicted, 4)
         kind = act.kind if act is not None else None
         if kind is ActionKind.START and act is not None and act.after is not None:
             after = act.after
@@ -342,8 +344,6 @@ class Adopter:
                 admittedTime=w.status.get("admittedTime"),
                 message=w.status.get("message"),
             )
-            if predicted:
-                status["predictedThroughput"] = round(predicted, 4)
             if w.eta_seconds is not None:
                 status["etaSeconds"] = w.eta_seconds
             if w.progress_fraction is not None:

@@ -241,7 +241,7 @@ def test_unsuspended_labelled_job_is_suspended_until_admitted() -> None:
 
 
 def test_agnostic_job_status_says_why_and_real_policy_admits_it() -> None:
-    h, wapi, op = setup(make_policy("las"))
+    _h, wapi, op = setup(make_policy("las"))
     wapi.add(JOB, batch_job("plain", ann={}))
     rep = op.run_round()
     assert rep.did("start", "job/ml/plain")
