@@ -80,7 +80,7 @@ fi
 # --- JobSet and Kubeflow Trainer controllers (for `perfsched dev-cluster up --with-jobsets`) ----------
 # Built from their Go modules pinned in e2e/jobset-build and e2e/trainer-build (each module's own go.mod
 # requirements and go.sum, so nothing asks the proxy for a version list, which it refuses for these two),
-# with their CRDs copied from the module source next to the binary. Skipped unless PERFSCHED_WITH_JOBSETS=1 (or the
+# with their CRDs and webhook configurations copied from the module source next to the binary. Skipped unless PERFSCHED_WITH_JOBSETS=1 (or the
 # binaries are already there): most runs need only batch/v1 Jobs, whose controller is in
 # kube-controller-manager.
 JOBSET_VERSION="$(awk '$1 == "sigs.k8s.io/jobset" && $2 ~ /^v/ {print $2}' "$here/jobset-build/go.mod")"
@@ -97,6 +97,7 @@ if [ "${PERFSCHED_WITH_JOBSETS:-0}" = 1 ] && [ ! -x "$JOBSET_BIN/jobset" ]; then
   src="$(module_dir jobset-build "sigs.k8s.io/jobset@$JOBSET_VERSION")" || true
   [ -n "$src" ] || { rm -rf "$JOBSET_BIN"; die "downloading sigs.k8s.io/jobset@$JOBSET_VERSION failed (see above)"; }
   cp "$src"/config/components/crd/bases/*.yaml "$JOBSET_BIN/crds/"
+  cp "$src"/config/components/webhook/manifests.yaml "$JOBSET_BIN/webhooks.yaml"
   (cd "$here/jobset-build" && go build -trimpath -ldflags "-s -w" -o "$JOBSET_BIN/jobset" sigs.k8s.io/jobset) \
     || { rm -rf "$JOBSET_BIN"; die "building the JobSet controller $JOBSET_VERSION failed (see above)"; }
 fi
@@ -107,6 +108,7 @@ if [ "${PERFSCHED_WITH_JOBSETS:-0}" = 1 ] && [ ! -x "$TRAINER_BIN/trainer-contro
   src="$(module_dir trainer-build "github.com/kubeflow/trainer/v2@$TRAINER_VERSION")" || true
   [ -n "$src" ] || { rm -rf "$TRAINER_BIN"; die "downloading github.com/kubeflow/trainer/v2@$TRAINER_VERSION failed (see above)"; }
   cp "$src"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$TRAINER_BIN/crds/"
+  cp "$src"/manifests/base/webhook/manifests.yaml "$TRAINER_BIN/webhooks.yaml"
   (cd "$here/trainer-build" && go build -trimpath -ldflags "-s -w" -o "$TRAINER_BIN/trainer-controller-manager" \
       github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager) \
     || { rm -rf "$TRAINER_BIN"; die "building the Kubeflow Trainer controller $TRAINER_VERSION failed (see above)"; }
