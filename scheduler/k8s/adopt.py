@@ -584,3 +584,49 @@ class RealWorkloadApi:
 
     def create_event(self, namespace: str, body: Mapping[str, Any]) -> None:
         self._kube.create_event(namespace, body)
+
+
+# --- the list users see (``perfsched jobs``) ------------------------------------------------------------
+
+#: Columns of ``perfsched jobs``, in order.
+LIST_COLUMNS = (
+    "KIND",
+    "NAMESPACE",
+    "NAME",
+    "PHASE",
+    "QUEUE",
+    "GPU",
+    "REPLICAS",
+    "PREDICTED/S",
+    "ETA",
+    "MESSAGE",
+)
+
+
+def list_rows(kind: WorkloadKind, objs: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """One row per adopted object of ``kind`` (those labelled ``perfsched.dev/queue`` or carrying
+    perfsched's status), from its ``perfsched.dev/status`` annotation; pure."""
+    rows = []
+    for obj in objs:
+        meta = obj.get("metadata") or {}
+        labels, ann = meta.get("labels") or {}, meta.get("annotations") or {}
+        st = parse_status(ann.get(ANNOTATION_STATUS))
+        if LABEL_QUEUE not in labels and not st:
+            continue
+        predicted = st.get("predictedThroughput")
+        eta = st.get("etaSeconds")
+        rows.append(
+            {
+                "KIND": kind.kind,
+                "NAMESPACE": str(meta.get("namespace") or ""),
+                "NAME": str(meta.get("name") or ""),
+                "PHASE": str(st.get("phase") or "Pending"),
+                "QUEUE": str(st.get("queue") or labels.get(LABEL_QUEUE) or ""),
+                "GPU": str(st.get("gpuType") or ""),
+                "REPLICAS": str(st.get("replicas") or ""),
+                "PREDICTED/S": f"{float(predicted):.3g}" if isinstance(predicted, int | float) else "",
+                "ETA": f"{float(eta):.0f}s" if isinstance(eta, int | float) else "",
+                "MESSAGE": str(st.get("message") or ("not seen by the operator yet" if not st else "")),
+            }
+        )
+    return sorted(rows, key=lambda r: (r["NAMESPACE"], r["KIND"], r["NAME"]))

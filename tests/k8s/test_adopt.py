@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from scheduler.k8s.adopt import JOB, JOBSET, TRAINJOB, admit_patches, decode, release_patch
+from scheduler.k8s.adopt import JOB, JOBSET, TRAINJOB, admit_patches, decode, list_rows, release_patch
 
 Q = {"perfsched.dev/queue": "team-a"}
 
@@ -117,3 +117,35 @@ def test_multi_product_type_uses_node_affinity_and_release() -> None:
         "metadata": {"annotations": {"perfsched.dev/status": None}},
         "spec": {"suspend": False},
     }
+
+
+def test_list_rows_show_perfscheds_view() -> None:
+    st = {
+        "phase": "Running",
+        "queue": "team-a",
+        "gpuType": "V100",
+        "replicas": 2,
+        "predictedThroughput": 3.21,
+        "etaSeconds": 90,
+        "message": "LAS queue 0",
+    }
+    labelled = job(ann={"perfsched.dev/status": json.dumps(st)})
+    fresh = job()
+    fresh["metadata"]["name"] = "new"
+    other = job(labels={"app": "x"})
+    other["metadata"]["name"] = "not-ours"
+    rows = list_rows(JOB, [labelled, fresh, other])
+    assert [r["NAME"] for r in rows] == ["j", "new"]
+    assert rows[0] == {
+        "KIND": "Job",
+        "NAMESPACE": "ml",
+        "NAME": "j",
+        "PHASE": "Running",
+        "QUEUE": "team-a",
+        "GPU": "V100",
+        "REPLICAS": "2",
+        "PREDICTED/S": "3.21",
+        "ETA": "90s",
+        "MESSAGE": "LAS queue 0",
+    }
+    assert (rows[1]["PHASE"], rows[1]["MESSAGE"]) == ("Pending", "not seen by the operator yet")
