@@ -141,6 +141,8 @@ class UpOptions:
     #: also run the batch Job controller, the JobSet and Kubeflow Trainer controllers with their CRDs and
     #: webhooks, and a ClusterTrainingRuntime (``perfsched dev-cluster up --with-jobsets``)
     with_jobsets: bool = False
+    #: run kube-controller-manager's batch Job controller (implied by ``with_jobsets``)
+    batch_jobs: bool = False
     #: the port perfsched's operator serves its adoption webhook on (registered when set)
     webhook_port: int | None = None
 
@@ -369,7 +371,9 @@ class DevCluster:
         # CRDs before KCM: the garbage collector rescans discovery only every 30 s
         self._apply_crds(tools, kubeconfig, deadline)
         # KCM, the schedulers and kwok need only the API server: start them together, then wait for each
-        self._spawn_controller_manager(tools, state, kubeconfig, with_jobs=options.with_jobsets)
+        self._spawn_controller_manager(
+            tools, state, kubeconfig, with_jobs=options.with_jobsets or options.batch_jobs
+        )
         for sched in options.schedulers:
             self._spawn_scheduler(tools, state, sched, options.tuning)
         self._spawn_kwok(tools, state, kubeconfig)
