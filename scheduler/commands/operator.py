@@ -122,6 +122,7 @@ def _adopter(
     """Adopted Jobs, JobSets and TrainJobs (``PERFSCHED_OPERATOR_ADOPT_WORKLOADS``), through ``api``."""
     if not settings.operator_adopt_workloads:
         return None
+    from perfmodel import zoo
     from scheduler.k8s.adopt import RealWorkloadApi
     from scheduler.operator.adopted import Adopter
 
@@ -129,6 +130,7 @@ def _adopter(
         RealWorkloadApi(api),
         may_act=elector.is_leader if elector is not None else (lambda: True),
         instance=identity,
+        known_model=lambda m: zoo.lookup_model(m) is not None,
     )
 
 

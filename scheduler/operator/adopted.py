@@ -33,7 +33,7 @@ from scheduler.core.errors import PerfschedError
 from scheduler.core.types import Allocation, Job, Node, WorkUnit
 from scheduler.k8s import adopt, crd
 from scheduler.k8s.adopt import Obj, Workload, WorkloadApi
-from scheduler.names import LABEL_QUEUE
+from scheduler.names import ANNOTATION_MODEL, LABEL_QUEUE
 from scheduler.operator.observe import PodView, pod_view
 
 log = logging.getLogger(__name__)
@@ -95,8 +95,10 @@ class Adopter:
         may_act: Callable[[], bool] = lambda: True,
         instance: str = "",
         kinds: Sequence[adopt.WorkloadKind] = tuple(adopt.WORKLOAD_KINDS.values()),
+        known_model: Callable[[str], bool] | None = None,
     ) -> None:
         self.api = api
+        self.known_model = known_model
         self.may_act = may_act
         self.instance = instance
         self.kinds = tuple(kinds)
@@ -129,6 +131,12 @@ class Adopter:
                 continue
             for obj in raw:
                 w = adopt.decode(kind, obj, known_queues=queues)
+                if w.model and self.known_model is not None and not self.known_model(w.model):
+                    unknown = (
+                        f"unknown model {w.model!r} in annotation {ANNOTATION_MODEL}: "
+                        "the predictor does not know it"
+                    )
+                    w = replace(w, problem="; ".join(p for p in (w.problem, unknown) if p))
                 selected = "" if w.labelled or w.kueue else namespace_queue(w.namespace)
                 if not w.labelled and not selected:
                     if w.status and not w.kueue:

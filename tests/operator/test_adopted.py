@@ -76,7 +76,8 @@ def setup(policy: Any = None) -> tuple[Harness, FakeWorkloadApi, Operator]:
         {"metadata": {"name": "team-a"}, "spec": {"quotas": [{"gpuType": "*", "nominal": 8}]}}
     )
     wapi = FakeWorkloadApi(h.clock.now)
-    op = Operator(h.api, h.policy, h.oracle, config=h.config, clock=h.clock, adopter=Adopter(wapi))
+    adopter = Adopter(wapi, known_model=lambda m: m in {"resnet50", "bert"})
+    op = Operator(h.api, h.policy, h.oracle, config=h.config, clock=h.clock, adopter=adopter)
     return h, wapi, op
 
 
@@ -196,12 +197,16 @@ def test_bad_input_is_refused_and_stays_suspended() -> None:
     wapi.add(JOB, batch_job("noqueue", labels={"perfsched.dev/queue": "nope"}))
     both = {"perfsched.dev/queue": "team-a", "kueue.x-k8s.io/queue-name": "lq"}
     wapi.add(JOB, batch_job("both", labels=both))
+    wapi.add(
+        JOB, batch_job("nonet", ann={"perfsched.dev/model": "no-such-net", "perfsched.dev/batch-size": "8"})
+    )
     op.run_round()
     assert h.policy.seen[-1][1] == ()  # none of them reached the policy
     for name, words in [
         ("nogpu", "asks for no nvidia.com/gpu"),
         ("noqueue", "TrainingQueue 'nope' named by label perfsched.dev/queue does not exist"),
         ("both", "kueue.x-k8s.io/queue-name"),
+        ("nonet", "unknown model 'no-such-net' in annotation perfsched.dev/model"),
     ]:
         assert wapi.get(JOB, "ml", name)["spec"]["suspend"] is True
         st = status(wapi, JOB, name)
