@@ -128,7 +128,7 @@ def _register_up(dev: typer.Typer) -> None:
         """Start the control plane with fake GPU nodes from a cluster spec; wait until it is healthy."""
         from perfsched_dev.devcluster.cluster import DevCluster, UpOptions
         from perfsched_dev.devcluster.process import free_ports, port_is_free
-        from perfsched_dev.devcluster.tools import DevClusterError
+        from perfsched_dev.devcluster.tools import DevClusterError, find_jobset_tools
         from scheduler.core.errors import ConfigError
         from scheduler.sim.cluster import load_cluster_spec, node_labels, spec_to_nodes
 
@@ -139,6 +139,8 @@ def _register_up(dev: typer.Typer) -> None:
         spec = load_cluster_spec(cluster)
         dc = DevCluster(state_dir)
         try:
+            if with_jobsets:  # before anything starts: say every missing piece at once
+                find_jobset_tools()
             port = extender_port or free_ports(1)[0]
             extras: tuple[ExtraComponent, ...] = ()
             webhook_port = None
