@@ -252,3 +252,22 @@ def test_agnostic_job_status_says_why_and_real_policy_admits_it() -> None:
     assert rep.did("start", "job/ml/plain")
     st = status(wapi, JOB, "plain")
     assert "no perfsched.dev/model and perfsched.dev/batch-size annotation" in st["predictor"]
+
+
+def test_unlabelled_job_in_a_selected_namespace_is_adopted_into_that_queue() -> None:
+    h, wapi, op = setup()
+    h.api.add_namespace("ml", {"team": "b"})
+    selector = {"namespaces": {"matchLabels": {"team": "b"}}, "quotas": [{"gpuType": "*", "nominal": 8}]}
+    h.api.add_trainingqueue({"metadata": {"name": "team-b"}, "spec": selector})
+    job = batch_job("plain", labels={})
+    job["spec"]["suspend"] = False  # created before the queue selected the namespace
+    wapi.add(JOB, job)
+    wapi.add(JOB, batch_job("kq", labels={"kueue.x-k8s.io/queue-name": "lq"}))  # Kueue's, even here
+    h.policy.want["job/ml/plain"] = None
+    op.run_round()
+    assert wapi.get(JOB, "ml", "plain")["spec"]["suspend"] is True
+    assert status(wapi, JOB, "plain")["queue"] == "team-b"
+    assert [j.queue for j in h.policy.seen[-1][1]] == ["team-b"]
+    assert not wapi.events_for("kq") and "perfsched.dev/status" not in (
+        wapi.get(JOB, "ml", "kq")["metadata"].get("annotations") or {}
+    )
