@@ -38,11 +38,12 @@ from scheduler.names import (
     ANNOTATION_PRECISION,
     ANNOTATION_STATUS,
     ANNOTATION_TOTAL_WORK,
+    ANNOTATION_TRAINER_JOB,
     GPU_RESOURCE,
+    KUEUE_QUEUE_LABEL,
     LABEL_GPU_PRODUCT,
-    LABEL_KUEUE_QUEUE,
     LABEL_QUEUE,
-    TRAINJOB_PATCH_MANAGER,
+    OPERATOR_COMPONENT,
 )
 
 Obj = dict[str, Any]
@@ -52,7 +53,6 @@ SCHEDULER_NAME = "perfsched"
 #: The replicated job of a Trainer runtime that runs the trainer nodes (Trainer's built-in runtimes name it
 #: so); a TrainJob may name another one with this annotation.
 TRAINJOB_NODE_JOB = "node"
-ANNOTATION_TRAINER_JOB = "perfsched.dev/trainer-replicated-job"
 PRECISIONS = ("fp32", "fp16", "bf16", "amp", "tf32", "fp8")
 
 
@@ -278,12 +278,12 @@ def decode(
     finished, finish_message = _finished(obj, done, failed)
     queue = str(labels.get(LABEL_QUEUE) or "")
     labelled = LABEL_QUEUE in labels
-    kueue = LABEL_KUEUE_QUEUE in labels
+    kueue = KUEUE_QUEUE_LABEL in labels
 
     problems: list[str] = []
     if labelled and kueue:
         problems.append(
-            f"it carries both {LABEL_QUEUE} and Kueue's {LABEL_KUEUE_QUEUE}: one scheduler must own it; "
+            f"it carries both {LABEL_QUEUE} and Kueue's {KUEUE_QUEUE_LABEL}: one scheduler must own it; "
             "remove one of the labels"
         )
     if shape.gpus <= 0:
@@ -437,7 +437,7 @@ def admit_patches(w: Workload, gpu_type: str, products: Sequence[str], replicas:
             ((w.obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_TRAINER_JOB) or ""
         )
         ours = {
-            "manager": TRAINJOB_PATCH_MANAGER,
+            "manager": OPERATOR_COMPONENT,
             "trainingRuntimeSpec": {
                 "template": {
                     "spec": {
@@ -454,7 +454,7 @@ def admit_patches(w: Workload, gpu_type: str, products: Sequence[str], replicas:
         others = [
             p
             for p in (w.obj.get("spec") or {}).get("runtimePatches") or []
-            if isinstance(p, dict) and p.get("manager") != TRAINJOB_PATCH_MANAGER
+            if isinstance(p, dict) and p.get("manager") != OPERATOR_COMPONENT
         ]
         spec = {"runtimePatches": [*others, ours]}
         if replicas != w.replicas:

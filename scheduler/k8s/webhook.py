@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from scheduler.k8s.adopt import JOB, JOBSET, SCHEDULER_NAME, SUPPORTED, WORKLOAD_KINDS, status_patch
-from scheduler.names import ANNOTATION_STATUS, LABEL_KUEUE_QUEUE, LABEL_QUEUE
+from scheduler.names import ANNOTATION_STATUS, KUEUE_QUEUE_LABEL, LABEL_QUEUE
 
 Obj = dict[str, Any]
 
@@ -67,7 +67,7 @@ def mutate(review: Mapping[str, Any], namespace_queue: Callable[[str], str]) -> 
     kind = str((request.get("kind") or {}).get("kind") or obj.get("kind") or "")
     labelled = LABEL_QUEUE in labels
     if not labelled and (
-        LABEL_KUEUE_QUEUE in labels or kind not in WORKLOAD_KINDS or not namespace_queue(namespace)
+        KUEUE_QUEUE_LABEL in labels or kind not in WORKLOAD_KINDS or not namespace_queue(namespace)
     ):
         return out
     if kind in WORKLOAD_KINDS:
