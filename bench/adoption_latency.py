@@ -39,7 +39,10 @@ def bodies(i: int) -> dict[str, tuple[str, str, str, dict[str, Any]]]:
         "template": {"spec": {"parallelism": 1, "completions": 1, "template": tmpl}},
     }
     node = {"name": "node", "template": {"spec": {"template": {"metadata": {"annotations": RUN}}}}}
-    patch = {"manager": "bench", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [node]}}}}
+    patch = {
+        "manager": "bench.perfsched.dev/latency",
+        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [node]}}},
+    }
     job_spec = {"parallelism": 2, "completions": 2, "completionMode": "Indexed", "template": tmpl}
     trainer = {"numNodes": 2, "resourcesPerNode": {"limits": {"nvidia.com/gpu": 1}}}
     tj_spec = {"runtimeRef": {"name": "perfsched-torch"}, "trainer": trainer, "runtimePatches": [patch]}
