@@ -131,6 +131,7 @@ def _adopter(
         may_act=elector.is_leader if elector is not None else (lambda: True),
         instance=identity,
         known_model=lambda m: zoo.lookup_model(m) is not None,
+        namespace=settings.namespace,
     )
 
 
@@ -208,6 +209,7 @@ def _run_loop(
             settings.operator_webhook_key_file,
             NamespaceQueues(api),
             on_admit=loop.trigger,
+            only_namespace=settings.namespace,
         )
     if settings.operator_metrics_port:
         server, _ = serve_http(

@@ -47,7 +47,7 @@ def _ops(kind: str, obj: Mapping[str, Any]) -> list[Obj]:
     return ops
 
 
-def mutate(review: Mapping[str, Any], namespace_queue: Callable[[str], str]) -> Obj:
+def mutate(review: Mapping[str, Any], namespace_queue: Callable[[str], str], only_namespace: str = "") -> Obj:
     """The ``AdmissionReview`` response to ``review`` (see the module docstring); never raises."""
     request = review.get("request") if isinstance(review, Mapping) else None
     if not isinstance(request, Mapping):
@@ -66,6 +66,8 @@ def mutate(review: Mapping[str, Any], namespace_queue: Callable[[str], str]) -> 
     namespace = str(request.get("namespace") or meta.get("namespace") or "")
     kind = str((request.get("kind") or {}).get("kind") or obj.get("kind") or "")
     labelled = LABEL_QUEUE in labels
+    if only_namespace and namespace != only_namespace:
+        return out  # an operator scoped to one namespace adopts nothing elsewhere
     if not labelled and (
         KUEUE_QUEUE_LABEL in labels or kind not in WORKLOAD_KINDS or not namespace_queue(namespace)
     ):

@@ -33,6 +33,7 @@ from scheduler.core.errors import PerfschedError
 from scheduler.core.types import Allocation, Job, Node, WorkUnit
 from scheduler.k8s import adopt, crd
 from scheduler.k8s.adopt import Obj, Workload, WorkloadApi
+from scheduler.k8s.errors import Forbidden
 from scheduler.names import ANNOTATION_MODEL, LABEL_QUEUE
 from scheduler.operator.observe import PodView, pod_view
 
@@ -96,9 +97,13 @@ class Adopter:
         instance: str = "",
         kinds: Sequence[adopt.WorkloadKind] = tuple(adopt.WORKLOAD_KINDS.values()),
         known_model: Callable[[str], bool] | None = None,
+        namespace: str = "",
     ) -> None:
         self.api = api
         self.known_model = known_model
+        #: only this namespace's workloads ("" = all), as the operator's PERFSCHED_NAMESPACE
+        self.namespace = namespace
+        self._forbidden: set[str] = set()
         self.may_act = may_act
         self.instance = instance
         self.kinds = tuple(kinds)
@@ -126,11 +131,19 @@ class Adopter:
         for kind in self.kinds:
             try:
                 raw = self.api.list_workloads(kind)
+            except Forbidden as exc:  # RBAC without this kind: said once, not every round
+                if kind.kind not in self._forbidden:
+                    self._forbidden.add(kind.kind)
+                    log.warning("cannot list %s; not adopting them", kind.plural, extra={"error": str(exc)})
+                continue
             except PerfschedError as exc:
                 errors.append(f"list {kind.plural}: {exc}")
                 continue
+            self._forbidden.discard(kind.kind)
             for obj in raw:
                 w = adopt.decode(kind, obj, known_queues=queues)
+                if self.namespace and w.namespace != self.namespace:
+                    continue
                 if w.model and self.known_model is not None and not self.known_model(w.model):
                     unknown = (
                         f"unknown model {w.model!r} in annotation {ANNOTATION_MODEL}: "

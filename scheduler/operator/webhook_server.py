@@ -70,7 +70,9 @@ class _QuietHandler(WSGIRequestHandler):
         log.debug("webhook " + format, *args)
 
 
-def webhook_app(namespace_queue: Callable[[str], str], on_admit: Callable[[], None]) -> Any:
+def webhook_app(
+    namespace_queue: Callable[[str], str], on_admit: Callable[[], None], only_namespace: str = ""
+) -> Any:
     """The WSGI app: ``POST /mutate`` answers an AdmissionReview; anything else is 404 (or 400)."""
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
@@ -83,7 +85,7 @@ def webhook_app(namespace_queue: Callable[[str], str], on_admit: Callable[[], No
         except (ValueError, OSError) as exc:
             start_response("400 Bad Request", [("Content-Type", "text/plain")])
             return [f"not an AdmissionReview: {exc}\n".encode()]
-        answer = mutate(review, namespace_queue)
+        answer = mutate(review, namespace_queue, only_namespace)
         if answer["response"].get("patch"):
             on_admit()
         body = json.dumps(answer).encode()
@@ -100,6 +102,7 @@ def serve_webhook(
     key_file: str,
     namespace_queue: Callable[[str], str],
     on_admit: Callable[[], None] = lambda: None,
+    only_namespace: str = "",
 ) -> tuple[WSGIServer, threading.Thread]:
     """Serve the webhook over TLS in a daemon thread; returns the server (call ``shutdown``)."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -107,7 +110,7 @@ def serve_webhook(
     server = make_server(
         host,
         port,
-        webhook_app(namespace_queue, on_admit),
+        webhook_app(namespace_queue, on_admit, only_namespace),
         server_class=_ThreadingServer,
         handler_class=_QuietHandler,
     )

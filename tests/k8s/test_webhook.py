@@ -86,3 +86,8 @@ def test_unsupported_kind_gets_a_status_and_a_warning() -> None:
     status = json.loads(ops[1]["value"])
     assert status["phase"] == "Refused" and "does not schedule PyTorchJob" in status["message"]
     assert "batch/v1 Job" in out["response"]["warnings"][0]
+
+
+def test_an_operator_scoped_to_a_namespace_suspends_nothing_elsewhere() -> None:
+    assert "patch" not in mutate(review("Job", Q, dict(POD), namespace="other"), no_queue, "ml")["response"]
+    assert "patch" in mutate(review("Job", Q, dict(POD), namespace="ml"), no_queue, "ml")["response"]

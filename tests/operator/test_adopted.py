@@ -271,3 +271,21 @@ def test_unlabelled_job_in_a_selected_namespace_is_adopted_into_that_queue() -> 
     assert not wapi.events_for("kq") and "perfsched.dev/status" not in (
         wapi.get(JOB, "ml", "kq")["metadata"].get("annotations") or {}
     )
+
+
+def test_namespace_scope_and_forbidden_kind() -> None:
+    from scheduler.k8s.errors import Forbidden
+
+    h, wapi, _ = setup()
+    adopter = Adopter(wapi, namespace="ml")
+    op = Operator(h.api, h.policy, h.oracle, config=h.config, clock=h.clock, adopter=adopter)
+    other = batch_job("elsewhere")
+    other["metadata"]["namespace"] = "other"
+    wapi.add(JOB, other)
+    wapi.add(JOB, batch_job("here"))
+    h.policy.want["job/ml/here"] = None
+    wapi.fail_next(Forbidden("jobs.batch is forbidden"))  # the first list (Jobs) is refused by RBAC
+    rep = op.run_round()
+    assert rep.errors == [] and not wapi.patches  # said once in the log, not a round error
+    op.run_round()
+    assert [p[1] for p in wapi.patches] == ["here"]  # the other namespace's Job is not touched
