@@ -289,3 +289,36 @@ def test_namespace_scope_and_forbidden_kind() -> None:
     assert rep.errors == [] and not wapi.patches  # said once in the log, not a round error
     op.run_round()
     assert [p[1] for p in wapi.patches] == ["here"]  # the other namespace's Job is not touched
+
+
+def test_higher_priority_job_preempts_through_the_queue_and_the_other_resumes() -> None:
+    h, wapi, op = setup(make_policy("las"))
+    h.api.delete_trainingqueue("team-a")
+    h.api.add_trainingqueue(
+        {"metadata": {"name": "team-a"}, "spec": {"quotas": [{"gpuType": "*", "nominal": 2}]}}
+    )
+    h.api.add_priority_class("low", 10)
+    h.api.add_priority_class("high", 1000)
+    low, high = batch_job("low"), batch_job("high")
+    low["spec"]["template"]["spec"]["priorityClassName"] = "low"
+    high["spec"]["template"]["spec"]["priorityClassName"] = "high"
+    wapi.add(JOB, low)
+    assert op.run_round().did("start", "job/ml/low")
+    node = "a1" if status(wapi, JOB, "low")["gpuType"] == "A100" else "v1"
+    add_pods(h, wapi, JOB, "low", node, 2)
+    h.clock.advance(30)
+    wapi.add(JOB, high)
+    rep = op.run_round()
+    # the queue holds 2 GPUs: the high-priority job takes them, the low one is re-suspended (graceful)
+    assert rep.did("preempt", "job/ml/low") and rep.did("start", "job/ml/high")
+    assert wapi.get(JOB, "ml", "low")["spec"]["suspend"] is True
+    assert status(wapi, JOB, "low")["message"].startswith("preempted: queue team-a")
+    # its pods go; the high one finishes; the low one is admitted again
+    for i in range(2):
+        h.api.delete_pod("ml", f"low-{i}", 0)
+    h.api.finish_deletions()
+    wapi.finish(JOB, "ml", "high", "Complete")
+    rep = op.run_round()
+    assert rep.did("start", "job/ml/low")
+    assert wapi.get(JOB, "ml", "low")["spec"]["suspend"] is False
+    assert status(wapi, JOB, "low")["attainedService"] == 60.0  # 30 s x 2 GPUs before the preemption
