@@ -6,7 +6,8 @@ JobSet and Kubeflow Trainer controllers (their tests are skipped otherwise). ``p
 ``perfsched operator`` run as processes, the operator serving the adoption webhook. Each job is 2 pods x
 1 GPU labelled ``perfsched.dev/queue``; KWOK runs its pods for a few seconds, then they succeed. The test
 checks what a user sees: the job suspended at creation, admitted on the policy's GPU type (its pods on
-nodes of that type), completed by its own controller, and perfsched's status and Events on it.
+nodes of that type), completed by its own controller, and perfsched's status and Events on it; and that a
+higher-priority Job preempts a running one through their TrainingQueue, which then resumes.
 """
 
 from __future__ import annotations
@@ -258,3 +259,69 @@ def test_jobset_and_trainjob(jk_cluster: tuple[KubeCluster, bool]) -> None:
         return custom.get_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", ns, "trainjobs", "tj")  # type: ignore[no-any-return]
 
     _check_run(kube, ns, "tj", get_tj, "jobset.sigs.k8s.io/jobset-name=tj", "Complete")
+
+
+def test_higher_priority_job_preempts_a_running_one_which_resumes(
+    jk_cluster: tuple[KubeCluster, bool],
+) -> None:
+    """A queue of 2 GPUs: a low-priority 2 x 1 GPU Job runs; a high-priority one arrives and takes the
+    queue's GPUs; the low one is re-suspended (its pods deleted gracefully), then admitted again and runs
+    to completion. The decision's reason reaches the preempted Job's Events."""
+    from kubernetes import client as k8s
+
+    from perfsched_dev.k8s import bootstrap
+    from scheduler.names import GROUP, TRAININGQUEUE_PLURAL, VERSION
+
+    kube, _ = jk_cluster
+    ns = "preempt-e2e"
+    bootstrap.create_namespace(kube.api, ns)
+    sched = k8s.SchedulingV1Api(kube.api)
+    for name, value in (("e2e-low", 10), ("e2e-high", 1000)):
+        sched.create_priority_class({"metadata": {"name": name}, "value": value})
+    queue = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingQueue", "metadata": {"name": "team-a"},
+             "spec": {"quotas": [{"gpuType": "*", "nominal": 2}]}}  # fmt: skip
+    kube.custom.create_cluster_custom_object(GROUP, VERSION, TRAININGQUEUE_PLURAL, queue)
+    batch = k8s.BatchV1Api(kube.api)
+
+    def job(name: str, prio: str, run: str) -> dict[str, Any]:
+        spec = {**POD_SPEC, "priorityClassName": prio, "terminationGracePeriodSeconds": 5}
+        tmpl = {"metadata": {"annotations": {"perfsched.dev/kwok-run-duration": run}}, "spec": spec}
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": name, "labels": LABEL},
+            "spec": {"parallelism": 2, "completions": 2, "completionMode": "Indexed", "template": tmpl},
+        }
+
+    def status(name: str) -> dict[str, Any]:
+        return _status(kube.api.sanitize_for_serialization(batch.read_namespaced_job(name, ns)))
+
+    def done(name: str) -> bool:
+        conds = batch.read_namespaced_job(name, ns).status.conditions or []
+        return any(c.type == "Complete" and c.status == "True" for c in conds)
+
+    try:
+        batch.create_namespaced_job(ns, job("low", "e2e-low", "25s"))
+        wait_until(lambda: status("low").get("phase") == "Running", 30, "low admitted")
+        wait_until(
+            lambda: (
+                len([p for p in kube.core.list_namespaced_pod(ns).items if p.status.phase == "Running"]) == 2
+            ),
+            60,
+            "low's 2 pods running",
+        )
+        batch.create_namespaced_job(ns, job("high", "e2e-high", "3s"))
+        wait_until(lambda: status("high").get("phase") == "Running", 30, "high admitted")
+        # written in the same round, just after the high one's admission
+        st = wait_until(lambda: (s := status("low")).get("phase") == "Waiting" and s, 10, "low preempted")
+        assert st["message"].startswith("preempted: queue team-a"), st
+        assert batch.read_namespaced_job("low", ns).spec.suspend is True
+        preempted = [m for r, m in _events(kube, ns, "low") if r == "Preempted"]
+        assert preempted and "queue team-a" in preempted[0]
+        wait_until(lambda: done("high"), 60, "high complete")
+        wait_until(lambda: status("low").get("phase") == "Running", 60, "low admitted again")
+        assert batch.read_namespaced_job("low", ns).spec.suspend is False
+        wait_until(lambda: done("low"), 90, "low complete after resuming")
+        assert [r for r, _ in _events(kube, ns, "low")].count("Admitted") == 2
+    finally:
+        kube.custom.delete_cluster_custom_object(GROUP, VERSION, TRAININGQUEUE_PLURAL, "team-a")
