@@ -77,6 +77,44 @@ if [ ! -x "$HELM_BIN/helm" ]; then
   GOBIN="$HELM_BIN" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION" \
     || { rm -rf "$HELM_BIN"; die "building helm $HELM_VERSION failed (see above)"; }
 fi
+# --- JobSet and Kubeflow Trainer controllers (for `perfsched dev-cluster up --with-jobsets`) ----------
+# Built from their Go modules pinned in e2e/jobset-build and e2e/trainer-build (each module's own go.mod
+# requirements and go.sum, so nothing asks the proxy for a version list, which it refuses for these two),
+# with their CRDs and webhook configurations copied from the module source next to the binary. Skipped
+# unless PERFSCHED_WITH_JOBSETS=1: most runs need only batch/v1 Jobs, whose controller is in
+# kube-controller-manager. About 15 minutes on 2 cores, cached by version.
+JOBSET_VERSION="$(awk '$1 == "sigs.k8s.io/jobset" && $2 ~ /^v/ {print $2}' "$here/jobset-build/go.mod")"
+TRAINER_VERSION="$(awk '$1 == "github.com/kubeflow/trainer/v2" && $2 ~ /^v/ {print $2}' "$here/trainer-build/go.mod")"
+JOBSET_BIN="$CACHE/jobset-$JOBSET_VERSION"
+TRAINER_BIN="$CACHE/trainer-$TRAINER_VERSION"
+module_dir() {  # build dir, module@version -> its source directory in the Go module cache (downloads it)
+  (cd "$here/$1" && go mod download -json "$2" | awk -F'"' '$2 == "Dir" {print $4}')
+}
+if [ "${PERFSCHED_WITH_JOBSETS:-0}" = 1 ] && { [ ! -x "$JOBSET_BIN/jobset" ] || [ ! -f "$JOBSET_BIN/webhooks.yaml" ]; }; then
+  need_go
+  echo "install-tools: installing the JobSet controller $JOBSET_VERSION into $JOBSET_BIN"
+  mkdir -p "$JOBSET_BIN/crds"
+  src="$(module_dir jobset-build "sigs.k8s.io/jobset@$JOBSET_VERSION")" || true
+  [ -n "$src" ] || { rm -rf "$JOBSET_BIN"; die "downloading sigs.k8s.io/jobset@$JOBSET_VERSION failed (see above)"; }
+  install -m 0644 "$src"/config/components/crd/bases/*.yaml "$JOBSET_BIN/crds/"
+  install -m 0644 "$src"/config/components/webhook/manifests.yaml "$JOBSET_BIN/webhooks.yaml"
+  [ -x "$JOBSET_BIN/jobset" ] || (cd "$here/jobset-build" && go build -trimpath -ldflags "-s -w" -o "$JOBSET_BIN/jobset" sigs.k8s.io/jobset) \
+    || { rm -rf "$JOBSET_BIN"; die "building the JobSet controller $JOBSET_VERSION failed (see above)"; }
+fi
+if [ "${PERFSCHED_WITH_JOBSETS:-0}" = 1 ] \
+   && { [ ! -x "$TRAINER_BIN/trainer-controller-manager" ] || [ ! -f "$TRAINER_BIN/webhooks.yaml" ]; }; then
+  need_go
+  echo "install-tools: installing the Kubeflow Trainer controller $TRAINER_VERSION into $TRAINER_BIN"
+  mkdir -p "$TRAINER_BIN/crds"
+  src="$(module_dir trainer-build "github.com/kubeflow/trainer/v2@$TRAINER_VERSION")" || true
+  [ -n "$src" ] || { rm -rf "$TRAINER_BIN"; die "downloading github.com/kubeflow/trainer/v2@$TRAINER_VERSION failed (see above)"; }
+  install -m 0644 "$src"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$TRAINER_BIN/crds/"
+  install -m 0644 "$src"/manifests/base/webhook/manifests.yaml "$TRAINER_BIN/webhooks.yaml"
+  [ -x "$TRAINER_BIN/trainer-controller-manager" ] || (cd "$here/trainer-build" && go build -trimpath -ldflags "-s -w" -o "$TRAINER_BIN/trainer-controller-manager" \
+      github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager) \
+    || { rm -rf "$TRAINER_BIN"; die "building the Kubeflow Trainer controller $TRAINER_VERSION failed (see above)"; }
+fi
+
 etcd_path="$ETCD_BIN/etcd"; [ -x "$etcd_path" ] || etcd_path="$(command -v etcd || echo /usr/bin/etcd)"
 echo "install-tools: ok (k8s $K8S_BIN, kwok $KWOK_BIN, helm $HELM_BIN, etcd $etcd_path)"
 

@@ -61,3 +61,19 @@ ANNOTATION_TRACE_JOB = "perfsched.dev/trace-job"
 # -- Events ---------------------------------------------------------------------------------------
 #: ``reportingComponent`` of the Events the operator writes.
 OPERATOR_COMPONENT = "perfsched.dev/operator"
+
+# -- Adopted workloads: batch/v1 Jobs, JobSets and Kubeflow TrainJobs (``docs/job-kinds.md``) ------
+#: Opt-in label: the TrainingQueue that admits the job (the job is perfsched's while it carries it).
+LABEL_QUEUE = "perfsched.dev/queue"
+#: Kueue's opt-in label (not perfsched's): a job carrying it is Kueue's; with perfsched's label too it is
+#: refused.
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+#: On an adopted job: what perfsched decided and why it waits (JSON; ``scheduler.k8s.adopt``).
+ANNOTATION_STATUS = "perfsched.dev/status"
+#: Predictor input on an adopted job (``perfsched.dev/model`` and ``perfsched.dev/batch-size`` as on pods).
+ANNOTATION_PRECISION = "perfsched.dev/precision"
+#: Elastic bounds of an adopted job (replicas; without them the job runs at the size it was written with).
+ANNOTATION_MIN_REPLICAS = "perfsched.dev/min-replicas"
+ANNOTATION_MAX_REPLICAS = "perfsched.dev/max-replicas"
+#: The replicated job of a TrainJob's runtime that perfsched's runtime patch targets (default ``node``).
+ANNOTATION_TRAINER_JOB = "perfsched.dev/trainer-replicated-job"

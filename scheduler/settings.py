@@ -96,6 +96,25 @@ class Settings(BaseSettings):
     operator_master_port: int = Field(default=29500, ge=1, le=65535)
     #: jobs whose API writes the operator sends concurrently within a round
     operator_api_concurrency: int = Field(default=8, ge=1, le=64)
+    #: schedule batch/v1 Jobs, JobSets and TrainJobs labelled perfsched.dev/queue (docs/job-kinds.md)
+    operator_adopt_workloads: bool = True
+    #: HTTPS port of the mutating webhook that suspends them at creation (0: not served)
+    operator_webhook_port: int = Field(default=0, ge=0, le=65535)
+    operator_webhook_host: str = "0.0.0.0"
+    #: PEM certificate and key the webhook serves (required with a webhook port)
+    operator_webhook_cert_file: str = ""
+    operator_webhook_key_file: str = ""
+
+    @model_validator(mode="after")
+    def _operator_webhook(self) -> Settings:
+        if self.operator_webhook_port and not (
+            self.operator_webhook_cert_file and self.operator_webhook_key_file
+        ):
+            raise ValueError(
+                "PERFSCHED_OPERATOR_WEBHOOK_PORT is set: PERFSCHED_OPERATOR_WEBHOOK_CERT_FILE and "
+                "PERFSCHED_OPERATOR_WEBHOOK_KEY_FILE must name the PEM certificate and key it serves"
+            )
+        return self
 
     @model_validator(mode="after")
     def _operator_lease(self) -> Settings:

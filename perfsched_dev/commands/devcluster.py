@@ -3,6 +3,7 @@
 CLI command module (I/O). ``up`` builds the fake GPU nodes from a cluster spec (the simulator's YAML,
 ``scheduler.sim.cluster``) and hands them to ``perfsched_dev.devcluster.DevCluster``; ``--with-perfsched``
 also starts ``perfsched extender``, ``perfsched operator`` and ``perfsched emulate`` as local processes;
+``--with-jobsets`` also runs the batch Job, JobSet and Kubeflow Trainer controllers (``docs/job-kinds.md``);
 ``restart COMPONENT`` kills one of them (or of the control plane) and starts it again as ``up`` did.
 Exit codes: 0 ok; 1 the cluster could not be started (message says why and how to fix it) or one is
 already running; 2 bad arguments; ``status`` exits 3 when no cluster runs. See ``docs/dev-cluster.md``.
@@ -30,7 +31,10 @@ _COMPONENTS = {
 
 
 def _perfsched_components(
-    extender_port: int, kubeconfig: str, time_scale: float | None
+    extender_port: int,
+    kubeconfig: str,
+    time_scale: float | None,
+    webhook: tuple[int, str, str] | None = None,
 ) -> tuple[ExtraComponent, ...]:
     from perfsched_dev.devcluster.cluster import perfsched_components
     from perfsched_dev.devcluster.process import free_ports
@@ -45,7 +49,18 @@ def _perfsched_components(
         )
     emulator_env = {"PERFSCHED_EMULATOR_TIME_SCALE": f"{time_scale:g}"} if time_scale else {}
     (operator_port,) = free_ports(1)
-    return perfsched_components(kubeconfig, extender_port, operator_port, emulator_env=emulator_env)
+    operator_env = {}
+    if webhook is not None:  # the adoption webhook, with the API server's loopback serving certificate
+        port, cert, key = webhook
+        operator_env = {
+            "PERFSCHED_OPERATOR_WEBHOOK_HOST": "127.0.0.1",
+            "PERFSCHED_OPERATOR_WEBHOOK_PORT": str(port),
+            "PERFSCHED_OPERATOR_WEBHOOK_CERT_FILE": cert,
+            "PERFSCHED_OPERATOR_WEBHOOK_KEY_FILE": key,
+        }
+    return perfsched_components(
+        kubeconfig, extender_port, operator_port, operator_env=operator_env, emulator_env=emulator_env
+    )
 
 
 def _print_state(state: object, as_json: bool, header: str) -> None:
@@ -98,6 +113,12 @@ def _register_up(dev: typer.Typer) -> None:
         time_scale: float = typer.Option(
             None, "--time-scale", help="Emulator time scale (with --with-perfsched)."
         ),
+        with_jobsets: bool = typer.Option(
+            False,
+            "--with-jobsets",
+            help="Also run the batch Job, JobSet and Kubeflow Trainer controllers (and, with "
+            "--with-perfsched, the operator's webhook that adopts their jobs).",
+        ),
         timeout: float = typer.Option(
             90.0, "--timeout", help="Seconds each component may take to become healthy."
         ),
@@ -107,7 +128,7 @@ def _register_up(dev: typer.Typer) -> None:
         """Start the control plane with fake GPU nodes from a cluster spec; wait until it is healthy."""
         from perfsched_dev.devcluster.cluster import DevCluster, UpOptions
         from perfsched_dev.devcluster.process import free_ports, port_is_free
-        from perfsched_dev.devcluster.tools import DevClusterError
+        from perfsched_dev.devcluster.tools import DevClusterError, find_jobset_tools
         from scheduler.core.errors import ConfigError
         from scheduler.sim.cluster import load_cluster_spec, node_labels, spec_to_nodes
 
@@ -118,20 +139,30 @@ def _register_up(dev: typer.Typer) -> None:
         spec = load_cluster_spec(cluster)
         dc = DevCluster(state_dir)
         try:
+            if with_jobsets:  # before anything starts: say every missing piece at once
+                find_jobset_tools()
             port = extender_port or free_ports(1)[0]
             extras: tuple[ExtraComponent, ...] = ()
+            webhook_port = None
             if with_perfsched:
                 if not port_is_free(port):
                     raise DevClusterError(
                         f"--extender-port {port} is in use: pick another port or stop what uses it"
                     )
-                extras = _perfsched_components(port, str(dc.kubeconfig_path), time_scale)
+                webhook = None
+                if with_jobsets:
+                    run = dc.state_dir / "run"
+                    webhook_port = next(p for p in free_ports(2) if p != port)
+                    webhook = (webhook_port, str(run / "apiserver.crt"), str(run / "apiserver.key"))
+                extras = _perfsched_components(port, str(dc.kubeconfig_path), time_scale, webhook)
             options = UpOptions(
                 nodes=spec_to_nodes(spec),
                 node_labels=node_labels(spec),
                 extender_port=port,
                 extras=extras,
                 timeout_s=timeout,
+                with_jobsets=with_jobsets,
+                webhook_port=webhook_port,
             )
             state = dc.up(options)
         except DevClusterError as exc:

@@ -42,7 +42,7 @@ from perfsched_dev.devcluster.process import (
     stop,
     tail,
 )
-from perfsched_dev.devcluster.tools import DevClusterError, Tools, find_tools
+from perfsched_dev.devcluster.tools import DevClusterError, Tools, find_jobset_tools, find_tools
 from scheduler.core.errors import PerfschedError
 from scheduler.core.types import Node
 
@@ -138,6 +138,13 @@ class UpOptions:
     schedulers: tuple[str, ...] = ("perfsched", "default")
     extras: tuple[ExtraComponent, ...] = ()
     timeout_s: float = 90.0
+    #: also run the batch Job controller, the JobSet and Kubeflow Trainer controllers with their CRDs and
+    #: webhooks, and a ClusterTrainingRuntime (``perfsched dev-cluster up --with-jobsets``)
+    with_jobsets: bool = False
+    #: run kube-controller-manager's batch Job controller (implied by ``with_jobsets``)
+    batch_jobs: bool = False
+    #: the port perfsched's operator serves its adoption webhook on (registered when set)
+    webhook_port: int | None = None
 
 
 @dataclass
@@ -364,7 +371,9 @@ class DevCluster:
         # CRDs before KCM: the garbage collector rescans discovery only every 30 s
         self._apply_crds(tools, kubeconfig, deadline)
         # KCM, the schedulers and kwok need only the API server: start them together, then wait for each
-        self._spawn_controller_manager(tools, state, kubeconfig)
+        self._spawn_controller_manager(
+            tools, state, kubeconfig, with_jobs=options.with_jobsets or options.batch_jobs
+        )
         for sched in options.schedulers:
             self._spawn_scheduler(tools, state, sched, options.tuning)
         self._spawn_kwok(tools, state, kubeconfig)
@@ -379,7 +388,78 @@ class DevCluster:
             self._wait_http(state, name, f"{state.endpoints[name]}/healthz", deadline)
         self._wait_http(state, "kwok", f"{state.endpoints['kwok']}/healthz", deadline)
         self._wait_api(state, kubeconfig, options, deadline)
+        if options.with_jobsets:
+            self._start_jobsets(state, kubeconfig, options, deadline)
         self._start_extras(state, kubeconfig, options.extras, deadline)
+        if options.webhook_port:
+            from perfsched_dev.k8s import webhooks
+            from scheduler.k8s import connect
+
+            client = connect.api_client(kubeconfig)
+            try:
+                ca = (self.state_dir / "run" / "ca.crt").read_bytes()
+                webhooks.apply_webhooks(client, [webhooks.perfsched_webhook(options.webhook_port, ca)])
+            finally:
+                client.close()
+
+    def _start_jobsets(
+        self, state: ClusterState, kubeconfig: str, options: UpOptions, deadline: float
+    ) -> None:
+        """The JobSet and Trainer controllers (their CRDs, webhooks on loopback with the API server's
+        serving certificate, a ClusterTrainingRuntime); the batch Job controller runs in KCM."""
+        from perfsched_dev.devcluster.process import free_ports
+        from perfsched_dev.k8s import bootstrap, webhooks
+        from scheduler.k8s import connect
+
+        jt = find_jobset_tools()
+        run = self.state_dir / "run"
+        certs = run / "webhook-certs" / "k8s-webhook-server" / "serving-certs"
+        certs.mkdir(parents=True)
+        shutil.copyfile(run / "apiserver.crt", certs / "tls.crt")
+        shutil.copyfile(run / "apiserver.key", certs / "tls.key")
+        names = ("jobset-webhook", "jobset-health", "trainer-webhook", "trainer-health")
+        state.ports.update(zip(names, free_ports(len(names)), strict=True))
+        p = state.ports
+        (run / "jobset-config.yaml").write_text(
+            configs.jobset_config(p["jobset-webhook"], p["jobset-health"], str(certs))
+        )
+        (run / "trainer-config.yaml").write_text(
+            configs.trainer_config(p["trainer-webhook"], p["trainer-health"])
+        )
+        client = connect.api_client(kubeconfig)
+        try:
+            bootstrap.apply_crds(
+                client, bootstrap.load_crds([*jt.jobset_crds, *jt.trainer_crds]), timeout_s=deadline
+            )
+            ca = (run / "ca.crt").read_bytes()
+            self._spawn(
+                state,
+                "jobset-controller",
+                [str(jt.jobset), f"--config={run / 'jobset-config.yaml'}"],
+                env={"KUBECONFIG": kubeconfig},
+            )
+            self._spawn(
+                state,
+                "trainer-controller",
+                [str(jt.trainer), f"--config={run / 'trainer-config.yaml'}"],
+                # controller-runtime finds the webhook's serving certificate under $TMPDIR
+                env={"KUBECONFIG": kubeconfig, "TMPDIR": str(run / "webhook-certs")},
+            )
+            for name in ("jobset", "trainer"):
+                state.endpoints[f"{name}-controller"] = f"http://127.0.0.1:{p[f'{name}-health']}"
+                self._wait_http(
+                    state, f"{name}-controller", f"http://127.0.0.1:{p[f'{name}-health']}/readyz", deadline
+                )
+            webhooks.apply_webhooks(
+                client,
+                [
+                    *webhooks.url_webhooks(jt.jobset_webhooks, "jobset", p["jobset-webhook"], ca),
+                    *webhooks.url_webhooks(jt.trainer_webhooks, "trainer", p["trainer-webhook"], ca),
+                ],
+            )
+            webhooks.apply_objects(client, jt.runtime)
+        finally:
+            client.close()
 
     def _write_credentials(self, tools: Tools, state: ClusterState) -> str:
         """The PKI, the token file and the admin kubeconfig; returns the admin bearer token."""
@@ -468,7 +548,9 @@ class DevCluster:
         finally:
             client.close()
 
-    def _spawn_controller_manager(self, tools: Tools, state: ClusterState, kubeconfig: str) -> None:
+    def _spawn_controller_manager(
+        self, tools: Tools, state: ClusterState, kubeconfig: str, with_jobs: bool = False
+    ) -> None:
         run = self.state_dir / "run"
         p = state.ports
         self._spawn(
@@ -485,7 +567,8 @@ class DevCluster:
                 f"--cert-dir={run / 'pki-kcm'}",
                 # never node-lifecycle-controller: KWOK nodes have no heartbeats and would be evicted
                 "--controllers=garbage-collector-controller,namespace-controller,"
-                "serviceaccount-controller,serviceaccount-token-controller",
+                "serviceaccount-controller,serviceaccount-token-controller"
+                + (",job-controller" if with_jobs else ""),
                 f"--service-account-private-key-file={run / 'sa.key'}",
                 f"--root-ca-file={run / 'ca.crt'}",
                 "--use-service-account-credentials=false",

@@ -128,3 +128,38 @@ def openssl_server_ext(hosts_ip: tuple[str, ...], hosts_dns: tuple[str, ...]) ->
         "extendedKeyUsage=serverAuth\n"
         f"subjectAltName={','.join(alt)}\n"
     )
+
+
+def jobset_config(webhook_port: int, health_port: int, cert_dir: str) -> str:
+    """The JobSet controller's Configuration: no leader election, no certificate rotation (the dev cluster
+    hands it a serving certificate), webhook and health on loopback, no metrics endpoint."""
+    return yaml.safe_dump(
+        {
+            "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
+            "kind": "Configuration",
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": cert_dir},
+            "metrics": {"bindAddress": "0"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+        }
+    )
+
+
+def trainer_config(webhook_port: int, health_port: int) -> str:
+    """The Kubeflow Trainer controller's Configuration, likewise (its certificate is found via $TMPDIR)."""
+    return yaml.safe_dump(
+        {
+            "apiVersion": "config.trainer.kubeflow.org/v1alpha1",
+            "kind": "Configuration",
+            "leaderElection": {"leaderElect": False},
+            "certManagement": {"enable": False},
+            "webhook": {"port": webhook_port, "host": "127.0.0.1"},
+            "metrics": {"bindAddress": "0"},
+            "health": {
+                "healthProbeBindAddress": f"127.0.0.1:{health_port}",
+                "readinessEndpointName": "readyz",
+                "livenessEndpointName": "healthz",
+            },
+        }
+    )

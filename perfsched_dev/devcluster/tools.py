@@ -108,3 +108,64 @@ def find_tools(env: Mapping[str, str] | None = None) -> Tools:
         kwok_stages=stages,
         crds_dir=crds if crds is not None and crds.is_dir() else None,
     )
+
+
+JOBSET_VERSION = "v0.12.0"
+TRAINER_VERSION = "v2.3.0"
+_FIX_JOBSETS = "run `PERFSCHED_WITH_JOBSETS=1 bash e2e/install-tools.sh` to build it"
+
+
+@dataclass(frozen=True, slots=True)
+class JobSetTools:
+    """The JobSet and Kubeflow Trainer controllers, their CRDs and webhook configurations (as built by
+    ``e2e/install-tools.sh`` with ``PERFSCHED_WITH_JOBSETS=1``), and the ClusterTrainingRuntime the dev
+    cluster installs."""
+
+    jobset: Path
+    jobset_crds: tuple[Path, ...]
+    jobset_webhooks: Path
+    trainer: Path
+    trainer_crds: tuple[Path, ...]
+    trainer_webhooks: Path
+    runtime: Path
+
+
+def find_jobset_tools(env: Mapping[str, str] | None = None) -> JobSetTools:
+    """Locate the JobSet and Trainer controllers; raise ``DevClusterError`` listing all that is missing."""
+    env = os.environ if env is None else env
+    cache = cache_dir(env)
+    js = cache / f"jobset-{env.get('PERFSCHED_JOBSET_VERSION') or JOBSET_VERSION}"
+    tr = cache / f"trainer-{env.get('PERFSCHED_TRAINER_VERSION') or TRAINER_VERSION}"
+    root = repo_root()
+    runtime = (root / "e2e" / "trainer-runtime.yaml") if root else Path()
+    problems = []
+    for label, path in (
+        ("the JobSet controller", js / "jobset"),
+        ("the Trainer controller", tr / "trainer-controller-manager"),
+    ):
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            problems.append(f"{label} not found at {path}: {_FIX_JOBSETS}")
+    for label, path in (
+        ("JobSet webhooks", js / "webhooks.yaml"),
+        ("Trainer webhooks", tr / "webhooks.yaml"),
+    ):
+        if not path.is_file():
+            problems.append(f"{label} not found at {path}: {_FIX_JOBSETS}")
+    if not runtime.is_file():
+        problems.append(
+            "e2e/trainer-runtime.yaml (the ClusterTrainingRuntime) not found: run from a checkout"
+        )
+    js_crds, tr_crds = tuple(sorted(js.glob("crds/*.yaml"))), tuple(sorted(tr.glob("crds/*.yaml")))
+    if not problems and not (js_crds and tr_crds):
+        problems.append(f"the JobSet or Trainer CRDs are missing under {js} / {tr}: {_FIX_JOBSETS}")
+    if problems:
+        raise DevClusterError("missing tools for --with-jobsets:\n  - " + "\n  - ".join(problems))
+    return JobSetTools(
+        jobset=js / "jobset",
+        jobset_crds=js_crds,
+        jobset_webhooks=js / "webhooks.yaml",
+        trainer=tr / "trainer-controller-manager",
+        trainer_crds=tr_crds,
+        trainer_webhooks=tr / "webhooks.yaml",
+        runtime=runtime,
+    )

@@ -20,7 +20,8 @@ import typer
 
 if TYPE_CHECKING:
     from scheduler.core.protocols import Policy
-    from scheduler.k8s.kubeapi import KubeApi
+    from scheduler.k8s.kubeapi import KubeApi, RealKubeApi
+    from scheduler.operator.adopted import Adopter
     from scheduler.operator.leader import LeaseElector
     from scheduler.operator.reconcile import Operator, OperatorConfig
     from scheduler.settings import Settings
@@ -77,6 +78,7 @@ def operator(
         config=_operator_config(settings, identity),
         may_act=elector.is_leader if elector is not None else (lambda: True),
         known_model=lambda m: zoo.lookup_model(m) is not None,
+        adopter=_adopter(settings, api, elector, identity),
     )
     if once:
         _run_once(op)
@@ -111,6 +113,25 @@ def _elector(settings: Settings, api: KubeApi, identity: str) -> LeaseElector:
         lease_duration_s=settings.operator_lease_duration_seconds,
         renew_deadline_s=settings.operator_renew_deadline_seconds,
         retry_period_s=settings.operator_retry_period_seconds,
+    )
+
+
+def _adopter(
+    settings: Settings, api: RealKubeApi, elector: LeaseElector | None, identity: str
+) -> Adopter | None:
+    """Adopted Jobs, JobSets and TrainJobs (``PERFSCHED_OPERATOR_ADOPT_WORKLOADS``), through ``api``."""
+    if not settings.operator_adopt_workloads:
+        return None
+    from perfmodel import zoo
+    from scheduler.k8s.adopt import RealWorkloadApi
+    from scheduler.operator.adopted import Adopter
+
+    return Adopter(
+        RealWorkloadApi(api),
+        may_act=elector.is_leader if elector is not None else (lambda: True),
+        instance=identity,
+        known_model=lambda m: zoo.lookup_model(m) is not None,
+        namespace=settings.namespace,
     )
 
 
@@ -181,6 +202,19 @@ def _run_loop(
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     server = None
+    webhook = None
+    if settings.operator_webhook_port:
+        from scheduler.operator.webhook_server import NamespaceQueues, serve_webhook
+
+        webhook, _ = serve_webhook(
+            settings.operator_webhook_host,
+            settings.operator_webhook_port,
+            settings.operator_webhook_cert_file,
+            settings.operator_webhook_key_file,
+            NamespaceQueues(api),
+            on_admit=loop.trigger,
+            only_namespace=settings.namespace,
+        )
     if settings.operator_metrics_port:
         server, _ = serve_http(
             settings.operator_metrics_host, settings.operator_metrics_port, loop.healthy, loop.not_ready
@@ -192,5 +226,7 @@ def _run_loop(
     try:
         loop.run(stop)
     finally:
+        if webhook is not None:
+            webhook.shutdown()
         if server is not None:
             server.shutdown()

@@ -54,6 +54,7 @@ from scheduler.k8s.actuator import Actuator, NotLeader
 from scheduler.k8s.codec import CodecError, NodeHealth, decode_node, decode_node_health
 from scheduler.k8s.kubeapi import KubeApi, Obj
 from scheduler.k8s.profiles import ModelProfiles
+from scheduler.operator.adopted import Adopter, Adoption
 from scheduler.operator.modelprofile import Condition, profile_condition, with_profile_condition
 from scheduler.operator.observe import (
     GangState,
@@ -170,8 +171,10 @@ class Operator:
         clock: Clock | None = None,
         may_act: Callable[[], bool] = lambda: True,
         known_model: Callable[[str], bool] | None = None,
+        adopter: Adopter | None = None,
     ) -> None:
         self.api = api
+        self.adopter = adopter
         self.policy = policy
         self.oracle = oracle
         self.config = config or OperatorConfig()
@@ -297,15 +300,21 @@ class Operator:
             tjs, views_all, nodes, failed, classes, now, report
         )
         node_types = {n.name: n.gpu_type for n in nodes}
+        tenancy = self._tenancy(nodes)
+        # adopted Jobs, JobSets, TrainJobs (``scheduler.operator.adopted``): their pods are theirs, not held
+        adoption = self._adopt(now, nodes, raw_pods, classes, tenancy, report)
+        allocations.update(adoption.allocations)
+        accounted.update(adoption.accounted)
         allocations.update(held_allocations(views_all, accounted, node_types))
         allocations.update(_planned_reservations(placing, nodes, allocations))
-        tenancy = self._tenancy(nodes)
+        if self.adopter is not None:
+            allocations.update(self.adopter.reserve(adoption, nodes, allocations))
         if tenancy.objects:
             round_jobs = [(view, tenancy.assign(job, job.name.split("/", 1)[0])) for view, job in round_jobs]
         snapshot = ClusterSnapshot(now=now, nodes=tuple(nodes), allocations=allocations, queues=tenancy.specs)
 
         # --- phase 4: decide -------------------------------------------------------------------------------
-        jobs = [job for _, job in round_jobs]
+        jobs = [job for _, job in round_jobs] + adoption.jobs
         t0 = time.perf_counter()
         try:
             result = run_round(snapshot, jobs, self.policy, self.oracle, costs=self.config.costs)
@@ -321,6 +330,9 @@ class Operator:
         # --- phase 5 and 6: apply and report --------------------------------------------------------------
         t_apply = time.perf_counter()
         actions = self._apply_all(round_jobs, placing, result, snapshot, now, report)
+        if self.adopter is not None and adoption.workloads:
+            predicted = self._predict_adopted(adoption.jobs, result, snapshot.node_map())
+            self.adopter.apply(adoption, result, nodes, predicted, now, report.actions, report.errors)
         report.apply_seconds = time.perf_counter() - t_apply
         if tenancy.objects:
             self._queue_statuses(tenancy, snapshot, jobs, result, report)
@@ -328,6 +340,56 @@ class Operator:
             self._observe(*args)
         self._slow_nodes(now)
         self._cluster_gauges(nodes, actions, allocations, tjs, now, report)
+
+    def _adopt(
+        self,
+        now: float,
+        nodes: Sequence[Node],
+        raw_pods: Sequence[Obj],
+        classes: Mapping[str, int],
+        tenancy: Tenancy,
+        report: RoundReport,
+    ) -> Adoption:
+        """The adopted workloads of this round (none without an ``adopter``)."""
+        if self.adopter is None:
+            return Adoption()
+
+        def namespace_queue(namespace: str) -> str:
+            labels = tenancy.namespace_labels.get(namespace, {})
+            return next((name for name, sel in tenancy.selectors if sel.matches(labels)), "")
+
+        return self.adopter.observe(
+            now,
+            nodes,
+            raw_pods,
+            classes,
+            queues=list(tenancy.objects) if tenancy.objects else None,
+            namespace_queue=namespace_queue,
+            errors=report.errors,
+        )
+
+    def _predict_adopted(
+        self, adopted: Sequence[Job], result: RoundResult, node_map: Mapping[str, Node]
+    ) -> dict[str, float]:
+        """Predicted throughput of each adopted job on its allocation after this round's START or KEEP."""
+        actions = {a.job: a for a in result.actions}
+        queries = [
+            (job, a.after)
+            for job in adopted
+            if (a := actions.get(job.name)) is not None
+            and a.after is not None
+            and a.kind in (ActionKind.START, ActionKind.KEEP)
+            and job.model
+        ]
+        if not queries:
+            return {}
+        try:
+            values = self.oracle.throughput([(job, spread_of(alloc, node_map)) for job, alloc in queries])
+        except Exception as exc:  # as for TrainingJobs: a broken predictor costs the figure, not the round
+            metrics.OPERATOR_ERRORS.labels(step="predict").inc()
+            log.error("throughput prediction failed", exc_info=True, extra={"error": str(exc)})
+            return {}
+        return {job.name: v for (job, _), v in zip(queries, values, strict=True)}
 
     def _tenancy(self, nodes: Sequence[Node]) -> Tenancy:
         """The TrainingQueues (and, when a queue selects namespaces, the namespaces' labels)."""

@@ -60,9 +60,11 @@ def test_default_render_has_every_component(render: Render) -> None:
             "ConfigMap",
             "CustomResourceDefinition",
             "Deployment",
+            "MutatingWebhookConfiguration",  # the operator's adoption webhook (docs/job-kinds.md)
             "PodDisruptionBudget",
             "Role",
             "RoleBinding",
+            "Secret",  # its generated serving certificate
             "Service",
             "ServiceAccount",
             "TrainingQueue",
@@ -90,6 +92,7 @@ def test_default_render_has_every_component(render: Render) -> None:
             "ClusterRole",
             "ClusterRoleBinding",
             "TrainingQueue",
+            "MutatingWebhookConfiguration",
         }:
             assert d["metadata"]["namespace"] in {NS, "kube-system"}, d["metadata"]
 
@@ -220,7 +223,7 @@ def test_default_queue_borrows_the_whole_cluster_and_extra_queues_render(render:
 
 def test_tls_generates_a_certificate_for_the_extender_service(render: Render, tmp_path: Path) -> None:
     docs = render("tls.enabled=true")
-    (secret,) = by_kind(docs, "Secret").values()
+    secret = by_kind(docs, "Secret")["ps-perfsched-extender-tls"]
     assert secret["type"] == "kubernetes.io/tls"
     cert = tmp_path / "tls.crt"
     cert.write_bytes(base64.b64decode(secret["data"]["tls.crt"]))
@@ -243,7 +246,7 @@ def test_tls_generates_a_certificate_for_the_extender_service(render: Render, tm
 
 def test_tls_with_an_existing_secret_generates_nothing(render: Render) -> None:
     docs = render("tls.enabled=true", "tls.secretName=my-cert")
-    assert not by_kind(docs, "Secret")
+    assert set(by_kind(docs, "Secret")) == {"ps-perfsched-operator-webhook-tls"}  # the webhook's only
     sched = by_kind(docs, "Deployment")["ps-perfsched-scheduler"]
     vols = {v["name"]: v for v in sched["spec"]["template"]["spec"]["volumes"]}
     assert vols["tls"]["secret"]["secretName"] == "my-cert"
@@ -423,3 +426,32 @@ def test_chart_runs_perfsched_commands_with_valid_settings(render: Render, sets:
                     Settings()
                 except ValidationError as exc:
                     pytest.fail(f"{dep['metadata']['name']}: invalid settings {exc}")
+
+
+def test_adoption_webhook_certificate_rbac_and_off_switch(render: Render, tmp_path: Path) -> None:
+    docs = render()
+    secret = by_kind(docs, "Secret")["ps-perfsched-operator-webhook-tls"]
+    cert = tmp_path / "tls.crt"
+    cert.write_bytes(base64.b64decode(secret["data"]["tls.crt"]))
+    text = subprocess.run(
+        ["openssl", "x509", "-in", str(cert), "-noout", "-text"], capture_output=True, text=True, check=True
+    ).stdout
+    assert f"DNS:ps-perfsched-operator-webhook.{NS}.svc" in text
+    (hook,) = by_kind(docs, "MutatingWebhookConfiguration")["ps-perfsched-adopt"]["webhooks"]
+    assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    assert hook["clientConfig"]["service"]["name"] == "ps-perfsched-operator-webhook"
+    assert hook["failurePolicy"] == "Ignore" and hook["rules"][0]["operations"] == ["CREATE"]
+    (c,) = containers(by_kind(docs, "Deployment")["ps-perfsched-operator"])
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["PERFSCHED_OPERATOR_WEBHOOK_PORT"] == "9443"
+    assert env["PERFSCHED_OPERATOR_WEBHOOK_CERT_FILE"] == "/etc/perfsched/webhook/tls.crt"
+    rules = by_kind(docs, "ClusterRole")["ps-perfsched-operator"]["rules"]
+    batch = next(r for r in rules if r["apiGroups"] == ["batch"])
+    assert batch["resources"] == ["jobs"] and "patch" in batch["verbs"] and "delete" not in batch["verbs"]
+
+    off = render("operator.adoptWorkloads=false")
+    assert not by_kind(off, "MutatingWebhookConfiguration") and not by_kind(off, "Secret")
+    rules = by_kind(off, "ClusterRole")["ps-perfsched-operator"]["rules"]
+    assert not [r for r in rules if r["apiGroups"] == ["batch"]]
+    (c,) = containers(by_kind(off, "Deployment")["ps-perfsched-operator"])
+    assert {e["name"]: e.get("value") for e in c["env"]}["PERFSCHED_OPERATOR_ADOPT_WORKLOADS"] == "false"

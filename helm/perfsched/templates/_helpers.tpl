@@ -62,6 +62,14 @@ app.kubernetes.io/component: {{ .component }}
 {{- default (printf "%s-extender-tls" (include "perfsched.fullname" .)) .Values.tls.secretName -}}
 {{- end -}}
 
+{{- define "perfsched.webhookService" -}}
+{{- printf "%s-operator-webhook" (include "perfsched.fullname" .) -}}
+{{- end -}}
+
+{{- define "perfsched.webhookSecretName" -}}
+{{- default (printf "%s-operator-webhook-tls" (include "perfsched.fullname" .)) .Values.operator.webhook.secretName -}}
+{{- end -}}
+
 {{/* Environment shared by the extender and the operator. */}}
 {{- define "perfsched.commonEnv" -}}
 - name: PERFSCHED_LOG_LEVEL

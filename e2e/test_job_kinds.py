@@ -1,0 +1,327 @@
+"""Unmodified batch/v1 Jobs, JobSets and TrainJobs scheduled by perfsched on the real control plane.
+
+A dev cluster of its own (``e2e/clusters/e2e-small.yaml``: 2 x 8 A100, 2 x 4 V100, 2 x 4 K80) with the
+batch Job controller, and, when ``PERFSCHED_WITH_JOBSETS=1 bash e2e/install-tools.sh`` built them, the
+JobSet and Kubeflow Trainer controllers (their tests are skipped otherwise). ``perfsched extender`` and
+``perfsched operator`` run as processes, the operator serving the adoption webhook. Each job is 2 pods x
+1 GPU labelled ``perfsched.dev/queue``; KWOK runs its pods for a few seconds, then they succeed. The test
+checks what a user sees: the job suspended at creation, admitted on the policy's GPU type (its pods on
+nodes of that type), completed by its own controller, and perfsched's status and Events on it; and that a
+higher-priority Job preempts a running one through their TrainingQueue, which then resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from e2e.harness import KubeCluster, wait_until
+
+LABEL = {"perfsched.dev/queue": "team-a"}
+RUN = {"perfsched.dev/kwok-run-duration": "3s"}
+POD_SPEC = {
+    "restartPolicy": "Never",
+    "containers": [
+        {
+            "name": "train",
+            "image": "registry.invalid/trainer:e2e",
+            "resources": {"limits": {"nvidia.com/gpu": 1}},
+        }
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def jk_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KubeCluster, bool]]:
+    from e2e.conftest import DEFAULT_SPEC
+    from perfsched_dev.devcluster.cluster import DevCluster, UpOptions, perfsched_components
+    from perfsched_dev.devcluster.process import free_ports
+    from perfsched_dev.devcluster.tools import DevClusterError, find_jobset_tools
+    from scheduler.k8s import connect
+    from scheduler.sim.cluster import load_cluster_spec, node_labels, spec_to_nodes
+
+    try:
+        find_jobset_tools()
+        controllers = True
+    except DevClusterError:
+        controllers = False
+    spec = load_cluster_spec(DEFAULT_SPEC)
+    dc = DevCluster(tmp_path_factory.mktemp("jobkinds-cluster"))
+    extender_port, operator_port, webhook_port = free_ports(3)
+    run = dc.state_dir / "run"
+    env = {
+        "PERFSCHED_OPERATOR_ROUND_PERIOD_SECONDS": "1",
+        "PERFSCHED_OPERATOR_LEADER_ELECT": "false",
+        "PERFSCHED_OPERATOR_WEBHOOK_HOST": "127.0.0.1",
+        "PERFSCHED_OPERATOR_WEBHOOK_PORT": str(webhook_port),
+        "PERFSCHED_OPERATOR_WEBHOOK_CERT_FILE": str(run / "apiserver.crt"),
+        "PERFSCHED_OPERATOR_WEBHOOK_KEY_FILE": str(run / "apiserver.key"),
+    }
+    extender, operator, _emulator = perfsched_components(
+        str(dc.kubeconfig_path), extender_port, operator_port, operator_env=env
+    )
+    options = UpOptions(
+        nodes=spec_to_nodes(spec),
+        node_labels=node_labels(spec),
+        extender_port=extender_port,
+        extras=(extender, operator),
+        batch_jobs=True,
+        with_jobsets=controllers,
+        webhook_port=webhook_port,
+        timeout_s=180.0,
+    )
+    try:
+        state = dc.up(options)
+    except DevClusterError as exc:
+        pytest.fail(f"the e2e control plane did not start:\n{exc}", pytrace=False)
+    api = connect.api_client(state.kubeconfig)
+    try:
+        yield KubeCluster(kubeconfig=state.kubeconfig, endpoints=dict(state.endpoints), api=api), controllers
+    finally:
+        api.close()
+        dc.down()
+
+
+def _status(obj: dict[str, Any]) -> dict[str, Any]:
+    raw = ((obj.get("metadata") or {}).get("annotations") or {}).get("perfsched.dev/status")
+    return json.loads(raw) if raw else {}
+
+
+def _events(kube: KubeCluster, ns: str, name: str) -> list[tuple[str, str]]:
+    evs = kube.core.list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
+    return [(e.reason, e.message) for e in evs]
+
+
+def _node_types(kube: KubeCluster) -> dict[str, str]:
+    return {
+        n.metadata.name: n.metadata.labels.get("nvidia.com/gpu.product", "")
+        for n in kube.core.list_node().items
+    }
+
+
+def _check_run(kube: KubeCluster, ns: str, name: str, get: Any, pod_selector: str, done: str) -> None:
+    """Admitted on the policy's type within seconds of creation, pods there, finished, status + Events."""
+    t0 = time.monotonic()
+    st = wait_until(lambda: (s := _status(get())).get("phase") == "Running" and s, 30, f"{name} admitted")
+    admitted_s = time.monotonic() - t0
+    assert admitted_s < 10, f"admission took {admitted_s:.1f} s"
+    products = _node_types(kube)
+
+    def bound() -> list[Any] | None:
+        found = kube.core.list_namespaced_pod(ns, label_selector=pod_selector).items
+        placed = [p for p in found if p.spec.node_name]
+        return placed if len(placed) >= 2 else None
+
+    for p in wait_until(bound, 60, f"2 pods of {name} bound"):
+        assert p.spec.scheduler_name == "perfsched"
+        assert p.metadata.annotations.get("perfsched.dev/gpu-type") == st["gpuType"]
+        # the nodeSelector perfsched wrote is the GPU product of the node the pod runs on
+        assert (p.spec.node_selector or {}).get("nvidia.com/gpu.product") == products[p.spec.node_name]
+    wait_until(
+        lambda: any(
+            c.get("type") == done and c.get("status") == "True"
+            for c in (get().get("status") or {}).get("conditions") or []
+        ),
+        90,
+        f"{name} {done}",
+    )
+    wait_until(lambda: _status(get()).get("phase") == "Succeeded", 30, f"{name} status Succeeded")
+    reasons = [r for r, _ in _events(kube, ns, name)]
+    assert "Admitted" in reasons and "Succeeded" in reasons, reasons
+
+
+def test_batch_job_suspended_admitted_completed(jk_cluster: tuple[KubeCluster, bool]) -> None:
+    from kubernetes import client as k8s
+
+    from perfsched_dev.k8s import bootstrap
+
+    kube, _ = jk_cluster
+    ns = "jobs-e2e"
+    bootstrap.create_namespace(kube.api, ns)
+    batch = k8s.BatchV1Api(kube.api)
+    body = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train", "labels": LABEL},
+        "spec": {
+            "parallelism": 2,
+            "completions": 2,
+            "completionMode": "Indexed",
+            "template": {"metadata": {"annotations": RUN}, "spec": POD_SPEC},
+        },
+    }
+    created = batch.create_namespaced_job(ns, body)
+    assert created.spec.suspend is True  # the webhook suspended it at creation
+    assert created.spec.template.spec.scheduler_name == "perfsched"
+
+    def get() -> dict[str, Any]:
+        return kube.api.sanitize_for_serialization(batch.read_namespaced_job("train", ns))  # type: ignore[no-any-return]
+
+    uid = created.metadata.uid
+    _check_run(kube, ns, "train", get, f"batch.kubernetes.io/controller-uid={uid}", "Complete")
+
+    # a labelled Job asking for no GPU is refused and stays suspended
+    nogpu = json.loads(json.dumps(body))
+    nogpu["metadata"]["name"] = "nogpu"
+    nogpu["spec"]["template"]["spec"]["containers"][0]["resources"] = {}
+    batch.create_namespaced_job(ns, nogpu)
+    st = wait_until(
+        lambda: (
+            (s := _status(kube.api.sanitize_for_serialization(batch.read_namespaced_job("nogpu", ns)))).get(
+                "phase"
+            )
+            == "Refused"
+            and s
+        ),
+        20,
+        "nogpu refused",
+    )
+    assert "asks for no nvidia.com/gpu" in st["message"]
+    assert batch.read_namespaced_job("nogpu", ns).spec.suspend is True
+
+
+def test_jobset_and_trainjob(jk_cluster: tuple[KubeCluster, bool]) -> None:
+    from perfsched_dev.k8s import bootstrap
+
+    kube, controllers = jk_cluster
+    if not controllers:
+        pytest.skip(
+            "JobSet/Trainer controllers not built: PERFSCHED_WITH_JOBSETS=1 bash e2e/install-tools.sh"
+        )
+    ns = "jobsets-e2e"
+    bootstrap.create_namespace(kube.api, ns)
+    custom = kube.custom
+    js = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "js", "labels": LABEL},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "workers",
+                    "replicas": 2,
+                    "template": {
+                        "spec": {
+                            "parallelism": 1,
+                            "completions": 1,
+                            "backoffLimit": 0,
+                            "template": {"metadata": {"annotations": RUN}, "spec": POD_SPEC},
+                        }
+                    },
+                }
+            ]
+        },
+    }
+    created = custom.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", ns, "jobsets", js)
+    assert created["spec"]["suspend"] is True
+
+    def get_js() -> dict[str, Any]:
+        return custom.get_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", ns, "jobsets", "js")  # type: ignore[no-any-return]
+
+    _check_run(kube, ns, "js", get_js, "jobset.sigs.k8s.io/jobset-name=js", "Completed")
+
+    tj = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "tj", "labels": LABEL},
+        "spec": {
+            "runtimeRef": {"name": "perfsched-torch"},
+            "trainer": {"numNodes": 2, "resourcesPerNode": {"limits": {"nvidia.com/gpu": 1}}},
+            "runtimePatches": [
+                {
+                    "manager": "e2e.perfsched.dev/test",
+                    "trainingRuntimeSpec": {
+                        "template": {
+                            "spec": {
+                                "replicatedJobs": [
+                                    {
+                                        "name": "node",
+                                        "template": {
+                                            "spec": {"template": {"metadata": {"annotations": RUN}}}
+                                        },
+                                    }
+                                ]
+                            }
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    created = custom.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", ns, "trainjobs", tj)
+    assert created["spec"]["suspend"] is True
+
+    def get_tj() -> dict[str, Any]:
+        return custom.get_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", ns, "trainjobs", "tj")  # type: ignore[no-any-return]
+
+    _check_run(kube, ns, "tj", get_tj, "jobset.sigs.k8s.io/jobset-name=tj", "Complete")
+
+
+def test_higher_priority_job_preempts_a_running_one_which_resumes(
+    jk_cluster: tuple[KubeCluster, bool],
+) -> None:
+    """A queue of 2 GPUs: a low-priority 2 x 1 GPU Job runs; a high-priority one arrives and takes the
+    queue's GPUs; the low one is re-suspended (its pods deleted gracefully), then admitted again and runs
+    to completion. The decision's reason reaches the preempted Job's Events."""
+    from kubernetes import client as k8s
+
+    from perfsched_dev.k8s import bootstrap
+    from scheduler.names import GROUP, TRAININGQUEUE_PLURAL, VERSION
+
+    kube, _ = jk_cluster
+    ns = "preempt-e2e"
+    bootstrap.create_namespace(kube.api, ns)
+    sched = k8s.SchedulingV1Api(kube.api)
+    for name, value in (("e2e-low", 10), ("e2e-high", 1000)):
+        sched.create_priority_class({"metadata": {"name": name}, "value": value})
+    queue = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingQueue", "metadata": {"name": "team-a"},
+             "spec": {"quotas": [{"gpuType": "*", "nominal": 2}]}}  # fmt: skip
+    kube.custom.create_cluster_custom_object(GROUP, VERSION, TRAININGQUEUE_PLURAL, queue)
+    batch = k8s.BatchV1Api(kube.api)
+
+    def job(name: str, prio: str, run: str) -> dict[str, Any]:
+        spec = {**POD_SPEC, "priorityClassName": prio, "terminationGracePeriodSeconds": 5}
+        tmpl = {"metadata": {"annotations": {"perfsched.dev/kwok-run-duration": run}}, "spec": spec}
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": name, "labels": LABEL},
+            "spec": {"parallelism": 2, "completions": 2, "completionMode": "Indexed", "template": tmpl},
+        }
+
+    def status(name: str) -> dict[str, Any]:
+        return _status(kube.api.sanitize_for_serialization(batch.read_namespaced_job(name, ns)))
+
+    def done(name: str) -> bool:
+        conds = batch.read_namespaced_job(name, ns).status.conditions or []
+        return any(c.type == "Complete" and c.status == "True" for c in conds)
+
+    try:
+        batch.create_namespaced_job(ns, job("low", "e2e-low", "25s"))
+        wait_until(lambda: status("low").get("phase") == "Running", 30, "low admitted")
+        wait_until(
+            lambda: (
+                len([p for p in kube.core.list_namespaced_pod(ns).items if p.status.phase == "Running"]) == 2
+            ),
+            60,
+            "low's 2 pods running",
+        )
+        batch.create_namespaced_job(ns, job("high", "e2e-high", "3s"))
+        wait_until(lambda: status("high").get("phase") == "Running", 30, "high admitted")
+        # written in the same round, just after the high one's admission
+        st = wait_until(lambda: (s := status("low")).get("phase") == "Waiting" and s, 10, "low preempted")
+        assert st["message"].startswith("preempted: queue team-a"), st
+        assert batch.read_namespaced_job("low", ns).spec.suspend is True
+        preempted = [m for r, m in _events(kube, ns, "low") if r == "Preempted"]
+        assert preempted and "queue team-a" in preempted[0]
+        wait_until(lambda: done("high"), 60, "high complete")
+        wait_until(lambda: status("low").get("phase") == "Running", 60, "low admitted again")
+        assert batch.read_namespaced_job("low", ns).spec.suspend is False
+        wait_until(lambda: done("low"), 90, "low complete after resuming")
+        assert [r for r, _ in _events(kube, ns, "low")].count("Admitted") == 2
+    finally:
+        kube.custom.delete_cluster_custom_object(GROUP, VERSION, TRAININGQUEUE_PLURAL, "team-a")

@@ -1,0 +1,99 @@
+module perfsched/e2e/trainer-build
+
+go 1.26.0
+
+require (
+	github.com/kubeflow/trainer/v2 v2.3.0
+)
+
+require (
+	github.com/coreos/go-oidc/v3 v3.20.0
+	github.com/go-logr/logr v1.4.4
+	github.com/google/go-cmp v0.7.0
+	github.com/onsi/ginkgo/v2 v2.32.0
+	github.com/onsi/gomega v1.42.1
+	github.com/open-policy-agent/cert-controller v0.16.0
+	go.uber.org/zap v1.28.0
+	golang.org/x/crypto v0.54.0
+	k8s.io/api v0.36.2
+	k8s.io/apimachinery v0.36.2
+	k8s.io/apiserver v0.36.2
+	k8s.io/client-go v0.36.2
+	k8s.io/code-generator v0.36.2
+	k8s.io/component-base v0.36.2
+	k8s.io/component-helpers v0.36.2
+	k8s.io/klog/v2 v2.140.0
+	k8s.io/kube-openapi v0.0.0-20260317180543-43fb72c5454a
+	k8s.io/utils v0.0.0-20260210185600-b8788abfbbc2
+	sigs.k8s.io/controller-runtime v0.24.1
+	sigs.k8s.io/jobset v0.12.0
+	sigs.k8s.io/kind v0.32.0
+	sigs.k8s.io/scheduler-plugins v0.35.4-devel
+	sigs.k8s.io/structured-merge-diff/v6 v6.4.2
+	sigs.k8s.io/yaml v1.6.0
+	volcano.sh/apis v1.13.1-0.20251028070205-46d20c0699e7
+)
+require (
+	al.essio.dev/pkg/shellescape v1.5.1
+	github.com/BurntSushi/toml v1.4.0
+	github.com/Masterminds/semver/v3 v3.4.0
+	github.com/beorn7/perks v1.0.1
+	github.com/blang/semver/v4 v4.0.0
+	github.com/cespare/xxhash/v2 v2.3.0
+	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc
+	github.com/emicklei/go-restful/v3 v3.13.0
+	github.com/evanphx/json-patch/v5 v5.9.11
+	github.com/fsnotify/fsnotify v1.9.0
+	github.com/fxamacker/cbor/v2 v2.9.0
+	github.com/go-jose/go-jose/v4 v4.1.4
+	github.com/go-logr/zapr v1.3.0
+	github.com/go-openapi/jsonpointer v0.21.1
+	github.com/go-openapi/jsonreference v0.21.0
+	github.com/go-openapi/swag v0.23.1
+	github.com/go-task/slim-sprig/v3 v3.0.0
+	github.com/google/gnostic-models v0.7.0
+	github.com/google/pprof v0.0.0-20260402051712-545e8a4df936
+	github.com/google/uuid v1.6.0
+	github.com/inconshreveable/mousetrap v1.1.0
+	github.com/josharian/intern v1.0.0
+	github.com/json-iterator/go v1.1.12
+	github.com/mailru/easyjson v0.9.0
+	github.com/mattn/go-isatty v0.0.20
+	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd
+	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822
+	github.com/pelletier/go-toml v1.9.5
+	github.com/pkg/errors v0.9.1
+	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2
+	github.com/prometheus/client_golang v1.23.2
+	github.com/prometheus/client_model v0.6.2
+	github.com/prometheus/common v0.67.5
+	github.com/prometheus/procfs v0.19.2
+	github.com/spf13/cobra v1.10.2
+	github.com/spf13/pflag v1.0.9
+	github.com/x448/float16 v0.8.4
+	go.opentelemetry.io/otel v1.43.0
+	go.opentelemetry.io/otel/trace v1.43.0
+	go.uber.org/atomic v1.11.0
+	go.uber.org/multierr v1.11.0
+	go.yaml.in/yaml/v2 v2.4.3
+	go.yaml.in/yaml/v3 v3.0.4
+	golang.org/x/mod v0.37.0
+	golang.org/x/net v0.56.0
+	golang.org/x/oauth2 v0.36.0
+	golang.org/x/sync v0.22.0
+	golang.org/x/sys v0.47.0
+	golang.org/x/term v0.45.0
+	golang.org/x/text v0.40.0
+	golang.org/x/time v0.14.0
+	golang.org/x/tools v0.47.0
+	gomodules.xyz/jsonpatch/v2 v2.4.0
+	google.golang.org/protobuf v1.36.12-0.20260120151049-f2248ac996af
+	gopkg.in/evanphx/json-patch.v4 v4.13.0
+	gopkg.in/inf.v0 v0.9.1
+	gopkg.in/yaml.v3 v3.0.1
+	k8s.io/apiextensions-apiserver v0.36.0
+	k8s.io/gengo/v2 v2.0.0-20250922181213-ec3ebc5fd46b
+	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730
+	sigs.k8s.io/randfill v1.0.0
+)
