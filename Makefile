@@ -18,7 +18,7 @@ export PATH := $(VENV)/bin:$(PATH)
 # over whichever clone the venv's editable install last pointed at.
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: help venv deps lock tools test unit lint typecheck importlint fmt demo bench e2e-up e2e-down clean trainer-image
+.PHONY: help venv deps lock tools tools-e2e test unit lint typecheck importlint fmt demo bench e2e-up e2e-down clean trainer-image
 
 help:
 	@echo "make demo    - bring up a local control plane and run a TrainingJob workload through perfsched"
@@ -59,9 +59,13 @@ lock:
 	uvbin="$(VENV)/bin/uv"; [ -x "$$uvbin" ] || uvbin="$(CACHE)/uv-$(UV_VERSION)/bin/uv"
 	PATH="$$(dirname "$$uvbin"):$$PATH" python3 deploy/lock.py update $(LOCK_UPGRADE)
 
-# Debian packages and Go-built binaries for the e2e control plane (cached by version).
+# Debian packages and Go-built binaries for the e2e control plane (cached by version). The tests also need
+# the JobSet and Kubeflow Trainer controllers (e2e/test_job_kinds.py runs them for real); the demo does not.
 tools: venv
 	bash e2e/install-tools.sh
+
+tools-e2e: venv
+	PERFSCHED_WITH_JOBSETS=1 bash e2e/install-tools.sh
 
 lint: venv
 	ruff check scheduler perfmodel perfsched_dev tests e2e bench
@@ -76,7 +80,7 @@ fmt: venv
 unit: venv
 	pytest tests -q
 
-test: venv tools lint
+test: venv tools-e2e lint
 	pytest -q
 
 # demo, dev-cluster and emulate are the developer tooling's commands (perfsched_dev/, registered through
