@@ -11,10 +11,10 @@ size.
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from xml.sax.saxutils import escape
 
 #: matplotlib's default colour cycle (tab10), so the pictures look as they did
 COLOURS = (
@@ -41,11 +41,16 @@ class Series:
     step: bool = False
 
 
+def escape(text: str) -> str:
+    """``text`` safe inside an SVG element (``&``, ``<``, ``>`` escaped)."""
+    return html.escape(text, quote=False)
+
+
 def _nice_ticks(lo: float, hi: float, want: int = 6) -> list[float]:
     """Ticks at a 1, 2 or 5 x 10^k step covering [lo, hi], about ``want`` of them."""
     if not hi > lo:
         return [lo]
-    raw = (hi - lo) / max(1, want - 1)
+    raw = (hi - lo) / max(1, want)
     mag = 10.0 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1.0, 2.0, 5.0, 10.0) if m * mag >= raw)
     first = math.ceil(lo / step - 1e-9)
@@ -82,7 +87,7 @@ def chart_svg(
     max_points: int = 2000,
 ) -> str:
     """One SVG document drawing ``series`` on shared axes (``xlog``: a log-scale x axis, x > 0 only)."""
-    left, right, top, bottom = 70, 15, 40, 55
+    left, right, top, bottom = 70, 25, 40, 55
     pw, ph = width - left - right, height - top - bottom
     lines: list[tuple[Series, list[float], list[float]]] = []
     for s in series:
@@ -99,10 +104,10 @@ def chart_svg(
     x_lo, x_hi = (min(all_x), max(all_x)) if all_x else (1.0, 10.0)
     y_lo, y_hi = (min(0.0, min(all_y)), max(all_y)) if all_y else (0.0, 1.0)
     if xlog:
-        x_lo, x_hi = 10.0 ** math.floor(math.log10(x_lo)), 10.0 ** math.ceil(math.log10(x_hi))
-        if x_hi <= x_lo:
-            x_hi = x_lo * 10.0
-        xt = [10.0**k for k in range(round(math.log10(x_lo)), round(math.log10(x_hi)) + 1)]
+        # a little room beyond the data, as for y; ticks at the decades inside
+        x_lo, x_hi = x_lo / 1.5, x_hi * 1.5
+        first, last = math.ceil(math.log10(x_lo)), math.floor(math.log10(x_hi))
+        xt = [10.0**k for k in range(first, last + 1)]
     else:
         if x_hi <= x_lo:
             x_hi = x_lo + 1.0
