@@ -49,11 +49,11 @@ def _shared_dir(given: str | None) -> Path | None:
     return None
 
 
-def _timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
+def _timed(cmd: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT) -> tuple[float, float, str]:
     """Run ``cmd`` to completion; its wall seconds, CPU seconds (user + system) and stdout."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=False, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, check=False, env=env)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
@@ -97,6 +97,7 @@ def main() -> None:
     if perfsched is None:
         ap.error("the perfsched command is not on PATH (install the package or activate its venv)")
     base_env: dict[str, str] | None = None
+    base_src = ROOT
     if args.baseline is not None:
         base_src = Path(args.baseline).resolve()
         if not (base_src / "scheduler" / "cli.py").is_file():
@@ -127,7 +128,8 @@ def main() -> None:
         ours.append((w, c))
         report = json.loads(stdout if args.no_files else (out_dir / "report.json").read_text())
         if base_env is not None:
-            w, c, _ = _timed(base_cmd, env=base_env)
+            # run from the baseline's tree: ``python -m`` puts the working directory first on sys.path
+            w, c, _ = _timed(base_cmd, env=base_env, cwd=base_src)
             base.append((w, c))
     shutil.rmtree(out_dir, ignore_errors=True)
     shutil.rmtree(base_dir, ignore_errors=True)
