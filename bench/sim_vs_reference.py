@@ -7,7 +7,10 @@ its imports, trace parsing, rounds, table, report and plots (``perfsched simulat
 simulator of a homogeneous pool, numpy and pandas), alternately, ``--repeat`` times each. Prints each
 one's median and best wall time and CPU time (user + system of the child process) and the ratio
 perfsched / reference of the medians; the target is a ratio <= 1.0. The machine is shared: the two run
-interleaved so that both see the same load, and CPU time says more than wall time there.
+interleaved so that both see the same load, and CPU time says more than wall time there. Each command
+runs once untimed first, and perfsched's runs may write bytecode (to a private ``PYTHONPYCACHEPREFIX``,
+whatever ``PYTHONDONTWRITEBYTECODE`` says), so that neither side pays for compiling its modules, as
+neither does once installed (pip compiles bytecode at install).
 
 The reference needs pandas, which perfsched does not depend on: ``--ref-python`` names an interpreter
 that has numpy and pandas (default: this one). ``--baseline DIR`` also runs the same command from
@@ -96,13 +99,17 @@ def main() -> None:
     perfsched = shutil.which("perfsched")
     if perfsched is None:
         ap.error("the perfsched command is not on PATH (install the package or activate its venv)")
+    # bytecode for perfsched's modules in a private folder, as an installed package has it beside them
+    pycache = Path(tempfile.mkdtemp(prefix="sim-vs-ref-pyc-"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(pycache)
     base_env: dict[str, str] | None = None
     base_src = ROOT
     if args.baseline is not None:
         base_src = Path(args.baseline).resolve()
         if not (base_src / "scheduler" / "cli.py").is_file():
             ap.error(f"--baseline {args.baseline}: not a perfsched source tree (no scheduler/cli.py)")
-        base_env = {**os.environ, "PYTHONPATH": str(base_src)}
+        base_env = {**env, "PYTHONPATH": str(base_src)}
 
     out_dir = Path(tempfile.mkdtemp(prefix="sim-vs-ref-"))
     ours_cmd = [perfsched, "simulate", "--policy", "srsf", "--gpus", "64", "--load", "0.8"]
@@ -121,10 +128,14 @@ def main() -> None:
     base: list[tuple[float, float]] = []
     report: dict[str, Any] = {}
     ref_table = ""
+    _timed(ref_cmd)  # untimed: page cache and bytecode warm for every command
+    _timed(ours_cmd, env=env)
+    if base_env is not None:
+        _timed(base_cmd, env=base_env, cwd=base_src)
     for _ in range(args.repeat):
         w, c, ref_table = _timed(ref_cmd)
         ref.append((w, c))
-        w, c, stdout = _timed(ours_cmd)
+        w, c, stdout = _timed(ours_cmd, env=env)
         ours.append((w, c))
         report = json.loads(stdout if args.no_files else (out_dir / "report.json").read_text())
         if base_env is not None:
@@ -133,6 +144,7 @@ def main() -> None:
             base.append((w, c))
     shutil.rmtree(out_dir, ignore_errors=True)
     shutil.rmtree(base_dir, ignore_errors=True)
+    shutil.rmtree(pycache, ignore_errors=True)
 
     o, r = _stats(ours), _stats(ref)
     row = report["results"][0]
