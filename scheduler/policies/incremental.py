@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -189,14 +190,10 @@ class GreedyRounds:
     def _hi_above(self, rank: float) -> int:
         """GPUs of running jobs whose cached rank exceeds ``rank``."""
         if self._hi_dirty:
-            pairs = sorted([(r, self._gpus[n]) for n, r in self._hi.items()])
+            gpus = self._gpus
+            pairs = sorted([(r, gpus[n]) for n, r in self._hi.items()])
             self._hi_ranks = [r for r, _ in pairs]
-            suffix = [0] * (len(pairs) + 1)
-            acc = 0
-            for i in range(len(pairs) - 1, -1, -1):
-                acc += pairs[i][1]
-                suffix[i] = acc
-            self._hi_suffix = suffix
+            self._hi_suffix = _suffix_sums([g for _, g in pairs])
             self._hi_dirty = False
         return self._hi_suffix[bisect.bisect_right(self._hi_ranks, rank)]
 
@@ -588,18 +585,21 @@ class _Victims:
     def refresh(self) -> None:
         """Recompute the pending victims' ranks and GPU suffix sums (after evictions)."""
         gpus = self._rounds._gpus
-        pairs = sorted([(self.run_rank[v], gpus[v]) for v in self.pending])
+        run_rank = self.run_rank
+        pairs = sorted([(run_rank[v], gpus[v]) for v in self.pending])
         self.v_ranks[:] = [r for r, _ in pairs]
-        acc = 0
-        suffix = [0] * (len(pairs) + 1)
-        for i in range(len(pairs) - 1, -1, -1):
-            acc += pairs[i][1]
-            suffix[i] = acc
-        self.v_suffix[:] = suffix
+        self.v_suffix[:] = _suffix_sums([g for _, g in pairs])
 
     def victims_above(self, rank: float) -> int:
         """GPUs of pending victims whose rank exceeds ``rank`` plus the margin."""
         return self.v_suffix[bisect.bisect_right(self.v_ranks, rank + self._rounds._margin)]
+
+
+def _suffix_sums(values: list[int]) -> list[int]:
+    """``out[i] = sum(values[i:])`` for i in 0 .. len(values) (the last is 0)."""
+    out = list(itertools.accumulate(reversed(values), initial=0))
+    out.reverse()
+    return out
 
 
 _SHORT = Unschedulable("waiting for free GPUs of an allowed type")

@@ -167,6 +167,20 @@ class SrsfPolicy:
         infos = type_infos(ClusterSnapshot(now=0.0, nodes=tuple(nodes)))
         peak: dict[str, tuple[int, float]] = {}
 
+        def learn_peaks(new: Sequence[Job]) -> None:
+            table = PredictedThroughputs(oracle, new, infos, size_bounds)
+            for j in new:
+                peaks = {t: table.peak(j, t) for t in allowed_types(j, infos)}
+                speeds = sorted(((v, t) for t, (_, v) in peaks.items()), key=lambda x: (-x[0], x[1]))
+                types = tuple(t for v, t in speeds if v > 0)
+                if types:
+                    peak[j.name] = peaks[types[0]]
+
+        # every job the run will see, asked in one batch now (cheaper than a batch per round; the same
+        # answers, since they must not depend on the batch); a job added later is asked on arrival
+        learn_peaks(jobs)
+        asked = {j.name for j in jobs}
+
         def key_of(
             job: Job, progress: float, attained: float
         ) -> tuple[tuple[float, float, str], float] | None:
@@ -184,13 +198,10 @@ class SrsfPolicy:
             return replicas * job.gpus_per_replica * (max(0.0, job.total_work - progress) / best)
 
         def batch_keys(new: Sequence[Job]) -> list[tuple[tuple[float, float, str], float] | None]:
-            table = PredictedThroughputs(oracle, new, infos, size_bounds)
-            for j in new:
-                peaks = {t: table.peak(j, t) for t in allowed_types(j, infos)}
-                speeds = sorted(((v, t) for t, (_, v) in peaks.items()), key=lambda x: (-x[0], x[1]))
-                types = tuple(t for v, t in speeds if v > 0)
-                if types:
-                    peak[j.name] = peaks[types[0]]
+            unasked = [j for j in new if j.name not in asked]
+            if unasked:
+                learn_peaks(unasked)
+                asked.update(j.name for j in unasked)
             return [key_of(j, j.progress, j.attained_service) for j in new]
 
         return GreedyRounds(

@@ -37,7 +37,7 @@ from scheduler.core.planner import is_migration, single_action
 from scheduler.core.protocols import MovesRunning, Policy, ThroughputOracle
 from scheduler.core.queues import QueueSpec
 from scheduler.core.round import IncrementalPolicy, IncrementalRound, RoundCosts
-from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node
+from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node, PlacementShape
 
 log = logging.getLogger(__name__)
 
@@ -261,6 +261,7 @@ class Engine:
                 job=job, record=rec, updated=job.submit_time, order=len(self.states)
             )
         self.total_gpus = sum(n.capacity_for_jobs for n in self.nodes)
+        self._shapes: dict[tuple[str, int, tuple[tuple[str, int], ...]], PlacementShape] = {}
 
     # -- progress bookkeeping -------------------------------------------------------------------
     def _advance(self, st: _State, now: float) -> None:
@@ -304,9 +305,12 @@ class Engine:
             st.job = Job(*values)  # type: ignore[arg-type]
             st.stale = False
         elif st.job.observed_throughput != observed:
-            st.job = replace(st.job, observed_throughput=observed)
-            if st.values:
-                st.values[_I_OBSERVED] = observed
+            values = st.values
+            if values:
+                values[_I_OBSERVED] = observed
+                st.job = Job(*values)  # type: ignore[arg-type]
+            else:
+                st.job = replace(st.job, observed_throughput=observed)
         return st.job
 
     # -- the run --------------------------------------------------------------------------------
@@ -492,7 +496,7 @@ class Engine:
         """Ask the truth how fast each changed job runs where it now is, and queue its completion and
         next wake-up; a job placed where it cannot run fails."""
         t1 = time.perf_counter()
-        queries = [(self._view(st, now), spread_of(st.alloc, self.node_map)) for st in changed if st.alloc]
+        queries = [(self._view(st, now), self._shape(st.alloc)) for st in changed if st.alloc]
         rates = self.truth.throughput(queries) if queries else []
         r.result.oracle_wall_s += time.perf_counter() - t1
         for st, rate in zip([s for s in changed if s.alloc], rates, strict=True):
@@ -506,6 +510,14 @@ class Engine:
             r.seq += 1
             st.done_at = done
             r.seq = self._push_wake(r.heap, r.seq, st, now, r.thresholds)
+
+    def _shape(self, alloc: Allocation) -> PlacementShape:
+        """``spread_of(alloc)``, memoised by the placement (many jobs start on the same one)."""
+        key = (alloc.gpu_type, alloc.gpus_per_replica, alloc.replicas_per_node)
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = self._shapes[key] = spread_of(alloc, self.node_map)
+        return shape
 
     def _fail_unrunnable(self, r: _Run, st: _State) -> None:
         """The policy placed the job where it cannot run: record it and let it go."""

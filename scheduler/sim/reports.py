@@ -1,11 +1,12 @@
-"""Simulation reports: summary metrics from an engine run, JSON/CSV files and PNG plots.
+"""Simulation reports: summary metrics from an engine run, JSON/CSV files and plots.
 
 ``summarize`` is pure: it turns an ``EngineResult`` into one flat ``dict`` of metrics (avg/p50/p99 JCT,
 queueing delay, makespan, utilisation, preemptions/restarts/migrations per job (a migration is a
 restart that moves a running job to other GPUs without waiting; a preemption stops it), deadline
 satisfaction, finish-time fairness, engine speed). ``write_reports`` and ``write_plots`` write files
-(the only I/O here); matplotlib is imported inside ``write_plots``, which draws on the Agg canvas
-without ``pyplot``.
+(the only I/O here); ``write_plots`` writes SVG by default (``scheduler.sim.svgplot``, no plotting
+library), and PNGs on request with matplotlib, imported only then and drawn on the Agg canvas without
+``pyplot``.
 
 Finish-time fairness follows Themis' rho = T_shared / T_fair, where T_fair is the job's run time if
 it had its fair share of the cluster: with N the average number of jobs in the system while the job
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from scheduler.sim.engine import EngineResult
+from scheduler.sim.svgplot import Series, chart_svg
 
 log = logging.getLogger(__name__)
 
@@ -229,45 +231,76 @@ def _figure(size: tuple[float, float]) -> tuple[Any, Any]:
     return fig, fig.add_subplot()
 
 
-def write_plots(out_dir: Path, runs: Sequence[tuple[str, EngineResult]], title: str = "") -> list[Path]:
-    """PNG plots: JCT CDF per run, GPU utilisation over time, queue length over time."""
+#: the plot formats ``write_plots`` writes: SVG text (default, no plotting library) or matplotlib PNGs
+PLOT_FORMATS = ("svg", "png")
+
+
+def _plot_series(runs: Sequence[tuple[str, EngineResult]]) -> list[tuple[str, str, str, bool, list[Series]]]:
+    """The three plots' data: (file stem, y label, title stem, log x axis, series)."""
+    cdf: list[Series] = []
+    util: list[Series] = []
+    queue: list[Series] = []
+    for label, res in runs:
+        jct = sorted(r.jct for r in res.records if r.jct is not None)
+        if jct:
+            n = len(jct)
+            cdf.append(Series(label, [v / 3600.0 for v in jct], [(i + 1) / n for i in range(n)]))
+        if res.series_t:
+            hours = [t / 3600.0 for t in res.series_t]
+            total = max(1, res.total_gpus)
+            util.append(Series(label, hours, [u / total for u in res.series_used], step=True))
+            queue.append(Series(label, hours, [float(w) for w in res.series_waiting], step=True))
+    return [
+        ("jct_cdf", "fraction of jobs", "JCT CDF", True, cdf),
+        ("utilization", "GPUs allocated / total", "GPUs allocated / total over time", False, util),
+        ("queue_length", "jobs waiting", "jobs waiting over time", False, queue),
+    ]
+
+
+def write_plots(
+    out_dir: Path, runs: Sequence[tuple[str, EngineResult]], title: str = "", fmt: str = "svg"
+) -> list[Path]:
+    """The plots: JCT CDF per run, GPU utilisation over time, queue length over time.
+
+    ``fmt="svg"`` writes them as SVG text (``scheduler.sim.svgplot``, no plotting library imported);
+    ``fmt="png"`` draws PNGs with matplotlib's Agg canvas.
+    """
+    if fmt not in PLOT_FORMATS:
+        raise ValueError(f"plot format {fmt!r}: expected one of {', '.join(PLOT_FORMATS)}")
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    fig, ax = _figure((7, 4.5))
-    for label, res in runs:
-        jct = np.sort([r.jct for r in res.records if r.jct is not None])
-        if jct.size:
-            ax.plot(jct / 3600.0, np.arange(1, jct.size + 1) / jct.size, label=label)
-    ax.set_xscale("log")
-    ax.set_xlabel("job completion time (hours, log scale)")
-    ax.set_ylabel("fraction of jobs")
-    ax.set_title(f"JCT CDF {title}".strip())
+    for stem, ylabel, title_stem, xlog, series in _plot_series(runs):
+        xlabel = "job completion time (hours, log scale)" if xlog else "simulated time (hours)"
+        full_title = f"{title_stem} {title}".strip()
+        path = out_dir / f"{stem}.{fmt}"
+        if fmt == "svg":
+            path.write_text(
+                chart_svg(series, title=full_title, xlabel=xlabel, ylabel=ylabel, xlog=xlog), encoding="utf-8"
+            )
+        else:
+            _write_png(path, series, title=full_title, xlabel=xlabel, ylabel=ylabel, xlog=xlog)
+        paths.append(path)
+    return paths
+
+
+def _write_png(
+    path: Path, series: Sequence[Series], *, title: str, xlabel: str, ylabel: str, xlog: bool
+) -> None:
+    fig, ax = _figure((7, 4.5) if xlog else (8, 4))
+    for s in series:
+        if s.step:
+            t, y = _thin(s.x, s.y)
+            ax.step(t, y, where="post", label=s.label, linewidth=0.8)
+        else:
+            ax.plot(s.x, s.y, label=s.label)
+    if xlog:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    paths.append(out_dir / "jct_cdf.png")
-    fig.savefig(paths[-1], dpi=110)
-
-    for fname, ylabel, pick in (
-        (
-            "utilization.png",
-            "GPUs allocated / total",
-            lambda r: np.asarray(r.series_used) / max(1, r.total_gpus),
-        ),
-        ("queue_length.png", "jobs waiting", lambda r: np.asarray(r.series_waiting)),
-    ):
-        fig, ax = _figure((8, 4))
-        for label, res in runs:
-            if res.series_t:
-                t, y = _thin(res.series_t, pick(res))
-                ax.step(t / 3600.0, y, where="post", label=label, linewidth=0.8)
-        ax.set_xlabel("simulated time (hours)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(f"{ylabel} over time {title}".strip())
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
-        paths.append(out_dir / fname)
-        fig.savefig(paths[-1], dpi=110)
-    return paths
+    fig.savefig(path, dpi=110)
 
 
 def per_queue(

@@ -56,12 +56,16 @@ def test_simulate_json_has_a_row_per_policy_and_mre(tmp_path: Path) -> None:
     for name in (
         "report.json",
         "summary.csv",
-        "jct_cdf.png",
-        "utilization.png",
-        "queue_length.png",
+        "jct_cdf.svg",
+        "utilization.svg",
+        "queue_length.svg",
         "jobs-las-mre0.5.csv",
     ):
         assert (out / name).is_file(), name
+    assert not list(out.glob("*.png"))
+    # one line per run in each plot, labelled with its run
+    cdf = (out / "jct_cdf.svg").read_text()
+    assert cdf.count("<path ") == 4 and ">las-mre0.5</text>" in cdf
     assert (out / "summary.csv").read_text().splitlines()[0].startswith("policy,mre,")
 
 
@@ -155,6 +159,19 @@ def test_bad_spec_and_bad_options_exit_2(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "unknown policy 'nosuch'" in proc.stderr
     proc = _perfsched("simulate", "--policy", "fifo", "--load", "lots", "--out", "")
     assert proc.returncode == 2 and "--load" in proc.stderr
+    proc = _perfsched("simulate", "--policy", "fifo", "--plot-format", "gif", "--out", "")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "--plot-format: expected one of svg, png, got 'gif'" in proc.stderr
+
+
+def test_plot_format_png_draws_the_three_plots_with_matplotlib(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    _cli_json(
+        ["simulate", "--policy", "fifo", "--jobs", "60", "--json", "--plot-format", "png", "--out", str(out)]
+    )
+    for name in ("jct_cdf.png", "utilization.png", "queue_length.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    assert not list(out.glob("*.svg"))
 
 
 def test_policy_variants_run_and_are_reported_under_their_full_spec(tmp_path: Path) -> None:
