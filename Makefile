@@ -38,7 +38,7 @@ $(VENV)/.installed: uv.lock
 	python3 -m venv "$(VENV)"
 	"$(PY)" -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
 	"$(PY)" deploy/lock.py check
-	UV_PROJECT_ENVIRONMENT="$(VENV)" "$(VENV)/bin/uv" sync --locked --extra dev --no-install-project --quiet \
+	UV_PROJECT_ENVIRONMENT="$(VENV)" "$(VENV)/bin/uv" sync --locked --extra dev --no-install-project --compile-bytecode --quiet \
 	  || { echo "make venv: installing uv.lock failed (see above); if uv.lock is stale, run 'make lock'" >&2; exit 1; }
 	touch "$@"
 
