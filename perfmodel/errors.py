@@ -4,6 +4,8 @@
   - ``InvalidInputError``: a job or hardware description the predictor cannot use (unknown model name
     without parameters, batch size <= 0, GPU count <= 0, unknown GPU type, bad CSV row); the message names
     the field.
+    - ``ProfileError``: an operator profile (``perfmodel.profile``) that cannot be read: unknown
+      ``schema_version``, a missing field, negative FLOPs, an unknown operator class; the message names it.
   - ``ModelFileError``: the shipped or given model file is missing, corrupt, or written for another
     feature schema; the message names the file and what to do.
 
@@ -24,3 +26,7 @@ class InvalidInputError(PerfModelError):
 
 class ModelFileError(PerfModelError):
     """A model file is missing, corrupt, or of another feature-schema version."""
+
+
+class ProfileError(InvalidInputError):
+    """An operator profile is invalid or of another schema version; the message names the field."""
