@@ -54,6 +54,9 @@ DDP_BUCKET_BYTES = 25 * 1024 * 1024  # torch.nn.parallel.DistributedDataParallel
 # Measured / predicted samples/s of the composed route on held-out models, 10th and 90th percentiles
 # (bench/opmodel_accuracy.py, leave-one-model-out): the ~80% interval ``compose_interval`` gives.
 INTERVAL_RATIO = (0.5, 1.5)
+# Host time per forward/backward operator of an eager PyTorch step (``step_compute``); chosen by
+# bench/opmodel_accuracy.py on the training rows of each split among 0, 5, 10, 20, 40 us.
+HOST_OP_S = 0.0
 _MATMUL = (OpClass.GEMM, OpClass.ATTENTION)
 _LINK_COL = HW_COLUMNS.index("link_gbs")
 
@@ -126,14 +129,21 @@ def _kernel(o: Operator, matmul_dtype: str, other_dtype: str) -> Kernel:
 
 
 def step_compute(
-    profile: OperatorProfile, spec: GPUSpec, precision: str, model: CostModel
+    profile: OperatorProfile, spec: GPUSpec, precision: str, model: CostModel, host_op_s: float = 0.0
 ) -> tuple[float, float, float, dict[str, float]]:
-    """(forward, backward, optimizer, per-class) seconds of one step of ``profile`` at its own batch."""
+    """(forward, backward, optimizer, per-class) seconds of one step of ``profile`` at its own batch.
+
+    Each forward and backward operator takes at least ``host_op_s``: eager PyTorch dispatches one operator
+    at a time from the host, so a step of many small kernels is bound by the host, not the GPU.
+    """
     mm, other = dtypes_for(precision, spec)
     phases = {Phase.FORWARD: 0.0, Phase.BACKWARD: 0.0, Phase.OPTIMIZER: 0.0}
     by_class: dict[str, float] = {}
     for o in profile.operators:
-        t = model.kernel_time(_kernel(o, mm, other), spec) * o.count
+        t = model.kernel_time(_kernel(o, mm, other), spec)
+        if o.phase != Phase.OPTIMIZER:
+            t = max(t, host_op_s)
+        t *= o.count
         phases[o.phase] += t
         by_class[o.op_class.value] = by_class.get(o.op_class.value, 0.0) + t
     return phases[Phase.FORWARD], phases[Phase.BACKWARD], phases[Phase.OPTIMIZER], by_class
@@ -153,12 +163,20 @@ def compose(
     model: CostModel,
     sharding: str = "ddp",
     micro_batch: int | None = None,
+    activation_checkpointing: bool = False,
+    step_cache: dict[tuple[object, ...], tuple[float, float, float, dict[str, float]]] | None = None,
+    host_op_s: float | None = None,
 ) -> ComposedPrediction:
     """Predict one job from its operator profile (module docstring); ``InvalidInputError`` names the field.
 
     ``global_batch`` is the batch of one optimizer step over all GPUs; each GPU runs ``global_batch /
-    GPUs`` samples (rounded up), in micro-batches of ``micro_batch`` (default: all at once).
+    GPUs`` samples (rounded up), in micro-batches of ``micro_batch`` (default: all at once). With
+    ``activation_checkpointing`` the backward pass recomputes the forward. ``step_cache``, when given,
+    memoises the operator sum per (profile, micro-batch, GPU variant, precision, cost model) for callers
+    that ask many placements of the same job (the caller owns it; it must not outlive the objects).
+    ``host_op_s``: the host's time per forward/backward operator (default ``HOST_OP_S``).
     """
+    host = HOST_OP_S if host_op_s is None else host_op_s
     hw = resolve_hw(hardware)
     spec, n = hw.spec, hw.num_gpus
     if global_batch <= 0:
@@ -175,7 +193,15 @@ def compose(
         raise InvalidInputError(f"micro_batch: must be > 0, got {micro}")
     micro = min(micro, per_gpu)
     accumulation = -(-per_gpu // micro)
-    fwd, bwd, opt, by_class = step_compute(profile.at_batch(micro), spec, precision, model)
+    key = (id(profile), micro, spec.variant, precision, id(model), host)
+    cached = step_cache.get(key) if step_cache is not None else None
+    if cached is None:
+        cached = step_compute(profile.at_batch(micro), spec, precision, model, host)
+        if step_cache is not None:
+            step_cache[key] = cached
+    fwd, bwd, opt, by_class = cached
+    if activation_checkpointing:
+        bwd += fwd
     fwd, bwd = fwd * accumulation, bwd * accumulation
     by_class = {k: v * accumulation if k != "optimizer" else v for k, v in by_class.items()}
     comm = exposed = 0.0
