@@ -55,6 +55,7 @@ from perfmodel.gpus import (
     spec_for_product,
     spec_from_labels,
 )
+from perfmodel.profile import OperatorProfile, profile_fingerprint
 from perfmodel.zoo import Family, canonical_dataset, lookup_model
 
 FEATURE_SCHEMA_VERSION = "perfmodel-features-v5"
@@ -184,7 +185,10 @@ _FAMILY_CODE = {f: i for i, f in enumerate(Family)}
 class JobFeatures:
     """The job side: ``model`` is a zoo name (any spelling) or free text when ``params`` and
     ``flops_per_sample`` are given; ``batch_size`` is the global batch; ``precision`` one of
-    fp32 | amp | fp16 | bf16. ``params``/``flops_per_sample`` override the zoo's figures when given."""
+    fp32 | amp | fp16 | bf16. ``params``/``flops_per_sample`` override the zoo's figures when given.
+    ``profile`` is the job's operator profile (``perfmodel.profile``) when it has one: the operators of
+    one training step, for a predictor that composes a step from them; the row's key carries a
+    fingerprint of it (name, micro-batch, FLOPs, operator count), not the profile itself."""
 
     model: str = ""
     dataset: str = ""
@@ -193,6 +197,7 @@ class JobFeatures:
     params: float | None = None
     flops_per_sample: float | None = None
     stack: str = "research"
+    profile: OperatorProfile | None = field(default=None, compare=False)
     # Hash computed once: rows are dictionary keys in the predictor's caches on every call. ``key`` is
     # the fields as a plain tuple (the predictor's caches key on it: tuples hash and compare in C).
     _hash: int = field(init=False, repr=False, compare=False, default=0)
@@ -207,6 +212,7 @@ class JobFeatures:
             self.params,
             self.flops_per_sample,
             self.stack,
+            None if self.profile is None else profile_fingerprint(self.profile),
         )
         object.__setattr__(self, "key", key)
         object.__setattr__(self, "_hash", hash(key))

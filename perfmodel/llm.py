@@ -64,6 +64,7 @@ from typing import TYPE_CHECKING
 from perfmodel.errors import InvalidInputError
 from perfmodel.features import HardwareFeatures, HardwarePart, JobFeatures, allreduce_latency_s, resolve_hw
 from perfmodel.gpus import GPUSpec, fp8_tflops
+from perfmodel.profile import profile_fingerprint
 from perfmodel.zoo import LLMArch, llm_arch, lookup_model
 
 if TYPE_CHECKING:
@@ -163,6 +164,7 @@ class LLMJobFeatures(JobFeatures):
             self.layers,
             self.hidden,
             self.arch,
+            None if self.profile is None else profile_fingerprint(self.profile),
         )
         object.__setattr__(self, "key", key)
         object.__setattr__(self, "_hash", hash(key))

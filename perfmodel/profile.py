@@ -13,7 +13,7 @@ document (``schema_version: 1``, documented in docs/profile.md)::
      "operators": [
        {"name": "layer1.0.conv1", "op": "aten.convolution", "class": "gemm", "phase": "forward",
         "shapes": {"inputs": [[32, 64, 56, 56], [64, 64, 1, 1]], "output": [32, 64, 56, 56]},
-        "gemm": {"m": 100352, "n": 64, "k": 64, "batch": 1},
+        "gemm": {"m": 100352, "n": 64, "k": 64, "batch": 1},   # "batch_dim": "k" on weight gradients
         "flops": 4.1e8, "bytes": 2.6e7, "scales_with_batch": true, "count": 1}, ...],
      "train_flops_per_sample": 1.23e10,
      "param_bytes_by_dtype": {"float32": 102228128}}
@@ -92,12 +92,17 @@ Shape = tuple[int, ...]
 
 @dataclass(frozen=True, slots=True)
 class GemmDims:
-    """Implicit GEMM dimensions: ``batch`` independent (m x k) @ (k x n) products."""
+    """Implicit GEMM dimensions: ``batch`` independent (m x k) @ (k x n) products.
+
+    ``batch_dim`` names the dimension that grows with the micro-batch: ``m`` (activations: a forward
+    GEMM, an input gradient) or ``k`` (a weight gradient, which reduces over the batch's rows).
+    """
 
     m: int
     n: int
     k: int
     batch: int = 1
+    batch_dim: str = "m"
 
     @property
     def flops(self) -> float:
@@ -141,15 +146,19 @@ class Operator:
     def at_batch(self, old_batch: int, new_batch: int) -> Operator:
         """This operator at micro-batch ``new_batch`` instead of ``old_batch`` (batch-scaled ones only).
 
-        FLOPs and bytes scale linearly; GEMM ``m`` is rounded to the nearest integer of at least 1; a shape
-        whose leading dimension is ``old_batch`` gets ``new_batch`` there (weights keep theirs).
+        FLOPs and bytes scale linearly; the GEMM's ``batch_dim`` (``m`` or ``k``) is rounded to the nearest
+        integer of at least 1; a shape whose leading dimension is ``old_batch`` gets ``new_batch`` there
+        (weights keep theirs).
         """
         if not self.scales_with_batch or old_batch == new_batch:
             return self
         factor = new_batch / old_batch
-        gemm = None
-        if self.gemm is not None:
-            gemm = replace(self.gemm, m=max(1, round(self.gemm.m * factor)))
+        gemm = self.gemm
+        if gemm is not None:
+            if gemm.batch_dim == "k":
+                gemm = replace(gemm, k=max(1, round(gemm.k * factor)))
+            else:
+                gemm = replace(gemm, m=max(1, round(gemm.m * factor)))
 
         def lead(s: Shape) -> Shape:
             return (new_batch, *s[1:]) if s and s[0] == old_batch else s
@@ -229,6 +238,18 @@ class OperatorProfile:
         return doc
 
 
+def profile_fingerprint(profile: OperatorProfile) -> tuple[str, str, int, float, int]:
+    """A small hashable stand-in for a profile in cache keys: model, source, micro-batch, training
+    FLOPs per sample and operator count."""
+    return (
+        profile.model.name,
+        profile.model.source.value,
+        profile.batch_size,
+        profile.train_flops_per_sample,
+        len(profile.operators),
+    )
+
+
 def _op_to_json(o: Operator) -> dict[str, Any]:
     d: dict[str, Any] = {
         "name": o.name,
@@ -239,6 +260,8 @@ def _op_to_json(o: Operator) -> dict[str, Any]:
     }
     if o.gemm is not None:
         d["gemm"] = {"m": o.gemm.m, "n": o.gemm.n, "k": o.gemm.k, "batch": o.gemm.batch}
+        if o.gemm.batch_dim != "m":
+            d["gemm"]["batch_dim"] = o.gemm.batch_dim
     d.update(flops=o.flops, bytes=o.bytes, scales_with_batch=o.scales_with_batch, count=o.count)
     return d
 
@@ -465,7 +488,14 @@ def _operator(d: Any, i: int) -> Operator:
     gemm = None
     if "gemm" in d:
         g = _field(d, "gemm", Mapping, where)
-        vals = {}
+        extra = sorted(set(g) - {"m", "n", "k", "batch", "batch_dim"})
+        if extra:
+            raise ProfileError(f"{where}.gemm: unknown field {extra[0]!r}")
+        vals: dict[str, Any] = {}
+        bdim = g.get("batch_dim", "m")
+        if bdim not in ("m", "k"):
+            raise ProfileError(f"{where}.gemm: batch_dim must be 'm' or 'k', got {bdim!r:.40}")
+        vals["batch_dim"] = bdim
         for k in ("m", "n", "k", "batch"):
             if k == "batch" and k not in g:
                 vals[k] = 1

@@ -17,8 +17,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from scheduler.core.queues import QueueSpec
+
+if TYPE_CHECKING:
+    from perfmodel.profile import OperatorProfile
 
 
 class WorkUnit(StrEnum):
@@ -114,6 +118,9 @@ class Job:
     micro_batch_size: int | None = None
     activation_checkpointing: bool = False
     observed_throughput: float | None = None
+    #: the operator profile of ``spec.modelProfile`` (``perfmodel.profile.OperatorProfile``), None without
+    #: one; not part of a job's identity (equality, hash)
+    model_profile: OperatorProfile | None = field(default=None, compare=False)
 
     @property
     def remaining_work(self) -> float:

@@ -26,6 +26,7 @@ from pydantic.alias_generators import to_camel
 
 from perfmodel.gpus import CANONICAL_TYPES
 from perfmodel.llm import SHARDING_PATTERN
+from perfmodel.profile import OperatorProfile
 from scheduler.core.decisions import Unschedulable
 from scheduler.core.errors import ConfigError
 from scheduler.core.queues import FairShare, QueueSpec, Quota
@@ -50,6 +51,17 @@ class ModelParams(_Wire):
     parameters: float = Field(gt=0)
     #: may be left out for an LLM that sets ``spec.sequenceLength`` (checked by ``TrainingJobSpec``)
     flops_per_sample: float | None = Field(default=None, gt=0)
+
+
+class ModelProfileRef(_Wire):
+    """``spec.modelProfile``: where the job's operator profile is (a key of a ConfigMap in its namespace)."""
+
+    config_map_name: str = Field(
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+    )
+    key: str = Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")
 
 
 class Work(_Wire):
@@ -101,6 +113,7 @@ class TrainingJobSpec(_Wire):
 
     model: str | None = Field(default=None, min_length=1)
     model_params: ModelParams | None = None
+    model_profile: ModelProfileRef | None = None
     dataset: str = ""
     batch_size: int = Field(ge=1)
     precision: Literal["fp32", "amp", "bf16", "fp16"] = "fp32"
@@ -122,8 +135,10 @@ class TrainingJobSpec(_Wire):
 
     @model_validator(mode="after")
     def _exclusive(self) -> TrainingJobSpec:
-        if (self.model is None) == (self.model_params is None):
-            raise ValueError("exactly one of model and modelParams must be set")
+        if self.model is None and self.model_params is None and self.model_profile is None:
+            raise ValueError("one of model, modelParams and modelProfile must be set")
+        if self.model is not None and self.model_params is not None:
+            raise ValueError("set at most one of model and modelParams")
         if self.priority is not None and self.priority_class_name is not None:
             raise ValueError("set at most one of priority and priorityClassName")
         params = self.model_params
@@ -268,12 +283,18 @@ def trainingjob_to_job(
     known_model: Callable[[str], bool] | None = None,
     cluster_gpu_types: Collection[str] | None = None,
     priority_classes: Mapping[str, int] | None = None,
+    model_profile: OperatorProfile | str | None = None,
 ) -> Job | Unschedulable:
     """Convert a TrainingJob API object into a core ``Job``, or say why it cannot be scheduled.
 
     ``known_model`` answers whether the predictor knows a zoo model name (None: do not check);
     ``cluster_gpu_types`` are the GPU types some node has (None: do not check); ``priority_classes`` maps
     PriorityClass names to values (None: an unknown class is an error only when a name is given).
+    ``model_profile`` is the profile ``spec.modelProfile`` points to as the caller read it
+    (``scheduler.k8s.profiles``), or the problem that kept it from being read: a job with a profile gets
+    its parameters and training FLOPs per sample from it and carries it to the predictor; a job whose
+    profile is unusable falls back to ``spec.model`` / ``spec.modelParams``, or, with neither, waits
+    with the problem as its reason.
     Progress, checkpoint, attained service, restarts and the last change come from ``status``; the
     operator refreshes progress from the workers' reports before a round.
     """
@@ -283,7 +304,18 @@ def trainingjob_to_job(
     status = parse_status(obj)
     meta = obj.get("metadata") or {}
 
-    if spec.model is not None and known_model is not None and not known_model(spec.model):
+    profile = model_profile if spec.model_profile is not None and not isinstance(model_profile, str) else None
+    if (
+        spec.model_profile is not None
+        and profile is None
+        and spec.model is None
+        and spec.model_params is None
+    ):
+        return Unschedulable(
+            model_profile if isinstance(model_profile, str) else "spec.modelProfile has not been read yet",
+            resolvable=True,
+        )
+    if profile is None and spec.model is not None and known_model is not None and not known_model(spec.model):
         return Unschedulable(
             f"unknown model {spec.model!r} in spec.model: the predictor does not know it; "
             "use a zoo model name or give spec.modelParams {parameters, flopsPerSample}",
@@ -336,8 +368,21 @@ def trainingjob_to_job(
         dataset=spec.dataset,
         batch_size=spec.batch_size,
         precision=spec.precision,
-        params=spec.model_params.parameters if spec.model_params else None,
-        flops_per_sample=spec.model_params.flops_per_sample if spec.model_params else None,
+        params=(
+            float(profile.model.parameters)
+            if profile is not None
+            else spec.model_params.parameters
+            if spec.model_params
+            else None
+        ),
+        flops_per_sample=(
+            profile.train_flops_per_sample
+            if profile is not None
+            else spec.model_params.flops_per_sample
+            if spec.model_params
+            else None
+        ),
+        model_profile=profile,
         sequence_length=spec.sequence_length,
         sharding=spec.sharding,
         micro_batch_size=spec.micro_batch_size,

@@ -85,6 +85,7 @@ class FakeKubeApi:
         self.nodes: dict[str, Obj] = {}
         self.services: dict[Key, Obj] = {}
         self.leases: dict[Key, Obj] = {}
+        self.configmaps: dict[Key, Obj] = {}
         self.priority_classes: dict[str, Obj] = {}
         self.trainingqueues: dict[str, Obj] = {}
         self.namespaces: dict[str, Obj] = {}
@@ -438,6 +439,19 @@ class FakeKubeApi:
         self._fault("create_event")
         with self._lock:
             self.events.append(copy.deepcopy(dict(body)))
+
+    def get_configmap(self, namespace: str, name: str) -> Obj | None:
+        self._fault("get_configmap")
+        with self._lock:
+            cm = self.configmaps.get((namespace, name))
+            return copy.deepcopy(cm) if cm is not None else None
+
+    def add_configmap(self, namespace: str, name: str, data: Mapping[str, str]) -> Obj:
+        """Store a ConfigMap (tests' stand-in for ``kubectl create configmap``)."""
+        with self._lock:
+            cm = self._stamp({"metadata": {"name": name}, "data": dict(data)}, namespace)
+            self.configmaps[(namespace, name)] = cm
+            return copy.deepcopy(cm)
 
     def get_lease(self, namespace: str, name: str) -> Obj | None:
         self._fault("get_lease")

@@ -121,6 +121,10 @@ class KubeApi(Protocol):
 
     def get_lease(self, namespace: str, name: str) -> Obj | None: ...
 
+    def get_configmap(self, namespace: str, name: str) -> Obj | None:
+        """A ConfigMap, or None when it does not exist."""
+        ...
+
     def create_lease(self, namespace: str, body: Mapping[str, Any]) -> Obj:
         """Create a Lease; raises ``AlreadyExists`` when another candidate created it first."""
         ...
@@ -402,6 +406,17 @@ class RealKubeApi:
                     name, namespace, _preload_content=False, _request_timeout=self._lease_timeout
                 ),
                 attempts=1,
+            )
+        except NotFound:
+            return None
+
+    def get_configmap(self, namespace: str, name: str) -> Obj | None:
+        try:
+            return self._json(
+                "get configmap",
+                lambda: self._core.read_namespaced_config_map(
+                    name, namespace, _preload_content=False, _request_timeout=self._timeout
+                ),
             )
         except NotFound:
             return None

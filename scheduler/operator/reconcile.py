@@ -35,8 +35,9 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from perfmodel.profile import OperatorProfile
 from scheduler import metrics
 from scheduler.core.decisions import Action, ActionKind, RoundResult, Unschedulable
 from scheduler.core.errors import PerfschedError
@@ -48,6 +49,7 @@ from scheduler.k8s import crd
 from scheduler.k8s.actuator import Actuator, NotLeader
 from scheduler.k8s.codec import CodecError, decode_node
 from scheduler.k8s.kubeapi import KubeApi, Obj
+from scheduler.k8s.profiles import ModelProfiles
 from scheduler.operator.observe import (
     GangState,
     JobView,
@@ -58,7 +60,7 @@ from scheduler.operator.observe import (
     pod_view,
 )
 from scheduler.operator.queues import Tenancy
-from scheduler.operator.status import status_patch, status_wire
+from scheduler.operator.status import evolve, status_patch, status_wire, with_condition
 from scheduler.operator.transitions import Observed, Outcome, Planned, transition
 
 log = logging.getLogger(__name__)
@@ -167,6 +169,9 @@ class Operator:
         self.actuator = Actuator(
             api, may_act=may_act, master_port=self.config.master_port, instance=self.config.instance
         )
+        self.profiles = ModelProfiles(api)
+        #: this round's ModelProfile condition (status, reason, message) of each job with spec.modelProfile
+        self._profile_conditions: dict[str, tuple[bool, str, str]] = {}
         # Only for metrics and de-duplicating observations; never needed for correctness.
         self._observed_report_time: dict[str, float] = {}
         self._learned: list[tuple[Job, PlacementShape, float]] = []
@@ -338,15 +343,18 @@ class Operator:
         placing: list[tuple[JobView, Job]] = []
         allocations: dict[str, Allocation] = {}
         accounted: set[str] = set()
+        self._profile_conditions.clear()
         for obj in sorted(tjs, key=_creation_order):
             key = crd.job_key(obj)
             spec = crd.parse_spec(obj)
+            profile = self._model_profile(key, obj, spec)
             converted = crd.trainingjob_to_job(
                 obj,
                 now=now,
                 known_model=self.known_model,
                 cluster_gpu_types=cluster_types,
                 priority_classes=classes,
+                model_profile=profile,
             )
             view = observe_job(
                 obj,
@@ -474,6 +482,46 @@ class Operator:
             if alloc is not None:
                 self._learn(view, step.job, alloc, observed, node_map, step.predicted)
 
+    def _model_profile(
+        self, key: str, obj: Obj, spec: crd.TrainingJobSpec | Unschedulable
+    ) -> OperatorProfile | str | None:
+        """The job's operator profile (or why it cannot be used), and its ModelProfile condition."""
+        if not isinstance(spec, crd.TrainingJobSpec) or spec.model_profile is None:
+            return None
+        namespace = str((obj.get("metadata") or {}).get("namespace", ""))
+        profile = self.profiles.resolve(namespace, spec.model_profile)
+        if isinstance(profile, str):
+            fallback = (
+                f"predicting from spec.model {spec.model!r} instead"
+                if spec.model is not None
+                else "predicting from spec.modelParams instead"
+                if spec.model_params is not None
+                else "the job waits until it is fixed"
+            )
+            self._profile_conditions[key] = (False, "InvalidModelProfile", f"{profile}; {fallback}")
+        else:
+            ref = spec.model_profile
+            self._profile_conditions[key] = (
+                True,
+                "Loaded",
+                f"{profile.model.name} from ConfigMap {namespace}/{ref.config_map_name} key {ref.key!r}: "
+                f"{len(profile.operators)} operators, {profile.model.parameters:,} parameters, "
+                f"{profile.train_flops_per_sample:.4g} training FLOPs per sample",
+            )
+        return profile
+
+    def _with_profile_condition(self, view: JobView, out: Outcome, now: float) -> Outcome:
+        """``out`` with the job's ModelProfile condition in the status it writes (a job without
+        spec.modelProfile, or a finished one, is left as it is)."""
+        cond = self._profile_conditions.get(view.key)
+        if cond is None or view.status.phase in crd.TERMINAL_PHASES:
+            return out
+        base = out.status if out.status is not None else view.status
+        conds = with_condition(base.conditions, "ModelProfile", *cond, now=now)
+        if conds == base.conditions:
+            return out
+        return replace(out, status=evolve(base, conditions=conds))
+
     def _execute(
         self,
         view: JobView,
@@ -484,6 +532,7 @@ class Operator:
     ) -> None:
         """Apply one transition's Outcome: the status (through its model), its Events, the gang, the pod
         deletions and the Service, then counters and metrics (see ``scheduler.operator.transitions``)."""
+        out = self._with_profile_condition(view, out, now)
         if out.status is not None:
             patch = status_patch(view.obj.get("status") or {}, status_wire(out.status))
             if patch:

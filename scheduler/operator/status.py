@@ -17,7 +17,7 @@ from typing import Any, Literal
 from scheduler.k8s import crd
 
 #: Condition types the operator writes, in the order ``kubectl describe`` shows them.
-CONDITION_TYPES = ("Admitted", "Running", "Resized", "Preempted", "Succeeded", "Failed")
+CONDITION_TYPES = ("Admitted", "Running", "Resized", "Preempted", "Succeeded", "Failed", "ModelProfile")
 
 #: Status keys owned by other components, never patched by the operator.
 FOREIGN_KEYS = frozenset({"placement"})

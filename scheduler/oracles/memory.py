@@ -40,6 +40,7 @@ def job_features(job: Job) -> JobFeatures:
             precision=job.precision,
             params=job.params,
             flops_per_sample=job.flops_per_sample,
+            profile=job.model_profile,
         )
     return LLMJobFeatures(
         model=job.model,
@@ -52,6 +53,7 @@ def job_features(job: Job) -> JobFeatures:
         sharding=job.sharding,
         micro_batch=job.micro_batch_size,
         activation_checkpointing=job.activation_checkpointing,
+        profile=job.model_profile,
     )
 
 

@@ -62,6 +62,7 @@ class PredictorOracle(ThroughputOracle, MemoryOracle):
             feats is None
             or feats.batch_size != job.batch_size
             or feats.model != job.model
+            or feats.profile is not job.model_profile
             or getattr(feats, "sharding", "") != job.sharding
             or getattr(feats, "sequence_length", None) != job.sequence_length
             or getattr(feats, "micro_batch", None) != job.micro_batch_size

@@ -202,7 +202,7 @@ def test_priority_class_resolved() -> None:
         ),
         (
             lambda s: s["spec"].update(modelParams={"parameters": 1, "flopsPerSample": 1}),
-            "exactly one of model",
+            "set at most one of model and modelParams",
             False,
         ),
     ],
@@ -282,3 +282,54 @@ def test_examples_convert_to_jobs() -> None:
             assert isinstance(out, Unschedulable), path
         else:
             assert isinstance(out, Job), (path, out)
+
+
+# --- spec.modelProfile -----------------------------------------------------------------------------------
+
+
+def _profile_job(**spec: Any) -> dict[str, Any]:
+    obj = tj(modelProfile={"configMapName": "profiles", "key": "net.json"}, **spec)
+    del obj["spec"]["model"]
+    return obj
+
+
+def test_model_profile_gives_params_flops_and_the_profile() -> None:
+    from perfmodel.profiling import profile_zoo
+
+    prof = profile_zoo("resnet18", batch_size=32)
+    job = trainingjob_to_job(_profile_job(), now=NOW, known_model=lambda m: False, model_profile=prof)
+    assert isinstance(job, Job) and job.model_profile is prof
+    assert (job.model, job.params, job.flops_per_sample) == ("", 11_689_512.0, prof.train_flops_per_sample)
+
+
+def test_unusable_model_profile_falls_back_or_waits() -> None:
+    problem = "spec.modelProfile: ConfigMap ml/profiles does not exist"
+    alone = trainingjob_to_job(_profile_job(), now=NOW, model_profile=problem)
+    assert isinstance(alone, Unschedulable) and alone.reason == problem and alone.resolvable
+    fallback = _profile_job(modelParams={"parameters": 1e8, "flopsPerSample": 3e9})
+    job = trainingjob_to_job(fallback, now=NOW, model_profile=problem)
+    assert isinstance(job, Job) and (job.params, job.flops_per_sample, job.model_profile) == (1e8, 3e9, None)
+
+
+@pytest.mark.parametrize(
+    ("ref", "needle"),
+    [
+        ({"configMapName": "Bad_Name", "key": "k"}, "modelProfile.configMapName"),
+        ({"configMapName": "cm", "key": "a/b"}, "modelProfile.key"),
+        ({"configMapName": "cm"}, "modelProfile.key"),
+    ],
+)
+def test_bad_model_profile_reference_is_named(ref: dict[str, str], needle: str) -> None:
+    obj = tj(modelProfile=ref)
+    del obj["spec"]["model"]
+    out = trainingjob_to_job(obj, now=NOW)
+    assert isinstance(out, Unschedulable) and needle in out.reason
+
+
+def test_crd_schema_knows_model_profile() -> None:
+    doc = yaml.safe_load((Path(__file__).parents[2] / "crds" / "trainingjob.yaml").read_text())
+    spec = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    mp = spec["properties"]["modelProfile"]
+    assert mp["required"] == ["configMapName", "key"]
+    rules = [r["rule"] for r in spec["x-kubernetes-validations"]]
+    assert "has(self.model) || has(self.modelParams) || has(self.modelProfile)" in rules

@@ -112,6 +112,16 @@ def test_at_batch_rescales_activations_only() -> None:
         p.at_batch(0)
 
 
+def test_at_batch_scales_k_of_a_weight_gradient() -> None:
+    d = _doc()
+    d["operators"][1]["gemm"]["batch_dim"] = "k"
+    d["operators"][1]["gemm"]["k"] = 256  # 2 x 256 x 16 x 256 x 2 would be more FLOPs: only dims change
+    p = load_profile(d)
+    assert p.operators[1].gemm == GemmDims(256, 16, 256, 2, batch_dim="k")
+    assert load_profile(p.to_json()) == p
+    assert p.at_batch(8).operators[1].gemm == GemmDims(256, 16, 512, 2, batch_dim="k")
+
+
 def test_make_profile_computes_train_flops() -> None:
     ops = [
         Operator(
@@ -162,6 +172,8 @@ _DELETE = object()
         ("operators.1.phase", "warmup", "unknown phase 'warmup'"),
         ("operators.1.gemm", _DELETE, "a gemm operator needs its 'gemm' dimensions"),
         ("operators.1.gemm.m", 0, "gemm: m must be a positive integer"),
+        ("operators.1.gemm.batch_dim", "n", "batch_dim must be 'm' or 'k'"),
+        ("operators.1.gemm.rows", 3, r"gemm: unknown field 'rows'"),
         ("operators.2.count", 0, "count must be a positive integer"),
         ("operators.2.scales_with_batch", "no", "scales_with_batch must be true or false"),
         ("operators.2.name", _DELETE, r"operators\[2\]: missing field 'name'"),
