@@ -113,3 +113,19 @@ def test_fit_on_other_gpus_predicts_v100_gemms_within_bounds() -> None:
     # Held-out median error measured at about 0.22 (bench/opcost_accuracy.py --split gpu); the bound
     # leaves room for the subsample but fails on a broken roofline (the datasheet roofline alone: 0.55).
     assert errs[len(errs) // 2] < 0.35
+
+
+def test_shipped_kernel_table_is_small_and_attributed_per_row() -> None:
+    import csv
+    import gzip
+    import io
+    from importlib import resources
+
+    path = resources.files("perfmodel") / "data" / "kernels" / "kernels.tsv.gz"
+    raw = path.read_bytes()
+    assert len(raw) < 5 * 1024 * 1024
+    rows = list(csv.DictReader(io.StringIO(gzip.decompress(raw).decode()), delimiter="\t"))
+    assert len(rows) > 50_000
+    assert {r["licence"] for r in rows} == {"MIT"}
+    assert {r["source"].split("@")[0] for r in rows} == {"sitar-lab/NeuSight", "microsoft/vidur"}
+    assert all(float(r["latency_us"]) > 0 for r in rows)
