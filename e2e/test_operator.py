@@ -249,6 +249,11 @@ def stack(
         (lambda s: s.update(sequenceLength=0), "spec.sequenceLength"),
         (lambda s: s.update(microBatchSize=10**6), "spec.microBatchSize"),
         (lambda s: (s.pop("model"), s.update(modelParams={"parameters": 1e9})), "spec.modelParams"),
+        (
+            lambda s: (s.pop("model"), s.update(modelProfile={"configMapName": "Bad_Name", "key": "k"})),
+            "spec.modelProfile.configMapName",
+        ),
+        (lambda s: s.update(modelProfile={"configMapName": "cm", "key": "a/b"}), "spec.modelProfile.key"),
     ],
 )
 def test_invalid_manifest_is_rejected_naming_the_field(cluster: Cluster, mutate: Any, field: str) -> None:

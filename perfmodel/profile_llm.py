@@ -47,10 +47,11 @@ class TransformerSpec:
     causal: bool = True
     head: str = "lm"  # lm: vocabulary projection; qa: start/end logits (BERT on SQuAD)
     positions: int = 0  # learned position embeddings (GPT-2, BERT); 0 with rotary
+    head_size: int = 0  # a config's explicit head_dim (Gemma, Qwen3); 0: hidden / heads
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.head_size or self.hidden // self.heads
 
     @classmethod
     def from_arch(cls, arch: LLMArch, sequence_length: int | None = None) -> TransformerSpec:
@@ -103,7 +104,8 @@ class TransformerSpec:
         )
         experts = get(("num_local_experts", "num_experts", "n_routed_experts", "experts"), default=1)
         top_k = get(("num_experts_per_tok", "moe_top_k", "top_k"), default=1)
-        if hidden % heads:
+        head_size = get(("head_dim",), default=0, required=False)
+        if not head_size and hidden % heads:
             raise ProfileError(
                 f"{where}: hidden size {hidden} is not a multiple of the {heads} attention heads"
             )
@@ -149,7 +151,8 @@ class TransformerSpec:
             linear_bias=bias,
             rotary=not learned_pos,
             causal=mtype not in ("bert", "roberta"),
-            positions=seq if learned_pos else 0,
+            positions=(get(("n_positions", "max_position_embeddings"), default=seq) if learned_pos else 0),
+            head_size=head_size,
         )
 
 
@@ -171,17 +174,18 @@ def _layer(net: Net, x: T, sp: TransformerSpec, pre_norm: bool = True, cross: in
     """One transformer layer (``cross``: the encoder length a decoder layer also attends to)."""
     b, s, h = x.shape
     kv = sp.kv_heads * sp.head_dim
+    qw = sp.heads * sp.head_dim  # = h unless the config sets head_dim
     bias = sp.linear_bias
 
     def attn(x: T, kv_len: int, name: str, rope: bool) -> T:
         with net.scope(name):
-            q = net.linear(x, h, bias=sp.qkv_bias, name="q_proj")
+            q = net.linear(x, qw, bias=sp.qkv_bias, name="q_proj")
             k = net.linear(x, kv, bias=sp.qkv_bias, name="k_proj")
             net.linear(x, kv, bias=sp.qkv_bias, name="v_proj")
             if rope:
                 net.pointwise([q], "rotary_embedding", "rotary_q", flops_per_element=3.0)
                 net.pointwise([k], "rotary_embedding", "rotary_k", flops_per_element=3.0)
-            a = net.attention(T((b, s, h)), kv_len, sp.heads, sp.kv_heads, sp.head_dim)
+            a = net.attention(T((b, s, qw)), kv_len, sp.heads, sp.kv_heads, sp.head_dim)
             return net.linear(a, h, bias=bias, name="o_proj")
 
     def mlp(x: T) -> T:

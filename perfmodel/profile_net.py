@@ -6,8 +6,8 @@ backward operators autograd would run for it (input gradient only when the input
 bias gradients), and registers the layer's parameters. ``finish`` puts the backward operators in reverse
 order, appends the optimizer's update of every parameter tensor and returns an ``OperatorProfile``.
 ``repeat(n)`` stores the operators of n identical layers once with ``count = n``. The FLOP and byte rules
-are those of the PyTorch tracer (``perfmodel.torch_trace``), so an analytic profile and a traced one of
-the same model agree. Pure module.
+are ``perfmodel.opcount``'s, which the PyTorch tracer applies too, so an analytic profile and a traced
+one of the same model agree. Pure module.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from perfmodel.profile import OperatorProfile, Sample, Source, load_profile
-from perfmodel.torch_trace import (
+from perfmodel.opcount import (
     attention_flops,
     conv_gemms,
     gemm_flops,
@@ -28,6 +27,7 @@ from perfmodel.torch_trace import (
     pointwise_flops,
     tensor_bytes,
 )
+from perfmodel.profile import OperatorProfile, Sample, Source, load_profile
 
 Shape = tuple[int, ...]
 

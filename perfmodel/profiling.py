@@ -28,10 +28,10 @@ from typing import Any
 
 from perfmodel import profile_cnn as cnn
 from perfmodel.errors import ProfileError
+from perfmodel.opcount import OPTIMIZERS
 from perfmodel.profile import OperatorProfile, Sample, Source, load_profile
 from perfmodel.profile_llm import TransformerSpec, load_config, seq2seq_profile, transformer_profile
 from perfmodel.profile_net import Net, T
-from perfmodel.torch_trace import OPTIMIZERS
 from perfmodel.zoo import lookup_model, model_names
 
 DEFAULT_TORCH_PYTHON = "/usr/bin/python3"
@@ -273,7 +273,7 @@ def profile_zoo(
     _check_batch(batch_size)
     m = lookup_model(name)
     if m is None:
-        raise ProfileError(f"--zoo {name!r}: not a zoo model (perfsched predict --list-models lists them)")
+        raise ProfileError(f"--zoo {name!r}: not a zoo model (the zoo has {', '.join(model_names())})")
     if m.llm is not None:
         sp = TransformerSpec.from_arch(m.llm, sequence_length)
         return transformer_profile(sp, batch_size or 1, m.name, Source.ZOO, optimizer)

@@ -294,7 +294,8 @@ def trainingjob_to_job(
     (``scheduler.k8s.profiles``), or the problem that kept it from being read: a job with a profile gets
     its parameters and training FLOPs per sample from it and carries it to the predictor; a job whose
     profile is unusable falls back to ``spec.model`` / ``spec.modelParams``, or, with neither, waits
-    with the problem as its reason.
+    with the problem as its reason. None (a caller that does not read profiles, like the extender's
+    cache) converts the job without one.
     Progress, checkpoint, attained service, restarts and the last change come from ``status``; the
     operator refreshes progress from the workers' reports before a round.
     """
@@ -305,16 +306,8 @@ def trainingjob_to_job(
     meta = obj.get("metadata") or {}
 
     profile = model_profile if spec.model_profile is not None and not isinstance(model_profile, str) else None
-    if (
-        spec.model_profile is not None
-        and profile is None
-        and spec.model is None
-        and spec.model_params is None
-    ):
-        return Unschedulable(
-            model_profile if isinstance(model_profile, str) else "spec.modelProfile has not been read yet",
-            resolvable=True,
-        )
+    if isinstance(model_profile, str) and spec.model is None and spec.model_params is None:
+        return Unschedulable(model_profile, resolvable=True)
     if profile is None and spec.model is not None and known_model is not None and not known_model(spec.model):
         return Unschedulable(
             f"unknown model {spec.model!r} in spec.model: the predictor does not know it; "

@@ -35,7 +35,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from perfmodel.profile import OperatorProfile
 from scheduler import metrics
@@ -50,6 +50,7 @@ from scheduler.k8s.actuator import Actuator, NotLeader
 from scheduler.k8s.codec import CodecError, decode_node
 from scheduler.k8s.kubeapi import KubeApi, Obj
 from scheduler.k8s.profiles import ModelProfiles
+from scheduler.operator.modelprofile import Condition, profile_condition, with_profile_condition
 from scheduler.operator.observe import (
     GangState,
     JobView,
@@ -60,7 +61,7 @@ from scheduler.operator.observe import (
     pod_view,
 )
 from scheduler.operator.queues import Tenancy
-from scheduler.operator.status import evolve, status_patch, status_wire, with_condition
+from scheduler.operator.status import status_patch, status_wire
 from scheduler.operator.transitions import Observed, Outcome, Planned, transition
 
 log = logging.getLogger(__name__)
@@ -171,7 +172,7 @@ class Operator:
         )
         self.profiles = ModelProfiles(api)
         #: this round's ModelProfile condition (status, reason, message) of each job with spec.modelProfile
-        self._profile_conditions: dict[str, tuple[bool, str, str]] = {}
+        self._profile_conditions: dict[str, Condition] = {}
         # Only for metrics and de-duplicating observations; never needed for correctness.
         self._observed_report_time: dict[str, float] = {}
         self._learned: list[tuple[Job, PlacementShape, float]] = []
@@ -485,42 +486,13 @@ class Operator:
     def _model_profile(
         self, key: str, obj: Obj, spec: crd.TrainingJobSpec | Unschedulable
     ) -> OperatorProfile | str | None:
-        """The job's operator profile (or why it cannot be used), and its ModelProfile condition."""
+        """The job's operator profile (or why it cannot be used); records its ModelProfile condition."""
         if not isinstance(spec, crd.TrainingJobSpec) or spec.model_profile is None:
             return None
         namespace = str((obj.get("metadata") or {}).get("namespace", ""))
         profile = self.profiles.resolve(namespace, spec.model_profile)
-        if isinstance(profile, str):
-            fallback = (
-                f"predicting from spec.model {spec.model!r} instead"
-                if spec.model is not None
-                else "predicting from spec.modelParams instead"
-                if spec.model_params is not None
-                else "the job waits until it is fixed"
-            )
-            self._profile_conditions[key] = (False, "InvalidModelProfile", f"{profile}; {fallback}")
-        else:
-            ref = spec.model_profile
-            self._profile_conditions[key] = (
-                True,
-                "Loaded",
-                f"{profile.model.name} from ConfigMap {namespace}/{ref.config_map_name} key {ref.key!r}: "
-                f"{len(profile.operators)} operators, {profile.model.parameters:,} parameters, "
-                f"{profile.train_flops_per_sample:.4g} training FLOPs per sample",
-            )
+        self._profile_conditions[key] = profile_condition(spec, namespace, profile)
         return profile
-
-    def _with_profile_condition(self, view: JobView, out: Outcome, now: float) -> Outcome:
-        """``out`` with the job's ModelProfile condition in the status it writes (a job without
-        spec.modelProfile, or a finished one, is left as it is)."""
-        cond = self._profile_conditions.get(view.key)
-        if cond is None or view.status.phase in crd.TERMINAL_PHASES:
-            return out
-        base = out.status if out.status is not None else view.status
-        conds = with_condition(base.conditions, "ModelProfile", *cond, now=now)
-        if conds == base.conditions:
-            return out
-        return replace(out, status=evolve(base, conditions=conds))
 
     def _execute(
         self,
@@ -532,7 +504,7 @@ class Operator:
     ) -> None:
         """Apply one transition's Outcome: the status (through its model), its Events, the gang, the pod
         deletions and the Service, then counters and metrics (see ``scheduler.operator.transitions``)."""
-        out = self._with_profile_condition(view, out, now)
+        out = with_profile_condition(view.status, out, self._profile_conditions.get(view.key), now)
         if out.status is not None:
             patch = status_patch(view.obj.get("status") or {}, status_wire(out.status))
             if patch:

@@ -302,6 +302,14 @@ def test_model_profile_gives_params_flops_and_the_profile() -> None:
     assert (job.model, job.params, job.flops_per_sample) == ("", 11_689_512.0, prof.train_flops_per_sample)
 
 
+def test_model_profile_not_read_converts_without_it() -> None:
+    # The extender's cache does not read ConfigMaps: its view of a profile-only job has no model figures
+    # (the predictor answers 0 for it, placement falls back to packing and locality), never a refusal.
+    job = trainingjob_to_job(_profile_job(), now=NOW)
+    assert isinstance(job, Job)
+    assert (job.model, job.params, job.flops_per_sample, job.model_profile) == ("", None, None, None)
+
+
 def test_unusable_model_profile_falls_back_or_waits() -> None:
     problem = "spec.modelProfile: ConfigMap ml/profiles does not exist"
     alone = trainingjob_to_job(_profile_job(), now=NOW, model_profile=problem)

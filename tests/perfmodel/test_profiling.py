@@ -136,6 +136,47 @@ def test_llm_config_profile_equals_the_zoo_llm(tmp_path: Path) -> None:
     assert att.flops == 274_877_906_944 and att.gemm == GemmDims(4096, 4096, 128, 32)
 
 
+def test_gpt2_config_keys() -> None:
+    # openai-community/gpt2 config.json: GPT-2's own key names, learned positions, tied LM head.
+    cfg = {
+        "model_type": "gpt2",
+        "activation_function": "gelu_new",
+        "n_layer": 12,
+        "n_embd": 768,
+        "n_head": 12,
+        "n_inner": None,
+        "n_positions": 1024,
+        "vocab_size": 50257,
+    }
+    p = profile_llm(cfg, batch_size=1, sequence_length=512)
+    assert p.model.parameters == 124_439_808  # the model card's count
+    assert p.sample.sequence_length == 512
+    assert p.model.parameters == profile_zoo("gpt2").model.parameters
+
+
+def test_explicit_head_dim() -> None:
+    # google/gemma-7b config.json: 16 heads of 256 on a hidden size of 3072 (q/o are 3072 x 4096).
+    cfg = {
+        "model_type": "gemma",
+        "num_hidden_layers": 28,
+        "hidden_size": 3072,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "head_dim": 256,
+        "intermediate_size": 24576,
+        "vocab_size": 256000,
+        "max_position_embeddings": 8192,
+        "tie_word_embeddings": True,
+    }
+    p = profile_llm(cfg, sequence_length=4096)
+    # per layer: 4 x 3072 x 4096 (q, k, v, o) + 3 x 3072 x 24576 (gated MLP) + 2 x 3072 (norms);
+    # + 256000 x 3072 (tied embedding) + 3072 (final norm) = 8,537,680,896 (the card's 8.54B).
+    layer = 4 * 3072 * 4096 + 3 * 3072 * 24576 + 2 * 3072
+    assert p.model.parameters == 28 * layer + 256000 * 3072 + 3072 == 8_537_680_896
+    q = next(o for o in p.operators if o.name == "layers.*.self_attn.q_proj")
+    assert q.gemm == GemmDims(4096, 4096, 3072, 1)
+
+
 def test_moe_config_routes_top_k_tokens() -> None:
     cfg = {**_llama3_8b_config(), "vocab_size": 32000, "num_local_experts": 8, "num_experts_per_tok": 2}
     p = profile_llm(cfg, batch_size=2, sequence_length=1024, name="mixtral-like")

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from perfmodel.errors import ProfileError
+from perfmodel.opcount import conv_gemms, op_class, optimizer_operators, pointwise_flops
 from perfmodel.profile import OpClass, Phase, Source
 from perfmodel.profiling import DEFAULT_TORCH_PYTHON, profile_torch, profile_zoo, torch_available
-from perfmodel.torch_trace import conv_gemms, op_class, optimizer_operators, pointwise_flops
 
 MODELS = Path(__file__).parent / "torch_models" / "models.py"
 
@@ -96,12 +96,18 @@ def test_traced_resnet50_agrees_with_the_zoo_profile() -> None:
     assert all(o.scales_with_batch for o in traced.operators if o.phase != Phase.OPTIMIZER)
 
 
-def test_traced_vgg16_and_mlp() -> None:
+@pytest.mark.parametrize(("name", "params"), [("vgg16", 138_357_544), ("mobilenet_v2", 3_504_872)])
+def test_traced_cnns_agree_with_the_zoo_profile(name: str, params: int) -> None:
     py = _torch_python()
-    traced = profile_torch(f"{MODELS}:vgg16", (3, 224, 224), batch_size=2, python=py)
-    zoo = profile_zoo("vgg16", batch_size=2)
-    assert traced.model.parameters == 138_357_544
-    assert traced.train_flops_per_sample == pytest.approx(zoo.train_flops_per_sample, rel=0.01)
+    traced = profile_torch(f"{MODELS}:{name}", (3, 224, 224), batch_size=2, python=py)
+    zoo = profile_zoo(name, batch_size=2)
+    assert traced.model.parameters == zoo.model.parameters == params
+    for ph in Phase:  # mobilenet_v2: depthwise (grouped) convolutions
+        assert traced.step_flops(ph) == pytest.approx(zoo.step_flops(ph), rel=0.01)
+
+
+def test_traced_mlp_worked_out() -> None:
+    py = _torch_python()
     mlp = profile_torch(f"{MODELS}:mlp", (784,), batch_size=2, optimizer="sgd", python=py)
     fwd = [o for o in mlp.operators if o.phase == Phase.FORWARD and o.op_class == OpClass.GEMM]
     # 2 x 2 x 784 x 256 and 2 x 2 x 256 x 10.

@@ -112,3 +112,50 @@ class _BadForward(nn.Module):
 
 def bad_forward() -> nn.Module:
     return _BadForward()
+
+
+class _InvertedResidual(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int, t: int) -> None:
+        super().__init__()
+        hidden = cin * t
+        layers: list[nn.Module] = []
+        if t != 1:
+            layers += [nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6(inplace=True)]
+        layers += [
+            nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False),
+            nn.BatchNorm2d(hidden),
+            nn.ReLU6(inplace=True),
+            nn.Conv2d(hidden, cout, 1, bias=False),
+            nn.BatchNorm2d(cout),
+        ]
+        self.conv = nn.Sequential(*layers)
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv(x) if self.residual else self.conv(x)
+
+
+def mobilenet_v2() -> nn.Module:
+    # torchvision's MobileNetV2 (width 1.0): depthwise (grouped) convolutions.
+    layers: list[nn.Module] = [
+        nn.Conv2d(3, 32, 3, 2, 1, bias=False),
+        nn.BatchNorm2d(32),
+        nn.ReLU6(inplace=True),
+    ]
+    cin = 32
+    for t, c, n, s in (
+        (1, 16, 1, 1),
+        (6, 24, 2, 2),
+        (6, 32, 3, 2),
+        (6, 64, 4, 2),
+        (6, 96, 3, 1),
+        (6, 160, 3, 2),
+        (6, 320, 1, 1),
+    ):
+        for i in range(n):
+            layers.append(_InvertedResidual(cin, c, s if i == 0 else 1, t))
+            cin = c
+    layers += [nn.Conv2d(cin, 1280, 1, bias=False), nn.BatchNorm2d(1280), nn.ReLU6(inplace=True)]
+    return nn.Sequential(
+        *layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.2), nn.Linear(1280, 1000)
+    )
