@@ -3,7 +3,11 @@
 Pure: no I/O and no client objects; it works on the dicts that ``orjson.loads`` gives for API JSON, so
 the extender's hot path and the watch cache share one cheap decoder. Node labels read are the ones in
 ARCHITECTURE.md (``nvidia.com/gpu.product`` and the topology labels); the GPU count is the node's
-allocatable ``nvidia.com/gpu`` (falling back to the ``nvidia.com/gpu.count`` label). A pod's GPU
+allocatable ``nvidia.com/gpu`` (falling back to the ``nvidia.com/gpu.count`` label). A node without
+either whose GPUs are DRA devices (``scheduler.k8s.dra``, passed in as ``dra``) counts its healthy
+devices, typed by their ``productName`` where it has no product label (``unknown`` without one), with
+the interconnect of their attribute or the product's form factor (PCIe boards: ``pcie``). A node whose
+``Ready`` condition is False or Unknown is not schedulable (``Node.unavailable`` says why). A pod's GPU
 request follows the scheduler's rule for extended resources: requests (or limits, which default them)
 summed over containers, and the largest init container if that is more.
 
@@ -19,6 +23,7 @@ from typing import Any
 
 from scheduler.core.errors import ConfigError
 from scheduler.core.types import Interconnect, Node
+from scheduler.k8s.dra import UNKNOWN_GPU_TYPE, DraNodeGpus
 from scheduler.names import (
     ANNOTATION_BATCH_SIZE,
     ANNOTATION_GPU_TYPE,
@@ -115,8 +120,38 @@ def object_name(obj: object, where: str) -> str:
     return name
 
 
-def decode_node(obj: Mapping[str, Any], gpu_type_of: Callable[[str], str] = gpu_type_of_product) -> Node:
-    """A Node API object (dict) -> core ``Node``. Nodes without GPUs decode with ``gpus=0``."""
+def has_device_plugin_gpus(obj: Mapping[str, Any]) -> bool:
+    """Whether a Node object shows device-plugin GPUs (allocatable or GFD's count label): such a node's
+    GPUs are never DRA-backed (kube-scheduler uses DRA for an extended resource only where allocatable
+    lacks it)."""
+    meta = obj.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    status = obj.get("status")
+    allocatable = status.get("allocatable") if isinstance(status, Mapping) else None
+    return (isinstance(allocatable, Mapping) and GPU_RESOURCE in allocatable) or (
+        isinstance(labels, Mapping) and LABEL_GPU_COUNT in labels
+    )
+
+
+def _not_ready(status: Mapping[str, Any], where: str) -> str:
+    """Why the node's ``Ready`` condition keeps work off it ("" when Ready or not reported)."""
+    conditions = status.get("conditions") or []
+    if not isinstance(conditions, list):
+        raise CodecError(f"{where}.status.conditions: expected a list, got {type(conditions).__name__}")
+    for c in conditions:
+        if isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") in ("False", "Unknown"):
+            reason = f": {c['reason']}" if c.get("reason") else ""
+            return f"not ready (condition Ready={c['status']}{reason})"
+    return ""
+
+
+def decode_node(
+    obj: Mapping[str, Any],
+    gpu_type_of: Callable[[str], str] = gpu_type_of_product,
+    dra: DraNodeGpus | None = None,
+) -> Node:
+    """A Node API object (dict) -> core ``Node``. Nodes without GPUs decode with ``gpus=0``; ``dra`` is
+    the node's DRA GPUs (``DraInventory.node_gpus``), used when the node shows no device-plugin GPUs."""
     name = object_name(obj, "Node")
     where = f"Node {name}"
     meta = _mapping(obj, "metadata", where)
@@ -124,14 +159,20 @@ def decode_node(obj: Mapping[str, Any], gpu_type_of: Callable[[str], str] = gpu_
     status = _mapping(obj, "status", where)
     spec = _mapping(obj, "spec", where)
     allocatable = _mapping(status, "allocatable", f"{where}.status")
+    gpu_api = ""
+    product = str(labels.get(LABEL_GPU_PRODUCT, ""))
+    default_interconnect = "nvlink"
     if GPU_RESOURCE in allocatable:
         gpus = parse_count(allocatable[GPU_RESOURCE], f"{where}.status.allocatable[{GPU_RESOURCE}]")
     elif LABEL_GPU_COUNT in labels:
         gpus = parse_count(labels[LABEL_GPU_COUNT], f"{where}.metadata.labels[{LABEL_GPU_COUNT}]")
+    elif dra is not None:
+        gpus, gpu_api = len(dra.healthy), "dra"
+        product = product or dra.product or UNKNOWN_GPU_TYPE
+        default_interconnect = dra.interconnect or ("pcie" if _is_pcie(product) else "nvlink")
     else:
         gpus = 0
-    product = str(labels.get(LABEL_GPU_PRODUCT, ""))
-    interconnect_label = str(labels.get(LABEL_INTERCONNECT, "nvlink")).lower()
+    interconnect_label = str(labels.get(LABEL_INTERCONNECT, default_interconnect)).lower()
     try:
         interconnect = Interconnect(interconnect_label)
     except ValueError:
@@ -148,6 +189,7 @@ def decode_node(obj: Mapping[str, Any], gpu_type_of: Callable[[str], str] = gpu_
             raise CodecError(
                 f"{where}.metadata.labels[{LABEL_NETWORK_GBPS}]: expected a number, got {network_raw!r}"
             ) from None
+    unavailable = _not_ready(status, where)
     return Node(
         name=name,
         gpu_type=gpu_type_of(product),
@@ -158,8 +200,25 @@ def decode_node(obj: Mapping[str, Any], gpu_type_of: Callable[[str], str] = gpu_
         nvlink_domain=str(labels.get(LABEL_NVLINK_DOMAIN, "")),
         interconnect=interconnect,
         network_gbps=network,
-        schedulable=not bool(spec.get("unschedulable", False)),
+        schedulable=not bool(spec.get("unschedulable", False)) and not unavailable,
+        gpu_api=gpu_api,
+        unavailable=unavailable,
     )
+
+
+@lru_cache(maxsize=1024)
+def _is_pcie(product: str) -> bool:
+    """Whether a product's GPUs talk over PCIe only: the catalogue's variant has no NVLink
+    (``NVIDIA-A100-80GB-PCIe``, ``Tesla-T4``); an unknown product is taken as PCIe when its name says so."""
+    try:
+        from perfmodel.gpus import spec_for_product
+
+        spec = spec_for_product(product)
+    except ImportError:  # pragma: no cover - perfmodel is part of this distribution
+        spec = None
+    if spec is not None:
+        return spec.nvlink_gbs <= 0
+    return "PCIE" in product.upper().replace("-", " ").split()
 
 
 def _container_gpus(container: object, where: str) -> int:
