@@ -256,6 +256,34 @@ def event_body(
     }
 
 
+def node_event_body(
+    node: Mapping[str, Any], *, type_: str, reason: str, message: str, now: float, instance: str = ""
+) -> Obj:
+    """A core/v1 Event about a Node, in the ``default`` namespace as kubelet's node events are (pure)."""
+    meta = node["metadata"]
+    ts = crd.rfc3339(now)
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": "default"},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": meta["name"],
+            "uid": meta.get("uid", ""),
+        },
+        "type": type_,
+        "reason": reason,
+        "message": message[:1024],
+        "source": {"component": COMPONENT},
+        "reportingComponent": OPERATOR_COMPONENT,
+        "reportingInstance": instance or COMPONENT,
+        "firstTimestamp": ts,
+        "lastTimestamp": ts,
+        "count": 1,
+    }
+
+
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(float(x))
 
@@ -333,4 +361,17 @@ class Actuator:
         try:
             self.api.create_event(tj["metadata"].get("namespace", "default"), body)
         except PerfschedError as exc:  # events are best effort, as in client-go's recorder
+            log.warning("could not record event", extra={"reason": reason, "error": str(exc)})
+
+    def node_event(
+        self, node: Mapping[str, Any], *, type_: str, reason: str, message: str, now: float
+    ) -> None:
+        """Record an Event about a Node; a failure to record one is logged, never fatal."""
+        self._check()
+        body = node_event_body(
+            node, type_=type_, reason=reason, message=message, now=now, instance=self._instance
+        )
+        try:
+            self.api.create_event("default", body)
+        except PerfschedError as exc:
             log.warning("could not record event", extra={"reason": reason, "error": str(exc)})

@@ -46,7 +46,8 @@ from scheduler.core.round import RoundCosts, run_round
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node, PlacementShape
 from scheduler.k8s import crd
 from scheduler.k8s.actuator import Actuator, NotLeader
-from scheduler.k8s.codec import CodecError, decode_node
+from scheduler.k8s.codec import CodecError, decode_node, has_device_plugin_gpus, object_name
+from scheduler.k8s.dra import UNKNOWN_GPU_TYPE, DraInventory, DraNodeGpus
 from scheduler.k8s.kubeapi import KubeApi, Obj
 from scheduler.operator.observe import (
     GangState,
@@ -169,6 +170,8 @@ class Operator:
         )
         # Only for metrics and de-duplicating observations; never needed for correctness.
         self._observed_report_time: dict[str, float] = {}
+        self._warned_dra: set[str] = set()
+        self._dra = DraInventory()  # this round's DRA objects (``_list``)
         self._learned: list[tuple[Job, PlacementShape, float]] = []
 
     # --- phase 1: list ---------------------------------------------------------------------------------
@@ -177,6 +180,11 @@ class Operator:
         tjs = self.api.list_trainingjobs(self.config.namespace)
         pods = self.api.list_pods("")
         nodes = self.api.list_nodes()
+        self._dra = DraInventory()
+        if not all(has_device_plugin_gpus(n) for n in nodes):  # only nodes without them may be DRA
+            for plural in ("deviceclasses", "resourceslices", "resourceclaims"):
+                for problem in self._dra.replace(plural, self.api.list_dra(plural)):
+                    log.warning("skipping DRA object that does not decode", extra={"error": problem})
         classes: dict[str, int] = {}
         for pc in self.api.list_priority_classes():
             name = (pc.get("metadata") or {}).get("name")
@@ -184,15 +192,20 @@ class Operator:
                 classes[str(name)] = int(pc.get("value") or 0)
         return tjs, pods, nodes, classes
 
-    def _nodes(self, raw: Sequence[Obj]) -> list[Node]:
+    def _nodes(self, raw: Sequence[Obj], now: float) -> list[Node]:
         out: list[Node] = []
         unknown: Counter[str] = Counter()
         for obj in raw:
             try:
-                node = decode_node(obj)
+                dra = None
+                if not has_device_plugin_gpus(obj):
+                    dra = self._dra.node_gpus(object_name(obj, "Node"))
+                node = decode_node(obj, dra=dra)
             except CodecError as exc:
                 log.warning("skipping node that does not decode", extra={"error": str(exc)})
                 continue
+            if dra is not None:
+                self._dra_warnings(obj, dra, now)
             if node.gpus <= 0 or not node.gpu_type:
                 continue
             if node.gpu_type not in crd.CANONICAL_GPU_TYPES:
@@ -202,6 +215,28 @@ class Operator:
         for product, count in unknown.items():
             metrics.OPERATOR_UNKNOWN_GPU_PRODUCTS.labels(product=product).set(count)
         return out
+
+    def _dra_warnings(self, obj: Obj, gpus: DraNodeGpus, now: float) -> None:
+        """A Warning Event on the Node, once per process, for each attribute perfsched needs that its DRA
+        GPUs lack (they are then typed ``unknown``), and for each GPU DeviceClass it cannot read."""
+        name = gpus.node
+        problems = [
+            (
+                f"{name}/{attribute}",
+                f"DRA GPUs of node {name} have no {attribute} attribute: their {len(gpus.devices)} GPUs "
+                f"are counted and typed {UNKNOWN_GPU_TYPE}",
+            )
+            for attribute in gpus.missing
+        ]
+        problems += [(f"class/{p}", p) for p in self._dra.class_problems()]
+        for key, message in problems:
+            if key in self._warned_dra or not self.may_act():
+                continue
+            self._warned_dra.add(key)
+            log.warning(message, extra={"node": name})
+            self.actuator.node_event(
+                obj, type_="Warning", reason="DRAAttributeMissing", message=message, now=now
+            )
 
     # --- the round -------------------------------------------------------------------------------------
 
@@ -236,7 +271,7 @@ class Operator:
         t_list = time.perf_counter()
         tjs, raw_pods, raw_nodes, classes = self._list()
         report.list_seconds = time.perf_counter() - t_list
-        nodes = self._nodes(raw_nodes)
+        nodes = self._nodes(raw_nodes, now)
         views_all = [v for v in (pod_view(p) for p in raw_pods) if v is not None]
 
         # --- phase 2 and 3: observe and settle -----------------------------------------------------------
