@@ -23,6 +23,38 @@ from kubernetes import client as k8s
 from perfsched_dev.devcluster.process import ProcessRecord, is_running, spawn, stop, tail
 
 REPO = Path(__file__).resolve().parents[1]
+#: how the e2e clusters' nodes publish their GPUs (``perfsched dev-cluster up --gpu-api``)
+E2E_GPU_API_ENV = "PERFSCHED_E2E_GPU_API"
+
+
+def e2e_gpu_api() -> str:
+    """``$PERFSCHED_E2E_GPU_API`` (``device-plugin``, ``dra`` or ``mixed``; default ``device-plugin``)."""
+    return os.environ.get(E2E_GPU_API_ENV) or "device-plugin"
+
+
+def gpu_capacity(api: k8s.ApiClient) -> dict[str, int]:
+    """GPUs per node as kube-scheduler counts them: allocatable ``nvidia.com/gpu``, else the node's GPU
+    devices in ResourceSlices (DRA nodes)."""
+    capacity = {
+        n.metadata.name: int((n.status.allocatable or {}).get("nvidia.com/gpu", "0"))
+        for n in k8s.CoreV1Api(api).list_node().items
+    }
+    try:
+        slices = k8s.CustomObjectsApi(api).list_cluster_custom_object(
+            "resource.k8s.io", "v1", "resourceslices"
+        )
+    except k8s.ApiException as exc:
+        if exc.status == 404:  # no DRA API on this server
+            return capacity
+        raise
+    for item in slices.get("items") or []:
+        spec = item.get("spec") or {}
+        node = spec.get("nodeName")
+        if node in capacity and not capacity[node] and spec.get("driver") == "gpu.nvidia.com":
+            capacity[node] = len(spec.get("devices") or [])
+    return capacity
+
+
 T = TypeVar("T")
 
 

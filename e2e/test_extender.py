@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from e2e.harness import Component, KubeCluster, gpu_pod, pod_events, resnet_job, wait_until
+from e2e.harness import Component, KubeCluster, gpu_capacity, gpu_pod, pod_events, resnet_job, wait_until
 from scheduler.names import GPU_RESOURCE
 
 
@@ -56,11 +56,10 @@ def _wait_gpus_idle(core: k8s.CoreV1Api, timeout: float = 120.0) -> None:
 
 
 def _assert_never_overcommitted(core: k8s.CoreV1Api) -> None:
-    nodes = _nodes(core)
+    nodes = gpu_capacity(core.api_client)
     for name, used in _used_per_node(core).items():
         if name in nodes:
-            alloc = int(nodes[name].status.allocatable.get(GPU_RESOURCE, "0"))
-            assert used <= alloc, f"{name}: {used} GPUs bound > {alloc} allocatable"
+            assert used <= nodes[name], f"{name}: {used} GPUs bound > {nodes[name]} allocatable"
 
 
 def _bound(core: k8s.CoreV1Api, ns: str) -> dict[str, str]:
@@ -200,7 +199,7 @@ def test_killing_the_extender_mid_batch_loses_no_pod_and_never_overcommits(
     kube_cluster: KubeCluster, fresh_namespace: str, extender: Component
 ) -> None:
     core, ns = kube_cluster.core, fresh_namespace
-    capacity = sum(int(n.status.allocatable.get(GPU_RESOURCE, "0")) for n in _nodes(core).values())
+    capacity = sum(gpu_capacity(core.api_client).values())
     pods = capacity // 2 + 4  # 2-GPU pods: 4 more than the cluster holds
     for i in range(pods):
         core.create_namespaced_pod(ns, gpu_pod(f"batch-{i:02d}", 2))

@@ -43,6 +43,7 @@ class Tools:
     openssl: Path
     kwok_stages: Path
     crds_dir: Path | None
+    k8s_version: str = K8S_VERSION
 
 
 def cache_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -56,11 +57,14 @@ def repo_root() -> Path | None:
     return root if (root / "e2e").is_dir() else None
 
 
-def find_tools(env: Mapping[str, str] | None = None) -> Tools:
-    """Locate every program and file; raise ``DevClusterError`` listing all that are missing."""
+def find_tools(env: Mapping[str, str] | None = None, k8s_version: str | None = None) -> Tools:
+    """Locate every program and file; raise ``DevClusterError`` listing all that are missing.
+
+    The Kubernetes binaries are those of ``k8s_version``, else ``$PERFSCHED_K8S_VERSION``, else
+    ``K8S_VERSION`` (each built by ``PERFSCHED_K8S_VERSION=<version> e2e/install-tools.sh``)."""
     env = os.environ if env is None else env
     cache = cache_dir(env)
-    k8s_version = env.get("PERFSCHED_K8S_VERSION") or K8S_VERSION
+    k8s_version = k8s_version or env.get("PERFSCHED_K8S_VERSION") or K8S_VERSION
     kwok_version = env.get("PERFSCHED_KWOK_VERSION") or KWOK_VERSION
     k8s_dir = Path(env.get("PERFSCHED_K8S_BIN_DIR") or cache / f"k8s-{k8s_version}")
     kwok = Path(env.get("PERFSCHED_KWOK_BIN") or cache / f"kwok-{kwok_version}" / "kwok")
@@ -82,13 +86,16 @@ def find_tools(env: Mapping[str, str] | None = None) -> Tools:
     problems: list[str] = []
     for label, path in (
         ("etcd", etcd),
-        ("kube-apiserver", k8s_dir / "kube-apiserver"),
-        ("kube-controller-manager", k8s_dir / "kube-controller-manager"),
-        ("kube-scheduler", k8s_dir / "kube-scheduler"),
+        (f"kube-apiserver {k8s_version}", k8s_dir / "kube-apiserver"),
+        (f"kube-controller-manager {k8s_version}", k8s_dir / "kube-controller-manager"),
+        (f"kube-scheduler {k8s_version}", k8s_dir / "kube-scheduler"),
         (f"kwok {kwok_version}", kwok),
     ):
         if not (path.is_file() and os.access(path, os.X_OK)):
-            problems.append(f"{label} not found at {path}: {_FIX}")
+            fix = _FIX
+            if label.startswith("kube-") and k8s_version != K8S_VERSION:
+                fix = f"run `PERFSCHED_K8S_VERSION={k8s_version} bash e2e/install-tools.sh` to build it"
+            problems.append(f"{label} not found at {path}: {fix}")
     if not (openssl.is_file() and os.access(openssl, os.X_OK)):
         problems.append(f"openssl not found at {openssl}: install it (apt-get install openssl)")
     if not stages.is_file():
@@ -107,4 +114,5 @@ def find_tools(env: Mapping[str, str] | None = None) -> Tools:
         openssl=openssl,
         kwok_stages=stages,
         crds_dir=crds if crds is not None and crds.is_dir() else None,
+        k8s_version=k8s_version,
     )
