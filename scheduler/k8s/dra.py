@@ -483,24 +483,27 @@ class DraInventory:
             taints=taints,
         )
 
+    def claims_on(self, node: str) -> dict[str, tuple[str, int]]:
+        """The allocated claims holding GPU devices of ``node``: claim key -> (owning pod's uid or "", how
+        many of the node's healthy GPU devices it holds)."""
+        gpus = self.node_gpus(node)
+        out: dict[str, tuple[str, int]] = {}
+        if gpus is None:
+            return out
+        for key in gpus.devices:
+            claim_key = self._holder.get(key)
+            claim = self._claims.get(claim_key) if claim_key is not None else None
+            if claim is None:
+                continue
+            owner, held = out.get(claim.key, (claim.owner_uid, 0))
+            out[claim.key] = (owner, held + (key in gpus.healthy))
+        return out
+
     def allocated(self, node: str) -> tuple[int, frozenset[str]]:
         """On ``node``: how many of its healthy GPU devices allocated claims hold, and the uids of the pods
         owning claims that hold any of its GPU devices (those pods' GPUs are counted by their claims)."""
-        gpus = self.node_gpus(node)
-        if gpus is None:
-            return 0, frozenset()
-        held = 0
-        owners: set[str] = set()
-        for key in gpus.devices:
-            claim_key = self._holder.get(key)
-            if claim_key is None:
-                continue
-            if key in gpus.healthy:
-                held += 1
-            claim = self._claims.get(claim_key)
-            if claim is not None and claim.owner_uid:
-                owners.add(claim.owner_uid)
-        return held, frozenset(owners)
+        claims = self.claims_on(node).values()
+        return sum(held for _, held in claims), frozenset(owner for owner, _ in claims if owner)
 
     def class_problems(self) -> list[str]:
         return [c.problem for c in self.classes.values() if c.problem]

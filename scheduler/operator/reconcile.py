@@ -216,6 +216,21 @@ class Operator:
             metrics.OPERATOR_UNKNOWN_GPU_PRODUCTS.labels(product=product).set(count)
         return out
 
+    def _claim_held(self, views: Sequence[PodView], nodes: Sequence[Node]) -> dict[str, Allocation]:
+        """Pseudo-allocations (``<claim>#held``) for the DRA GPUs that allocated ResourceClaims hold on a node
+        and that no pod's request counts: claims of pods that are not bound there (finished, or not
+        visible), and claims of no pod. Taken for now, as ``held_allocations``, never moved."""
+        out: dict[str, Allocation] = {}
+        for node in nodes:
+            if node.gpu_api != "dra":
+                continue
+            holders = {v.info.uid for v in views if v.info.holds_gpus and v.info.node_name == node.name}
+            for claim, (owner, held) in self._dra.claims_on(node.name).items():
+                if held > 0 and (not owner or owner not in holders):
+                    name = f"{claim}#held"
+                    out[name] = Allocation.of(name, node.gpu_type, held, {node.name: 1})
+        return out
+
     def _dra_warnings(self, obj: Obj, gpus: DraNodeGpus, now: float) -> None:
         """A Warning Event on the Node, once per process, for each attribute perfsched needs that its DRA
         GPUs lack (they are then typed ``unknown``), and for each GPU DeviceClass it cannot read."""
@@ -280,6 +295,7 @@ class Operator:
         )
         node_types = {n.name: n.gpu_type for n in nodes}
         allocations.update(held_allocations(views_all, accounted, node_types))
+        allocations.update(self._claim_held(views_all, nodes))
         allocations.update(_planned_reservations(placing, nodes, allocations))
         tenancy = self._tenancy(nodes)
         if tenancy.objects:

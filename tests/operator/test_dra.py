@@ -69,3 +69,19 @@ def test_missing_product_counts_unknown_gpus_and_warns_once() -> None:
     )
     op.run_round()
     assert len([e for e in h.api.events if e["reason"] == "DRAAttributeMissing"]) == 1
+
+
+def test_gpus_held_by_claims_of_no_running_pod_are_taken() -> None:
+    from tests.extender.kube import gpu_claim
+
+    h = dra_harness(V100)
+    # a user's own claim holds 4 devices; a finished pod's claim, not yet released, holds 2 more: 2 left
+    h.api.dra["resourceclaims"] = [
+        gpu_claim("mine", "dra-v", [0, 1, 2, 3]),
+        gpu_claim("done-gpu", "dra-v", [4, 5], owner_uid="uid-of-a-finished-pod"),
+    ]
+    h.api.add_trainingjob(trainingjob("big", replicas={"min": 2, "max": 2, "gpusPerReplica": 2}))
+    rep = h.operator().run_round()
+    # 8 - 4 (user claim) - 2 (finished pod's claim) = 2 free
+    assert not rep.did("start", "ml/big")
+    assert rep.waiting["ml/big"].startswith("waiting for 4 GPUs of type V100: 2 free")
