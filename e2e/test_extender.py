@@ -16,7 +16,16 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from e2e.harness import Component, KubeCluster, gpu_capacity, gpu_pod, pod_events, resnet_job, wait_until
+from e2e.harness import (
+    Component,
+    KubeCluster,
+    gpu_capacity,
+    gpu_pod,
+    gpu_products,
+    pod_events,
+    resnet_job,
+    wait_until,
+)
 from scheduler.names import GPU_RESOURCE
 
 
@@ -114,7 +123,7 @@ def test_a_job_lands_on_the_gpu_type_the_predictor_says_is_fastest(
     annotations = {"perfsched.dev/model": "resnet50", "perfsched.dev/batch-size": "256"}
     core.create_namespaced_pod(ns, gpu_pod("fast", 2, annotations=annotations))
     node = wait_until(lambda: _bound(core, ns).get("fast"), 60, "pod fast to be bound")
-    label = _nodes(core)[node].metadata.labels["nvidia.com/gpu.product"]
+    label = gpu_products(core.api_client)[node]  # the GFD label, or the DRA devices' productName
     from perfmodel.gpus import canonical_gpu_type
 
     assert canonical_gpu_type(label) == fastest, f"landed on {node} ({label}); predictions {speeds}"
