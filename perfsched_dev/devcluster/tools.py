@@ -86,9 +86,9 @@ def find_tools(env: Mapping[str, str] | None = None, k8s_version: str | None = N
     problems: list[str] = []
     for label, path in (
         ("etcd", etcd),
-        (f"kube-apiserver {k8s_version}", k8s_dir / "kube-apiserver"),
-        (f"kube-controller-manager {k8s_version}", k8s_dir / "kube-controller-manager"),
-        (f"kube-scheduler {k8s_version}", k8s_dir / "kube-scheduler"),
+        ("kube-apiserver", k8s_dir / "kube-apiserver"),
+        ("kube-controller-manager", k8s_dir / "kube-controller-manager"),
+        ("kube-scheduler", k8s_dir / "kube-scheduler"),
         (f"kwok {kwok_version}", kwok),
     ):
         if not (path.is_file() and os.access(path, os.X_OK)):

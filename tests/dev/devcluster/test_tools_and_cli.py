@@ -64,6 +64,27 @@ def test_up_without_tools_exits_1_with_the_fix_and_starts_nothing(tmp_path: Path
     assert not (state / "state.json").exists()
 
 
+def test_an_unbuilt_kubernetes_version_names_the_build_command(tmp_path: Path) -> None:
+    with pytest.raises(DevClusterError) as err:
+        find_tools({"PERFSCHED_CACHE": str(tmp_path)}, k8s_version="v1.99.0")
+    assert f"kube-apiserver not found at {tmp_path}/k8s-v1.99.0/kube-apiserver" in str(err.value)
+    assert "run `PERFSCHED_K8S_VERSION=v1.99.0 bash e2e/install-tools.sh` to build it" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        (("--gpu-api", "nvml"), "--gpu-api: expected one of device-plugin, dra, mixed, got 'nvml'"),
+        (("--k8s-version", "1.37"), "--k8s-version: expected a version like v1.37.2, got '1.37'"),
+    ],
+)
+def test_bad_gpu_api_or_version_is_a_usage_error(tmp_path: Path, flag: tuple[str, str], message: str) -> None:
+    env = {**os.environ, "PERFSCHED_DEV_CLUSTER_DIR": str(tmp_path / "dc")}
+    out = _run("dev-cluster", "up", *flag, env=env)
+    assert out.returncode == 2
+    assert message in out.stderr and "Traceback" not in out.stderr
+
+
 def test_up_with_an_unknown_cluster_spec_is_a_usage_error(tmp_path: Path) -> None:
     env = {**os.environ, "PERFSCHED_DEV_CLUSTER_DIR": str(tmp_path / "dc")}
     out = _run("dev-cluster", "up", "--cluster", "no-such-spec", env=env)
