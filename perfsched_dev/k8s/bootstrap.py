@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 #: The annotation KWOK is told to manage nodes by (``--manage-nodes-with-annotation-selector``).
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_NODE_VALUE = "fake"
+_GFD_PREFIX = "nvidia.com/gpu."
 
 
 def node_manifest(
@@ -74,7 +75,14 @@ def node_manifest(
         labels[LABEL_NVLINK_DOMAIN] = node.nvlink_domain
     if node.zone:
         labels[LABEL_ZONE] = node.zone
-    labels.update({k: v for k, v in (extra_labels or {}).items() if k != GPU_RESOURCE})
+    # a DRA node gets no GPU Feature Discovery labels: its GPUs are typed from their device attributes
+    labels.update(
+        {
+            k: v
+            for k, v in (extra_labels or {}).items()
+            if k != GPU_RESOURCE and not (dra and k.startswith(_GFD_PREFIX))
+        }
+    )
     resources = {"cpu": cpu, "memory": memory, "pods": str(pods)}
     if not dra:
         resources[GPU_RESOURCE] = str(node.gpus)

@@ -34,7 +34,7 @@ from scheduler.names import (
 #: ``--gpu-api`` values: every node's GPUs through the device plugin, through DRA, or some pools each way
 GPU_APIS = ("device-plugin", "dra", "mixed")
 DEVICE_CLASS_NAME = DRA_GPU_DRIVER
-_DRIVER_VERSION = "570.124.06"
+_DRIVER_VERSION = "570.124.6"  # semver: no leading zeros (the API server checks)
 _CUDA_DRIVER_VERSION = "12.8.0"
 
 

@@ -3,11 +3,12 @@
 Pure: no I/O and no client objects; it works on the dicts that ``orjson.loads`` gives for API JSON, so
 the extender's hot path and the watch cache share one cheap decoder. Node labels read are the ones in
 ARCHITECTURE.md (``nvidia.com/gpu.product`` and the topology labels); the GPU count is the node's
-allocatable ``nvidia.com/gpu`` (falling back to the ``nvidia.com/gpu.count`` label). A node without
-either whose GPUs are DRA devices (``scheduler.k8s.dra``, passed in as ``dra``) counts its healthy
-devices, typed by their ``productName`` where it has no product label (``unknown`` without one), with
-the interconnect of their attribute or the product's form factor (PCIe boards: ``pcie``). A node whose
-``Ready`` condition is False or Unknown is not schedulable (``Node.unavailable`` says why). A pod's GPU
+allocatable ``nvidia.com/gpu``. A node without it whose GPUs are DRA devices (``scheduler.k8s.dra``,
+passed in as ``dra``; GFD's labels may remain on it) counts its healthy devices, typed by their
+``productName`` where it has no product label (``unknown`` without either), with the interconnect of
+their attribute or the product's form factor (PCIe boards: ``pcie``); other nodes fall back to the
+``nvidia.com/gpu.count`` label. A node whose ``Ready`` condition is False or Unknown is not schedulable
+(``Node.unavailable`` says why). A pod's GPU
 request follows the scheduler's rule for extended resources: requests (or limits, which default them)
 summed over containers, and the largest init container if that is more.
 
@@ -121,16 +122,12 @@ def object_name(obj: object, where: str) -> str:
 
 
 def has_device_plugin_gpus(obj: Mapping[str, Any]) -> bool:
-    """Whether a Node object shows device-plugin GPUs (allocatable or GFD's count label): such a node's
+    """Whether a Node object shows device-plugin GPUs (``nvidia.com/gpu`` in allocatable): such a node's
     GPUs are never DRA-backed (kube-scheduler uses DRA for an extended resource only where allocatable
-    lacks it)."""
-    meta = obj.get("metadata")
-    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    lacks it). GFD's labels may remain on a DRA node; they do not count here."""
     status = obj.get("status")
     allocatable = status.get("allocatable") if isinstance(status, Mapping) else None
-    return (isinstance(allocatable, Mapping) and GPU_RESOURCE in allocatable) or (
-        isinstance(labels, Mapping) and LABEL_GPU_COUNT in labels
-    )
+    return isinstance(allocatable, Mapping) and GPU_RESOURCE in allocatable
 
 
 def _not_ready(status: Mapping[str, Any], where: str) -> str:
@@ -164,12 +161,12 @@ def decode_node(
     default_interconnect = "nvlink"
     if GPU_RESOURCE in allocatable:
         gpus = parse_count(allocatable[GPU_RESOURCE], f"{where}.status.allocatable[{GPU_RESOURCE}]")
-    elif LABEL_GPU_COUNT in labels:
-        gpus = parse_count(labels[LABEL_GPU_COUNT], f"{where}.metadata.labels[{LABEL_GPU_COUNT}]")
-    elif dra is not None:
+    elif dra is not None:  # before GFD's count label, which is blind to the GPUs claims hold
         gpus, gpu_api = len(dra.healthy), "dra"
         product = product or dra.product or UNKNOWN_GPU_TYPE
         default_interconnect = dra.interconnect or ("pcie" if _is_pcie(product) else "nvlink")
+    elif LABEL_GPU_COUNT in labels:
+        gpus = parse_count(labels[LABEL_GPU_COUNT], f"{where}.metadata.labels[{LABEL_GPU_COUNT}]")
     else:
         gpus = 0
     interconnect_label = str(labels.get(LABEL_INTERCONNECT, default_interconnect)).lower()

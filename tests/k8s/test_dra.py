@@ -201,6 +201,19 @@ def test_missing_product_is_unknown_and_warned(caplog: pytest.LogCaptureFixture)
     assert "DRA GPUs of node dra-v have no productName attribute: typed unknown" in caplog.text
 
 
+def test_gfd_labels_left_on_a_dra_node_do_not_hide_its_claims() -> None:
+    # GFD still labels the node (8 GPUs) but its GPUs are DRA devices: claims count, the label does not
+    obj = node_manifest(V100, {"nvidia.com/gpu.count": "8", "nvidia.com/gpu.product": "Tesla-V100-SXM2-16GB"})
+    del obj["status"]["allocatable"]["nvidia.com/gpu"]
+    cache = fed_cache(
+        [obj],
+        classes=[fake.device_class()],
+        slices=[fake.resource_slice(V100)],
+        claims=[gpu_claim("x", "dra-v", [0, 1, 2])],
+    )
+    assert (cache.nodes["dra-v"].gpu_api, cache.free["dra-v"]) == ("dra", 5)
+
+
 def test_device_plugin_nodes_ignore_slices() -> None:
     # a node with allocatable nvidia.com/gpu keeps its device-plugin count even if a slice names it
     slice_ = fake.resource_slice(Node("dp", "A100", 2, gpu_product="NVIDIA-A100-SXM4-80GB"))
