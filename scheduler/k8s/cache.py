@@ -11,9 +11,10 @@ incrementally on every event. Free GPUs are allocatable GPUs minus
   the bind fails (``forget``), or after a time-to-live).
 
 On a node whose GPUs are DRA devices (``scheduler.k8s.dra``: DeviceClasses, ResourceSlices and
-ResourceClaims are watched too), capacity is its healthy GPU devices and the bound pods' share becomes
-the devices allocated ResourceClaims hold plus the GPUs of bound pods whose claim is not visible yet (a
-pod owning an allocated claim on the node is counted by the claim, once); assumed pods count as above.
+ResourceClaims are watched too), capacity is its healthy GPU devices and the pods' share becomes the
+devices allocated ResourceClaims hold plus the GPUs of bound or assumed pods whose claim is not visible
+yet (a pod owning an allocated claim on the node is counted by the claim, once: kube-scheduler creates
+the claim in PreBind, before the Binding).
 A cluster without the ``resource.k8s.io/v1`` API lists those kinds as empty and looks again every minute.
 
 Each kind is fed by list + watch from the list's ``resourceVersion``. A watch that ends or drops is
@@ -321,12 +322,17 @@ class ClusterCache:
             self.free.pop(name, None)
         else:
             cap = node.gpus if node.schedulable else 0
-            used = self._used.get(name, 0)
+            used = self._used.get(name, 0) + self._assumed_by_node.get(name, 0)
             if node.gpu_api == "dra":
+                # kube-scheduler creates a pod's claim in PreBind, before the Binding: an assumed or bound
+                # pod whose claim is visible is counted by the claim alone
                 held, owners = self.dra.allocated(name)
                 holders = self._holders.get(name, {}).values()
                 used = held + sum(gpus for uid, gpus in holders if not uid or uid not in owners)
-            self.free[name] = max(0, cap - used - self._assumed_by_node.get(name, 0))
+                if self._assumed_by_node.get(name):
+                    assumed = (a for a in self._assumed.values() if a.node == name)
+                    used += sum(a.gpus for a in assumed if not a.uid or a.uid not in owners)
+            self.free[name] = max(0, cap - used)
         for listener in self._node_listeners:
             listener(name)
 

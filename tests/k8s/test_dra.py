@@ -166,6 +166,13 @@ def test_claims_and_pods_are_counted_once() -> None:
     # an assumed bind counts until the watch shows the pod
     cache.assume("team-a", "c", "uc", "dra-v", 4)
     assert cache.free["dra-v"] == 0
+    # its claim (made in PreBind, before the Binding) shows up first: counted once, by the claim
+    cache.apply(Kind.RESOURCECLAIMS, "ADDED", gpu_claim("c-gpu", "dra-v", [0, 1, 5, 6], owner_uid="uc"))
+    assert cache.free["dra-v"] == 0
+    cache.forget("team-a", "c")  # the bind failed; the scheduler's claim still holds the devices
+    assert cache.free["dra-v"] == 0
+    cache.apply(Kind.RESOURCECLAIMS, "DELETED", gpu_claim("c-gpu", "dra-v", [0, 1, 5, 6], owner_uid="uc"))
+    assert cache.free["dra-v"] == 4
 
 
 def test_tainted_devices_leave_capacity() -> None:
