@@ -230,11 +230,15 @@ class ClusterCache:
             return a.node if a is not None else None
 
     def placed_node(self, pod: PodInfo) -> str:
-        """Where a pod is: its ``nodeName``, else the node an unconfirmed bind put it on, else ""."""
+        """Where a pod is: its ``nodeName``, else the node an unconfirmed bind put it on, else the node
+        whose DRA devices its allocated claim holds (kube-scheduler allocates it in PreBind, before the
+        Binding), else ""."""
         if pod.node_name:
             return pod.node_name
         a = self._assumed.get(pod.key)
-        return a.node if a is not None else ""
+        if a is not None:
+            return a.node
+        return self.dra.claimed_node(pod.uid) if pod.uid else ""
 
     def used(self, node: str) -> int:
         with self.lock:

@@ -319,6 +319,8 @@ class DraInventory:
         self._slices: dict[str, DraSlice] = {}
         self._slices_by_node: dict[str, set[str]] = {}
         self._claims: dict[str, DraClaim] = {}
+        #: pod uid -> keys of the claims it owns
+        self._by_owner: dict[str, set[str]] = {}
         #: device -> the claim whose allocation holds it
         self._holder: dict[DeviceKey, str] = {}
         #: device -> node, for every device of a node-local slice
@@ -387,6 +389,8 @@ class DraInventory:
         claim = decode_claim(obj)
         touched = self._drop_claim(claim.key)
         self._claims[claim.key] = claim
+        if claim.owner_uid:
+            self._by_owner.setdefault(claim.owner_uid, set()).add(claim.key)
         for key in claim.devices:
             self._holder[key] = claim.key
             node = self._node_of.get(key)
@@ -402,6 +406,11 @@ class DraInventory:
         touched: set[str] = set()
         if old is None:
             return touched
+        owned = self._by_owner.get(old.owner_uid)
+        if owned is not None:
+            owned.discard(key)
+            if not owned:
+                del self._by_owner[old.owner_uid]
         for dev in old.devices:
             if self._holder.get(dev) == key:
                 del self._holder[dev]
@@ -419,7 +428,7 @@ class DraInventory:
         elif kind == "resourceslices":
             self._slices, self._slices_by_node, self._node_of = {}, {}, {}
         else:
-            self._claims, self._holder = {}, {}
+            self._claims, self._holder, self._by_owner = {}, {}, {}
         self._gpus.clear()
         setter = {"deviceclasses": self.set_class, "resourceslices": self.set_slice}.get(kind, self.set_claim)
         for obj in items:
@@ -504,6 +513,17 @@ class DraInventory:
         owning claims that hold any of its GPU devices (those pods' GPUs are counted by their claims)."""
         claims = self.claims_on(node).values()
         return sum(held for _, held in claims), frozenset(owner for owner, _ in claims if owner)
+
+    def claimed_node(self, pod_uid: str) -> str:
+        """The node whose devices the allocated claims of pod ``pod_uid`` hold ("" if none): where
+        kube-scheduler placed the pod, known from PreBind on, before its Binding shows."""
+        for key in sorted(self._by_owner.get(pod_uid, ())):
+            claim = self._claims.get(key)
+            for dev in claim.devices if claim is not None else ():
+                node = self._node_of.get(dev)
+                if node:
+                    return node
+        return ""
 
     def class_problems(self) -> list[str]:
         return [c.problem for c in self.classes.values() if c.problem]

@@ -256,3 +256,13 @@ def test_mixed_puts_every_second_pool_on_dra() -> None:
     )
     with pytest.raises(ValueError, match="--gpu-api: expected one of device-plugin, dra, mixed, got 'nvml'"):
         fake.gpu_api_of(nodes, "nvml")
+
+
+def test_a_pod_with_an_allocated_claim_is_placed_before_its_binding_shows() -> None:
+    # kube-scheduler allocated w0's claim on dra-v in PreBind; the Binding has not shown yet: gang-mates
+    # must see w0 there (the claim already takes the node's devices)
+    w0 = kube_pod("w0", 2, uid="u0", job="tj", replica=0)
+    cache = dra_cache(V100, pods=[w0], claims=[gpu_claim("w0-gpu", "dra-v", [0, 1], owner_uid="u0")])
+    pod = cache.pod("team-a", "w0")
+    assert pod is not None and cache.placed_node(pod) == "dra-v" and cache.free["dra-v"] == 6
+    assert cache.dra.claimed_node("nobody") == ""
