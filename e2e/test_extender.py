@@ -165,9 +165,12 @@ def test_gang_lands_on_one_node_when_one_has_room_else_one_rack(
         core.delete_namespaced_pod(pod.metadata.name, ns, grace_period_seconds=0)
     wait_until(lambda: not core.list_namespaced_pod(ns).items, 60, "job one's pods to go")
     for node in ("a100-0", "a100-1"):
-        filler = gpu_pod(f"filler-{node}", 4)
-        filler["spec"]["nodeName"] = node
+        # through the scheduler (default profile), not nodeName: on a DRA node only a scheduled pod gets
+        # the ResourceClaim that takes its devices from what DynamicResources may still allocate
+        filler = gpu_pod(f"filler-{node}", 4, scheduler_name="default-scheduler")
+        filler["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
         core.create_namespaced_pod(ns, filler)
+    wait_until(lambda: len(_bound(core, ns)) == 2, 60, "the two fillers to be bound")
     kube_cluster.custom.create_namespaced_custom_object(
         "perfsched.dev", "v1alpha1", ns, "trainingjobs", resnet_job("two", 4, 2)
     )
