@@ -2,12 +2,12 @@
 # Installs what the local Kubernetes control plane needs, into a cache outside the repo keyed by version:
 #   - etcd built from its Go module (e2e/etcd-build); Debian's etcd-server (apt-get) if that build fails
 #   - kube-apiserver, kube-controller-manager, kube-scheduler built from the k8s.io/kubernetes Go module,
-#     pinned per version in e2e/k8s-build/<version>/go.mod (PERFSCHED_K8S_VERSION picks one, default v1.35.4)
+#     pinned per version in e2e/k8s-build/<version>/go.mod (PERFSCHED_K8S_VERSION picks one, default v1.37.2)
 #   - kwok and helm built from their Go modules
 # Skips every step whose output is already there. Fails with a message saying what to fix.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-K8S_VERSION="${PERFSCHED_K8S_VERSION:-v1.35.4}"
+K8S_VERSION="${PERFSCHED_K8S_VERSION:-v1.37.2}"
 KWOK_VERSION="${PERFSCHED_KWOK_VERSION:-v0.8.0}"
 HELM_VERSION="${PERFSCHED_HELM_VERSION:-v3.19.0}"
 CACHE="${PERFSCHED_CACHE:-$HOME/.cache/perfsched}"

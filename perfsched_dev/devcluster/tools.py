@@ -18,7 +18,8 @@ from pathlib import Path
 
 from scheduler.core.errors import PerfschedError
 
-K8S_VERSION = "v1.35.4"
+#: the default; v1.35.4 stays built and tested (``--k8s-version`` / ``PERFSCHED_K8S_VERSION``)
+K8S_VERSION = "v1.37.2"
 KWOK_VERSION = "v0.8.0"
 HELM_VERSION = "v3.19.0"
 #: etcd built from e2e/etcd-build (Debian's 3.4 lacks RequestWatchProgress, which kwok's watches need)

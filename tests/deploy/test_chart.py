@@ -126,7 +126,7 @@ def test_kube_scheduler_profile_calls_the_extender_service(render: Render) -> No
     docs = render()
     sched = by_kind(docs, "Deployment")["ps-perfsched-scheduler"]
     (c,) = containers(sched)
-    assert c["image"] == "registry.k8s.io/kube-scheduler:v1.35.4"
+    assert c["image"] == "registry.k8s.io/kube-scheduler:v1.37.2"
     cfg = scheduler_config(docs)
     assert cfg["kind"] == "KubeSchedulerConfiguration"
     assert [p["schedulerName"] for p in cfg["profiles"]] == ["perfsched"]

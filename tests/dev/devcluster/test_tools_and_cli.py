@@ -37,8 +37,8 @@ def test_find_tools_lists_every_missing_binary_with_the_fix(tmp_path: Path) -> N
 
 def test_find_tools_prefers_the_built_etcd_over_the_path(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    for rel in ("etcd-v3.6.16/etcd", "k8s-v1.35.4/kube-apiserver", "k8s-v1.35.4/kube-controller-manager",
-                "k8s-v1.35.4/kube-scheduler", "kwok-v0.8.0/kwok"):  # fmt: skip
+    for rel in ("etcd-v3.6.16/etcd", "k8s-v1.37.2/kube-apiserver", "k8s-v1.37.2/kube-controller-manager",
+                "k8s-v1.37.2/kube-scheduler", "kwok-v0.8.0/kwok"):  # fmt: skip
         path = cache / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("#!/bin/sh\n")
