@@ -75,8 +75,7 @@ DRA_ATTR_ARCHITECTURE = "architecture"
 DRA_ATTR_COMPUTE_CAPABILITY = "cudaComputeCapability"
 #: Device capacity: GPU memory in bytes (a Kubernetes quantity, e.g. ``80Gi``).
 DRA_CAPACITY_MEMORY = "memory"
-#: A device attribute perfsched reads when present (``nvlink`` or ``pcie``); otherwise the product's form
-#: factor decides (PCIe boards: ``pcie``).
-DRA_ATTR_INTERCONNECT = "perfsched.dev/interconnect"
+#: A device attribute perfsched reads when present (``nvlink`` or ``pcie``) has the name of the
+#: interconnect label, ``LABEL_INTERCONNECT``; otherwise the product's form factor decides.
 #: On the ResourceClaim kube-scheduler creates for a pod's DRA-backed extended resource (KEP-5004).
 DRA_EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"

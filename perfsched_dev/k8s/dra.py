@@ -23,12 +23,12 @@ from scheduler.names import (
     DRA_API_VERSION,
     DRA_ATTR_ARCHITECTURE,
     DRA_ATTR_COMPUTE_CAPABILITY,
-    DRA_ATTR_INTERCONNECT,
     DRA_ATTR_PRODUCT,
     DRA_ATTR_TYPE,
     DRA_CAPACITY_MEMORY,
     DRA_GPU_DRIVER,
     GPU_RESOURCE,
+    LABEL_INTERCONNECT,
 )
 
 #: ``--gpu-api`` values: every node's GPUs through the device plugin, through DRA, or some pools each way
@@ -98,7 +98,7 @@ def gpu_device(
         "driverVersion": _attr(_DRIVER_VERSION, "version"),
         "cudaDriverVersion": _attr(_CUDA_DRIVER_VERSION, "version"),
         "pcieBusID": _attr(f"0000:{0x10 + index:02x}:00.0"),
-        DRA_ATTR_INTERCONNECT: _attr(node.interconnect.value),
+        LABEL_INTERCONNECT: _attr(node.interconnect.value),
     }
     device: dict[str, Any] = {
         "name": f"gpu-{index}",

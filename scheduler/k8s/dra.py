@@ -32,12 +32,12 @@ from scheduler.core.errors import ConfigError
 from scheduler.names import (
     DRA_ATTR_ARCHITECTURE,
     DRA_ATTR_COMPUTE_CAPABILITY,
-    DRA_ATTR_INTERCONNECT,
     DRA_ATTR_PRODUCT,
     DRA_ATTR_TYPE,
     DRA_CAPACITY_MEMORY,
     DRA_GPU_DRIVER,
     GPU_RESOURCE,
+    LABEL_INTERCONNECT,
 )
 
 #: (driver, pool, device): a device's identity in ResourceSlices and in a claim's allocation results.
@@ -487,7 +487,7 @@ class DraInventory:
             memory_mib=min(memories) if memories else 0,
             compute_capability=common(DRA_ATTR_COMPUTE_CAPABILITY),
             architecture=common(DRA_ATTR_ARCHITECTURE),
-            interconnect=common(DRA_ATTR_INTERCONNECT).lower(),
+            interconnect=common(LABEL_INTERCONNECT).lower(),
             missing=missing,
             taints=taints,
         )
