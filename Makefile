@@ -18,7 +18,7 @@ export PATH := $(VENV)/bin:$(PATH)
 # over whichever clone the venv's editable install last pointed at.
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: help venv deps lock tools tools-e2e test unit lint typecheck importlint fmt demo bench e2e-up e2e-down clean trainer-image
+.PHONY: help venv deps lock tools tools-e2e test unit lint typecheck importlint fmt demo bench e2e-up e2e-down e2e-matrix clean trainer-image
 
 help:
 	@echo "make demo    - bring up a local control plane and run a TrainingJob workload through perfsched"
@@ -27,6 +27,7 @@ help:
 	@echo "make lock    - re-resolve uv.lock within pyproject's ranges (LOCK_UPGRADE='pkg ...' bumps only those)"
 	@echo "make bench   - run the benchmarks under bench/ and print their figures"
 	@echo "make e2e-up / e2e-down - start / stop the local control plane"
+	@echo "make e2e-matrix        - e2e scheduling tests on E2E_K8S (v1.37.2) with E2E_GPU_API (dra)"
 	@echo "make trainer-image - build the example trainer image (TRAINER_IMAGE=$(TRAINER_IMAGE))"
 
 # The venv lives outside the repo, keyed by uv.lock's hash, so CI clones reuse it. It is installed from the
@@ -96,6 +97,15 @@ e2e-up: venv tools
 
 e2e-down: venv
 	perfsched dev-cluster down
+
+# The e2e scheduling tests on another Kubernetes version or GPU API (docs/dra.md):
+#   make e2e-matrix E2E_K8S=v1.35.4 E2E_GPU_API=device-plugin
+E2E_K8S ?= v1.37.2
+E2E_GPU_API ?= dra
+E2E_TESTS ?= e2e/test_dra.py e2e/test_extender.py e2e/test_extender_bind.py e2e/test_operator.py
+e2e-matrix: venv
+	PERFSCHED_K8S_VERSION=$(E2E_K8S) bash e2e/install-tools.sh
+	PERFSCHED_K8S_VERSION=$(E2E_K8S) PERFSCHED_E2E_GPU_API=$(E2E_GPU_API) pytest -q $(E2E_TESTS)
 
 # The example trainer (examples/trainer): the image crds/examples/ run. Push it where your cluster pulls from:
 #   make trainer-image TRAINER_IMAGE=<registry>/perfsched-trainer:0.1 && docker push <registry>/perfsched-trainer:0.1

@@ -2,9 +2,10 @@
 
 - ``kube_cluster`` (session): brings up ``perfsched dev-cluster`` once per session in a temporary state
   directory, with the KWOK GPU nodes of ``e2e/clusters/e2e-small.yaml`` (``PERFSCHED_E2E_CLUSTER``
-  overrides the spec), and tears it down at the end. With ``PERFSCHED_E2E_KUBECONFIG`` it uses that
-  cluster instead (e.g. kind, see ``e2e/kind/``) and starts nothing; ``PERFSCHED_E2E_EXTENDER_URL``
-  then says where that cluster's scheduler calls the extender.
+  overrides the spec; ``PERFSCHED_E2E_GPU_API`` = ``dra`` or ``mixed`` publishes their GPUs as DRA
+  devices, ``PERFSCHED_K8S_VERSION`` picks the Kubernetes binaries), and tears it down at the end.
+  With ``PERFSCHED_E2E_KUBECONFIG`` it uses that cluster instead (e.g. kind, see ``e2e/kind/``) and
+  starts nothing; ``PERFSCHED_E2E_EXTENDER_URL`` then says where that cluster's scheduler calls the extender.
 - ``fresh_namespace``: a new namespace per test (its ``default`` ServiceAccount ready), deleted after.
 - ``start_component``: start a process against the cluster (``["perfsched", "extender", ...]`` runs
   with this interpreter, ``KUBECONFIG`` is set); returns a ``harness.Component`` that can be killed,
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.harness import REPO, Component, KubeCluster
+from e2e.harness import REPO, Component, KubeCluster, e2e_gpu_api
 
 E2E_KUBECONFIG_ENV = "PERFSCHED_E2E_KUBECONFIG"
 E2E_CLUSTER_ENV = "PERFSCHED_E2E_CLUSTER"
@@ -63,7 +64,9 @@ def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeClust
     spec = load_cluster_spec(os.environ.get(E2E_CLUSTER_ENV) or DEFAULT_SPEC)
     dc = DevCluster(tmp_path_factory.mktemp("dev-cluster"))
     try:
-        state = dc.up(UpOptions(nodes=spec_to_nodes(spec), node_labels=node_labels(spec)))
+        state = dc.up(
+            UpOptions(nodes=spec_to_nodes(spec), node_labels=node_labels(spec), gpu_api=e2e_gpu_api())
+        )
     except DevClusterError as exc:
         pytest.fail(f"the e2e control plane did not start:\n{exc}", pytrace=False)
     api = connect.api_client(state.kubeconfig)

@@ -23,6 +23,58 @@ from kubernetes import client as k8s
 from perfsched_dev.devcluster.process import ProcessRecord, is_running, spawn, stop, tail
 
 REPO = Path(__file__).resolve().parents[1]
+#: how the e2e clusters' nodes publish their GPUs (``perfsched dev-cluster up --gpu-api``)
+E2E_GPU_API_ENV = "PERFSCHED_E2E_GPU_API"
+
+
+def e2e_gpu_api() -> str:
+    """``$PERFSCHED_E2E_GPU_API`` (``device-plugin``, ``dra`` or ``mixed``; default ``device-plugin``)."""
+    return os.environ.get(E2E_GPU_API_ENV) or "device-plugin"
+
+
+def _gpu_slices(api: k8s.ApiClient) -> list[dict[str, Any]]:
+    """The ResourceSlices of NVIDIA's GPU driver (empty on a server without the DRA API)."""
+    try:
+        slices = k8s.CustomObjectsApi(api).list_cluster_custom_object(
+            "resource.k8s.io", "v1", "resourceslices"
+        )
+    except k8s.ApiException as exc:
+        if exc.status == 404:
+            return []
+        raise
+    return [s for s in slices.get("items") or [] if (s.get("spec") or {}).get("driver") == "gpu.nvidia.com"]
+
+
+def gpu_products(api: k8s.ApiClient) -> dict[str, str]:
+    """Each GPU node's product in GFD's spelling: its ``nvidia.com/gpu.product`` label, else its DRA
+    devices' ``productName`` (``Tesla V100-SXM2-16GB`` -> ``Tesla-V100-SXM2-16GB``)."""
+    out = {
+        n.metadata.name: (n.metadata.labels or {}).get("nvidia.com/gpu.product", "")
+        for n in k8s.CoreV1Api(api).list_node().items
+    }
+    for s in _gpu_slices(api):
+        node, devices = s["spec"].get("nodeName"), s["spec"].get("devices") or []
+        if node in out and not out[node] and devices:
+            name = ((devices[0].get("attributes") or {}).get("productName") or {}).get("string", "")
+            out[node] = "-".join(name.split())
+    return out
+
+
+def gpu_capacity(api: k8s.ApiClient) -> dict[str, int]:
+    """GPUs per node as kube-scheduler counts them: allocatable ``nvidia.com/gpu``, else the node's GPU
+    devices in ResourceSlices (DRA nodes)."""
+    capacity = {
+        n.metadata.name: int((n.status.allocatable or {}).get("nvidia.com/gpu", "0"))
+        for n in k8s.CoreV1Api(api).list_node().items
+    }
+    for item in _gpu_slices(api):
+        spec = item.get("spec") or {}
+        node = spec.get("nodeName")
+        if node in capacity and not capacity[node]:
+            capacity[node] = len(spec.get("devices") or [])
+    return capacity
+
+
 T = TypeVar("T")
 
 

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what the local Kubernetes control plane needs, into a cache outside the repo keyed by version:
 #   - etcd built from its Go module (e2e/etcd-build); Debian's etcd-server (apt-get) if that build fails
-#   - kube-apiserver, kube-controller-manager, kube-scheduler built from the k8s.io/kubernetes Go module
+#   - kube-apiserver, kube-controller-manager, kube-scheduler built from the k8s.io/kubernetes Go module,
+#     pinned per version in e2e/k8s-build/<version>/go.mod (PERFSCHED_K8S_VERSION picks one, default v1.37.2)
 #   - kwok and helm built from their Go modules
 # Skips every step whose output is already there. Fails with a message saying what to fix.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-K8S_VERSION="${PERFSCHED_K8S_VERSION:-v1.35.4}"
+K8S_VERSION="${PERFSCHED_K8S_VERSION:-v1.37.2}"
 KWOK_VERSION="${PERFSCHED_KWOK_VERSION:-v0.8.0}"
 HELM_VERSION="${PERFSCHED_HELM_VERSION:-v3.19.0}"
 CACHE="${PERFSCHED_CACHE:-$HOME/.cache/perfsched}"
@@ -50,6 +51,8 @@ fi
 
 if ! "$K8S_BIN/kube-apiserver" --version 2>/dev/null | grep -qx "Kubernetes $K8S_VERSION" \
    || [ ! -x "$K8S_BIN/kube-scheduler" ] || [ ! -x "$K8S_BIN/kube-controller-manager" ]; then
+  K8S_MOD="$here/k8s-build/$K8S_VERSION"
+  [ -f "$K8S_MOD/go.mod" ] || die "PERFSCHED_K8S_VERSION=$K8S_VERSION: no pinned build module $K8S_MOD/go.mod (supported: $(cd "$here/k8s-build" && echo v*))"
   need_go
   echo "install-tools: building Kubernetes $K8S_VERSION into $K8S_BIN (cold build: ~10-20 min on 2 cores)"
   mkdir -p "$K8S_BIN"
@@ -57,7 +60,7 @@ if ! "$K8S_BIN/kube-apiserver" --version 2>/dev/null | grep -qx "Kubernetes $K8S
   V=k8s.io/component-base/version
   LDF="-s -w -X $V.gitVersion=$K8S_VERSION -X $V.gitMajor=1 -X $V.gitMinor=$minor -X $V.gitTreeState=clean"
   LDF="$LDF -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
-  (cd "$here/k8s-build" && go build -trimpath -pgo=off -ldflags "$LDF" -o "$K8S_BIN/" \
+  (cd "$K8S_MOD" && go build -trimpath -pgo=off -ldflags "$LDF" -o "$K8S_BIN/" \
       k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
       k8s.io/kubernetes/cmd/kube-scheduler) || { rm -rf "$K8S_BIN"; die "building Kubernetes $K8S_VERSION failed (see above)"; }
 fi

@@ -36,7 +36,7 @@ import httpx
 import pytest
 from kubernetes import client as k8s
 
-from e2e.harness import REPO, wait_until
+from e2e.harness import REPO, gpu_capacity, wait_until
 from perfsched_dev.devcluster.cluster import DevCluster
 from perfsched_dev.devcluster.process import is_running
 from scheduler.k8s import connect
@@ -106,10 +106,7 @@ class Sampler:
         self.custom = k8s.CustomObjectsApi(api)
         self.dc = dc
         self.jobs = jobs
-        self.capacity = {
-            n.metadata.name: int((n.status.allocatable or {}).get("nvidia.com/gpu", "0"))
-            for n in self.core.list_node().items
-        }
+        self.capacity = gpu_capacity(api)
         self.violations: list[str] = []
         self.samples = 0
         self.failed_samples = 0

@@ -16,7 +16,16 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from e2e.harness import Component, KubeCluster, gpu_pod, pod_events, resnet_job, wait_until
+from e2e.harness import (
+    Component,
+    KubeCluster,
+    gpu_capacity,
+    gpu_pod,
+    gpu_products,
+    pod_events,
+    resnet_job,
+    wait_until,
+)
 from scheduler.names import GPU_RESOURCE
 
 
@@ -56,11 +65,10 @@ def _wait_gpus_idle(core: k8s.CoreV1Api, timeout: float = 120.0) -> None:
 
 
 def _assert_never_overcommitted(core: k8s.CoreV1Api) -> None:
-    nodes = _nodes(core)
+    nodes = gpu_capacity(core.api_client)
     for name, used in _used_per_node(core).items():
         if name in nodes:
-            alloc = int(nodes[name].status.allocatable.get(GPU_RESOURCE, "0"))
-            assert used <= alloc, f"{name}: {used} GPUs bound > {alloc} allocatable"
+            assert used <= nodes[name], f"{name}: {used} GPUs bound > {nodes[name]} allocatable"
 
 
 def _bound(core: k8s.CoreV1Api, ns: str) -> dict[str, str]:
@@ -115,7 +123,7 @@ def test_a_job_lands_on_the_gpu_type_the_predictor_says_is_fastest(
     annotations = {"perfsched.dev/model": "resnet50", "perfsched.dev/batch-size": "256"}
     core.create_namespaced_pod(ns, gpu_pod("fast", 2, annotations=annotations))
     node = wait_until(lambda: _bound(core, ns).get("fast"), 60, "pod fast to be bound")
-    label = _nodes(core)[node].metadata.labels["nvidia.com/gpu.product"]
+    label = gpu_products(core.api_client)[node]  # the GFD label, or the DRA devices' productName
     from perfmodel.gpus import canonical_gpu_type
 
     assert canonical_gpu_type(label) == fastest, f"landed on {node} ({label}); predictions {speeds}"
@@ -157,9 +165,12 @@ def test_gang_lands_on_one_node_when_one_has_room_else_one_rack(
         core.delete_namespaced_pod(pod.metadata.name, ns, grace_period_seconds=0)
     wait_until(lambda: not core.list_namespaced_pod(ns).items, 60, "job one's pods to go")
     for node in ("a100-0", "a100-1"):
-        filler = gpu_pod(f"filler-{node}", 4)
-        filler["spec"]["nodeName"] = node
+        # through the scheduler (default profile), not nodeName: on a DRA node only a scheduled pod gets
+        # the ResourceClaim that takes its devices from what DynamicResources may still allocate
+        filler = gpu_pod(f"filler-{node}", 4, scheduler_name="default-scheduler")
+        filler["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
         core.create_namespaced_pod(ns, filler)
+    wait_until(lambda: len(_bound(core, ns)) == 2, 60, "the two fillers to be bound")
     kube_cluster.custom.create_namespaced_custom_object(
         "perfsched.dev", "v1alpha1", ns, "trainingjobs", resnet_job("two", 4, 2)
     )
@@ -200,7 +211,7 @@ def test_killing_the_extender_mid_batch_loses_no_pod_and_never_overcommits(
     kube_cluster: KubeCluster, fresh_namespace: str, extender: Component
 ) -> None:
     core, ns = kube_cluster.core, fresh_namespace
-    capacity = sum(int(n.status.allocatable.get(GPU_RESOURCE, "0")) for n in _nodes(core).values())
+    capacity = sum(gpu_capacity(core.api_client).values())
     pods = capacity // 2 + 4  # 2-GPU pods: 4 more than the cluster holds
     for i in range(pods):
         core.create_namespaced_pod(ns, gpu_pod(f"batch-{i:02d}", 2))

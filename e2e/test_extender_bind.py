@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from e2e.harness import Component, gpu_pod, resnet_job, wait_until
+from e2e.harness import Component, e2e_gpu_api, gpu_pod, resnet_job, wait_until
 from perfsched_dev.devcluster.cluster import DevCluster, UpOptions
 from perfsched_dev.devcluster.configs import SchedulerTuning
 from perfsched_dev.k8s import bootstrap
@@ -41,7 +41,7 @@ def binding_cluster(tmp_path: Path) -> Iterator[tuple[Any, str]]:
         for i in range(2)
     ]
     dc = DevCluster(tmp_path / "dc")
-    state = dc.up(UpOptions(nodes=nodes, schedulers=()))
+    state = dc.up(UpOptions(nodes=nodes, schedulers=(), gpu_api=e2e_gpu_api()))
     api = connect.api_client(state.kubeconfig)
     try:
         port = state.ports["extender"]

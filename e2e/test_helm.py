@@ -288,7 +288,7 @@ def test_the_real_kube_scheduler_accepts_the_rendered_configuration(
     start_component: StartComponent,
     tmp_path: Path,
 ) -> None:
-    """kube-scheduler v1.35 validates its configuration at start-up (extender weight, verbs, managed
+    """kube-scheduler validates its configuration at start-up (extender weight, verbs, managed
     resources, nodeCacheCapable with bind): it starts with the chart's and takes its leader Lease."""
     from kubernetes import client as k8s
 

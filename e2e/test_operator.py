@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from kubernetes.client.rest import ApiException
 
-from e2e.harness import Component, KubeCluster, wait_until
+from e2e.harness import Component, KubeCluster, gpu_capacity, wait_until
 from scheduler.names import API_VERSION, GROUP, TRAININGJOB_KIND, TRAININGJOB_PLURAL, VERSION
 
 TIME_SCALE = 300.0
@@ -107,10 +107,7 @@ class Watcher:
 
     def __init__(self, kube: KubeCluster) -> None:
         self.core = kube.core
-        self.capacity = {
-            n.metadata.name: int((n.status.allocatable or {}).get("nvidia.com/gpu", "0"))
-            for n in self.core.list_node().items
-        }
+        self.capacity = gpu_capacity(kube.api)
         self.violations: list[str] = []
         self.samples = 0
         self._stop = threading.Event()

@@ -77,3 +77,21 @@ ANNOTATION_MIN_REPLICAS = "perfsched.dev/min-replicas"
 ANNOTATION_MAX_REPLICAS = "perfsched.dev/max-replicas"
 #: The replicated job of a TrainJob's runtime that perfsched's runtime patch targets (default ``node``).
 ANNOTATION_TRAINER_JOB = "perfsched.dev/trainer-replicated-job"
+
+# -- Dynamic Resource Allocation (``resource.k8s.io/v1``, ``scheduler/k8s/dra.py``) -----------------
+DRA_GROUP = "resource.k8s.io"
+DRA_VERSION = "v1"
+DRA_API_VERSION = f"{DRA_GROUP}/{DRA_VERSION}"
+#: NVIDIA's DRA driver (k8s-dra-driver-gpu): the driver name of its GPU devices and of its DeviceClass.
+DRA_GPU_DRIVER = "gpu.nvidia.com"
+#: Device attributes NVIDIA's driver publishes on a GPU (names unqualified: their domain is the driver's).
+DRA_ATTR_TYPE = "type"
+DRA_ATTR_PRODUCT = "productName"
+DRA_ATTR_ARCHITECTURE = "architecture"
+DRA_ATTR_COMPUTE_CAPABILITY = "cudaComputeCapability"
+#: Device capacity: GPU memory in bytes (a Kubernetes quantity, e.g. ``80Gi``).
+DRA_CAPACITY_MEMORY = "memory"
+#: A device attribute perfsched reads when present (``nvlink`` or ``pcie``) has the name of the
+#: interconnect label, ``LABEL_INTERCONNECT``; otherwise the product's form factor decides.
+#: On the ResourceClaim kube-scheduler creates for a pod's DRA-backed extended resource (KEP-5004).
+DRA_EXTENDED_RESOURCE_CLAIM_ANNOTATION = "resource.kubernetes.io/extended-resource-claim"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from perfsched_dev.devcluster.cluster import ExtraComponent
 
 DEFAULT_SPEC = "modern-mix"
+_VERSION = re.compile(r"v\d+\.\d+\.\d+")
 #: the command each ``--with-perfsched`` component runs, and the module that provides it
 _COMPONENTS = {
     "extender": "scheduler.commands.extender",
@@ -72,7 +74,9 @@ def _print_state(state: object, as_json: bool, header: str) -> None:
         return
     typer.echo(header)
     typer.echo(f"  kubeconfig: {state.kubeconfig}    (export KUBECONFIG={state.kubeconfig})")
-    typer.echo(f"  nodes:      {state.nodes} KWOK GPU nodes")
+    typer.echo(f"  nodes:      {state.nodes} KWOK GPU nodes, GPUs through {state.gpu_api}")
+    if state.k8s_version:
+        typer.echo(f"  kubernetes: {state.k8s_version}")
     typer.echo(f"  extender:   {state.extender_url} (kube-scheduler profile 'perfsched' calls it)")
     for name, url in state.endpoints.items():
         if name != "extender":
@@ -122,13 +126,26 @@ def _register_up(dev: typer.Typer) -> None:
         timeout: float = typer.Option(
             90.0, "--timeout", help="Seconds each component may take to become healthy."
         ),
+        gpu_api: str = typer.Option(
+            "device-plugin",
+            "--gpu-api",
+            help="How nodes publish GPUs: device-plugin (allocatable nvidia.com/gpu), dra (ResourceSlices "
+            "of a DeviceClass backing nvidia.com/gpu) or mixed (every second GPU pool on DRA).",
+        ),
+        k8s_version: str = typer.Option(
+            None,
+            "--k8s-version",
+            help="Kubernetes version of the control plane [default: $PERFSCHED_K8S_VERSION or "
+            "the tested one]; build it with PERFSCHED_K8S_VERSION=<v> e2e/install-tools.sh.",
+        ),
         state_dir: Path = _STATE_DIR,
         as_json: bool = typer.Option(False, "--json", help="Print the cluster state as JSON."),
     ) -> None:
         """Start the control plane with fake GPU nodes from a cluster spec; wait until it is healthy."""
         from perfsched_dev.devcluster.cluster import DevCluster, UpOptions
         from perfsched_dev.devcluster.process import free_ports, port_is_free
-        from perfsched_dev.devcluster.tools import DevClusterError, find_jobset_tools
+        from perfsched_dev.devcluster.tools import DevClusterError, find_jobset_tools, find_tools
+        from perfsched_dev.k8s.dra import GPU_APIS
         from scheduler.core.errors import ConfigError
         from scheduler.sim.cluster import load_cluster_spec, node_labels, spec_to_nodes
 
@@ -136,6 +153,10 @@ def _register_up(dev: typer.Typer) -> None:
             raise ConfigError(f"--extender-port: must be 1..65535, got {extender_port}")
         if time_scale is not None and time_scale <= 0:
             raise ConfigError(f"--time-scale: must be > 0, got {time_scale}")
+        if gpu_api not in GPU_APIS:
+            raise ConfigError(f"--gpu-api: expected one of {', '.join(GPU_APIS)}, got {gpu_api!r}")
+        if k8s_version is not None and not _VERSION.fullmatch(k8s_version):
+            raise ConfigError(f"--k8s-version: expected a version like v1.37.2, got {k8s_version!r}")
         spec = load_cluster_spec(cluster)
         dc = DevCluster(state_dir)
         try:
@@ -163,7 +184,10 @@ def _register_up(dev: typer.Typer) -> None:
                 timeout_s=timeout,
                 with_jobsets=with_jobsets,
                 webhook_port=webhook_port,
+                gpu_api=gpu_api,
             )
+            if k8s_version is not None:
+                dc = DevCluster(state_dir, tools=find_tools(k8s_version=k8s_version))
             state = dc.up(options)
         except DevClusterError as exc:
             typer.echo(f"perfsched dev-cluster up: {exc}", err=True)

@@ -145,6 +145,8 @@ class UpOptions:
     batch_jobs: bool = False
     #: the port perfsched's operator serves its adoption webhook on (registered when set)
     webhook_port: int | None = None
+    #: how the nodes publish their GPUs: ``device-plugin``, ``dra`` or ``mixed`` (``perfsched_dev.k8s.dra``)
+    gpu_api: str = "device-plugin"
 
 
 @dataclass
@@ -164,6 +166,9 @@ class ClusterState:
     ready_seconds: float | None = None
     #: the URL each component answers 200 on when healthy (what ``up`` and ``restart`` wait for)
     health: dict[str, str] = field(default_factory=dict)
+    gpu_api: str = "device-plugin"
+    #: the Kubernetes version of the control plane's binaries
+    k8s_version: str = ""
 
     @property
     def pids(self) -> dict[str, int]:
@@ -189,6 +194,8 @@ class ClusterState:
             "processes": [p.to_json() for p in self.processes],
             "temp_dirs": self.temp_dirs,
             "health": self.health,
+            "gpu_api": self.gpu_api,
+            "k8s_version": self.k8s_version,
         }
 
     @staticmethod
@@ -206,6 +213,8 @@ class ClusterState:
             processes=[ProcessRecord.from_json(p) for p in data.get("processes", [])],
             temp_dirs=[str(d) for d in data.get("temp_dirs", [])],
             health={str(k): str(v) for k, v in (data.get("health") or {}).items()},
+            gpu_api=str(data.get("gpu_api") or "device-plugin"),
+            k8s_version=str(data.get("k8s_version") or ""),
         )
 
     def running(self) -> list[ProcessRecord]:
@@ -280,6 +289,8 @@ class DevCluster:
         t0 = time.monotonic()
         self._prepare_dirs()
         state = self._new_state(options)
+        state.gpu_api = options.gpu_api
+        state.k8s_version = tools.k8s_version
         self._state = state
         self._save()
         try:
@@ -566,8 +577,9 @@ class DevCluster:
                 f"--secure-port={p['kube-controller-manager']}",
                 f"--cert-dir={run / 'pki-kcm'}",
                 # never node-lifecycle-controller: KWOK nodes have no heartbeats and would be evicted
+                # resourceclaim-controller: releases the ResourceClaims of finished pods (DRA GPUs)
                 "--controllers=garbage-collector-controller,namespace-controller,"
-                "serviceaccount-controller,serviceaccount-token-controller"
+                "serviceaccount-controller,serviceaccount-token-controller,resourceclaim-controller"
                 + (",job-controller" if with_jobs else ""),
                 f"--service-account-private-key-file={run / 'sa.key'}",
                 f"--root-ca-file={run / 'ca.crt'}",
@@ -659,14 +671,21 @@ class DevCluster:
         self._save()
 
     def _wait_api(self, state: ClusterState, kubeconfig: str, options: UpOptions, timeout_s: float) -> None:
-        from perfsched_dev.k8s import bootstrap
+        from perfsched_dev.k8s import bootstrap, dra
         from scheduler.k8s import connect
 
         client = connect.api_client(kubeconfig)
         try:
             self._guard(state, lambda: bootstrap.wait_service_account(client, "default", timeout_s=timeout_s))
             if options.nodes:
-                self._guard(state, lambda: bootstrap.create_nodes(client, options.nodes, options.node_labels))
+                on_dra = dra.gpu_api_of(options.nodes, options.gpu_api)
+                dra_nodes = [name for name, yes in on_dra.items() if yes]
+                self._guard(
+                    state,
+                    lambda: bootstrap.create_nodes(
+                        client, options.nodes, options.node_labels, dra_nodes=dra_nodes
+                    ),
+                )
                 names = [n.name for n in options.nodes]
                 self._guard(state, lambda: bootstrap.wait_nodes_ready(client, names, timeout_s=timeout_s))
                 state.nodes = len(names)

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from scheduler.core.errors import PerfschedError
 
-K8S_VERSION = "v1.35.4"
+#: the default; v1.35.4 stays built and tested (``--k8s-version`` / ``PERFSCHED_K8S_VERSION``)
+K8S_VERSION = "v1.37.2"
 KWOK_VERSION = "v0.8.0"
 HELM_VERSION = "v3.19.0"
 #: etcd built from e2e/etcd-build (Debian's 3.4 lacks RequestWatchProgress, which kwok's watches need)
@@ -43,6 +44,7 @@ class Tools:
     openssl: Path
     kwok_stages: Path
     crds_dir: Path | None
+    k8s_version: str = K8S_VERSION
 
 
 def cache_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -56,11 +58,14 @@ def repo_root() -> Path | None:
     return root if (root / "e2e").is_dir() else None
 
 
-def find_tools(env: Mapping[str, str] | None = None) -> Tools:
-    """Locate every program and file; raise ``DevClusterError`` listing all that are missing."""
+def find_tools(env: Mapping[str, str] | None = None, k8s_version: str | None = None) -> Tools:
+    """Locate every program and file; raise ``DevClusterError`` listing all that are missing.
+
+    The Kubernetes binaries are those of ``k8s_version``, else ``$PERFSCHED_K8S_VERSION``, else
+    ``K8S_VERSION`` (each built by ``PERFSCHED_K8S_VERSION=<version> e2e/install-tools.sh``)."""
     env = os.environ if env is None else env
     cache = cache_dir(env)
-    k8s_version = env.get("PERFSCHED_K8S_VERSION") or K8S_VERSION
+    k8s_version = k8s_version or env.get("PERFSCHED_K8S_VERSION") or K8S_VERSION
     kwok_version = env.get("PERFSCHED_KWOK_VERSION") or KWOK_VERSION
     k8s_dir = Path(env.get("PERFSCHED_K8S_BIN_DIR") or cache / f"k8s-{k8s_version}")
     kwok = Path(env.get("PERFSCHED_KWOK_BIN") or cache / f"kwok-{kwok_version}" / "kwok")
@@ -88,7 +93,10 @@ def find_tools(env: Mapping[str, str] | None = None) -> Tools:
         (f"kwok {kwok_version}", kwok),
     ):
         if not (path.is_file() and os.access(path, os.X_OK)):
-            problems.append(f"{label} not found at {path}: {_FIX}")
+            fix = _FIX
+            if label.startswith("kube-") and k8s_version != K8S_VERSION:
+                fix = f"run `PERFSCHED_K8S_VERSION={k8s_version} bash e2e/install-tools.sh` to build it"
+            problems.append(f"{label} not found at {path}: {fix}")
     if not (openssl.is_file() and os.access(openssl, os.X_OK)):
         problems.append(f"openssl not found at {openssl}: install it (apt-get install openssl)")
     if not stages.is_file():
@@ -107,6 +115,7 @@ def find_tools(env: Mapping[str, str] | None = None) -> Tools:
         openssl=openssl,
         kwok_stages=stages,
         crds_dir=crds if crds is not None and crds.is_dir() else None,
+        k8s_version=k8s_version,
     )
 
 

@@ -388,7 +388,13 @@ class Emulator:
         nodes = {p.info.node_name for p in gang}
         gpus = sum(p.info.gpus for p in gang) or len(gang) * spec.replicas.gpus_per_replica
         labels = {n: self.api.node_labels(n) for n in nodes}
-        types = {gpu_type_of_product(lab.get(LABEL_GPU_PRODUCT, "")) for lab in labels.values()}
+        # a node whose GPUs are DRA devices has no product label: the type the operator decided, which
+        # it wrote on the pods, is the type of the devices kube-scheduler allocated there
+        decided = {p.info.node_name: p.info.gpu_type for p in gang if p.info.gpu_type}
+        types = {
+            gpu_type_of_product(lab.get(LABEL_GPU_PRODUCT, "")) or decided.get(n, "")
+            for n, lab in labels.items()
+        }
         pcie = any(lab.get(LABEL_INTERCONNECT) == "pcie" for lab in labels.values())
         gbps = min((_float(lab.get(LABEL_NETWORK_GBPS)) for lab in labels.values()), default=100.0)
         params = spec.model_params.parameters if spec.model_params else None

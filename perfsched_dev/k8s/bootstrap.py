@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -18,10 +18,13 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 
+from perfsched_dev.k8s import dra
 from scheduler.core.errors import TemporaryError
 from scheduler.core.types import Interconnect, Node
 from scheduler.k8s.errors import AlreadyExists, ApiUnavailable, Conflict, NotFound, Throttled, api_call
 from scheduler.names import (
+    DRA_GROUP,
+    DRA_VERSION,
     GPU_RESOURCE,
     LABEL_GPU_COUNT,
     LABEL_GPU_PRODUCT,
@@ -37,6 +40,7 @@ log = logging.getLogger(__name__)
 #: The annotation KWOK is told to manage nodes by (``--manage-nodes-with-annotation-selector``).
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_NODE_VALUE = "fake"
+_GFD_PREFIX = "nvidia.com/gpu."
 
 
 def node_manifest(
@@ -45,30 +49,43 @@ def node_manifest(
     cpu: str = "128",
     memory: str = "1Ti",
     pods: int = 110,
+    dra: bool = False,
 ) -> dict[str, Any]:
     """The Kubernetes Node for a fake GPU node: the labels perfsched reads and ``nvidia.com/gpu`` capacity.
 
     Labels follow NVIDIA GPU Feature Discovery (``nvidia.com/gpu.product``/``.count``) and perfsched's
-    topology labels; the status carries the capacity, which KWOK's node stage keeps.
+    topology labels; the status carries the capacity, which KWOK's node stage keeps. With ``dra`` the
+    node's GPUs are DRA devices (``perfsched_dev.k8s.dra.resource_slice``): no GPU labels and no
+    ``nvidia.com/gpu`` in its capacity, as on a node served by NVIDIA's DRA driver alone.
     """
     labels = {
         "kubernetes.io/hostname": node.name,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
         "type": "kwok",
-        LABEL_GPU_PRODUCT: node.gpu_product or node.gpu_type,
-        LABEL_GPU_COUNT: str(node.gpus),
         LABEL_NETWORK_GBPS: f"{node.network_gbps:g}",
-        LABEL_INTERCONNECT: Interconnect(node.interconnect).value,
     }
+    if not dra:
+        labels[LABEL_GPU_PRODUCT] = node.gpu_product or node.gpu_type
+        labels[LABEL_GPU_COUNT] = str(node.gpus)
+        labels[LABEL_INTERCONNECT] = Interconnect(node.interconnect).value
     if node.rack:
         labels[LABEL_RACK] = node.rack
     if node.nvlink_domain:
         labels[LABEL_NVLINK_DOMAIN] = node.nvlink_domain
     if node.zone:
         labels[LABEL_ZONE] = node.zone
-    labels.update({k: v for k, v in (extra_labels or {}).items() if k != GPU_RESOURCE})
-    resources = {"cpu": cpu, "memory": memory, "pods": str(pods), GPU_RESOURCE: str(node.gpus)}
+    # a DRA node gets no GPU Feature Discovery labels: its GPUs are typed from their device attributes
+    labels.update(
+        {
+            k: v
+            for k, v in (extra_labels or {}).items()
+            if k != GPU_RESOURCE and not (dra and k.startswith(_GFD_PREFIX))
+        }
+    )
+    resources = {"cpu": cpu, "memory": memory, "pods": str(pods)}
+    if not dra:
+        resources[GPU_RESOURCE] = str(node.gpus)
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -87,15 +104,35 @@ def create_nodes(
     nodes: Sequence[Node],
     extra_labels: Mapping[str, Mapping[str, str]] | None = None,
     workers: int = 8,
+    dra_nodes: Collection[str] = (),
 ) -> None:
-    """Create a fake node for each of ``nodes`` (existing nodes of the same name are left alone)."""
+    """Create a fake node for each of ``nodes`` (existing nodes of the same name are left alone); those
+    named in ``dra_nodes`` publish their GPUs as DRA devices: the GPU DeviceClass and one ResourceSlice
+    per node are created first (``perfsched_dev.k8s.dra``)."""
     core = k8s.CoreV1Api(api)
+    custom = k8s.CustomObjectsApi(api)
     extra = extra_labels or {}
+    dra_set = set(dra_nodes)
+
+    def create_cluster_object(what: str, plural: str, body: dict[str, Any]) -> None:
+        try:
+            with api_call(what):
+                custom.create_cluster_custom_object(DRA_GROUP, DRA_VERSION, plural, body)
+        except (AlreadyExists, Conflict):
+            pass
+
+    if dra_set:
+        create_cluster_object("creating the GPU DeviceClass", "deviceclasses", dra.device_class())
 
     def create(node: Node) -> None:
+        is_dra = node.name in dra_set
+        if is_dra:
+            create_cluster_object(
+                f"creating the ResourceSlice of node {node.name}", "resourceslices", dra.resource_slice(node)
+            )
         try:
             with api_call(f"creating node {node.name}"):
-                core.create_node(node_manifest(node, extra.get(node.name)))
+                core.create_node(node_manifest(node, extra.get(node.name), dra=is_dra))
         except (AlreadyExists, Conflict):
             pass
 

@@ -27,8 +27,11 @@ def check_node(
     ``gpu_type`` is the type the round decided for the job (None: any type); ``allowed_gpu_types`` the
     job's own restriction (empty: any). Returns None when it fits.
     """
+    resource = f"{GPU_RESOURCE} (DRA)" if node.gpu_api == "dra" else GPU_RESOURCE
     if node.capacity_for_jobs <= 0 and node.gpus <= 0:
-        return Unschedulable(f"perfsched: node {node.name} has no {GPU_RESOURCE}", resolvable=False)
+        if node.gpu_api == "dra":  # every DRA GPU of the node is tainted: waiting may heal them
+            return Unschedulable(f"perfsched: node {node.name} has no healthy {resource}")
+        return Unschedulable(f"perfsched: node {node.name} has no {resource}", resolvable=False)
     if gpu_type is not None and node.gpu_type != gpu_type:
         return Unschedulable(
             f"perfsched: needs GPU type {gpu_type} (the round's decision), node has {node.gpu_type}",
@@ -40,16 +43,17 @@ def check_node(
             f"perfsched: job allows GPU types {allowed}, node has {node.gpu_type}", resolvable=False
         )
     if not node.schedulable:
-        return Unschedulable(f"perfsched: node {node.name} is cordoned (unschedulable)")
+        why = node.unavailable or "cordoned (unschedulable)"
+        return Unschedulable(f"perfsched: node {node.name} is {why}")
     if node.gpus < gpus_per_replica:
         return Unschedulable(
-            f"perfsched: needs {gpus_per_replica} {GPU_RESOURCE} per replica, "
-            f"node has only {node.gpus} in total",
-            resolvable=False,
+            f"perfsched: needs {gpus_per_replica} {resource} per replica, "
+            f"node has only {node.gpus} {'healthy ' if node.gpu_api == 'dra' else ''}in total",
+            resolvable=node.gpu_api == "dra",  # a DRA GPU's taint may be lifted
         )
     if free_gpus < gpus_per_replica:
         return Unschedulable(
-            f"perfsched: needs {gpus_per_replica} {GPU_RESOURCE} of type {node.gpu_type}, "
+            f"perfsched: needs {gpus_per_replica} {resource} of type {node.gpu_type}, "
             f"node has {max(0, free_gpus)} free"
         )
     return None

@@ -48,6 +48,9 @@ class Node:
     ``gpus_external`` counts GPUs held by pods perfsched does not manage (they are never ours to give).
     ``nvlink_domain`` names the set of GPUs joined by NVLink/NVSwitch; empty means the node itself is one
     domain when ``interconnect`` is NVLink, and no domain when it is PCIe.
+    ``gpu_api`` is how the GPUs are published: "" for the device plugin's extended resource, ``"dra"``
+    for DRA devices in ResourceSlices (``gpus`` then counts the healthy ones). ``unavailable`` says why
+    a node that is not ``schedulable`` takes no new work when that is not a cordon (a node condition).
     """
 
     name: str
@@ -61,6 +64,8 @@ class Node:
     interconnect: Interconnect = Interconnect.NVLINK
     network_gbps: float = 100.0
     schedulable: bool = True
+    gpu_api: str = ""
+    unavailable: str = ""
 
     @property
     def capacity_for_jobs(self) -> int:

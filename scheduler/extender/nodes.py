@@ -34,6 +34,7 @@ def class_of(node: Node) -> tuple[Any, ...]:
         node.network_gbps,
         bool(node.nvlink_domain),
         node.schedulable,
+        node.gpu_api,
     )
 
 

@@ -274,15 +274,30 @@ def event_body(
     }
 
 
-def node_event_body(node: str, *, reason: str, message: str, now: float, instance: str = "") -> Obj:
-    """A Warning Event about a Node (pure; Node events live in the ``default`` namespace)."""
+def node_event_body(
+    node: Mapping[str, Any] | str,
+    *,
+    type_: str = "Warning",
+    reason: str,
+    message: str,
+    now: float,
+    instance: str = "",
+) -> Obj:
+    """A core/v1 Event about a Node (the object, or its name when only that is known), in the ``default``
+    namespace as kubelet's node events are (pure)."""
+    meta: Mapping[str, Any] = {"name": node} if isinstance(node, str) else node["metadata"]
     ts = crd.rfc3339(now)
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"generateName": f"{node}.", "namespace": "default"},
-        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
-        "type": "Warning",
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": "default"},
+        "involvedObject": {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": meta["name"],
+            "uid": meta.get("uid", ""),
+        },
+        "type": type_,
         "reason": reason,
         "message": message[:1024],
         "source": {"component": COMPONENT},
@@ -364,15 +379,6 @@ class Actuator:
         meta = tj["metadata"]
         return self.api.patch_trainingjob_status(meta.get("namespace", "default"), meta["name"], status)
 
-    def node_event(self, node: str, *, reason: str, message: str, now: float) -> None:
-        """Record a Warning Event on a Node; a failure to record one is logged, never fatal."""
-        self._check()
-        body = node_event_body(node, reason=reason, message=message, now=now, instance=self._instance)
-        try:
-            self.api.create_event("default", body)
-        except PerfschedError as exc:
-            log.warning("could not record node event", extra={"node": node, "error": str(exc)})
-
     def event(
         self, tj: Mapping[str, Any], *, type_: str, reason: str, message: str, now: float, key: str = ""
     ) -> None:
@@ -389,4 +395,17 @@ class Actuator:
                 "event already recorded", extra={"reason": reason, "event": body["metadata"].get("name")}
             )
         except PerfschedError as exc:  # events are best effort, as in client-go's recorder
+            log.warning("could not record event", extra={"reason": reason, "error": str(exc)})
+
+    def node_event(
+        self, node: Mapping[str, Any] | str, *, type_: str = "Warning", reason: str, message: str, now: float
+    ) -> None:
+        """Record an Event about a Node; a failure to record one is logged, never fatal."""
+        self._check()
+        body = node_event_body(
+            node, type_=type_, reason=reason, message=message, now=now, instance=self._instance
+        )
+        try:
+            self.api.create_event("default", body)
+        except PerfschedError as exc:
             log.warning("could not record event", extra={"reason": reason, "error": str(exc)})

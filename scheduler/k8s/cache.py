@@ -10,6 +10,13 @@ incrementally on every event. Free GPUs are allocatable GPUs minus
   added by ``assume`` before the Binding is created and dropped when the watch shows the pod bound, when
   the bind fails (``forget``), or after a time-to-live).
 
+On a node whose GPUs are DRA devices (``scheduler.k8s.dra``: DeviceClasses, ResourceSlices and
+ResourceClaims are watched too), capacity is its healthy GPU devices and the pods' share becomes the
+devices allocated ResourceClaims hold plus the GPUs of bound or assumed pods whose claim is not visible
+yet (a pod owning an allocated claim on the node is counted by the claim, once: kube-scheduler creates
+the claim in PreBind, before the Binding).
+A cluster without the ``resource.k8s.io/v1`` API lists those kinds as empty and looks again every minute.
+
 Each kind is fed by list + watch from the list's ``resourceVersion``. A watch that ends or drops is
 resumed from the last ``resourceVersion`` seen (bookmarks included); ``410 Gone`` (an expired version)
 makes the cache relist that kind and replace its contents. While the API server is unreachable the cache
@@ -35,7 +42,15 @@ from scheduler.core.decisions import Unschedulable
 from scheduler.core.errors import PerfschedError, TemporaryError
 from scheduler.core.types import Job, Node
 from scheduler.k8s import crd
-from scheduler.k8s.codec import CodecError, PodInfo, decode_node, decode_pod
+from scheduler.k8s.codec import (
+    CodecError,
+    PodInfo,
+    decode_node,
+    decode_pod,
+    has_device_plugin_gpus,
+    object_name,
+)
+from scheduler.k8s.dra import DraError, DraInventory
 from scheduler.k8s.errors import ApiHealth, Gone
 from scheduler.names import GPU_RESOURCE, TRAININGJOB_PLURAL
 
@@ -48,6 +63,19 @@ class Kind(StrEnum):
     NODES = "nodes"
     PODS = "pods"
     TRAININGJOBS = TRAININGJOB_PLURAL
+    DEVICECLASSES = "deviceclasses"
+    RESOURCESLICES = "resourceslices"
+    RESOURCECLAIMS = "resourceclaims"
+
+
+#: the ``resource.k8s.io`` kinds (absent before Kubernetes 1.34: listed as empty then)
+DRA_KINDS = frozenset({Kind.DEVICECLASSES, Kind.RESOURCESLICES, Kind.RESOURCECLAIMS})
+#: how long to wait before looking again for a DRA API the server does not serve
+_DRA_ABSENT_RETRY_S = 60.0
+
+
+class NotServed(PerfschedError):
+    """The API server does not serve this kind (404 on list or watch): an optional API is absent."""
 
 
 class WatchGone(Gone):
@@ -124,6 +152,13 @@ class ClusterCache:
         #: away; readers keep derived per-node data in step with it (``on_node_change``)
         self._node_listeners: list[Callable[[str], None]] = []
         self._used: dict[str, int] = {}
+        #: DRA classes, slices and claims; ``_dra_nodes`` the Node objects of nodes without device-plugin
+        #: GPUs (re-decoded when their slices change); ``_holders`` node -> pod key -> (uid, GPUs) of the
+        #: pods holding GPUs there
+        self.dra = DraInventory()
+        self._dra_nodes: dict[str, Mapping[str, Any]] = {}
+        self._holders: dict[str, dict[str, tuple[str, int]]] = {}
+        self._dra_warned: set[tuple[str, str]] = set()
         self._assumed_by_node: dict[str, int] = {}
         self._pods: dict[str, PodInfo] = {}  # by namespace/name
         self._assumed: dict[str, _Assumed] = {}  # by namespace/name
@@ -195,11 +230,15 @@ class ClusterCache:
             return a.node if a is not None else None
 
     def placed_node(self, pod: PodInfo) -> str:
-        """Where a pod is: its ``nodeName``, else the node an unconfirmed bind put it on, else ""."""
+        """Where a pod is: its ``nodeName``, else the node an unconfirmed bind put it on, else the node
+        whose DRA devices its allocated claim holds (kube-scheduler allocates it in PreBind, before the
+        Binding), else ""."""
         if pod.node_name:
             return pod.node_name
         a = self._assumed.get(pod.key)
-        return a.node if a is not None else ""
+        if a is not None:
+            return a.node
+        return self.dra.claimed_node(pod.uid) if pod.uid else ""
 
     def used(self, node: str) -> int:
         with self.lock:
@@ -287,16 +326,32 @@ class ClusterCache:
             self.free.pop(name, None)
         else:
             cap = node.gpus if node.schedulable else 0
-            self.free[name] = max(0, cap - self._used.get(name, 0) - self._assumed_by_node.get(name, 0))
+            used = self._used.get(name, 0) + self._assumed_by_node.get(name, 0)
+            if node.gpu_api == "dra":
+                # kube-scheduler creates a pod's claim in PreBind, before the Binding: an assumed or bound
+                # pod whose claim is visible is counted by the claim alone
+                held, owners = self.dra.allocated(name)
+                holders = self._holders.get(name, {}).values()
+                used = held + sum(gpus for uid, gpus in holders if not uid or uid not in owners)
+                if self._assumed_by_node.get(name):
+                    assumed = (a for a in self._assumed.values() if a.node == name)
+                    used += sum(a.gpus for a in assumed if not a.uid or a.uid not in owners)
+            self.free[name] = max(0, cap - used)
         for listener in self._node_listeners:
             listener(name)
 
     def replace(self, kind: Kind, items: list[dict[str, Any]], resource_version: str = "") -> None:
         """Replace everything of ``kind`` with a fresh list (initial sync and relist after 410)."""
         with self.lock:
-            if kind is Kind.NODES:
+            if kind in DRA_KINDS:
+                for problem in self.dra.replace(kind.value, items):
+                    self.decode_errors += 1
+                    log.warning("ignoring %s object that does not decode: %s", kind.value, problem)
+                self._dra_changed(None)
+            elif kind is Kind.NODES:
                 gone = set(self.nodes)
                 self.nodes = {}
+                self._dra_nodes = {}
                 for obj in items:
                     node = self._decode_node(obj)
                     if node is not None:
@@ -309,6 +364,7 @@ class ClusterCache:
                 self._pods = {}
                 self._gangs = {}
                 self._used = {}
+                self._holders = {}
                 for obj in items:
                     pod = self._decode_pod(obj)
                     if pod is not None:
@@ -339,7 +395,9 @@ class ClusterCache:
             if event_type == "BOOKMARK":
                 return
             deleted = event_type == "DELETED"
-            if kind is Kind.NODES:
+            if kind in DRA_KINDS:
+                self._apply_dra(kind, obj, deleted)
+            elif kind is Kind.NODES:
                 self._apply_node(obj, deleted)
             elif kind is Kind.PODS:
                 self._apply_pod(obj, deleted)
@@ -353,11 +411,59 @@ class ClusterCache:
 
     def _decode_node(self, obj: Mapping[str, Any]) -> Node | None:
         try:
-            return decode_node(obj)
+            if has_device_plugin_gpus(obj):
+                return decode_node(obj)
+            name = object_name(obj, "Node")
+            self._dra_nodes[name] = obj
+            gpus = self.dra.node_gpus(name)
+            if gpus is not None:
+                self._warn_missing(name, gpus.missing)
+            return decode_node(obj, dra=gpus)
         except CodecError as exc:
             self.decode_errors += 1
             log.warning("ignoring node that does not decode: %s", exc)
             return None
+
+    def _warn_missing(self, node: str, missing: tuple[str, ...]) -> None:
+        for attribute in missing:
+            if (node, attribute) not in self._dra_warned:
+                self._dra_warned.add((node, attribute))
+                log.warning(
+                    "DRA GPUs of node %s have no %s attribute: typed unknown",
+                    node,
+                    attribute,
+                    extra={"node": node, "attribute": attribute},
+                )
+
+    def _apply_dra(self, kind: Kind, obj: Mapping[str, Any], deleted: bool) -> None:
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
+        key = f"{meta.get('namespace') or ''}/{name}" if isinstance(meta, Mapping) else name
+        try:
+            if kind is Kind.DEVICECLASSES:
+                touched = self.dra.delete_class(name) if deleted else self.dra.set_class(obj)
+            elif kind is Kind.RESOURCESLICES:
+                touched = self.dra.delete_slice(name) if deleted else self.dra.set_slice(obj)
+            else:
+                touched = self.dra.delete_claim(key) if deleted else self.dra.set_claim(obj)
+        except DraError as exc:
+            self.decode_errors += 1
+            log.warning("ignoring %s object that does not decode: %s", kind.value, exc)
+            return
+        self._dra_changed(touched)
+
+    def _dra_changed(self, touched: set[str] | None) -> None:
+        """Re-decode the DRA nodes among ``touched`` (None: all) and refresh their free GPUs."""
+        names = set(self._dra_nodes) if touched is None else touched & set(self._dra_nodes)
+        changed = False
+        for name in sorted(names):
+            node = self._decode_node(self._dra_nodes[name])
+            if node is not None and self.nodes.get(name) != node:
+                self.nodes[name] = node
+                changed = True
+            self._refresh_free(name)
+        if changed:
+            self.nodes_version += 1
 
     def _decode_pod(self, obj: Mapping[str, Any]) -> PodInfo | None:
         try:
@@ -372,9 +478,13 @@ class ClusterCache:
             meta = obj.get("metadata") or {}
             name = str(meta.get("name", "")) if isinstance(meta, Mapping) else ""
             self.nodes.pop(name, None)
+            self._dra_nodes.pop(name, None)
             self._refresh_free(name)
             self.nodes_version += 1
             return
+        if has_device_plugin_gpus(obj):
+            meta = obj.get("metadata") or {}
+            self._dra_nodes.pop(str(meta.get("name", "")) if isinstance(meta, Mapping) else "", None)
         node = self._decode_node(obj)
         if node is not None:
             if self.nodes.get(node.name) == node:
@@ -404,6 +514,7 @@ class ClusterCache:
             self._gangs.setdefault((pod.job, pod.generation), set()).add(pod.key)
         if pod.holds_gpus:
             self._used[pod.node_name] = self._used.get(pod.node_name, 0) + pod.gpus
+            self._holders.setdefault(pod.node_name, {})[pod.key] = (pod.uid, pod.gpus)
             self._refresh_free(pod.node_name)
 
     def _remove_pod(self, pod: PodInfo) -> None:
@@ -420,6 +531,11 @@ class ClusterCache:
                 self._used[pod.node_name] = left
             else:
                 self._used.pop(pod.node_name, None)
+            holders = self._holders.get(pod.node_name)
+            if holders is not None:
+                holders.pop(pod.key, None)
+                if not holders:
+                    del self._holders[pod.node_name]
             self._refresh_free(pod.node_name)
 
     # --- list + watch loops -----------------------------------------------------------------------
@@ -451,6 +567,11 @@ class ClusterCache:
                     self.expire_assumed()
                     failures = 0
                 self.watch_restarts[(kind.value, "ended")] += 1
+            except NotServed:
+                # an optional API (DRA before 1.34) is absent: nothing of it to count; look again later
+                self._synced[kind] = True
+                need_list = True
+                stop.wait(_DRA_ABSENT_RETRY_S)
             except WatchGone:
                 self.health.ok()
                 self.watch_restarts[(kind.value, "gone")] += 1

@@ -3,7 +3,12 @@
 Pure: no I/O and no client objects; it works on the dicts that ``orjson.loads`` gives for API JSON, so
 the extender's hot path and the watch cache share one cheap decoder. Node labels read are the ones in
 ARCHITECTURE.md (``nvidia.com/gpu.product`` and the topology labels); the GPU count is the node's
-allocatable ``nvidia.com/gpu`` (falling back to the ``nvidia.com/gpu.count`` label). A pod's GPU
+allocatable ``nvidia.com/gpu``. A node without it whose GPUs are DRA devices (``scheduler.k8s.dra``,
+passed in as ``dra``; GFD's labels may remain on it) counts its healthy devices, typed by their
+``productName`` where it has no product label (``unknown`` without either), with the interconnect of
+their attribute or the product's form factor (PCIe boards: ``pcie``); other nodes fall back to the
+``nvidia.com/gpu.count`` label. A node whose ``Ready`` condition is False or Unknown is not schedulable
+(``Node.unavailable`` says why). A pod's GPU
 request follows the scheduler's rule for extended resources: requests (or limits, which default them)
 summed over containers, and the largest init container if that is more.
 
@@ -20,6 +25,7 @@ from typing import Any
 
 from scheduler.core.errors import ConfigError
 from scheduler.core.types import Interconnect, Node
+from scheduler.k8s.dra import UNKNOWN_GPU_TYPE, DraNodeGpus
 from scheduler.names import (
     ANNOTATION_BATCH_SIZE,
     ANNOTATION_GPU_TYPE,
@@ -116,8 +122,34 @@ def object_name(obj: object, where: str) -> str:
     return name
 
 
-def decode_node(obj: Mapping[str, Any], gpu_type_of: Callable[[str], str] = gpu_type_of_product) -> Node:
-    """A Node API object (dict) -> core ``Node``. Nodes without GPUs decode with ``gpus=0``."""
+def has_device_plugin_gpus(obj: Mapping[str, Any]) -> bool:
+    """Whether a Node object shows device-plugin GPUs (``nvidia.com/gpu`` in allocatable): such a node's
+    GPUs are never DRA-backed (kube-scheduler uses DRA for an extended resource only where allocatable
+    lacks it). GFD's labels may remain on a DRA node; they do not count here."""
+    status = obj.get("status")
+    allocatable = status.get("allocatable") if isinstance(status, Mapping) else None
+    return isinstance(allocatable, Mapping) and GPU_RESOURCE in allocatable
+
+
+def _not_ready(status: Mapping[str, Any], where: str) -> str:
+    """Why the node's ``Ready`` condition keeps work off it ("" when Ready or not reported)."""
+    conditions = status.get("conditions") or []
+    if not isinstance(conditions, list):
+        raise CodecError(f"{where}.status.conditions: expected a list, got {type(conditions).__name__}")
+    for c in conditions:
+        if isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") in ("False", "Unknown"):
+            reason = f": {c['reason']}" if c.get("reason") else ""
+            return f"not ready (condition Ready={c['status']}{reason})"
+    return ""
+
+
+def decode_node(
+    obj: Mapping[str, Any],
+    gpu_type_of: Callable[[str], str] = gpu_type_of_product,
+    dra: DraNodeGpus | None = None,
+) -> Node:
+    """A Node API object (dict) -> core ``Node``. Nodes without GPUs decode with ``gpus=0``; ``dra`` is
+    the node's DRA GPUs (``DraInventory.node_gpus``), used when the node shows no device-plugin GPUs."""
     name = object_name(obj, "Node")
     where = f"Node {name}"
     meta = _mapping(obj, "metadata", where)
@@ -125,14 +157,20 @@ def decode_node(obj: Mapping[str, Any], gpu_type_of: Callable[[str], str] = gpu_
     status = _mapping(obj, "status", where)
     spec = _mapping(obj, "spec", where)
     allocatable = _mapping(status, "allocatable", f"{where}.status")
+    gpu_api = ""
+    product = str(labels.get(LABEL_GPU_PRODUCT, ""))
+    default_interconnect = "nvlink"
     if GPU_RESOURCE in allocatable:
         gpus = parse_count(allocatable[GPU_RESOURCE], f"{where}.status.allocatable[{GPU_RESOURCE}]")
+    elif dra is not None:  # before GFD's count label, which is blind to the GPUs claims hold
+        gpus, gpu_api = len(dra.healthy), "dra"
+        product = product or dra.product or UNKNOWN_GPU_TYPE
+        default_interconnect = dra.interconnect or ("pcie" if _is_pcie(product) else "nvlink")
     elif LABEL_GPU_COUNT in labels:
         gpus = parse_count(labels[LABEL_GPU_COUNT], f"{where}.metadata.labels[{LABEL_GPU_COUNT}]")
     else:
         gpus = 0
-    product = str(labels.get(LABEL_GPU_PRODUCT, ""))
-    interconnect_label = str(labels.get(LABEL_INTERCONNECT, "nvlink")).lower()
+    interconnect_label = str(labels.get(LABEL_INTERCONNECT, default_interconnect)).lower()
     try:
         interconnect = Interconnect(interconnect_label)
     except ValueError:
@@ -149,6 +187,7 @@ def decode_node(obj: Mapping[str, Any], gpu_type_of: Callable[[str], str] = gpu_
             raise CodecError(
                 f"{where}.metadata.labels[{LABEL_NETWORK_GBPS}]: expected a number, got {network_raw!r}"
             ) from None
+    unavailable = _not_ready(status, where)
     return Node(
         name=name,
         gpu_type=gpu_type_of(product),
@@ -159,7 +198,9 @@ def decode_node(obj: Mapping[str, Any], gpu_type_of: Callable[[str], str] = gpu_
         nvlink_domain=str(labels.get(LABEL_NVLINK_DOMAIN, "")),
         interconnect=interconnect,
         network_gbps=network,
-        schedulable=not bool(spec.get("unschedulable", False)),
+        schedulable=not bool(spec.get("unschedulable", False)) and not unavailable,
+        gpu_api=gpu_api,
+        unavailable=unavailable,
     )
 
 
@@ -217,6 +258,21 @@ def _timestamp(value: object) -> float | None:
     except ValueError:
         return None
     return (dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)).timestamp()
+
+
+@lru_cache(maxsize=1024)
+def _is_pcie(product: str) -> bool:
+    """Whether a product's GPUs talk over PCIe only: the catalogue's variant has no NVLink
+    (``NVIDIA-A100-80GB-PCIe``, ``Tesla-T4``); an unknown product is taken as PCIe when its name says so."""
+    try:
+        from perfmodel.gpus import spec_for_product
+
+        spec = spec_for_product(product)
+    except ImportError:  # pragma: no cover - perfmodel is part of this distribution
+        spec = None
+    if spec is not None:
+        return spec.nvlink_gbs <= 0
+    return "PCIE" in product.upper().replace("-", " ").split()
 
 
 def _container_gpus(container: object, where: str) -> int:

@@ -283,7 +283,21 @@ def template_problem(template: Mapping[str, Any]) -> str | None:
     for i, c in enumerate(containers):
         if not isinstance(c, Mapping) or not c.get("name") or not c.get("image"):
             return f"spec.template.spec.containers[{i}] needs a name and an image"
+        claims = (c.get("resources") or {}).get("claims") if isinstance(c.get("resources"), Mapping) else None
+        if claims:
+            return f"spec.template.spec.containers[{i}].resources.claims: {_NO_CLAIMS}"
+    if spec.get("resourceClaims"):
+        return f"spec.template.spec.resourceClaims: {_NO_CLAIMS}"
     return None
+
+
+#: why a worker template may not bring its own ResourceClaims (DRA-only pods)
+_NO_CLAIMS = (
+    "ResourceClaims (and ResourceClaimTemplates) in the worker template are not supported: perfsched "
+    "counts, places and resizes GPUs as nvidia.com/gpu (spec.replicas.gpusPerReplica), which "
+    "kube-scheduler allocates as DRA devices where a DeviceClass sets extendedResourceName: "
+    "nvidia.com/gpu; remove them and set gpusPerReplica"
+)
 
 
 def trainingjob_to_job(

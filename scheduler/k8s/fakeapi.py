@@ -89,6 +89,8 @@ class FakeKubeApi:
         self.priority_classes: dict[str, Obj] = {}
         self.trainingqueues: dict[str, Obj] = {}
         self.namespaces: dict[str, Obj] = {}
+        #: DRA objects by plural (``deviceclasses``, ``resourceslices``, ``resourceclaims``)
+        self.dra: dict[str, list[Obj]] = {}
         self.events: list[Obj] = []
         #: every mutating call, as (verb, namespace, name), for assertions
         self.calls: list[tuple[str, str, str]] = []
@@ -320,6 +322,11 @@ class FakeKubeApi:
         self._fault("list_nodes")
         with self._lock:
             return [copy.deepcopy(n) for n in self.nodes.values()]
+
+    def list_dra(self, plural: str) -> list[Obj]:
+        self._fault("list_dra")
+        with self._lock:
+            return [copy.deepcopy(o) for o in self.dra.get(plural, [])]
 
     def list_priority_classes(self) -> list[Obj]:
         self._fault("list_priority_classes")

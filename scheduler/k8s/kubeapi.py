@@ -1,7 +1,8 @@
 """The operator's seam to the Kubernetes API: the ``KubeApi`` protocol and its real implementation.
 
 Adapter module (I/O). ``KubeApi`` is exactly what the operator needs and nothing more: list and watch
-TrainingJobs, Pods and Nodes (plus PriorityClasses, to resolve ``priorityClassName``); create and delete
+TrainingJobs, Pods and Nodes (plus PriorityClasses, to resolve ``priorityClassName``, and the DRA
+objects that publish GPUs: DeviceClasses, ResourceSlices, ResourceClaims); create and delete
 pods and headless Services; merge-patch a TrainingJob's status; create Events; get, create and replace
 a ``coordination.k8s.io`` Lease. Objects travel as API JSON dicts (camelCase, as the server sends them),
 so the conversion into core types happens once, in ``scheduler.k8s.crd`` and ``scheduler.k8s.codec``.
@@ -46,7 +47,15 @@ from scheduler.k8s.errors import (
     api_error_message,
     from_status,
 )
-from scheduler.names import GROUP, LABEL_JOB_NAME, TRAININGJOB_PLURAL, TRAININGQUEUE_PLURAL, VERSION
+from scheduler.names import (
+    DRA_GROUP,
+    DRA_VERSION,
+    GROUP,
+    LABEL_JOB_NAME,
+    TRAININGJOB_PLURAL,
+    TRAININGQUEUE_PLURAL,
+    VERSION,
+)
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +97,11 @@ class KubeApi(Protocol):
     def list_nodes(self) -> list[Obj]: ...
 
     def list_priority_classes(self) -> list[Obj]: ...
+
+    def list_dra(self, plural: str) -> list[Obj]:
+        """Every ``resource.k8s.io/v1`` object of ``plural`` (``deviceclasses``, ``resourceslices``,
+        ``resourceclaims``; claims of all namespaces); empty when the server has no such API."""
+        ...
 
     def list_trainingqueues(self) -> list[Obj]:
         """Every TrainingQueue (cluster-scoped); empty when the TrainingQueue CRD is not installed."""
@@ -254,6 +268,17 @@ class RealKubeApi:
             "list priorityclasses",
             lambda: self._sched.list_priority_class(_preload_content=False, _request_timeout=self._timeout),
         )
+
+    def list_dra(self, plural: str) -> list[Obj]:
+        try:
+            return self._items(
+                f"list {plural}",
+                lambda: self._custom.list_cluster_custom_object(
+                    DRA_GROUP, DRA_VERSION, plural, _preload_content=False, _request_timeout=self._timeout
+                ),
+            )
+        except NotFound:  # no resource.k8s.io/v1 on this server (before Kubernetes 1.34): no DRA GPUs
+            return []
 
     def list_trainingqueues(self) -> list[Obj]:
         try:

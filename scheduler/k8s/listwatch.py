@@ -1,11 +1,12 @@
 """``KubeListWatch``: the ``ListWatchSource`` of ``ClusterCache`` over the API server.
 
-Adapter module (I/O through the official ``kubernetes`` client). Lists and watches Nodes, Pods and
-TrainingJobs with ``_preload_content=False`` and parses the raw JSON with orjson: no model
-deserialisation, so thousands of pod events cost little. Watches ask for bookmarks so the resourceVersion
-keeps moving on quiet kinds; 410 Gone is raised as ``WatchGone`` for the cache to relist, and every other
-failure of the client as a ``scheduler.k8s.errors`` error (``ApiUnavailable`` while the server is down).
-Kept apart from
+Adapter module (I/O through the official ``kubernetes`` client). Lists and watches Nodes, Pods,
+TrainingJobs and the DRA kinds (DeviceClasses, ResourceSlices, ResourceClaims; ``NotServed`` where the
+server has no ``resource.k8s.io/v1``) with ``_preload_content=False`` and parses the raw JSON with
+orjson: no model deserialisation, so thousands of pod events cost little. Watches ask for bookmarks so
+the resourceVersion keeps moving on quiet kinds; 410 Gone is raised as ``WatchGone`` for the cache to
+relist, and every other failure of the client as a ``scheduler.k8s.errors`` error (``ApiUnavailable``
+while the server is down). Kept apart from
 ``scheduler.k8s.cache`` so the extender (which may not import ``kubernetes``) can use the cache.
 """
 
@@ -16,9 +17,13 @@ from typing import Any
 
 import orjson
 
-from scheduler.k8s.cache import Kind, WatchGone
+from scheduler.k8s.cache import DRA_KINDS, Kind, NotServed, WatchGone
 from scheduler.k8s.errors import Gone, NotFound, api_call
-from scheduler.names import GROUP, TRAININGJOB_PLURAL, VERSION
+from scheduler.names import DRA_GROUP, DRA_VERSION, GROUP, TRAININGJOB_PLURAL, VERSION
+
+
+def _not_served(kind: Kind) -> NotServed:
+    return NotServed(f"the API server does not serve {DRA_GROUP}/{DRA_VERSION} {kind.value}")
 
 
 class KubeListWatch:
@@ -37,6 +42,11 @@ class KubeListWatch:
         self._timeout = request_timeout_s
 
     def _call(self, kind: Kind, **kwargs: Any) -> Any:
+        if kind in DRA_KINDS:
+            # cluster-wide even for claims: a claim in any namespace holds devices on a node
+            return self._custom.list_cluster_custom_object(
+                DRA_GROUP, DRA_VERSION, kind.value, _preload_content=False, **kwargs
+            )
         if kind is Kind.NODES:
             return self._core.list_node(_preload_content=False, **kwargs)
         if kind is Kind.PODS:
@@ -60,6 +70,8 @@ class KubeListWatch:
             if kind is Kind.TRAININGJOBS:
                 # CRD not installed yet: no TrainingJobs; the watch retries until it is
                 return [], ""
+            if kind in DRA_KINDS:
+                raise _not_served(kind) from None
             raise
         items = body.get("items") or []
         rv = str((body.get("metadata") or {}).get("resourceVersion", ""))
@@ -81,6 +93,10 @@ class KubeListWatch:
                 resp = self._call(kind, **kwargs)
         except Gone as exc:
             raise WatchGone(exc.detail) from exc
+        except NotFound:
+            if kind in DRA_KINDS:
+                raise _not_served(kind) from None
+            raise
         try:
             with api_call(what):
                 buf = b""

@@ -51,7 +51,15 @@ from scheduler.core.slow_nodes import GangSample, SlowNodeConfig, node_slowdown,
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node, PlacementShape
 from scheduler.k8s import crd
 from scheduler.k8s.actuator import Actuator, NotLeader
-from scheduler.k8s.codec import CodecError, NodeHealth, decode_node, decode_node_health
+from scheduler.k8s.codec import (
+    CodecError,
+    NodeHealth,
+    decode_node,
+    decode_node_health,
+    has_device_plugin_gpus,
+    object_name,
+)
+from scheduler.k8s.dra import UNKNOWN_GPU_TYPE, DraInventory, DraNodeGpus
 from scheduler.k8s.kubeapi import KubeApi, Obj
 from scheduler.k8s.profiles import ModelProfiles
 from scheduler.operator.adopted import Adopter, Adoption
@@ -189,6 +197,8 @@ class Operator:
         self._profile_conditions: dict[str, Condition] = {}
         # Only for metrics and de-duplicating observations; never needed for correctness.
         self._observed_report_time: dict[str, float] = {}
+        self._warned_dra: set[str] = set()
+        self._dra = DraInventory()  # this round's DRA objects (``_list``)
         self._learned: list[tuple[Job, PlacementShape, float]] = []
         # residuals of single-node gangs over the slow-node window, and the nodes flagged (for the Event
         # on a new flag); lost on restart, refilled within the window (the metric says nothing meanwhile)
@@ -202,6 +212,11 @@ class Operator:
         tjs = self.api.list_trainingjobs(self.config.namespace)
         pods = self.api.list_pods("")
         nodes = self.api.list_nodes()
+        self._dra = DraInventory()
+        if not all(has_device_plugin_gpus(n) for n in nodes):  # only nodes without them may be DRA
+            for plural in ("deviceclasses", "resourceslices", "resourceclaims"):
+                for problem in self._dra.replace(plural, self.api.list_dra(plural)):
+                    log.warning("skipping DRA object that does not decode", extra={"error": problem})
         classes: dict[str, int] = {}
         for pc in self.api.list_priority_classes():
             name = (pc.get("metadata") or {}).get("name")
@@ -237,10 +252,15 @@ class Operator:
         failed, suspect = node_failures(healths, bound, now=now, grace_s=self.config.node_failure_grace_s)
         for obj in raw:
             try:
-                node = decode_node(obj)
+                dra = None
+                if not has_device_plugin_gpus(obj):
+                    dra = self._dra.node_gpus(object_name(obj, "Node"))
+                node = decode_node(obj, dra=dra)
             except CodecError as exc:
                 log.warning("skipping node that does not decode", extra={"error": str(exc)})
                 continue
+            if dra is not None:
+                self._dra_warnings(obj, dra, now)
             if node.gpus <= 0 or not node.gpu_type:
                 continue
             if node.name in failed:
@@ -258,6 +278,43 @@ class Operator:
             if name in held or name in bound:
                 log.warning("node failed; its gangs restart elsewhere", extra={"node": name, "why": why})
         return out, failed
+
+    def _claim_held(self, views: Sequence[PodView], nodes: Sequence[Node]) -> dict[str, Allocation]:
+        """Pseudo-allocations (``<claim>#held``) for the DRA GPUs that allocated ResourceClaims hold on a node
+        and that no pod's request counts: claims of pods that are not bound there (finished, or not
+        visible), and claims of no pod. Taken for now, as ``held_allocations``, never moved."""
+        out: dict[str, Allocation] = {}
+        for node in nodes:
+            if node.gpu_api != "dra":
+                continue
+            holders = {v.info.uid for v in views if v.info.holds_gpus and v.info.node_name == node.name}
+            for claim, (owner, held) in self._dra.claims_on(node.name).items():
+                if held > 0 and (not owner or owner not in holders):
+                    name = f"{claim}#held"
+                    out[name] = Allocation.of(name, node.gpu_type, held, {node.name: 1})
+        return out
+
+    def _dra_warnings(self, obj: Obj, gpus: DraNodeGpus, now: float) -> None:
+        """A Warning Event on the Node, once per process, for each attribute perfsched needs that its DRA
+        GPUs lack (they are then typed ``unknown``), and for each GPU DeviceClass it cannot read."""
+        name = gpus.node
+        problems = [
+            (
+                f"{name}/{attribute}",
+                f"DRA GPUs of node {name} have no {attribute} attribute: their {len(gpus.devices)} GPUs "
+                f"are counted and typed {UNKNOWN_GPU_TYPE}",
+            )
+            for attribute in gpus.missing
+        ]
+        problems += [(f"class/{p}", p) for p in self._dra.class_problems()]
+        for key, message in problems:
+            if key in self._warned_dra or not self.may_act():
+                continue
+            self._warned_dra.add(key)
+            log.warning(message, extra={"node": name})
+            self.actuator.node_event(
+                obj, type_="Warning", reason="DRAAttributeMissing", message=message, now=now
+            )
 
     # --- the round -------------------------------------------------------------------------------------
 
@@ -306,6 +363,7 @@ class Operator:
         allocations.update(adoption.allocations)
         accounted.update(adoption.accounted)
         allocations.update(held_allocations(views_all, accounted, node_types))
+        allocations.update(self._claim_held(views_all, nodes))
         allocations.update(_planned_reservations(placing, nodes, allocations))
         if self.adopter is not None:
             allocations.update(self.adopter.reserve(adoption, nodes, allocations))

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "perfsched"
 HELM_VERSION = os.environ.get("PERFSCHED_HELM_VERSION", "v3.19.0")
 # helm built with `go install` reports Kubernetes v1.20 for client-side renders; say which one we target
-KUBE_VERSION = ("--kube-version", "v1.35.4")
+KUBE_VERSION = ("--kube-version", "v1.37.2")
 CACHE = Path(os.environ.get("PERFSCHED_CACHE", str(Path.home() / ".cache" / "perfsched")))
 
 

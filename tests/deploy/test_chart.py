@@ -129,7 +129,7 @@ def test_kube_scheduler_profile_calls_the_extender_service(render: Render) -> No
     docs = render()
     sched = by_kind(docs, "Deployment")["ps-perfsched-scheduler"]
     (c,) = containers(sched)
-    assert c["image"] == "registry.k8s.io/kube-scheduler:v1.35.4"
+    assert c["image"] == "registry.k8s.io/kube-scheduler:v1.37.2"
     cfg = scheduler_config(docs)
     assert cfg["kind"] == "KubeSchedulerConfiguration"
     assert [p["schedulerName"] for p in cfg["profiles"]] == ["perfsched"]
@@ -198,6 +198,15 @@ def test_rbac_is_least_privilege(render: Render) -> None:
     assert pod_verbs == {"get", "list", "watch"}
     op = by_kind(docs, "ClusterRole")["ps-perfsched-operator"]
     assert {"create", "delete"} <= {v for r in op["rules"] if "pods" in r["resources"] for v in r["verbs"]}
+    # both count DRA-backed GPUs: they read (never write) DeviceClasses, ResourceSlices, ResourceClaims
+    for role in (ext, op):
+        dra = [r for r in role["rules"] if "resource.k8s.io" in r["apiGroups"]]
+        assert {k for r in dra for k in r["resources"]} == {
+            "deviceclasses",
+            "resourceslices",
+            "resourceclaims",
+        }
+        assert {v for r in dra for v in r["verbs"]} == {"get", "list", "watch"}
 
 
 def test_default_queue_borrows_the_whole_cluster_and_extra_queues_render(render: Render) -> None:

@@ -168,10 +168,40 @@ def fed_cache(
     nodes: Sequence[dict[str, Any]],
     pods: Sequence[dict[str, Any]] = (),
     jobs: Sequence[dict[str, Any]] = (),
+    *,
+    classes: Sequence[dict[str, Any]] = (),
+    slices: Sequence[dict[str, Any]] = (),
+    claims: Sequence[dict[str, Any]] = (),
     **kwargs: Any,
 ) -> ClusterCache:
     cache = ClusterCache(**kwargs)
+    cache.replace(Kind.DEVICECLASSES, list(classes), "1")
+    cache.replace(Kind.RESOURCESLICES, list(slices), "1")
+    cache.replace(Kind.RESOURCECLAIMS, list(claims), "1")
     cache.replace(Kind.NODES, list(nodes), "1")
     cache.replace(Kind.PODS, list(pods), "1")
     cache.replace(Kind.TRAININGJOBS, list(jobs), "1")
     return cache
+
+
+def gpu_claim(
+    name: str, node: str, devices: Sequence[int], *, owner_uid: str = "", namespace: str = "team-a"
+) -> dict[str, Any]:
+    """A ResourceClaim allocated ``gpu-<i>`` of ``node``'s pool, as kube-scheduler creates for a pod's
+    DRA-backed ``nvidia.com/gpu`` request (owned by the pod ``owner_uid``)."""
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "annotations": {"resource.kubernetes.io/extended-resource-claim": "true"},
+        "resourceVersion": _next_rv(),
+    }
+    if owner_uid:
+        meta["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": owner_uid, "controller": True}
+        ]
+    results = [
+        {"request": "container-0-request-0", "driver": "gpu.nvidia.com", "pool": node, "device": f"gpu-{i}"}
+        for i in devices
+    ]
+    status = {"allocation": {"devices": {"results": results}}} if results else {}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": meta, "status": status}

@@ -205,7 +205,8 @@ def test_health_ready_and_metrics(client_for: Callable[..., TestClient]) -> None
     client = client_for(cache)
     assert client.get("/healthz").status_code == 200
     r = client.get("/readyz")
-    assert r.status_code == 503 and r.json()["waiting_for"] == ["nodes", "pods", "trainingjobs"]
+    assert r.status_code == 503 and r.json()["waiting_for"] == [k.value for k in Kind]
+    assert r.json()["waiting_for"][:3] == ["nodes", "pods", "trainingjobs"]
     for kind in Kind:
         cache.replace(kind, [], "1")
     assert client.get("/readyz").status_code == 200

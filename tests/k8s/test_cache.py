@@ -139,9 +139,11 @@ def test_list_watch_resumes_after_a_dropped_watch_and_relists_after_410() -> Non
 
 def test_synced_only_after_every_kind_is_listed() -> None:
     cache = ClusterCache()
-    assert not cache.synced and cache.unsynced() == ["nodes", "pods", "trainingjobs"]
-    cache.replace(Kind.NODES, [], "1")
-    cache.replace(Kind.PODS, [], "1")
+    assert not cache.synced and cache.unsynced() == [
+        "nodes", "pods", "trainingjobs", "deviceclasses", "resourceslices", "resourceclaims"
+    ]  # fmt: skip
+    for kind in (Kind.NODES, Kind.PODS, Kind.DEVICECLASSES, Kind.RESOURCESLICES, Kind.RESOURCECLAIMS):
+        cache.replace(kind, [], "1")
     assert cache.unsynced() == ["trainingjobs"]
     cache.replace(Kind.TRAININGJOBS, [kube_tj("tj", replicas=2, gpus=2)], "1")
     assert cache.synced

@@ -190,6 +190,22 @@ def test_priority_class_resolved() -> None:
         (lambda s: s["spec"].update(model="no-such-net"), "unknown model 'no-such-net'", False),
         (lambda s: s["spec"]["template"]["spec"].update(containers=[]), "containers is empty", False),
         (lambda s: s["spec"]["template"].pop("spec"), "spec.template.spec is missing", False),
+        # DRA-only workers (their own ResourceClaimTemplate) are refused with what to do instead
+        (
+            lambda s: s["spec"]["template"]["spec"].update(
+                resourceClaims=[{"name": "gpus", "resourceClaimTemplateName": "eight-gpus"}]
+            ),
+            "spec.template.spec.resourceClaims: ResourceClaims (and ResourceClaimTemplates) in the worker "
+            "template are not supported",
+            False,
+        ),
+        (
+            lambda s: s["spec"]["template"]["spec"]["containers"][0].update(
+                resources={"claims": [{"name": "g"}]}
+            ),
+            "spec.template.spec.containers[0].resources.claims: ResourceClaims",
+            False,
+        ),
         (lambda s: s["spec"].update(allowedGPUTypes=["H200"]), "no node has any of the GPU types", True),
         (lambda s: s["spec"].update(allowedGPUTypes=["B9000"]), "unknown GPU types ['B9000']", False),
         # the schema rejects these; a CRD applied without it would let them through

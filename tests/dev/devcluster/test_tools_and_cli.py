@@ -37,8 +37,8 @@ def test_find_tools_lists_every_missing_binary_with_the_fix(tmp_path: Path) -> N
 
 def test_find_tools_prefers_the_built_etcd_over_the_path(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    for rel in ("etcd-v3.6.16/etcd", "k8s-v1.35.4/kube-apiserver", "k8s-v1.35.4/kube-controller-manager",
-                "k8s-v1.35.4/kube-scheduler", "kwok-v0.8.0/kwok"):  # fmt: skip
+    for rel in ("etcd-v3.6.16/etcd", "k8s-v1.37.2/kube-apiserver", "k8s-v1.37.2/kube-controller-manager",
+                "k8s-v1.37.2/kube-scheduler", "kwok-v0.8.0/kwok"):  # fmt: skip
         path = cache / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("#!/bin/sh\n")
@@ -62,6 +62,27 @@ def test_up_without_tools_exits_1_with_the_fix_and_starts_nothing(tmp_path: Path
     assert "make tools" in out.stderr
     assert "Traceback" not in out.stderr
     assert not (state / "state.json").exists()
+
+
+def test_an_unbuilt_kubernetes_version_names_the_build_command(tmp_path: Path) -> None:
+    with pytest.raises(DevClusterError) as err:
+        find_tools({"PERFSCHED_CACHE": str(tmp_path)}, k8s_version="v1.99.0")
+    assert f"kube-apiserver not found at {tmp_path}/k8s-v1.99.0/kube-apiserver" in str(err.value)
+    assert "run `PERFSCHED_K8S_VERSION=v1.99.0 bash e2e/install-tools.sh` to build it" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        (("--gpu-api", "nvml"), "--gpu-api: expected one of device-plugin, dra, mixed, got 'nvml'"),
+        (("--k8s-version", "1.37"), "--k8s-version: expected a version like v1.37.2, got '1.37'"),
+    ],
+)
+def test_bad_gpu_api_or_version_is_a_usage_error(tmp_path: Path, flag: tuple[str, str], message: str) -> None:
+    env = {**os.environ, "PERFSCHED_DEV_CLUSTER_DIR": str(tmp_path / "dc")}
+    out = _run("dev-cluster", "up", *flag, env=env)
+    assert out.returncode == 2
+    assert message in out.stderr and "Traceback" not in out.stderr
 
 
 def test_up_with_an_unknown_cluster_spec_is_a_usage_error(tmp_path: Path) -> None:

@@ -452,3 +452,19 @@ def test_run_survives_an_api_outage_logging_it_once_and_keeps_the_gangs_progress
     report = api.report(p0)
     assert report is not None
     assert report.progress >= 100.0 * (up_at - down_at)
+
+
+def test_a_dra_node_without_product_label_runs_at_the_decided_type() -> None:
+    # "dra-0" has no nvidia.com/gpu.product label (its GPUs are DRA devices): the type the operator
+    # decided and wrote on the pods is what kube-scheduler allocated there
+    api, clock = FakeApi(), Clock()
+    api.add_job("a", iterations=10_000)
+    ann = {"perfsched.dev/gpu-type": "V100"}
+    api.add_pod("a", 0, "1", "dra-0", **ann)
+    api.add_pod("a", 1, "1", "dra-0", **ann)
+    emu = make(api, clock)
+    emu.step()
+    CALLS.clear()
+    clock.t += 1.0
+    emu.step()
+    assert [(q.gpu_type, q.num_gpus, q.num_nodes) for q in CALLS] == [("V100", 8, 1)]
