@@ -20,13 +20,14 @@ Scenarios (``--scenarios``):
 - ``homog``: homogeneous-64xV100 (one type: the three variants must tie); plus ``elastic``;
 - ``elastic``: modern-mix with elastic jobs (1 .. 2x their traced GPUs); plus ``elastic``.
 
-Each row prints avg / p99 JCT, the average queueing delay (submission to first start) and its share of
-the average JCT (``q/JCT``: a cell is contended when it is >= 0.25), churn (preemptions + migrations per
-job), restarts and resizes per job, and ``ord/aware`` and ``agn/aware``: the same policy's ``ordered``
-and ``agnostic`` avg JCT over the aware one's in the same cell (> 1: aware is faster). At the end, per
-oracle, the targets: aware las/srsf >= 1.2x (predictor; 1.3x table) lower average JCT than the same
-policy ``ordered`` in every cell and never worse by more than 3%, p99 no worse than ``ordered``'s by more
-than 10%, churn <= 1 per job, and the default policy within 5% of the best spec of each cell.
+Each row prints avg / p99 JCT, the average queueing delay (submission to first start), the average waiting
+time (all time without GPUs, also after preemptions: a preemptive policy starts each job at once) and its
+share of the average JCT (``w/JCT``: a cell is contended when it is >= 0.25), churn (preemptions + migrations
+per job), restarts and resizes per job, and ``ord/aware`` and ``agn/aware``: the same policy's ``ordered`` and
+``agnostic`` avg JCT over the aware one's in the same cell (> 1: aware is faster). At the end, per oracle, the
+targets: aware las/srsf >= 1.2x (predictor; 1.3x table) lower average JCT than the same policy ``ordered`` in
+every cell and never worse by more than 3%, p99 no worse than ``ordered``'s by more than 10%, churn <= 1 per
+job, and the default policy within 5% of the best spec of each cell.
 
 Run: ``python bench/decision_quality.py [--quick] [--jobs 150] [--seeds 0] [--traces philly]
 [--scenarios gavel,modern,homog,elastic] [--loads 0.8,1.5,3] [--oracles table,mre0.25,predictor]
@@ -114,7 +115,7 @@ def _h(seconds: float) -> str:
 
 HEADER = (
     f"{'trace':<9} {'scenario':<8} {'load':>4} {'seed':>4} {'oracle':<9} {'policy':<28} {'avgJCT h':>8} "
-    f"{'p99 h':>7} {'queue h':>7} {'q/JCT':>5} {'churn/j':>7} {'rst/j':>5} {'rsz/j':>5} "
+    f"{'p99 h':>7} {'queue h':>7} {'wait h':>7} {'w/JCT':>5} {'churn/j':>7} {'rst/j':>5} {'rsz/j':>5} "
     f"{'ord/aware':>9} {'agn/aware':>9}"
 )
 
@@ -129,10 +130,11 @@ def print_row(r: dict[str, Any], cell: list[dict[str, Any]]) -> None:
         base = _baseline(cell, r["spec"], kind) if r["spec"] in ORDERING else None
         ratios.append(f"{base['avg_jct_s'] / r['avg_jct_s']:.3f}" if base else "")
     q = r.get("avg_queueing_s", math.nan)
-    share = q / r["avg_jct_s"] if r["avg_jct_s"] > 0 else math.nan
+    w = r.get("avg_waiting_s", math.nan)
+    share = w / r["avg_jct_s"] if r["avg_jct_s"] > 0 else math.nan
     print(
         f"{r['trace']:<9} {r['scenario']:<8} {r['load']:>4g} {r['seed']:>4} {r['oracle']:<9} {r['spec']:<28} "
-        f"{_h(r['avg_jct_s']):>8} {_h(r['p99_jct_s']):>7} {_h(q):>7} {share:>5.2f} "
+        f"{_h(r['avg_jct_s']):>8} {_h(r['p99_jct_s']):>7} {_h(q):>7} {_h(w):>7} {share:>5.2f} "
         f"{r['churn_per_job']:>7.2f} {r['restarts_per_job']:>5.2f} {r.get('resizes_per_job', 0.0):>5.2f} "
         f"{ratios[0]:>9} {ratios[1]:>9}",
         flush=True,
@@ -263,6 +265,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     keep = (
         *("trace", "scenario", "load", "seed", "oracle", "spec", "avg_jct_s", "p99_jct_s", "avg_queueing_s"),
+        "avg_waiting_s",
         *("makespan_s", "preemptions_per_job", "migrations_per_job", "churn_per_job", "restarts_per_job"),
         *("resizes_per_job", "ftf_rho_avg", "unfinished"),
     )
