@@ -6,7 +6,8 @@ head is never starved; ``backfill: true`` lets later jobs that fit start in the 
 are never preempted. ``heterogeneity: aware`` (the default) picks each job's GPU type from the
 throughput matrix (``scheduler.policies.type_planner``) and sizes elastic jobs by marginal gain in FIFO
 order (``scheduler.policies.elastic_sizing``); ``agnostic``: the allowed type with the most free GPUs, and
-elastic jobs take as many replicas as fit, down to their minimum.
+elastic jobs take as many replicas as fit, down to their minimum; ``ordered``: as agnostic, the types
+newest generation first (or ``type_order``), then most free GPUs (``scheduler.policies.ordered``).
 
 Follows the FIFO baseline used by Tiresias (NSDI'19) and Gavel (OSDI'20). Differs: the backfill is
 first-fit without a reservation for the head job (not EASY backfilling, which needs runtime estimates),

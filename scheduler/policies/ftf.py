@@ -7,7 +7,8 @@ it could get if started now). Jobs with the largest rho go first; preemptive wit
 near-equal jobs do not evict each other every round. ``heterogeneity: aware`` (the default) picks each
 job's GPU type from the throughput matrix (``scheduler.policies.type_planner``) and sizes elastic jobs by
 marginal gain in rho order (``scheduler.policies.elastic_sizing``); ``agnostic``: the allowed type with the
-most free GPUs, and the largest size that fits.
+most free GPUs, and the largest size that fits; ``ordered``: as agnostic, the types newest generation
+first (or ``type_order``), then most free GPUs (``scheduler.policies.ordered``).
 
 Follows Mahajan et al., "Themis: Fair and Efficient GPU Cluster Scheduling", NSDI 2020. Differs: no
 partial-allocation auction between app agents and no fairness knob f (all jobs bid each round); rho

@@ -6,7 +6,8 @@ Jobs fall into queues by thresholds on it (default 1 and 10 GPU-hours: queue 0 b
 queues: a job in a lower queue evicts running jobs of higher queues when it does not fit otherwise;
 jobs in the same queue never evict each other. ``heterogeneity: aware`` (the default) picks each job's
 GPU type from the throughput matrix (``scheduler.policies.type_planner``); ``agnostic``: the allowed type
-with the most free GPUs, as Tiresias does. Aware on several GPU types, evictions are priced too
+with the most free GPUs, as Tiresias does; ``ordered``: newest generation first (or ``type_order``), then
+most free GPUs (``scheduler.policies.ordered``). Aware on several GPU types, evictions are priced too
 (``type_planner.EvictionPrice``): a job evicts only when the wait for GPUs to free up without evicting,
 in GPU-seconds of its own, beats its victims' restarts, each times (1 + that victim's restarts so far);
 on Gavel's cluster a long queue-2 job restarted on GPUs a completion had freed was evicted from them by

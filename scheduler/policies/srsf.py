@@ -8,7 +8,8 @@ least remaining service go first; preemptive: a job evicts running jobs with mor
 type from the throughput matrix (``scheduler.policies.type_planner``); ``agnostic``: the allowed type with
 the most free GPUs (remaining service still comes from the fastest type). Aware, elastic jobs are sized by
 marginal gain in SRSF's order (``scheduler.policies.elastic_sizing``); agnostic, they take the largest size
-that fits.
+that fits. ``ordered``: as agnostic, the types newest generation first (or ``type_order``), then most
+free GPUs (``scheduler.policies.ordered``).
 
 Aware on several GPU types, a job restarted many times holds a lease on its GPUs (``lease_after_restarts``
 restarts or more, evictions and moves alike: not evicted within ``lease_s`` of each (re)start; the job

@@ -40,8 +40,11 @@ on its asked GPUs of type t, one batched oracle call):
    move of a job the predictor under-rates on all types (on one Philly draw a shufflenet on 8 P100s
    stayed there 526 h; the truth moves it to V100s within a day), and taking the measurement as the
    speed everywhere would move jobs on the predictor's level errors
-   (migrations per job 0.60 -> 1.09 under ``--oracle predictor``). Measured slower than predicted, the
-   prediction stands (as before). "Nearly done" is
+   (migrations per job 0.60 -> 1.09 under ``--oracle predictor``). Where it runs, the measurement
+   replaces the prediction, slower as well as faster: a gang predicted 35x too fast on K80s over
+   10 Gb/s otherwise never left them (docs/decisions/0031-decisions-under-uncertainty.md); the moves
+   that level errors would then cause are stopped by pricing the target at its lower bound (step 6).
+   "Nearly done" is
    judged by the measured remaining time. Moves that do not pay get no LP variable; those that pay
    carry their cost (R X[j, t] + lost) / (max X[j] h) in the objective, so the LP only moves a job
    where the move is worth more than it costs to the job and to the jobs it would displace.
@@ -68,6 +71,18 @@ on its asked GPUs of type t, one batched oracle call):
    draw fell 83% -> 75% (docs/performance.md, "Evictions priced").
    Types where a job is predicted to make no progress are left out; a job predicted to make none
    anywhere keeps the free-GPU order.
+6. **What the oracle does not know.** Each answer X[j, t] carries a factor u >= 1 (the truth within
+   [X / u, X u]): the oracle's own interval where it gives one (``IntervalOracle``: the predictor's),
+   widened to this round's measured spread (``Uncertainty``: the 0.9 quantile of |log(measured /
+   predicted)| over the running jobs, per class: placements on one node, and gangs across nodes, which
+   are never taken as better predicted than one node), the job's own error left out of its own row; a
+   type where the job is measured is exact. A waiting job whose types' ratios are not all known within
+   ``MIN_SPEEDUP`` (each u <= sqrt(1.25)) does not enter the LP: it asks for its types as ``ordered``
+   would (newest generation first, ``scheduler.policies.ordered``), since a comparative advantage inside
+   the uncertainty is no reason to give it an older type; one that does is valued at its worst case
+   (lower bound over the reference type's upper bound). A move is priced on the target's lower bound,
+   so it must gain beyond the interval; gangs across nodes, the least predictable questions, need the
+   largest gain. Under the true table every u is 1 and the planner decides as on point predictions.
 
 Follows Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep Learning Workloads"
 (Gavel, OSDI 2020): the throughput matrix, effective throughput and policies made heterogeneity-aware by

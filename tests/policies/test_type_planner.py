@@ -132,7 +132,7 @@ def test_a_running_job_is_priced_by_its_measured_throughput_and_the_predicted_ra
     # measured slower than predicted (0.5/s): the measurement replaces the prediction where it runs, so
     # a V100 predicted at 1.2/s is 2.4x what was measured; with no other job measured, nothing says the
     # oracle errs elsewhere, and it moves (a gang predicted 35x too fast on K80s over 10 Gb/s stayed
-    # there when the prediction stood: docs/decisions/0030-decisions-under-uncertainty.md)
+    # there when the prediction stood: docs/decisions/0031-decisions-under-uncertainty.md)
     slow = with_(base.build(), observed_throughput=0.5)
     assert _one_move_round(slow, 1.0, 1.2) == (ActionKind.RESIZE, "V100")
 
