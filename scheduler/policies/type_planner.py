@@ -77,9 +77,11 @@ on its asked GPUs of type t, one batched oracle call):
    predicted)| over the running jobs, per class: placements on one node, and gangs across nodes, which
    are never taken as better predicted than one node), the job's own error left out of its own row; a
    type where the job is measured is exact. A waiting job whose types' ratios are not all known within
-   ``MIN_SPEEDUP`` (each u <= sqrt(1.25)) does not enter the LP: it asks for its types as ``ordered``
-   would (newest generation first, ``scheduler.policies.ordered``), since a comparative advantage inside
-   the uncertainty is no reason to give it an older type; one that does is valued at its worst case
+   ``MIN_SPEEDUP`` (each interval's high / low <= sqrt(1.25)) does not enter the LP: it asks for its
+   types as ``ordered`` would (newest generation first, ``scheduler.policies.ordered``), since a
+   comparative advantage inside the uncertainty is no reason to give it an older type (the shipped
+   predictor's own interval, -10% / +12%, is wider than that, so under it every waiting job does; the
+   aware gain then comes from moving measured jobs). One that enters it is valued at its worst case
    (lower bound over the reference type's upper bound). A move is priced on the target's lower bound,
    so it must gain beyond the interval; gangs across nodes, the least predictable questions, need the
    largest gain. Under the true table every u is 1 and the planner decides as on point predictions.
@@ -435,7 +437,8 @@ class TypePlanner:
 
     def _certain(self, low: Mapping[str, float], high: Mapping[str, float]) -> bool:
         """Whether every ratio between two of the row's types is known within ``MIN_SPEEDUP`` (the bar a
-        predicted gain must clear to move a job): the LP may then trade its type for another job's."""
+        predicted gain must clear to move a job): each type's interval (high / low) within its square
+        root, 1.118x. The LP may then trade the job's type for another job's."""
         return all(high[t] / low[t] <= math.sqrt(MIN_SPEEDUP) for t in low)
 
     def _bounds(
