@@ -400,10 +400,17 @@ class TypePlanner:
                 speed[current] = here * ratio
                 measured = True
         own = None
+        floor = 1.0
         if measured and cur_alloc is not None:
-            err = log_error(observed or 0.0, self.placed.get(job.name, 0.0))
+            at = self.placed.get(job.name, 0.0)
+            err = log_error(observed or 0.0, at)
             own = (cur_alloc.num_nodes > 1, err) if err is not None else None
-        low, high = self._bounds(job, speed, gpus, current if measured else None, own)
+            if err is not None and (observed or 0.0) < at:
+                # measured slower than predicted: the row is not corrected for it (a gang 35x slower on
+                # K80s says little of its V100 speed), but it may be a level error: the targets' factor
+                # is at least it, so one over-rated job alone moves on no level error
+                floor = math.exp(err)
+        low, high = self._bounds(job, speed, gpus, current if measured else None, own, floor)
         value: dict[str, float] = {}
         if current is not None and current in speed and job.preemptible and observed:
             # a move is priced on the target's lower bound: it must gain beyond the interval
@@ -448,11 +455,12 @@ class TypePlanner:
         gpus: Mapping[str, int],
         measured_type: str | None,
         own: tuple[bool, float] | None = None,
+        floor: float = 1.0,
     ) -> tuple[dict[str, float], dict[str, float]]:
         """Each type's speed divided and multiplied by its uncertainty factor: the oracle's own interval
         for the question (``IntervalOracle``), widened to this round's measured spread for its class (one
-        node or several, ``Uncertainty``, less the job's own measured error ``own``); a type where the job is
-        measured is exact."""
+        node or several, ``Uncertainty``, less the job's own measured error ``own``), and at least ``floor``
+        (a running job's own uncorrected error); a type where the job is measured is exact."""
         low: dict[str, float] = {}
         high: dict[str, float] = {}
         for t, v in speed.items():
@@ -460,7 +468,7 @@ class TypePlanner:
             if t != measured_type:
                 info = self.infos[t]
                 multi = gpus[t] > max(1, info.node_gpus)
-                u = max(self.oracle_u.get((job.name, t), 1.0), self.uncertainty.factor(multi, own))
+                u = max(self.oracle_u.get((job.name, t), 1.0), self.uncertainty.factor(multi, own), floor)
             low[t], high[t] = v / u, v * u
         return low, high
 
