@@ -130,7 +130,9 @@ def summarize(result: EngineResult, **labels: Any) -> dict[str, Any]:
         p50_queueing_s=_pct(queue, 50),
         p99_queueing_s=_pct(queue, 99),
         # all the time without GPUs, also after preemptions (a preemptive policy starts each job at once)
-        avg_waiting_s=float(np.mean([(r.finish or 0.0) - r.submit_time - r.held_seconds for r in done]))
+        avg_waiting_s=float(
+            np.mean([max(0.0, (r.finish or 0.0) - r.submit_time - r.held_seconds) for r in done])
+        )
         if done
         else math.nan,
         makespan_s=makespan,
