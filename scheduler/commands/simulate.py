@@ -352,6 +352,12 @@ def gavel_las(
     agnostic: str = typer.Option(
         "las:heterogeneity=agnostic", "--agnostic", help="Policy spec of agnostic LAS (the LAS curve)."
     ),
+    ordered: str = typer.Option(
+        "las:heterogeneity=ordered",
+        "--ordered",
+        help="Policy spec of the newest-GPU-first baseline the aware curve is compared with first "
+        "('' to leave it out).",
+    ),
     jobs: int = typer.Option(_GAVEL_JOBS, "--jobs", help="Jobs generated per trace."),
     window: str = typer.Option(
         f"{_GAVEL_WINDOW[0]}:{_GAVEL_WINDOW[1]}",
@@ -392,6 +398,7 @@ def gavel_las(
         rates=_floats(rates, "--rates"),
         aware=aware,
         agnostic=agnostic,
+        ordered=ordered,
         jobs=jobs,
         window=win,
         seeds=_ints(seeds, "--seeds"),
@@ -426,7 +433,7 @@ def _gavel_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
         row[f"{r['role']}_policy"] = r["policy"]
         row[f"{r['role']}_unfinished"] = row.get(f"{r['role']}_unfinished", 0) + r["unfinished"]
     for row in by_rate.values():
-        for role in ("agnostic", "aware"):
+        for role in ("agnostic", "aware", "ordered"):
             runs = row.get(f"{role}_runs", [])
             row[role] = sum(runs) / len(runs) if runs else None  # mean over seeds
     out = []
@@ -457,14 +464,16 @@ def _print_gavel(report: dict[str, Any]) -> None:
     table = Table(
         title="gavel-las: average JCT (hours) of the window's jobs (mean over seeds), by input job rate"
     )
-    for header in ("jobs/h", "ours\nagnostic", "ours\naware", "ours\ngain", "paper\nLAS", "paper\nGavel",
-                   "paper\ngain"):  # fmt: skip
+    for header in ("jobs/h", "ours\naware", "ours\nordered", "gain vs\nordered", "ours\nagnostic",
+                   "gain vs\nagnostic", "paper\nLAS", "paper\nGavel", "paper\ngain"):  # fmt: skip
         table.add_column(header, justify="right", no_wrap=True)
     for r in rows:
         table.add_row(
             f"{r['rate']:g}",
-            _hours(r.get("agnostic")),
             _hours(r.get("aware")),
+            _hours(r.get("ordered")),
+            _ratio(r.get("ordered"), r.get("aware")),
+            _hours(r.get("agnostic")),
             _ratio(r.get("agnostic"), r.get("aware")),
             _hours(r["paper_las"]),
             _hours(r["paper_gavel"]),
@@ -472,10 +481,14 @@ def _print_gavel(report: dict[str, Any]) -> None:
         )
     console = Console()
     console.print(table)
-    console.print(f"ours agnostic: {agnostic}")
+    ordered = next((r["policy"] for r in report["results"] if r["role"] == "ordered"), "")
     console.print(f"ours aware: {aware}")
+    if ordered:
+        console.print(f"ours ordered: {ordered}")
+    console.print(f"ours agnostic: {agnostic}")
     console.print(
-        f"gain = agnostic / aware average JCT. Paper: {report['paper']} (seed-0 values as printed by Gavel's "
+        "gain = baseline / aware average JCT (ordered: newest GPU first, the baseline an admin "
+        f"configures). Paper: {report['paper']} (seed-0 values as printed by Gavel's "
         "notebook; interpolated between its rates). Ours: "
         f"{report['jobs_per_trace']} jobs per trace, window {report['window'][0]}:{report['window'][1]}, "
         f"seeds {','.join(map(str, report['seeds']))}, {report['cluster_gpus']} GPUs, "
@@ -502,7 +515,7 @@ def _gavel_outputs(report: dict[str, Any], out: Path) -> list[str]:
     out.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(7, 4))
     rows = _gavel_rows(report)
-    for role, colour in (("agnostic", "#dd8452"), ("aware", "#4c72b0")):
+    for role, colour in (("agnostic", "#dd8452"), ("ordered", "#55a868"), ("aware", "#4c72b0")):
         pts = [(r["rate"], r[role]) for r in rows if r.get(role) is not None]
         if pts:
             label = f"ours: {rows[0][f'{role}_policy']}"

@@ -39,6 +39,22 @@ class MemoryOracle(Protocol):
 
 
 @runtime_checkable
+class IntervalOracle(Protocol):
+    """Optional companion of ``ThroughputOracle``: how far each answer may be off.
+
+    ``throughput_interval`` returns, for each ``(job, shape)`` pair in order, ``(low, high)`` bounds of
+    the throughput ``throughput`` answers (the same work units; e.g. the predictor's ~80% interval);
+    ``(0, 0)`` where it cannot tell. The aware policies widen these with what the running jobs'
+    measurements say about the oracle (``scheduler.policies.type_planner.Uncertainty``) and keep to the
+    newest-first preference where a type's predicted advantage is inside them.
+    """
+
+    def throughput_interval(
+        self, queries: Sequence[tuple[Job, PlacementShape]]
+    ) -> list[tuple[float, float]]: ...
+
+
+@runtime_checkable
 class Policy(Protocol):
     """A scheduling policy: data in, decisions out. No clock, no I/O, no state kept between rounds.
 

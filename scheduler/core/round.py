@@ -343,8 +343,9 @@ def _decide(
 
 
 def _chooses_types(policy: Policy) -> bool:
-    """Whether the policy picks GPU types by performance (``heterogeneity: agnostic`` does not)."""
-    return getattr(getattr(policy, "config", None), "heterogeneity", "aware") != "agnostic"
+    """Whether the policy picks GPU types by performance (``heterogeneity: agnostic`` and ``ordered`` do
+    not)."""
+    return getattr(getattr(policy, "config", None), "heterogeneity", "aware") not in ("agnostic", "ordered")
 
 
 def run_round(

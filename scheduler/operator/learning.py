@@ -19,7 +19,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from scheduler.core.protocols import MemoryOracle, ThroughputOracle
+from scheduler.core.protocols import IntervalOracle, MemoryOracle, ThroughputOracle
 from scheduler.core.types import Job, MemoryFit, PlacementShape, WorkUnit
 from scheduler.oracles.memory import MemoryFitter
 from scheduler.oracles.predictor import hardware_features, job_features
@@ -38,7 +38,7 @@ class ThroughputLearner(Protocol):
     def observe(self, job: Job, shape: PlacementShape, throughput: float) -> None: ...
 
 
-class CorrectedOracle(ThroughputOracle, MemoryOracle):
+class CorrectedOracle(ThroughputOracle, MemoryOracle, IntervalOracle):
     """``ThroughputOracle`` over an ``OnlineCorrector`` (see the module docstring), and ``MemoryOracle``."""
 
     def __init__(self, corrector: OnlineCorrector) -> None:
@@ -90,6 +90,32 @@ class CorrectedOracle(ThroughputOracle, MemoryOracle):
                 fit = self._memory.one(job, shape)
                 value = 0.0 if fit is not None and not fit.fits else value
             out.append(value if value > 0 and math.isfinite(value) else 0.0)
+        return out
+
+    def throughput_interval(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[tuple[float, float]]:
+        """The corrected prediction's interval (``IntervalOracle``; it narrows as a job is observed), in
+        each job's work units/s; ``(0, 0)`` for a row the predictor cannot answer."""
+        from perfmodel.errors import InvalidInputError
+
+        if not queries:
+            return []
+        rows = [(job_features(job), hardware_features(shape)) for job, shape in queries]
+        bounds: list[tuple[float, float]] = []
+        try:
+            preds = self.corrector.predict(rows)
+            bounds = list(zip(preds.iters_low, preds.iters_high, strict=True))
+        except InvalidInputError:  # one bad row must not hide the others' intervals: row by row
+            for row in rows:
+                try:
+                    one = self.corrector.predict([row])
+                    bounds.append((one.iters_low[0], one.iters_high[0]))
+                except InvalidInputError:
+                    bounds.append((0.0, 0.0))
+        out: list[tuple[float, float]] = []
+        for (job, _), (lo, hi) in zip(queries, bounds, strict=True):
+            k = job.batch_size if job.work_unit is WorkUnit.SAMPLES else 1
+            ok = 0 < lo <= hi and math.isfinite(hi)
+            out.append((lo * k, hi * k) if ok else (0.0, 0.0))
         return out
 
     def observe(self, job: Job, shape: PlacementShape, throughput: float) -> None:

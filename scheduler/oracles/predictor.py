@@ -18,7 +18,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from scheduler.core.protocols import MemoryOracle, ThroughputOracle
+from scheduler.core.protocols import IntervalOracle, MemoryOracle, ThroughputOracle
 from scheduler.core.types import Job, MemoryFit, PlacementShape, WorkUnit
 from scheduler.oracles import memory
 
@@ -39,9 +39,9 @@ def hardware_features(shape: PlacementShape) -> HardwareFeatures:
     return memory.hardware_features(shape)
 
 
-class PredictorOracle(ThroughputOracle, MemoryOracle):
-    """Throughput from the ``perfmodel`` predictor, in each job's work units per second, and memory fit
-    from ``perfmodel.memory`` (``scheduler.oracles.memory``)."""
+class PredictorOracle(ThroughputOracle, MemoryOracle, IntervalOracle):
+    """Throughput from the ``perfmodel`` predictor, in each job's work units per second, its interval
+    (``IntervalOracle``), and memory fit from ``perfmodel.memory`` (``scheduler.oracles.memory``)."""
 
     def __init__(self, predictor: Predictor) -> None:
         self.predictor = predictor
@@ -75,6 +75,23 @@ class PredictorOracle(ThroughputOracle, MemoryOracle):
     def memory_fit(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[MemoryFit | None]:
         """Peak memory per GPU against the GPU's memory, per question (None where it cannot tell)."""
         return self._memory.memory_fit(queries)
+
+    def throughput_interval(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[tuple[float, float]]:
+        """The predictor's interval (``Predictions.iters_low``/``iters_high``) in each job's work units/s;
+        ``(0, 0)`` for a row it cannot answer. Rows the predictor computed for ``throughput`` come from
+        its cache."""
+        from perfmodel.errors import InvalidInputError
+
+        rows = [(self._job_features(job), hardware_features(shape)) for job, shape in queries]
+        out = [(0.0, 0.0)] * len(queries)
+        for i, res in enumerate(self.predictor.predict_each(rows) if rows else []):
+            if isinstance(res, InvalidInputError):
+                continue
+            job = queries[i][0]
+            k = job.batch_size if job.work_unit is WorkUnit.SAMPLES else 1
+            lo, hi = res.iters_low[0] * k, res.iters_high[0] * k
+            out[i] = (lo, hi) if 0 < lo <= hi else (0.0, 0.0)
+        return out
 
     def throughput(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[float]:
         from perfmodel.errors import InvalidInputError

@@ -11,11 +11,12 @@ a policy is chosen (``perfsched simulate --policy``, ``perfsched operator --poli
     NAME[:key=value[;key=value...]]      e.g.  las   las:heterogeneity=agnostic   fifo:backfill=true
 
 Each value is read as a JSON literal when it is one (``true``/``false``, ``null``, numbers, a list
-such as ``[1,10]``, a quoted string) and as a bare string otherwise (``agnostic``); the policy's typed
-config (``scheduler.policies.config.parse_config``) then checks the key and the value's type. A list of
-specs (``--policy`` of ``perfsched simulate``) is separated by commas *outside* square brackets, so a
-list value keeps its commas: ``las:thresholds_gpu_hours=[1,10],fifo``. Values cannot contain ``;``.
-``DEFAULT_POLICY_SPEC`` is the one default every entry point reads. Pure.
+such as ``[1,10]``, a quoted string), a bracketed list that is not JSON item by item
+(``type_order=[H100,A100]``: two bare strings), and as a bare string otherwise (``agnostic``); the
+policy's typed config (``scheduler.policies.config.parse_config``) then checks the key and the value's
+type. A list of specs (``--policy`` of ``perfsched simulate``) is separated by commas *outside* square
+brackets, so a list value keeps its commas: ``las:thresholds_gpu_hours=[1,10],fifo``. Values cannot
+contain ``;``. ``DEFAULT_POLICY_SPEC`` is the one default every entry point reads. Pure.
 """
 
 from __future__ import annotations
@@ -75,12 +76,17 @@ class PolicySpec:
 
 
 def _value(text: str) -> Any:
-    """A spec value: a JSON literal when it parses as one, else the bare string."""
+    """A spec value: a JSON literal when it parses as one; a bracketed list that is not JSON, its
+    comma-separated items each read the same way (``[H100,A100]`` is two bare strings); else the bare
+    string."""
     if text[:1] in '[{"' or text in ("true", "false", "null") or text[:1] in "-0123456789":
         try:
             return json.loads(text)
         except ValueError:
             pass
+    if text[:1] == "[" and text[-1:] == "]" and "[" not in text[1:-1] and "]" not in text[1:-1]:
+        inner = text[1:-1].strip()
+        return [_value(item.strip()) for item in inner.split(",")] if inner else []
     return text
 
 

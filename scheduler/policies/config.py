@@ -18,9 +18,11 @@ from scheduler.core.errors import ConfigError
 C = TypeVar("C")
 
 #: how an ordering policy picks each job's GPU type: ``aware`` from the throughput matrix
-#: (``scheduler.policies.type_planner``), ``agnostic`` by free GPUs only (the same-run baseline)
-Heterogeneity = Literal["aware", "agnostic"]
-HETEROGENEITY_CHOICES: tuple[str, ...] = ("aware", "agnostic")
+#: (``scheduler.policies.type_planner``), ``ordered`` in a fixed preference order, newest generation
+#: first unless ``type_order`` gives the admin's own (``scheduler.policies.ordered``), ``agnostic`` by
+#: free GPUs only
+Heterogeneity = Literal["aware", "ordered", "agnostic"]
+HETEROGENEITY_CHOICES: tuple[str, ...] = ("aware", "ordered", "agnostic")
 
 
 def _coerce(policy: str, name: str, hint: Any, value: Any) -> Any:

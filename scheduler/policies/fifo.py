@@ -6,7 +6,8 @@ head is never starved; ``backfill: true`` lets later jobs that fit start in the 
 are never preempted. ``heterogeneity: aware`` (the default) picks each job's GPU type from the
 throughput matrix (``scheduler.policies.type_planner``) and sizes elastic jobs by marginal gain in FIFO
 order (``scheduler.policies.elastic_sizing``); ``agnostic``: the allowed type with the most free GPUs, and
-elastic jobs take as many replicas as fit, down to their minimum.
+elastic jobs take as many replicas as fit, down to their minimum; ``ordered``: as agnostic, the types
+newest generation first (or ``type_order``), then most free GPUs (``scheduler.policies.ordered``).
 
 Follows the FIFO baseline used by Tiresias (NSDI'19) and Gavel (OSDI'20). Differs: the backfill is
 first-fit without a reservation for the head job (not EASY backfilling, which needs runtime estimates),
@@ -23,24 +24,30 @@ from scheduler.core.decisions import Decision
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.round import IncrementalRound
 from scheduler.core.types import ClusterSnapshot, Job, Node
-from scheduler.policies.base import FreeByType, replica_options, type_infos
+from scheduler.policies.base import replica_options, type_infos
 from scheduler.policies.config import Heterogeneity, parse_config
 from scheduler.policies.elastic_sizing import planning_table, size_elastic, sizing_table
 from scheduler.policies.greedy import Request, greedy_allocate
 from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_type
+from scheduler.policies.ordered import baseline_order, check_type_order
 from scheduler.policies.type_planner import DEFAULT_HORIZON_S, aware_orders
 
 
 @dataclass(frozen=True, slots=True)
 class FifoConfig:
     """``backfill``: let later jobs start when the head cannot; ``use_priority``: order by priority first;
-    ``heterogeneity``: ``aware`` picks GPU types from the throughput matrix, ``agnostic`` by free GPUs;
+    ``heterogeneity``: ``aware`` picks GPU types from the throughput matrix, ``ordered`` in a fixed
+    preference order (``type_order``, default newest generation first), ``agnostic`` by free GPUs;
     ``horizon_s``: how far ahead a move to a faster GPU type must pay its restart (aware only)."""
 
     backfill: bool = False
     use_priority: bool = True
     heterogeneity: Heterogeneity = "aware"
     horizon_s: float = DEFAULT_HORIZON_S
+    type_order: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "type_order", check_type_order(self.heterogeneity, self.type_order))
 
 
 class FifoPolicy:
@@ -59,7 +66,7 @@ class FifoPolicy:
         self, snapshot: ClusterSnapshot, jobs: Sequence[Job], oracle: ThroughputOracle
     ) -> Mapping[str, Decision]:
         infos = type_infos(snapshot)
-        free = FreeByType(snapshot, oracle)
+        free = baseline_order(snapshot, oracle, self.config.heterogeneity, self.config.type_order)
         prio = self.config.use_priority
         ordered = sorted(jobs, key=lambda j: (-j.priority if prio else 0, j.submit_time, j.name))
         orders: dict[str, tuple[str, ...]] = {}

@@ -7,7 +7,8 @@ it could get if started now). Jobs with the largest rho go first; preemptive wit
 near-equal jobs do not evict each other every round. ``heterogeneity: aware`` (the default) picks each
 job's GPU type from the throughput matrix (``scheduler.policies.type_planner``) and sizes elastic jobs by
 marginal gain in rho order (``scheduler.policies.elastic_sizing``); ``agnostic``: the allowed type with the
-most free GPUs, and the largest size that fits.
+most free GPUs, and the largest size that fits; ``ordered``: as agnostic, the types newest generation
+first (or ``type_order``), then most free GPUs (``scheduler.policies.ordered``).
 
 Follows Mahajan et al., "Themis: Fair and Efficient GPU Cluster Scheduling", NSDI 2020. Differs: no
 partial-allocation auction between app agents and no fairness knob f (all jobs bid each round); rho
@@ -25,26 +26,30 @@ from scheduler.core.decisions import Decision
 from scheduler.core.placement import spread_of
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import ClusterSnapshot, Job, PlacementShape
-from scheduler.policies.base import FreeByType, allowed_types, replica_options, type_infos
+from scheduler.policies.base import allowed_types, replica_options, type_infos
 from scheduler.policies.config import Heterogeneity, parse_config, require
 from scheduler.policies.elastic_shares import PredictedThroughputs, size_bounds
 from scheduler.policies.elastic_sizing import planning_table, size_elastic, sizing_counts
 from scheduler.policies.greedy import Request, greedy_allocate
+from scheduler.policies.ordered import baseline_order, check_type_order
 from scheduler.policies.type_planner import DEFAULT_HORIZON_S, aware_orders
 
 
 @dataclass(frozen=True, slots=True)
 class FtfConfig:
     """``preempt_margin``: how much larger a job's rho must be to evict a running job;
-    ``heterogeneity``: ``aware`` picks GPU types from the throughput matrix, ``agnostic`` by free GPUs;
+    ``heterogeneity``: ``aware`` picks GPU types from the throughput matrix, ``ordered`` in a fixed
+    preference order (``type_order``, default newest generation first), ``agnostic`` by free GPUs;
     ``horizon_s``: how far ahead a move to a faster GPU type must pay its restart (aware only)."""
 
     preemptive: bool = True
     preempt_margin: float = 0.2
     heterogeneity: Heterogeneity = "aware"
     horizon_s: float = DEFAULT_HORIZON_S
+    type_order: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "type_order", check_type_order(self.heterogeneity, self.type_order))
         require(self.preempt_margin >= 0, "preempt_margin", "must be >= 0")
 
 
@@ -109,7 +114,7 @@ class FtfPolicy:
                 snapshot, infos, oracle, ranked, horizon_s=self.config.horizon_s, table=planning or table
             )
         else:
-            free = FreeByType(snapshot)
+            free = baseline_order(snapshot, None, self.config.heterogeneity, self.config.type_order)
             orders = {j.name: free.order(j, infos) for _, _, _, j, _ in keyed}
         requests = [
             Request(

@@ -6,7 +6,8 @@ Jobs fall into queues by thresholds on it (default 1 and 10 GPU-hours: queue 0 b
 queues: a job in a lower queue evicts running jobs of higher queues when it does not fit otherwise;
 jobs in the same queue never evict each other. ``heterogeneity: aware`` (the default) picks each job's
 GPU type from the throughput matrix (``scheduler.policies.type_planner``); ``agnostic``: the allowed type
-with the most free GPUs, as Tiresias does. Aware on several GPU types, evictions are priced too
+with the most free GPUs, as Tiresias does; ``ordered``: newest generation first (or ``type_order``), then
+most free GPUs (``scheduler.policies.ordered``). Aware on several GPU types, evictions are priced too
 (``type_planner.EvictionPrice``): a job evicts only when the wait for GPUs to free up without evicting,
 in GPU-seconds of its own, beats its victims' restarts, each times (1 + that victim's restarts so far);
 on Gavel's cluster a long queue-2 job restarted on GPUs a completion had freed was evicted from them by
@@ -61,18 +62,20 @@ from scheduler.core.placement import spread_of
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.round import IncrementalRound
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node
-from scheduler.policies.base import FreeByType, TypeInfo, batch_throughput, replica_options, type_infos
+from scheduler.policies.base import TypeInfo, batch_throughput, replica_options, type_infos
 from scheduler.policies.config import Heterogeneity, parse_config, require
 from scheduler.policies.elastic_sizing import planning_table, size_elastic, sizing_table
 from scheduler.policies.greedy import Request, Reservation, greedy_allocate
 from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_type
+from scheduler.policies.ordered import baseline_order, check_type_order
 from scheduler.policies.type_planner import DEFAULT_HORIZON_S, EvictionPrice, aware_orders, move_pays
 
 
 @dataclass(frozen=True, slots=True)
 class LasConfig:
     """``thresholds_gpu_hours``: queue boundaries on attained service, strictly increasing;
-    ``heterogeneity``: ``aware`` picks GPU types from the throughput matrix, ``agnostic`` by free GPUs;
+    ``heterogeneity``: ``aware`` picks GPU types from the throughput matrix, ``ordered`` in a fixed
+    preference order (``type_order``, default newest generation first), ``agnostic`` by free GPUs;
     ``horizon_s``: how far ahead a move to a faster GPU type must pay its restart (aware only);
     ``starvation_factor``: a waiting job that has waited more than this many times its own predicted
     run time is starving (back to queue 0, GPUs reserved for it; None: off); ``consolidate``: move a
@@ -85,8 +88,10 @@ class LasConfig:
     horizon_s: float = DEFAULT_HORIZON_S
     starvation_factor: float | None = None
     consolidate: bool = True
+    type_order: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "type_order", check_type_order(self.heterogeneity, self.type_order))
         t = self.thresholds_gpu_hours
         require(all(x > 0 for x in t), "thresholds_gpu_hours", f"must be positive, got {list(t)}")
         require(all(a < b for a, b in itertools.pairwise(t)), "thresholds_gpu_hours", "must increase")
@@ -129,7 +134,7 @@ class LasPolicy:
         self, snapshot: ClusterSnapshot, jobs: Sequence[Job], oracle: ThroughputOracle
     ) -> Mapping[str, Decision]:
         infos = type_infos(snapshot)
-        free = FreeByType(snapshot, oracle)
+        free = baseline_order(snapshot, oracle, self.config.heterogeneity, self.config.type_order)
         running = snapshot.allocations
         reservation: Reservation | None = None
         starving: frozenset[str] = frozenset()

@@ -8,7 +8,8 @@ least remaining service go first; preemptive: a job evicts running jobs with mor
 type from the throughput matrix (``scheduler.policies.type_planner``); ``agnostic``: the allowed type with
 the most free GPUs (remaining service still comes from the fastest type). Aware, elastic jobs are sized by
 marginal gain in SRSF's order (``scheduler.policies.elastic_sizing``); agnostic, they take the largest size
-that fits.
+that fits. ``ordered``: as agnostic, the types newest generation first (or ``type_order``), then most
+free GPUs (``scheduler.policies.ordered``).
 
 Aware on several GPU types, a job restarted many times holds a lease on its GPUs (``lease_after_restarts``
 restarts or more, evictions and moves alike: not evicted within ``lease_s`` of each (re)start; the job
@@ -39,19 +40,21 @@ from scheduler.core.decisions import Decision
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.round import IncrementalRound
 from scheduler.core.types import ClusterSnapshot, Job, Node
-from scheduler.policies.base import FreeByType, allowed_types, replica_options, type_infos
+from scheduler.policies.base import allowed_types, replica_options, type_infos
 from scheduler.policies.config import Heterogeneity, parse_config, require
 from scheduler.policies.elastic_shares import PredictedThroughputs, size_bounds
 from scheduler.policies.elastic_sizing import planning_table, size_elastic, sizing_counts
 from scheduler.policies.greedy import Request, greedy_allocate, restart_leases
 from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_type
+from scheduler.policies.ordered import baseline_order, check_type_order
 from scheduler.policies.type_planner import DEFAULT_HORIZON_S, aware_orders
 
 
 @dataclass(frozen=True, slots=True)
 class SrsfConfig:
     """``preempt_margin_gpu_s``: how much less remaining service (GPU-seconds) it takes to evict;
-    ``heterogeneity``: ``aware`` picks GPU types from the throughput matrix, ``agnostic`` by free GPUs;
+    ``heterogeneity``: ``aware`` picks GPU types from the throughput matrix, ``ordered`` in a fixed
+    preference order (``type_order``, default newest generation first), ``agnostic`` by free GPUs;
     ``horizon_s``: how far ahead a move to a faster GPU type must pay its restart (aware only);
     ``lease_after_restarts``: a running job restarted this many times or more is not evicted within
     ``lease_s`` seconds of its last (re)start (aware, several GPU types; None: never)."""
@@ -62,8 +65,10 @@ class SrsfConfig:
     horizon_s: float = DEFAULT_HORIZON_S
     lease_after_restarts: int | None = 10
     lease_s: float = 600.0
+    type_order: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "type_order", check_type_order(self.heterogeneity, self.type_order))
         require(self.preempt_margin_gpu_s >= 0, "preempt_margin_gpu_s", "must be >= 0")
         require(
             self.lease_after_restarts is None or self.lease_after_restarts >= 1,
@@ -117,7 +122,7 @@ class SrsfPolicy:
                 snapshot, infos, oracle, ranked, horizon_s=self.config.horizon_s, table=planning or table
             )
         else:
-            free = FreeByType(snapshot)
+            free = baseline_order(snapshot, None, self.config.heterogeneity, self.config.type_order)
             orders = {j.name: free.order(j, infos) for _, _, _, j, _ in keyed}
         requests = [
             Request(

@@ -40,8 +40,11 @@ on its asked GPUs of type t, one batched oracle call):
    move of a job the predictor under-rates on all types (on one Philly draw a shufflenet on 8 P100s
    stayed there 526 h; the truth moves it to V100s within a day), and taking the measurement as the
    speed everywhere would move jobs on the predictor's level errors
-   (migrations per job 0.60 -> 1.09 under ``--oracle predictor``). Measured slower than predicted, the
-   prediction stands (as before). "Nearly done" is
+   (migrations per job 0.60 -> 1.09 under ``--oracle predictor``). Where it runs, the measurement
+   replaces the prediction, slower as well as faster: a gang predicted 35x too fast on K80s over
+   10 Gb/s otherwise never left them (docs/decisions/0031-decisions-under-uncertainty.md); the moves
+   that level errors would then cause are stopped by pricing the target at its lower bound (step 6).
+   "Nearly done" is
    judged by the measured remaining time. Moves that do not pay get no LP variable; those that pay
    carry their cost (R X[j, t] + lost) / (max X[j] h) in the objective, so the LP only moves a job
    where the move is worth more than it costs to the job and to the jobs it would displace.
@@ -68,6 +71,20 @@ on its asked GPUs of type t, one batched oracle call):
    draw fell 83% -> 75% (docs/decisions/0012-eviction-pricing.md).
    Types where a job is predicted to make no progress are left out; a job predicted to make none
    anywhere keeps the free-GPU order.
+6. **What the oracle does not know.** Each answer X[j, t] carries a factor u >= 1 (the truth within
+   [X / u, X u]): the oracle's own interval where it gives one (``IntervalOracle``: the predictor's),
+   widened to this round's measured spread (``Uncertainty``: the 0.9 quantile of |log(measured /
+   predicted)| over the running jobs, per class: placements on one node, and gangs across nodes, which
+   are never taken as better predicted than one node), the job's own error left out of its own row; a
+   type where the job is measured is exact. A waiting job whose types' ratios are not all known within
+   ``MIN_SPEEDUP`` (each interval's high / low <= sqrt(1.25)) does not enter the LP: it asks for its
+   types as ``ordered`` would (newest generation first, ``scheduler.policies.ordered``), since a
+   comparative advantage inside the uncertainty is no reason to give it an older type (the shipped
+   predictor's own interval, -10% / +12%, is wider than that, so under it every waiting job does; the
+   aware gain then comes from moving measured jobs). One that enters it is valued at its worst case
+   (lower bound over the reference type's upper bound). A move is priced on the target's lower bound,
+   so it must gain beyond the interval; gangs across nodes, the least predictable questions, need the
+   largest gain. Under the true table every u is 1 and the planner decides as on point predictions.
 
 Follows Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep Learning Workloads"
 (Gavel, OSDI 2020): the throughput matrix, effective throughput and policies made heterogeneity-aware by
@@ -81,17 +98,19 @@ sum: for two types any per-job normalisation ranks jobs by the same speed-up rat
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from scheduler.core.placement import spread_of
-from scheduler.core.protocols import ThroughputOracle
-from scheduler.core.types import ClusterSnapshot, Job
+from scheduler.core.protocols import IntervalOracle, ThroughputOracle
+from scheduler.core.types import ClusterSnapshot, Job, PlacementShape
 from scheduler.policies.base import FreeByType, TypeInfo, allowed_types, batch_throughput
 from scheduler.policies.elastic_shares import PredictedThroughputs, size_bounds
+from scheduler.policies.ordered import TypePreference
 
 #: default gain horizon (seconds) over which a move to a faster GPU type must pay for itself
 DEFAULT_HORIZON_S = 3600.0
@@ -104,6 +123,67 @@ MIN_SPEEDUP = 1.25
 MIN_REMAINING_RESTARTS = 10.0
 
 
+#: the measured/predicted ratios of the running jobs on placements of one class (one node, several
+#: nodes) are the oracle's error there this round; the spread is read at this quantile of |log ratio|
+SPREAD_QUANTILE = 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class Uncertainty:
+    """How far the oracle may be off this round, as a factor u >= 1 (the truth within [x / u, x u]), for
+    questions about one node and about gangs across nodes.
+
+    Read from the running jobs' measurements (``calibrate``): ``single`` and ``multi`` hold, sorted, the
+    |log(measured / predicted)| of the measured jobs whose placement spans one node or several, and the
+    factor is their ``SPREAD_QUANTILE`` (1 with none measured). A gang across nodes is never taken as
+    better predicted than a job on one node (its factor is the larger of the two: its sync over the
+    network is one more thing to predict). A job's own error is left out of the factor its own row uses
+    (``exclude``): its row is already corrected by it, and what the others' errors say is what remains
+    unknown. The oracle's own interval (``IntervalOracle``), where it gives one, is a floor per question
+    (``TypePlanner``). Under the true table every factor is 1 and the planner decides exactly as on point
+    predictions.
+    """
+
+    single: tuple[float, ...] = ()
+    multi: tuple[float, ...] = ()
+
+    def factor(self, multi_node: bool, exclude: tuple[bool, float] | None = None) -> float:
+        one = _spread(self.single, exclude[1] if exclude is not None and not exclude[0] else None)
+        if not multi_node:
+            return one
+        return max(one, _spread(self.multi, exclude[1] if exclude is not None and exclude[0] else None))
+
+
+def _spread(xs: Sequence[float], exclude: float | None = None) -> float:
+    """exp of the ``SPREAD_QUANTILE`` of sorted ``xs``, one occurrence of ``exclude`` left out."""
+    n = len(xs)
+    skip = bisect.bisect_left(xs, exclude) if exclude is not None else n
+    if skip >= n or xs[skip] != exclude:
+        skip = n
+    m = n - (1 if skip < n else 0)
+    if m <= 0:
+        return 1.0
+    k = min(m - 1, int(SPREAD_QUANTILE * m))
+    return math.exp(xs[k + 1] if skip <= k else xs[k])
+
+
+def calibrate(measured: Sequence[tuple[float, float, bool]]) -> Uncertainty:
+    """``Uncertainty`` from (measured, predicted, spans several nodes) of running jobs' placements."""
+    logs: dict[bool, list[float]] = {False: [], True: []}
+    for observed, predicted, multi in measured:
+        err = log_error(observed, predicted)
+        if err is not None:
+            logs[multi].append(err)
+    return Uncertainty(single=tuple(sorted(logs[False])), multi=tuple(sorted(logs[True])))
+
+
+def log_error(observed: float, predicted: float) -> float | None:
+    """|log(observed / predicted)|, None when either is not positive."""
+    if observed > 0 and predicted > 0 and math.isfinite(observed / predicted):
+        return abs(math.log(observed / predicted))
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class _Row:
     """One job's view of the types: speed, GPUs and LP value per type (absent: not an option)."""
@@ -113,6 +193,11 @@ class _Row:
     gpus: dict[str, int]
     value: dict[str, float]
     current: str | None
+    #: the speed's bounds per type (``TypePlanner._bounds``); empty: exact
+    low: Mapping[str, float] = field(default_factory=dict)
+    high: Mapping[str, float] = field(default_factory=dict)
+    #: a waiting job whose predicted advantages are inside the uncertainty: it asks as ``ordered`` would
+    preference: tuple[str, ...] = ()
 
 
 def move_pays(
@@ -241,15 +326,42 @@ class TypePlanner:
         *,
         horizon_s: float = DEFAULT_HORIZON_S,
         placed: Mapping[str, float] | None = None,
+        uncertainty: Uncertainty | None = None,
+        oracle: ThroughputOracle | None = None,
     ) -> None:
         """``placed``: each running job's predicted throughput on the placement it runs on (its
-        measured throughput is compared with that, not with the compact shape's prediction)."""
+        measured throughput is compared with that, not with the compact shape's prediction);
+        ``uncertainty``: this round's measured spread of the oracle (None: exact); ``oracle``: asked for
+        its interval on the table's questions when it gives one (``IntervalOracle``)."""
         self.snapshot = snapshot
         self.infos = infos
         self.table = table
         self.horizon_s = horizon_s
         self.free = FreeByType(snapshot)
+        self.preference = TypePreference(self.free)
         self.placed: Mapping[str, float] = placed or {}
+        self.uncertainty = uncertainty or Uncertainty()
+        self.oracle = oracle if isinstance(oracle, IntervalOracle) else None
+        #: (job, type) -> the oracle's own uncertainty factor on the table's question (>= 1)
+        self.oracle_u: dict[tuple[str, str], float] = {}
+
+    def _oracle_intervals(self, jobs: Sequence[Job]) -> None:
+        """Ask the oracle, in one call, for its interval on each job's question per type (``oracle_u``)."""
+        if self.oracle is None:
+            return
+        keys: list[tuple[str, str, float]] = []
+        queries: list[tuple[Job, PlacementShape]] = []
+        for job in jobs:
+            for t in allowed_types(job, self.infos):
+                r, v = self.table.peak(job, t)
+                if v > 0:
+                    keys.append((job.name, t, v))
+                    queries.append((job, self.infos[t].shape(r * job.gpus_per_replica)))
+        if not queries:
+            return
+        for (name, t, v), (lo, hi) in zip(keys, self.oracle.throughput_interval(queries), strict=True):
+            if 0 < lo <= hi:
+                self.oracle_u[(name, t)] = max(1.0, v / lo, hi / v)
 
     def _row(self, job: Job) -> _Row | None:
         types = allowed_types(job, self.infos)
@@ -266,28 +378,42 @@ class TypePlanner:
         # a job on a type with no schedulable capacity left (cordoned) must move: plan it as waiting
         current = cur_alloc.gpu_type if cur_alloc is not None and cur_alloc.gpu_type in self.infos else None
         observed = job.observed_throughput
+        measured = False
         if current is not None and cur_alloc is not None and current in speed and observed and observed > 0:
-            # a move must pay against both the predicted and the measured speed where it runs (scaled
-            # to the size the row plans with, when an elastic job runs at another size): the measurement
-            # stops moves a prediction that under-rates the current type would cause, and the
-            # prediction stops moves that an over-rating predictor would cause by comparing its
-            # (inflated) speed elsewhere with a measurement here
+            # measured where it runs: the measurement replaces the prediction there (scaled to the size
+            # the row plans with when an elastic job runs at another size), and its ratio to the
+            # prediction for the same placement, the predictor's error on this job, scales the whole row
+            # (measured level, predicted ratios between types), faster or slower; a move must then still
+            # gain beyond what the other jobs' errors say is unknown (``_bounds``)
             here = self.table.get(job.name, current, cur_alloc.replicas)
             at = self.placed.get(job.name, 0.0)
-            if here > 0:
-                # measured and predicted for the same placement: their ratio is the predictor's error,
-                # which scales the whole row; and where it runs, never less than measured (its placement
-                # may be faster than the compact shape the row plans with)
-                level = max(1.0, observed / at) if at > 0 else 1.0
-                speed = {t: v * level for t, v in speed.items()}
-                speed[current] *= max(1.0, observed / (here * level))
-            elif cur_alloc.total_gpus == gpus[current]:
-                speed[current] = max(speed[current], observed)
-        best = max(speed.values())
+            ratio = observed / at if at > 0 else 0.0
+            level = max(1.0, ratio)
+            speed = {t: v * level for t, v in speed.items()}
+            if cur_alloc.total_gpus == gpus[current]:
+                speed[current] = observed
+                measured = True
+            elif here > 0 and ratio > 0:
+                speed[current] = here * ratio
+                measured = True
+        own = None
+        floor = 1.0
+        if measured and cur_alloc is not None:
+            at = self.placed.get(job.name, 0.0)
+            err = log_error(observed or 0.0, at)
+            own = (cur_alloc.num_nodes > 1, err) if err is not None else None
+            if err is not None and (observed or 0.0) < at:
+                # measured slower than predicted: the row is not corrected for it (a gang 35x slower on
+                # K80s says little of its V100 speed), but it may be a level error: the targets' factor
+                # is at least it, so one over-rated job alone moves on no level error
+                floor = math.exp(err)
+        low, high = self._bounds(job, speed, gpus, current if measured else None, own, floor)
         value: dict[str, float] = {}
         if current is not None and current in speed and job.preemptible and observed:
+            # a move is priced on the target's lower bound: it must gain beyond the interval
+            best = max(speed[current], *low.values())
             value[current] = 1.0 + speed[current] / best
-            for t, v in speed.items():
+            for t, v in low.items():
                 if t == current:
                     continue
                 pays, cost = move_pays(
@@ -304,18 +430,69 @@ class TypePlanner:
         elif current is not None and cur_alloc is not None:
             # cannot move (non-preemptible; not measured where it runs yet, so a move cannot be priced;
             # or no predicted progress where it is): only where it is
-            value[current] = 1.0 + speed.get(current, 0.0) / best
+            value[current] = 1.0 + speed.get(current, 0.0) / max(speed.values())
             gpus[current] = cur_alloc.total_gpus
         else:
-            value = {t: 1.0 + v / best for t, v in speed.items()}
-        return _Row(job, speed, gpus, value, current)
+            value = self._robust_values(job, speed, low, high)
+        pref: tuple[str, ...] = ()
+        if current is None and not self._certain(low, high):
+            pref = tuple(sorted(speed, key=lambda t: self.preference.key(t, job.precision)))
+        return _Row(job, speed, gpus, value, current, low, high, pref)
+
+    def _certain(self, low: Mapping[str, float], high: Mapping[str, float]) -> bool:
+        """Whether every ratio between two of the row's types is known within ``MIN_SPEEDUP`` (the bar a
+        predicted gain must clear to move a job): each type's interval (high / low) within its square
+        root, 1.118x. The LP may then trade the job's type for another job's."""
+        return all(high[t] / low[t] <= math.sqrt(MIN_SPEEDUP) for t in low)
+
+    def _bounds(
+        self,
+        job: Job,
+        speed: Mapping[str, float],
+        gpus: Mapping[str, int],
+        measured_type: str | None,
+        own: tuple[bool, float] | None = None,
+        floor: float = 1.0,
+    ) -> tuple[dict[str, float], dict[str, float]]:
+        """Each type's speed divided and multiplied by its uncertainty factor: the oracle's own interval
+        for the question (``IntervalOracle``), widened to this round's measured spread for its class (one
+        node or several, ``Uncertainty``, less the job's own measured error ``own``), and at least ``floor``
+        (a running job's own uncorrected error); a type where the job is measured is exact."""
+        low: dict[str, float] = {}
+        high: dict[str, float] = {}
+        for t, v in speed.items():
+            u = 1.0
+            if t != measured_type:
+                info = self.infos[t]
+                multi = gpus[t] > max(1, info.node_gpus)
+                u = max(self.oracle_u.get((job.name, t), 1.0), self.uncertainty.factor(multi, own), floor)
+            low[t], high[t] = v / u, v * u
+        return low, high
+
+    def _robust_values(
+        self, job: Job, speed: Mapping[str, float], low: Mapping[str, float], high: Mapping[str, float]
+    ) -> dict[str, float]:
+        """LP values of a job that may go anywhere, robust to the oracle's error: its reference type is the
+        one ``ordered`` would pick (newest first) unless another type's lower bound beats that type's upper
+        bound (an advantage beyond the interval; then the point estimate's best); every other type is
+        valued at its lower bound over the reference's upper bound, the worst case of the row within the
+        intervals. Exact answers (the true table) give the point values ``1 + X[t] / max X``."""
+        pref = self.preference
+        p = min(speed, key=lambda t: pref.key(t, job.precision))
+        ref = p
+        if max(low.values()) > high[p]:
+            ref = max(speed, key=lambda t: (speed[t], -pref.key(t, job.precision)[1]))
+        top = high[ref]
+        return {t: 2.0 if t == ref else 1.0 + min(1.0, low[t] / top) for t in speed}
 
     def orders(self, ranked: Sequence[Job]) -> dict[str, tuple[str, ...]]:
         """Each job's allowed types in the order to try them; jobs missing get the free-GPU order."""
         types = list(self.infos)
         if len(types) <= 1:
             return {}
-        rows = [r for r in (self._row(j) for j in ranked if j.remaining_work > 0) if r is not None]
+        live = [j for j in ranked if j.remaining_work > 0]
+        self._oracle_intervals(live)
+        rows = [r for r in (self._row(j) for j in live) if r is not None]
         if not rows:
             return {}
         capacity = {t: float(info.capacity) for t, info in self.infos.items()}
@@ -323,6 +500,8 @@ class TypePlanner:
         competing: list[_Row] = []
         used = 0
         for row in rows:
+            if row.preference:
+                continue  # asks as ``ordered`` would (``_Row.preference``), not in the LP
             need = min(row.gpus[t] for t in row.value) if row.value else 0
             if not row.value or need > max(capacity.get(t, 0.0) for t in row.value):
                 continue
@@ -345,6 +524,9 @@ class TypePlanner:
                 v = row.value.get(t, 1.0 + row.speed[t] / max(row.speed.values()))
                 return (-got.get(t, 0.0), -(v - price.get(t, 0.0)), -self.free.free.get(t, 0), t)
 
+            if row.preference:
+                out[name] = row.preference
+                continue
             if row.current is not None and row.current in row.value and len(row.value) > 1:
                 # the LP moves it (the move pays): ask only for that type; it keeps its GPUs otherwise
                 best_move = sorted(row.value, key=key)[0]
@@ -480,4 +662,13 @@ def aware_orders(
     ]
     answers = batch_throughput(oracle, [(j, spread_of(a, nodes)) for j, a in measured])
     placed = {j.name: v for (j, _), v in zip(measured, answers, strict=True)}
-    return TypePlanner(snapshot, infos, table, horizon_s=horizon_s, placed=placed).orders(ranked)
+    uncertainty = calibrate(
+        [
+            (j.observed_throughput or 0.0, v, a.num_nodes > 1)
+            for (j, a), v in zip(measured, answers, strict=True)
+        ]
+    )
+    planner = TypePlanner(
+        snapshot, infos, table, horizon_s=horizon_s, placed=placed, uncertainty=uncertainty, oracle=oracle
+    )
+    return planner.orders(ranked)

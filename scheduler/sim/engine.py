@@ -109,6 +109,8 @@ class JobRecord:
     #: restarts that moved the running job to other GPUs (another type or other nodes), no wait between
     migrations: int = 0
     gpu_seconds: float = 0.0
+    #: seconds it held GPUs (running or restarting); the rest of its JCT it waited
+    held_seconds: float = 0.0
     failed: str = ""
 
     @property
@@ -281,6 +283,7 @@ class Engine:
                 gained = st.gpus * (now - updated)
                 st.attained += gained
                 st.record.gpu_seconds += gained
+                st.record.held_seconds += now - updated
                 st.stale = True
             st.updated = now
 

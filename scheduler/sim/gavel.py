@@ -171,9 +171,11 @@ class GavelLasRequest:
     """One ``perfsched experiment gavel-las`` sweep (see ``scheduler.commands.simulate``)."""
 
     rates: tuple[float, ...]
-    #: heterogeneity-aware and -agnostic policy specs, in that order
+    #: heterogeneity-aware and -agnostic policy specs, and the newest-first baseline (``ordered``;
+    #: empty: not run)
     aware: str = "las"
     agnostic: str = "las:heterogeneity=agnostic"
+    ordered: str = "las:heterogeneity=ordered"
     jobs: int = 500
     window: tuple[int, int] = (200, 400)
     #: generator seeds; each (rate, policy) is run once per seed and the report averages over them
@@ -230,6 +232,8 @@ def run_gavel_las(
 
     req.validate()
     specs = {"aware": parse_policy_spec(req.aware), "agnostic": parse_policy_spec(req.agnostic)}
+    if req.ordered:
+        specs["ordered"] = parse_policy_spec(req.ordered)
     for role, spec in specs.items():
         try:
             make_policy_from_spec(spec)

@@ -1,12 +1,12 @@
 """Simulation reports: summary metrics from an engine run, JSON/CSV files and plots.
 
 ``summarize`` is pure: it turns an ``EngineResult`` into one flat ``dict`` of metrics (avg/p50/p99 JCT,
-queueing delay, makespan, utilisation, preemptions/restarts/migrations per job (a migration is a
-restart that moves a running job to other GPUs without waiting; a preemption stops it), deadline
-satisfaction, finish-time fairness, engine speed). ``write_reports`` and ``write_plots`` write files
-(the only I/O here); ``write_plots`` writes SVG by default (``scheduler.sim.svgplot``, no plotting
-library), and PNGs on request with matplotlib, imported only then and drawn on the Agg canvas without
-``pyplot``.
+queueing delay (to the first start), waiting time (all time without GPUs), makespan, utilisation,
+preemptions/restarts/migrations per job (a migration is a restart that moves a running job to other GPUs
+without waiting; a preemption stops it), deadline satisfaction, finish-time fairness, engine speed).
+``write_reports`` and ``write_plots`` write files (the only I/O here); ``write_plots`` writes SVG by
+default (``scheduler.sim.svgplot``, no plotting library), and PNGs on request with matplotlib, imported
+only then and drawn on the Agg canvas without ``pyplot``.
 
 Finish-time fairness follows Themis' rho = T_shared / T_fair, where T_fair is the job's run time if
 it had its fair share of the cluster: with N the average number of jobs in the system while the job
@@ -49,6 +49,7 @@ SUMMARY_FIELDS = (
     "avg_queueing_s",
     "p50_queueing_s",
     "p99_queueing_s",
+    "avg_waiting_s",
     "makespan_s",
     "utilization",
     "preemptions",
@@ -130,6 +131,12 @@ def summarize(result: EngineResult, **labels: Any) -> dict[str, Any]:
         avg_queueing_s=float(queue.mean()) if queue.size else math.nan,
         p50_queueing_s=_pct(queue, 50),
         p99_queueing_s=_pct(queue, 99),
+        # all the time without GPUs, also after preemptions (a preemptive policy starts each job at once)
+        avg_waiting_s=float(
+            np.mean([max(0.0, (r.finish or 0.0) - r.submit_time - r.held_seconds) for r in done])
+        )
+        if done
+        else math.nan,
         makespan_s=makespan,
         utilization=util,
         preemptions=sum(r.preemptions for r in recs),

@@ -18,6 +18,7 @@ from typing import Any
 from scheduler.core.errors import ConfigError
 from scheduler.core.protocols import Policy, ThroughputOracle
 from scheduler.core.types import Node
+from scheduler.policies.ordered import check_policy_type_order
 from scheduler.sim.cluster import ClusterSpec, homogeneous_spec, load_cluster_spec, spec_to_nodes
 from scheduler.sim.engine import Engine, EngineConfig, EngineResult
 from scheduler.sim.reports import per_queue, summarize
@@ -151,6 +152,11 @@ def run_simulations(
     policies, spec_text = _build_policies(req, plan)
     spec = resolve_cluster(req)
     nodes = spec_to_nodes(spec)
+    for name, policy in policies.items():
+        try:
+            check_policy_type_order(policy, (n.gpu_type for n in nodes))
+        except ConfigError as exc:
+            raise ConfigError(f"policy spec {spec_text[name]!r}: {exc}") from None
     trace = load_trace(req.trace)
     rows: Sequence[Any] = trace.jobs[: req.max_jobs] if req.max_jobs else trace.jobs
     cluster_gpus = spec.total_gpus

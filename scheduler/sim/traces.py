@@ -29,7 +29,14 @@ REQUIRED_COLUMNS = ("job_id", "submit_time", "num_gpus", "duration")
 
 #: shipped (inside the package) and shared (read from the shared trace folder when present) traces
 SHIPPED_TRACES = {"philly-10k": "philly_pollux_10k.csv.gz"}
-SHARED_TRACES = {"philly-full": "philly_pollux_full.csv.gz", "philly-10k-shared": "philly_pollux_10k.csv.gz"}
+SHARED_TRACES = {
+    "philly-full": "philly_pollux_full.csv.gz",
+    "philly-10k-shared": "philly_pollux_10k.csv.gz",
+    # training-like pods only (``scheduler.sim.mixes.alibaba_training_pods``); not shipped: no licence
+    "alibaba-2023": "alibaba_gpu2023_openb_gpu_pods_full.csv.gz",
+}
+#: generated from a shipped trace (``scheduler.sim.mixes``); ``NAME:seed=N`` draws another one
+SYNTHETIC_TRACES = ("multinode-mix",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,9 +190,16 @@ def _read_text(path: Path) -> str:
 
 def load_trace(path_or_name: str | Path) -> Trace:
     """Load a trace CSV (``.csv`` or ``.csv.gz``) or a named one: ``philly-10k`` (shipped),
-    ``philly-full`` (from the shared trace folder, when present)."""
+    ``philly-full`` and ``alibaba-2023`` (from the shared trace folder, when present),
+    ``multinode-mix[:seed=N]`` (generated from the shipped Philly sample, ``scheduler.sim.mixes``)."""
     key = str(path_or_name)
     path = Path(key)
+    base, _, options = key.partition(":")
+    if base in SYNTHETIC_TRACES and not path.is_file():
+        from scheduler.sim.mixes import parse_mix_options, size_mix_trace
+
+        seed = parse_mix_options(options).get("seed", 0)
+        return size_mix_trace(load_trace("philly-10k"), jobs=10_000, seed=seed, name=key)
     if path.is_file():
         try:
             text = _read_text(path)
@@ -200,13 +214,17 @@ def load_trace(path_or_name: str | Path) -> Trace:
         for folder in shared_trace_dirs():
             candidate = folder / SHARED_TRACES[key]
             if candidate.is_file():
-                trace = parse_trace_csv(_read_text(candidate), str(candidate), name=key)
-                return trace
+                text = _read_text(candidate)
+                if key == "alibaba-2023":
+                    from scheduler.sim.mixes import alibaba_training_pods
+
+                    text = alibaba_training_pods(text, str(candidate))
+                return parse_trace_csv(text, str(candidate), name=key)
         raise ConfigError(
             f"{key}: shared trace {SHARED_TRACES[key]} not found in "
             f"{', '.join(str(d) for d in shared_trace_dirs())} (set PERFSCHED_TRACES_DIR)"
         )
-    names = ", ".join([*SHIPPED_TRACES, *SHARED_TRACES])
+    names = ", ".join([*SHIPPED_TRACES, *SHARED_TRACES, *SYNTHETIC_TRACES])
     raise ConfigError(f"{key}: no such trace file or trace name (names: {names})")
 
 

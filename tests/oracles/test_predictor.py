@@ -59,3 +59,14 @@ def test_unanswerable_row_gets_zero_without_blinding_the_others(oracle: Predicto
     bad = Job(name="x", submit_time=0, total_work=1)  # no model, no batch size
     good, zero = oracle.throughput([(_job("a"), PlacementShape("V100", 1)), (bad, PlacementShape("V100", 1))])
     assert good > 0 and zero == 0.0
+
+
+def test_the_interval_brackets_the_answer_in_the_jobs_units(oracle: PredictorOracle) -> None:
+    bad = Job(name="x", submit_time=0, total_work=1)
+    shape = PlacementShape("V100", 8, num_nodes=2, interconnect=Interconnect.PCIE, network_gbps=25)
+    queries = [(_job("a"), shape), (_job("b", WorkUnit.SAMPLES), shape), (bad, shape)]
+    points = oracle.throughput(queries)
+    (lo_i, hi_i), (lo_s, hi_s), none = oracle.throughput_interval(queries)
+    assert lo_i < points[0] < hi_i
+    assert (lo_s, hi_s) == pytest.approx((lo_i * 64, hi_i * 64))  # samples = iterations x global batch
+    assert none == (0.0, 0.0)  # a row it cannot answer: no interval, not a zero-width one

@@ -79,7 +79,7 @@ INVALID = [
     # checked by the policy's own typed config (scheduler.policies.config.parse_config)
     ("las:nosuch=1", "policy spec 'las:nosuch=1': policy 'las': unknown config field 'nosuch'; "
      "known fields: consolidate, heterogeneity, horizon_s, preemptive, promote_knob, starvation_factor, "
-     "thresholds_gpu_hours"),
+     "thresholds_gpu_hours, type_order"),
     ("las:preemptive=yes", "policy spec 'las:preemptive=yes': policy 'las' config field 'preemptive': "
      "must be true or false, got 'yes'"),
     ("srsf:preempt_margin_gpu_s=lots", "policy spec 'srsf:preempt_margin_gpu_s=lots': policy 'srsf' config "

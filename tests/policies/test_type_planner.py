@@ -129,10 +129,35 @@ def test_a_running_job_is_priced_by_its_measured_throughput_and_the_predicted_ra
     assert _one_move_round(measured, 1.0, 5.0) == (ActionKind.RESIZE, "V100")
     # and where the predicted ratio is under the 1.25x bar, being measured fast does not make it one
     assert _one_move_round(measured, 1.0, 1.2) == (ActionKind.KEEP, "K80")
-    # measured slower than predicted (0.5/s): a move must pay against the prediction too (1.25x of
-    # 1/s), so a V100 predicted at 1.2/s is no move although it is 2.4x what was measured
+    # measured slower than predicted (0.5/s): the measurement replaces the prediction where it runs, and
+    # its own 2x error may be a level error, so the V100's lower bound is 1.2 / 2 = 0.6/s, 1.2x what was
+    # measured: no move; a V100 predicted at 2/s (lower bound 1/s, 2x) moves
     slow = with_(base.build(), observed_throughput=0.5)
     assert _one_move_round(slow, 1.0, 1.2) == (ActionKind.KEEP, "K80")
+    assert _one_move_round(slow, 1.0, 2.0) == (ActionKind.RESIZE, "V100")
+
+
+def test_a_move_must_gain_beyond_what_the_other_jobs_measurements_say_is_unknown() -> None:
+    # "j" runs on a K80 measured at 0.5/s (predicted 1/s); the V100 is predicted at 1.2/s. "o", on the
+    # other K80, is measured at 0.5/s where 1/s was predicted: the oracle is off by 2x on one node, so
+    # the V100's lower bound is 1.2 / 2 = 0.6/s, 1.2x what "j" makes: under the 1.25x bar, no move.
+    # At 2/s predicted (lower bound 1.0/s, 2x) it moves.
+    nodes = [
+        node("v").gpus(1, "V100").build(),
+        node("k").gpus(1, "K80").build(),
+        node("k2").gpus(1, "K80").build(),
+    ]
+    base = job("j").work(1_000_000).progress(1000, checkpoint=1000)
+    j = with_(base.build(), observed_throughput=0.5)
+    other = with_(job("o").work(1_000_000).progress(1000, checkpoint=1000).build(), observed_throughput=0.5)
+    snap = snapshot(
+        nodes, now=100, allocations=[alloc("j", "K80", 1, {"k": 1}), alloc("o", "K80", 1, {"k2": 1})]
+    )
+    for v100, moves in ((1.2, False), (2.0, True)):
+        speed = {("j", "K80"): 1.0, ("j", "V100"): v100, ("o", "K80"): 1.0, ("o", "V100"): 0.0}
+        res = run_round(snap, [j, other], make_policy("las"), FakeOracle(speed=speed), costs=RoundCosts(30))
+        kinds = {a.job: (a.kind, a.after.gpu_type if a.after else None) for a in res.actions}
+        assert kinds["j"] == ((ActionKind.RESIZE, "V100") if moves else (ActionKind.KEEP, "K80")), v100
 
 
 def test_a_running_job_near_its_end_is_never_moved() -> None:

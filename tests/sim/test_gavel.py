@@ -101,6 +101,7 @@ def test_quick_experiment_prints_both_curves_and_the_papers_figures(tmp_path: Pa
     text = result.output
     assert "Figure 8" in text and "OSDI 2020" in text
     assert f"ours agnostic: {agnostic}\n" in text and f"ours aware: {aware}\n" in text
+    assert "ours ordered: las:heterogeneity=ordered\n" in text  # the newest-first baseline
     assert "paper" in text and "LAS" in text and "Gavel" in text
     # the paper's values at the quick rates (2 and 5.6 jobs/hour) are printed beside ours
     assert "96.0" in text and "29.0" in text
@@ -108,8 +109,8 @@ def test_quick_experiment_prints_both_curves_and_the_papers_figures(tmp_path: Pa
     assert (out / "gavel_las.png").stat().st_size > 0
     rows = report["results"]
     assert sorted((r["input_job_rate_per_h"], r["role"], r["policy"]) for r in rows if r["seed"] == 0) == [
-        (2.0, "agnostic", agnostic), (2.0, "aware", aware),
-        (5.6, "agnostic", agnostic), (5.6, "aware", aware),
+        (2.0, "agnostic", agnostic), (2.0, "aware", aware), (2.0, "ordered", "las:heterogeneity=ordered"),
+        (5.6, "agnostic", agnostic), (5.6, "aware", aware), (5.6, "ordered", "las:heterogeneity=ordered"),
     ]  # fmt: skip
     for r in rows:
         assert r["window_jobs"] == 60 and r["unfinished"] == 0
@@ -138,12 +139,13 @@ def test_bad_spec_or_window_exits_2_naming_the_option() -> None:
 
 def test_several_seeds_are_each_run_and_averaged_per_rate() -> None:
     args = ["experiment", "gavel-las", "--rates", "2", "--jobs", "40", "--window", "10:30", "--seeds", "0,1",
-            "--aware", "las", "--agnostic", "fifo", "--json", "--out", ""]  # fmt: skip
+            "--aware", "las", "--agnostic", "fifo", "--ordered", "", "--json", "--out", ""]  # fmt: skip
     result = CliRunner().invoke(build_app(), args)
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["seeds"] == [0, 1]
     runs = {(r["seed"], r["role"]): r["avg_jct_h"] for r in report["results"]}
+    # ``--ordered ''`` leaves the newest-first baseline out
     assert set(runs) == {(0, "aware"), (0, "agnostic"), (1, "aware"), (1, "agnostic")}
     assert runs[(0, "aware")] != runs[(1, "aware")]  # other jobs
     from scheduler.commands.simulate import _gavel_rows
