@@ -342,6 +342,86 @@ def _echo_text(result: dict[str, Any], r: Any, llm_plan: Any) -> None:
         typer.echo("note: low confidence (model or GPU not in the catalogue)")
 
 
+def _predict_profile(path: Path, row: dict[str, str], as_json: bool) -> None:
+    """``perfsched predict --profile``: compose the job from its operator profile (``perfmodel.compose``)."""
+    from perfmodel.compose import compose_interval
+    from perfmodel.errors import PerfModelError
+    from perfmodel.features import parse_row
+    from perfmodel.kernels import default_cost_model
+    from perfmodel.profile import load_profile
+
+    try:
+        prof = load_profile(path)
+    except PerfModelError as exc:
+        raise ConfigError(f"--profile: {exc}") from exc
+    try:
+        _, hw = parse_row(
+            {
+                **row,
+                "model": prof.model.name,
+                "params": str(max(prof.model.parameters, 1)),
+                "flops_per_sample": str(max(prof.train_flops_per_sample, 1.0)),
+            }
+        )
+        micro = int(row["micro_batch"]) if row.get("micro_batch") else None
+        precision = row.get("precision") or "fp32"
+        batch = int(row["batch_size"]) if row.get("batch_size") else 0
+        p, low, high = compose_interval(
+            prof, hw, precision, batch, default_cost_model(), row.get("sharding") or "ddp", micro
+        )
+    except PerfModelError as exc:
+        raise ConfigError(_as_flag_message(str(exc))) from exc
+    step = p.step
+    result = {
+        "model": prof.model.name,
+        "route": "operators",
+        "batch_size": p.global_batch,
+        "per_gpu_batch": p.micro_batch * p.grad_accumulation,
+        "micro_batch": p.micro_batch,
+        "grad_accumulation": p.grad_accumulation,
+        "precision": precision,
+        "matmul_dtype": p.matmul_dtype,
+        "other_dtype": p.other_dtype,
+        "sharding": p.sharding,
+        "gpu_product": row["gpu_product"],
+        "gpu_type": p.gpu_type,
+        "gpus": hw.num_gpus,
+        "gpus_per_node": p.gpus_per_node,
+        "nodes": hw.num_nodes,
+        "pred_samples_per_s": p.samples_per_s,
+        "pred_iters_per_s": p.iters_per_s,
+        "pred_samples_per_s_low": low,
+        "pred_samples_per_s_high": high,
+        "pred_iters_per_s_low": low / p.global_batch,
+        "pred_iters_per_s_high": high / p.global_batch,
+        "low_confidence": p.low_confidence,
+        "step_s": step.step_s,
+        "forward_s": step.forward_s,
+        "backward_s": step.backward_s,
+        "optimizer_s": step.optimizer_s,
+        "communication_s": step.communication_s,
+        "exposed_communication_s": step.exposed_communication_s,
+        "compute_by_class_s": dict(step.by_class_s),
+    }
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    typer.echo(
+        f"{prof.model.name} (operator profile, {len(prof.operators)} operators), global batch "
+        f"{p.global_batch} ({p.micro_batch} x {p.grad_accumulation} per GPU), {precision} "
+        f"(matmuls {p.matmul_dtype}, other tensors {p.other_dtype}), {p.sharding}"
+    )
+    typer.echo(f"placement: {hw.num_gpus} x {p.gpu_type} ({row['gpu_product']}), {hw.num_nodes} node(s)")
+    typer.echo(f"predicted: {p.samples_per_s:.1f} samples/s (80% interval {low:.1f} - {high:.1f})")
+    typer.echo(
+        f"step {step.step_s * 1e3:.2f} ms: forward {step.forward_s * 1e3:.2f}, backward "
+        f"{step.backward_s * 1e3:.2f}, optimizer {step.optimizer_s * 1e3:.2f}, exposed communication "
+        f"{step.exposed_communication_s * 1e3:.2f} (of {step.communication_s * 1e3:.2f})"
+    )
+    if p.low_confidence:
+        typer.echo("note: low confidence (GPU not in the catalogue)")
+
+
 # The precisions the predictor takes (``perfmodel.gpus.PRECISIONS``; a test checks the two agree).
 PRECISION_HELP = (
     "fp32 | tf32 | amp | fp16 | bf16 | fp8. fp32 runs matrix maths on FP32 cores except convolutions, "
@@ -387,9 +467,36 @@ def predict(
     activation_checkpointing: bool = typer.Option(
         False, "--activation-checkpointing", help="LLM: recompute activations in the backward pass."
     ),
+    profile: str = typer.Option(
+        None,
+        "--profile",
+        help="Operator profile JSON (perfsched profile): predict from its operators instead of --model.",
+    ),
 ) -> None:
     """Predict training throughput (samples/s, iterations/s and an ~80% interval) of a job placement,
     and its peak memory per GPU (``memory_gib_per_gpu``, ``fits``)."""
+    if profile:
+        if model or params is not None or input_csv or observed:
+            raise ConfigError(
+                "--profile: give the model by its profile alone (not with --model, --params, "
+                "--input or --observed)"
+            )
+        _predict_profile(
+            Path(profile),
+            _flag_row(
+                batch_size=batch_size,
+                gpu_product=gpu_product,
+                gpus=gpus,
+                gpus_per_node=gpus_per_node,
+                interconnect=interconnect,
+                network_gbps=network_gbps,
+                precision=precision,
+                sharding=sharding,
+                micro_batch=micro_batch,
+            ),
+            as_json,
+        )
+        return
     corrector = _load_corrector(Path(observed) if observed else None)
     if input_csv:
         _predict_file(corrector, Path(input_csv), as_json)
