@@ -31,9 +31,9 @@ accumulation) enters the readout. Two readouts, one chosen per fold inside its t
 
 Training (``bench/mdot_train.py``) needs PyTorch, which the product does not: it runs in a
 ``$PERFSCHED_TORCH_PYTHON`` (default ``/usr/bin/python3``) subprocess on one thread, seeded; this script
-prepares the arrays in the product's environment. Hyper-parameters (readout, training steps) are chosen on
-an inner hold-out of each fold's training rows that is grouped like the split (random rows; a GPU
-generation; models; sources), then the model is refitted on all training rows.
+prepares the arrays in the product's environment. The readout and the training steps are chosen on an
+inner hold-out of each fold's training rows, grouped like the split (random rows; a GPU generation;
+models; sources), never on the fold's test rows (``bench/mdot_train.py``).
 
 Data, rows and splits are those of ``bench/opmodel_accuracy.py``: the rows the operator route answers (a
 zoo profile describes the row's sample; data parallel or FSDP), and its fixed splits (seeded random 20%,

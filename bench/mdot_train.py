@@ -6,11 +6,14 @@ arrays (``ARRAYS.npz``: tokens per profile, row and placement features, log step
 (``FOLDS.npz``: per fold the training and test rows and a group id per training row for the inner hold-out),
 writes the test predictions (log seconds per step) to ``OUT.npz`` and the choices per fold to ``OUT.json``.
 
-Per fold: the inner hold-out is about 20% of the training rows, whole groups at a time (seeded); each
-readout (``sum``, ``pool``) trains on the rest for ``--steps`` steps and is scored on the hold-out every
-``--steps / 6`` steps; the (readout, steps) with the lowest mean relative error of throughput is refitted
-on all training rows and predicts the test rows. Operators whose type no training row has map to one
-"unseen" embedding; numeric features are standardised with the training rows' statistics.
+Per fold: the inner hold-out is about 20% of the training rows, whole groups at a time (seeded). One
+model with both readouts (``sum``, ``pool``: a shared encoder, the two losses added) trains on the other
+training rows for ``--steps`` steps (mean |log error| of step time, AdamW, one-cycle learning rate) and is
+scored on the hold-out every ``--steps / 6`` steps; the (readout, checkpoint) with the lowest mean
+relative error of throughput there predicts the test rows (early stopping: the hold-out rows inform the
+choice, not the weights). Operators whose type no training row has map to one "unseen" embedding;
+numeric features are standardised with the training rows' statistics; both readouts start at the
+datasheet roofline times the training rows' median ratio to it.
 
     /usr/bin/python3 bench/mdot_train.py ARRAYS.npz FOLDS.npz OUT.npz [--steps 300] [--seed 0]
 """
