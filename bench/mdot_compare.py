@@ -39,7 +39,8 @@ Data, rows and splits are those of ``bench/opmodel_accuracy.py``: the rows the o
 zoo profile describes the row's sample; data parallel or FSDP), and its fixed splits (seeded random 20%,
 leave one GPU generation out, leave one model out for models with at least 10 rows, leave one source
 out). Methods in the same run: ``mdot``; ``composed`` and ``composed+cal`` (the operator route cold and
-with its fold-fitted calibration); ``ours`` (the shipped predictor trained on the fold's training rows).
+with its fold-fitted calibration); ``ours`` (the shipped predictor trained on all the fold's training
+rows, also those the operator route cannot answer). All methods are scored on the same test rows.
 
     nice python bench/mdot_compare.py [--splits random,logo-gen,lomo,loso] [--methods mdot,composed,...]
         [--steps 300] [--out bench/results/mdot_compare.json]
