@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from scheduler.names import GANG_API_GROUP, GANG_API_VERSION
+from scheduler.names import GANG_API_GROUP, GANG_API_VERSION, GROUP, TRAININGJOB_KIND
 
 Obj = dict[str, Any]
 
@@ -61,7 +61,9 @@ def workload_body(tj: Mapping[str, Any], generation: int, min_count: int, owner:
         "kind": "Workload",
         "metadata": _meta(tj, name, owner),
         "spec": {
-            "podGroupTemplates": [{"name": POD_GROUP_TEMPLATE, "schedulingPolicy": _gang_policy(min_count)}]
+            # the link back to the TrainingJob that tools (kubectl describe) follow; immutable
+            "controllerRef": {"apiGroup": GROUP, "kind": TRAININGJOB_KIND, "name": tj["metadata"]["name"]},
+            "podGroupTemplates": [{"name": POD_GROUP_TEMPLATE, "schedulingPolicy": _gang_policy(min_count)}],
         },
     }
 

@@ -38,6 +38,7 @@ def test_workload_and_pod_group_bodies() -> None:
     assert wl["metadata"]["name"] == pg["metadata"]["name"] == "bert-g3"
     assert wl["metadata"]["namespace"] == pg["metadata"]["namespace"] == "ml"
     assert wl["metadata"]["ownerReferences"] == [owner]
+    assert wl["spec"]["controllerRef"] == {"apiGroup": "perfsched.dev", "kind": "TrainingJob", "name": "bert"}
     assert wl["spec"]["podGroupTemplates"] == [
         {"name": "workers", "schedulingPolicy": {"gang": {"minCount": 8}}}
     ]
