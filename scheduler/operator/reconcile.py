@@ -710,6 +710,9 @@ class Operator:
             self.actuator.delete_pods(view.namespace, out.delete, out.grace_seconds)
         if out.delete_service:
             self.actuator.delete_service(view.obj)
+            if self.actuator.workload_api and view.generation > 0:
+                # the job is over: its last gang's PodGroup and Workload go with the Service
+                self.actuator.delete_group(view.obj, view.generation)
         if out.count is not None:
             report.actions.setdefault(out.count, []).append(view.key)
             metrics.OPERATOR_ACTIONS.labels(kind=out.count).inc()

@@ -40,3 +40,18 @@ def test_off_by_default() -> None:
     h.operator().run_round()
     assert not h.api.gang_objects
     assert all("schedulingGroup" not in p["spec"] for p in h.api.job_pods("ml", "bert"))
+
+
+def test_a_finished_job_leaves_no_group() -> None:
+    h = make_harness(workload_api=True)
+    h.api.add_node(gpu_node("n1", 8))
+    h.api.add_trainingjob(trainingjob("bert"))
+    op = h.operator()
+    op.run_round()
+    h.settle_pods()
+    assert groups(h) == {("workloads", "ml", "bert-g1"), ("podgroups", "ml", "bert-g1")}
+    for i in (1, 0):
+        h.api.set_pod_phase("ml", f"bert-g1-{i}", "Succeeded")
+    op.run_round()
+    assert h.api.status_of("ml", "bert")["phase"] == "Succeeded"
+    assert groups(h) == set()
