@@ -3,7 +3,9 @@
 - ``kube_cluster`` (session): brings up ``perfsched dev-cluster`` once per session in a temporary state
   directory, with the KWOK GPU nodes of ``e2e/clusters/e2e-small.yaml`` (``PERFSCHED_E2E_CLUSTER``
   overrides the spec; ``PERFSCHED_E2E_GPU_API`` = ``dra`` or ``mixed`` publishes their GPUs as DRA
-  devices, ``PERFSCHED_K8S_VERSION`` picks the Kubernetes binaries), and tears it down at the end.
+  devices, ``PERFSCHED_K8S_VERSION`` picks the Kubernetes binaries, ``PERFSCHED_E2E_WORKLOAD_API=1``
+  serves the gang API and ``PERFSCHED_E2E_OPPORTUNISTIC_BATCHING=0`` turns kube-scheduler's batching off),
+  and tears it down at the end.
   With ``PERFSCHED_E2E_KUBECONFIG`` it uses that cluster instead (e.g. kind, see ``e2e/kind/``) and
   starts nothing; ``PERFSCHED_E2E_EXTENDER_URL`` then says where that cluster's scheduler calls the extender.
 - ``fresh_namespace``: a new namespace per test (its ``default`` ServiceAccount ready), deleted after.
@@ -30,6 +32,10 @@ from e2e.harness import REPO, Component, KubeCluster, e2e_gpu_api
 E2E_KUBECONFIG_ENV = "PERFSCHED_E2E_KUBECONFIG"
 E2E_CLUSTER_ENV = "PERFSCHED_E2E_CLUSTER"
 E2E_EXTENDER_URL_ENV = "PERFSCHED_E2E_EXTENDER_URL"
+#: "1": the control plane serves the gang API (``dev-cluster up --workload-api``); e2e/test_workload_api.py
+E2E_WORKLOAD_API_ENV = "PERFSCHED_E2E_WORKLOAD_API"
+#: "0": kube-scheduler runs with the OpportunisticBatching feature gate off
+E2E_BATCHING_ENV = "PERFSCHED_E2E_OPPORTUNISTIC_BATCHING"
 DEFAULT_SPEC = REPO / "e2e" / "clusters" / "e2e-small.yaml"
 
 
@@ -65,7 +71,13 @@ def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeClust
     dc = DevCluster(tmp_path_factory.mktemp("dev-cluster"))
     try:
         state = dc.up(
-            UpOptions(nodes=spec_to_nodes(spec), node_labels=node_labels(spec), gpu_api=e2e_gpu_api())
+            UpOptions(
+                nodes=spec_to_nodes(spec),
+                node_labels=node_labels(spec),
+                gpu_api=e2e_gpu_api(),
+                workload_api=os.environ.get(E2E_WORKLOAD_API_ENV) == "1",
+                opportunistic_batching=os.environ.get(E2E_BATCHING_ENV) != "0",
+            )
         )
     except DevClusterError as exc:
         pytest.fail(f"the e2e control plane did not start:\n{exc}", pytrace=False)

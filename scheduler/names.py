@@ -82,6 +82,9 @@ ANNOTATION_TRAINER_JOB = "perfsched.dev/trainer-replicated-job"
 DRA_GROUP = "resource.k8s.io"
 DRA_VERSION = "v1"
 DRA_API_VERSION = f"{DRA_GROUP}/{DRA_VERSION}"
+#: the upstream gang API (Workload / PodGroup, beta in Kubernetes 1.37)
+GANG_API_GROUP = "scheduling.k8s.io"
+GANG_API_VERSION = "v1beta1"
 #: NVIDIA's DRA driver (k8s-dra-driver-gpu): the driver name of its GPU devices and of its DeviceClass.
 DRA_GPU_DRIVER = "gpu.nvidia.com"
 #: Device attributes NVIDIA's driver publishes on a GPU (names unqualified: their domain is the driver's).

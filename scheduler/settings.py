@@ -96,6 +96,10 @@ class Settings(BaseSettings):
     operator_master_port: int = Field(default=29500, ge=1, le=65535)
     #: jobs whose API writes the operator sends concurrently within a round
     operator_api_concurrency: int = Field(default=8, ge=1, le=64)
+    #: a scheduling.k8s.io/v1beta1 Workload and PodGroup per gang generation, so that kube-scheduler binds
+    #: each gang all or nothing (Kubernetes 1.37 with the GenericWorkload and GangScheduling feature gates;
+    #: docs/workload-api.md). Off by default until the API is GA.
+    operator_workload_api: bool = False
     #: schedule batch/v1 Jobs, JobSets and TrainJobs labelled perfsched.dev/queue (docs/job-kinds.md)
     operator_adopt_workloads: bool = True
     #: HTTPS port of the mutating webhook that suspends them at creation (0: not served)

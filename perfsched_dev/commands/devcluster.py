@@ -138,6 +138,17 @@ def _register_up(dev: typer.Typer) -> None:
             help="Kubernetes version of the control plane [default: $PERFSCHED_K8S_VERSION or "
             "the tested one]; build it with PERFSCHED_K8S_VERSION=<v> e2e/install-tools.sh.",
         ),
+        workload_api: bool = typer.Option(
+            False,
+            "--workload-api",
+            help="Serve the gang API (scheduling.k8s.io/v1beta1 Workload / PodGroup, feature gate "
+            "GenericWorkload; Kubernetes 1.37) and run kube-scheduler's GangScheduling plugin.",
+        ),
+        opportunistic_batching: bool = typer.Option(
+            True,
+            "--opportunistic-batching/--no-opportunistic-batching",
+            help="kube-scheduler's OpportunisticBatching feature gate.",
+        ),
         state_dir: Path = _STATE_DIR,
         as_json: bool = typer.Option(False, "--json", help="Print the cluster state as JSON."),
     ) -> None:
@@ -185,6 +196,8 @@ def _register_up(dev: typer.Typer) -> None:
                 with_jobsets=with_jobsets,
                 webhook_port=webhook_port,
                 gpu_api=gpu_api,
+                workload_api=workload_api,
+                opportunistic_batching=opportunistic_batching,
             )
             if k8s_version is not None:
                 dc = DevCluster(state_dir, tools=find_tools(k8s_version=k8s_version))

@@ -147,6 +147,21 @@ class UpOptions:
     webhook_port: int | None = None
     #: how the nodes publish their GPUs: ``device-plugin``, ``dra`` or ``mixed`` (``perfsched_dev.k8s.dra``)
     gpu_api: str = "device-plugin"
+    #: serve Kubernetes 1.37's gang API (``scheduling.k8s.io/v1beta1`` Workload / PodGroup) and turn on
+    #: kube-scheduler's GangScheduling plugin (``perfsched dev-cluster up --workload-api``)
+    workload_api: bool = False
+    #: kube-scheduler's OpportunisticBatching feature gate (on by default since 1.35)
+    opportunistic_batching: bool = True
+
+
+def feature_gates(workload_api: bool, opportunistic_batching: bool) -> str:
+    """The ``--feature-gates`` value of kube-apiserver and kube-scheduler; empty for the defaults."""
+    gates = []
+    if workload_api:
+        gates.append("GenericWorkload=true")
+    if not opportunistic_batching:
+        gates.append("OpportunisticBatching=false")
+    return ",".join(gates)
 
 
 @dataclass
@@ -169,6 +184,8 @@ class ClusterState:
     gpu_api: str = "device-plugin"
     #: the Kubernetes version of the control plane's binaries
     k8s_version: str = ""
+    #: ``--feature-gates`` of kube-apiserver and the kube-schedulers (``feature_gates``); empty: defaults
+    feature_gates: str = ""
 
     @property
     def pids(self) -> dict[str, int]:
@@ -196,6 +213,7 @@ class ClusterState:
             "health": self.health,
             "gpu_api": self.gpu_api,
             "k8s_version": self.k8s_version,
+            "feature_gates": self.feature_gates,
         }
 
     @staticmethod
@@ -215,6 +233,7 @@ class ClusterState:
             health={str(k): str(v) for k, v in (data.get("health") or {}).items()},
             gpu_api=str(data.get("gpu_api") or "device-plugin"),
             k8s_version=str(data.get("k8s_version") or ""),
+            feature_gates=str(data.get("feature_gates") or ""),
         )
 
     def running(self) -> list[ProcessRecord]:
@@ -291,6 +310,7 @@ class DevCluster:
         state = self._new_state(options)
         state.gpu_api = options.gpu_api
         state.k8s_version = tools.k8s_version
+        state.feature_gates = feature_gates(options.workload_api, options.opportunistic_batching)
         self._state = state
         self._save()
         try:
@@ -541,6 +561,7 @@ class DevCluster:
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
                 "--v=1",
+                *self._gate_args(state, apiserver=True),
             ],
         )
         self._wait_http(state, "kube-apiserver", f"{api}/readyz", deadline, token=token, ca=run / "ca.crt")
@@ -580,11 +601,16 @@ class DevCluster:
                 # resourceclaim-controller: releases the ResourceClaims of finished pods (DRA GPUs)
                 "--controllers=garbage-collector-controller,namespace-controller,"
                 "serviceaccount-controller,serviceaccount-token-controller,resourceclaim-controller"
-                + (",job-controller" if with_jobs else ""),
+                + (",job-controller" if with_jobs else "")
+                # removes the finalizer of a deleted PodGroup once none of its pods is left
+                + (
+                    ",podgroup-protection-controller" if "GenericWorkload=true" in state.feature_gates else ""
+                ),
                 f"--service-account-private-key-file={run / 'sa.key'}",
                 f"--root-ca-file={run / 'ca.crt'}",
                 "--use-service-account-credentials=false",
                 "--v=1",
+                *self._gate_args(state, apiserver=False),
             ],
         )
 
@@ -652,9 +678,19 @@ class DevCluster:
                 f"--secure-port={state.ports[name]}",
                 f"--cert-dir={run / ('pki-' + name)}",
                 "--v=2",
+                *self._gate_args(state, apiserver=False),
             ],
         )
         return name
+
+    @staticmethod
+    def _gate_args(state: ClusterState, *, apiserver: bool) -> list[str]:
+        if not state.feature_gates:
+            return []
+        args = [f"--feature-gates={state.feature_gates}"]
+        if apiserver and "GenericWorkload=true" in state.feature_gates:
+            args.append("--runtime-config=scheduling.k8s.io/v1beta1=true")
+        return args
 
     def start_scheduler(
         self, sched: str, tuning: configs.SchedulerTuning | None = None, timeout_s: float = 60.0

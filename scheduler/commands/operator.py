@@ -154,6 +154,7 @@ def _operator_config(settings: Settings, identity: str) -> OperatorConfig:
         exclude_slow_nodes=settings.operator_exclude_slow_nodes,
         master_port=settings.operator_master_port,
         instance=identity,
+        workload_api=settings.operator_workload_api,
         api_concurrency=settings.operator_api_concurrency,
     )
 

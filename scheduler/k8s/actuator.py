@@ -16,6 +16,8 @@ checkpoint the gang resumes from) and the environment of a distributed trainer: 
 progress helper. The first container of the template is the worker: it gets the ``nvidia.com/gpu``
 request and limit. ``restartPolicy`` is forced to ``Never``: a crashed worker fails the gang, and the
 operator restarts the whole gang from its checkpoint (counting it against the backoff limit).
+With ``workload_api`` on, each generation also gets a Workload and a PodGroup (``scheduler.k8s.gangapi``)
+and its pods point to the PodGroup, so kube-scheduler binds the gang all or nothing.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ from typing import Any
 
 from scheduler.core.errors import PerfschedError, PermanentError
 from scheduler.core.types import Allocation
-from scheduler.k8s import crd
-from scheduler.k8s.kubeapi import AlreadyExists, KubeApi, Obj
+from scheduler.k8s import crd, gangapi
+from scheduler.k8s.kubeapi import AlreadyExists, KubeApi, NotFound, Obj
 from scheduler.names import (
     ANNOTATION_BATCH_SIZE,
     ANNOTATION_GPU_TYPE,
@@ -323,11 +325,15 @@ class Actuator:
         may_act: Callable[[], bool] = lambda: True,
         master_port: int = DEFAULT_MASTER_PORT,
         instance: str = "",
+        workload_api: bool = False,
     ) -> None:
         self.api = api
         self._may_act = may_act
         self._port = master_port
         self._instance = instance
+        #: create a Workload / PodGroup per gang generation (``scheduler.k8s.gangapi``); turned off for
+        #: good, with one warning, when the server does not serve ``scheduling.k8s.io/v1beta1``
+        self.workload_api = workload_api
 
     def _check(self) -> None:
         if not self._may_act():
@@ -348,10 +354,14 @@ class Actuator:
         the workers resolve ``MASTER_ADDR``, which they retry while the gang starts.
         """
         namespace = tj["metadata"].get("namespace", "default")
-        names = []
-        for pod in gang_pods(
+        pods = gang_pods(
             tj, spec, alloc, generation=generation, start_progress=start_progress, master_port=self._port
-        ):
+        )
+        group = self._create_group(tj, generation, len(pods)) if self.workload_api else None
+        names = []
+        for pod in pods:
+            if group is not None:
+                gangapi.join_group(pod, group)
             self._check()
             try:
                 self.api.create_pod(namespace, pod)
@@ -361,7 +371,46 @@ class Actuator:
         self._check()
         with contextlib.suppress(AlreadyExists):
             self.api.create_service(namespace, headless_service(tj, master_port=self._port))
+        if group is not None and generation > 0:
+            self.delete_group(tj, generation - 1)
         return names
+
+    def _create_group(self, tj: Mapping[str, Any], generation: int, min_count: int) -> str | None:
+        """Create the generation's Workload, then its PodGroup (each once); the PodGroup's name, or None
+        (and the Workload API off from now on) when the server does not serve it."""
+        namespace = tj["metadata"].get("namespace", "default")
+        owner = owner_reference(tj)
+        bodies = (
+            (gangapi.WORKLOADS, gangapi.workload_body(tj, generation, min_count, owner)),
+            (gangapi.POD_GROUPS, gangapi.pod_group_body(tj, generation, min_count, owner)),
+        )
+        for plural, body in bodies:
+            self._check()
+            try:
+                self.api.create_gang_object(plural, namespace, body)
+            except AlreadyExists:
+                log.info(
+                    "gang object already exists", extra={"kind": plural, "name": body["metadata"]["name"]}
+                )
+            except NotFound as exc:
+                log.warning(
+                    "PERFSCHED_OPERATOR_WORKLOAD_API is on but the API server does not serve "
+                    "scheduling.k8s.io/v1beta1 (Kubernetes 1.37 with the GenericWorkload feature gate): "
+                    "gangs are scheduled without it",
+                    extra={"error": str(exc)},
+                )
+                self.workload_api = False
+                return None
+        return gangapi.group_name(tj["metadata"]["name"], generation)
+
+    def delete_group(self, tj: Mapping[str, Any], generation: int) -> None:
+        """Delete a gang generation's PodGroup and Workload (404 is success)."""
+        meta = tj["metadata"]
+        namespace = meta.get("namespace", "default")
+        name = gangapi.group_name(meta["name"], generation)
+        for plural in (gangapi.POD_GROUPS, gangapi.WORKLOADS):
+            self._check()
+            self.api.delete_gang_object(plural, namespace, name)
 
     def delete_pods(self, namespace: str, names: Sequence[str], grace_seconds: int | None) -> None:
         """Delete pods gracefully (SIGTERM, then the grace period for the checkpoint)."""

@@ -92,6 +92,10 @@ class FakeKubeApi:
         #: DRA objects by plural (``deviceclasses``, ``resourceslices``, ``resourceclaims``)
         self.dra: dict[str, list[Obj]] = {}
         self.events: list[Obj] = []
+        #: ``scheduling.k8s.io/v1beta1`` objects by (plural, namespace, name)
+        self.gang_objects: dict[tuple[str, str, str], Obj] = {}
+        #: False: the server does not serve the Workload API (creating its objects raises ``NotFound``)
+        self.serves_workload_api = True
         #: every mutating call, as (verb, namespace, name), for assertions
         self.calls: list[tuple[str, str, str]] = []
         self._faults: dict[str, list[Exception]] = {}
@@ -423,6 +427,27 @@ class FakeKubeApi:
             svc = self._stamp(copy.deepcopy(dict(body)), namespace)
             self.services[(namespace, name)] = svc
             return copy.deepcopy(svc)
+
+    def create_gang_object(self, plural: str, namespace: str, body: Mapping[str, Any]) -> Obj:
+        self._fault("create_gang_object")
+        with self._lock:
+            name = body["metadata"]["name"]
+            self.calls.append((f"create_{plural}", namespace, name))
+            if not self.serves_workload_api:
+                raise NotFound(
+                    f"the server could not find the requested resource ({plural}.scheduling.k8s.io)"
+                )
+            if (plural, namespace, name) in self.gang_objects:
+                raise AlreadyExists(f'{plural} "{name}" already exists')
+            obj = self._stamp(copy.deepcopy(dict(body)), namespace)
+            self.gang_objects[(plural, namespace, name)] = obj
+            return copy.deepcopy(obj)
+
+    def delete_gang_object(self, plural: str, namespace: str, name: str) -> None:
+        self._fault("delete_gang_object")
+        with self._lock:
+            self.calls.append((f"delete_{plural}", namespace, name))
+            self.gang_objects.pop((plural, namespace, name), None)
 
     def delete_service(self, namespace: str, name: str) -> None:
         self._fault("delete_service")

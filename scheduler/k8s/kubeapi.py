@@ -3,7 +3,8 @@
 Adapter module (I/O). ``KubeApi`` is exactly what the operator needs and nothing more: list and watch
 TrainingJobs, Pods and Nodes (plus PriorityClasses, to resolve ``priorityClassName``, and the DRA
 objects that publish GPUs: DeviceClasses, ResourceSlices, ResourceClaims); create and delete
-pods and headless Services; merge-patch a TrainingJob's status; create Events; get, create and replace
+pods and headless Services, and the Workload / PodGroup of a gang when the operator uses the Workload
+API; merge-patch a TrainingJob's status; create Events; get, create and replace
 a ``coordination.k8s.io`` Lease. Objects travel as API JSON dicts (camelCase, as the server sends them),
 so the conversion into core types happens once, in ``scheduler.k8s.crd`` and ``scheduler.k8s.codec``.
 
@@ -50,6 +51,8 @@ from scheduler.k8s.errors import (
 from scheduler.names import (
     DRA_GROUP,
     DRA_VERSION,
+    GANG_API_GROUP,
+    GANG_API_VERSION,
     GROUP,
     LABEL_JOB_NAME,
     TRAININGJOB_PLURAL,
@@ -124,6 +127,15 @@ class KubeApi(Protocol):
         ...
 
     def create_service(self, namespace: str, body: Mapping[str, Any]) -> Obj: ...
+
+    def create_gang_object(self, plural: str, namespace: str, body: Mapping[str, Any]) -> Obj:
+        """Create a ``scheduling.k8s.io/v1beta1`` object (``workloads``, ``podgroups``); raises
+        ``NotFound`` when the server does not serve that API."""
+        ...
+
+    def delete_gang_object(self, plural: str, namespace: str, name: str) -> None:
+        """Delete a ``scheduling.k8s.io/v1beta1`` object; 404 is success."""
+        ...
 
     def delete_service(self, namespace: str, name: str) -> None: ...
 
@@ -389,6 +401,35 @@ class RealKubeApi:
                 namespace, dict(body), _preload_content=False, _request_timeout=self._timeout
             ),
         )
+
+    def create_gang_object(self, plural: str, namespace: str, body: Mapping[str, Any]) -> Obj:
+        return self._json(
+            f"create {plural}",
+            lambda: self._custom.create_namespaced_custom_object(
+                GANG_API_GROUP,
+                GANG_API_VERSION,
+                namespace,
+                plural,
+                dict(body),
+                _preload_content=False,
+                _request_timeout=self._timeout,
+            ),
+        )
+
+    def delete_gang_object(self, plural: str, namespace: str, name: str) -> None:
+        with contextlib.suppress(NotFound):
+            self._json(
+                f"delete {plural}",
+                lambda: self._custom.delete_namespaced_custom_object(
+                    GANG_API_GROUP,
+                    GANG_API_VERSION,
+                    namespace,
+                    plural,
+                    name,
+                    _preload_content=False,
+                    _request_timeout=self._timeout,
+                ),
+            )
 
     def delete_service(self, namespace: str, name: str) -> None:
         with contextlib.suppress(NotFound):

@@ -97,6 +97,8 @@ class OperatorConfig:
     exclude_slow_nodes: bool = False
     master_port: int = 29500
     instance: str = ""
+    #: a Workload / PodGroup per gang generation (Kubernetes 1.37's gang API; PERFSCHED_OPERATOR_WORKLOAD_API)
+    workload_api: bool = False
     api_concurrency: int = 8
 
 
@@ -190,7 +192,11 @@ class Operator:
         self.may_act = may_act
         self.known_model = known_model
         self.actuator = Actuator(
-            api, may_act=may_act, master_port=self.config.master_port, instance=self.config.instance
+            api,
+            may_act=may_act,
+            master_port=self.config.master_port,
+            instance=self.config.instance,
+            workload_api=self.config.workload_api,
         )
         self.profiles = ModelProfiles(api)
         #: this round's ModelProfile condition (status, reason, message) of each job with spec.modelProfile
@@ -704,6 +710,9 @@ class Operator:
             self.actuator.delete_pods(view.namespace, out.delete, out.grace_seconds)
         if out.delete_service:
             self.actuator.delete_service(view.obj)
+            if self.actuator.workload_api and view.generation > 0:
+                # the job is over: its last gang's PodGroup and Workload go with the Service
+                self.actuator.delete_group(view.obj, view.generation)
         if out.count is not None:
             report.actions.setdefault(out.count, []).append(view.key)
             metrics.OPERATOR_ACTIONS.labels(kind=out.count).inc()

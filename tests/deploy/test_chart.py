@@ -464,3 +464,22 @@ def test_adoption_webhook_certificate_rbac_and_off_switch(render: Render, tmp_pa
     assert not [r for r in rules if r["apiGroups"] == ["batch"]]
     (c,) = containers(by_kind(off, "Deployment")["ps-perfsched-operator"])
     assert {e["name"]: e.get("value") for e in c["env"]}["PERFSCHED_OPERATOR_ADOPT_WORKLOADS"] == "false"
+
+
+def test_workload_api_is_off_by_default_and_its_rbac_comes_with_the_value(render: Render) -> None:
+    def operator(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        (c,) = containers(by_kind(docs, "Deployment")["ps-perfsched-operator"])
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        gang = [
+            r
+            for r in by_kind(docs, "ClusterRole")["ps-perfsched-operator"]["rules"]
+            if {"workloads", "podgroups"} & set(r["resources"])
+        ]
+        return env, gang
+
+    env, gang = operator(render())
+    assert env["PERFSCHED_OPERATOR_WORKLOAD_API"] == "false" and gang == []
+    env, gang = operator(render("operator.workloadApi=true"))
+    assert env["PERFSCHED_OPERATOR_WORKLOAD_API"] == "true"
+    assert {k for r in gang for k in r["resources"]} == {"workloads", "podgroups"}
+    assert {"create", "delete"} <= {v for r in gang for v in r["verbs"]}
