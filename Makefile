@@ -82,10 +82,12 @@ unit: venv
 	pytest tests -q
 
 # All tests, then the DRA e2e and the extender's scheduling e2e again on a cluster whose GPU pools are half
-# device-plugin, half DRA (ResourceSlices), so both GPU APIs run against the real control plane.
+# device-plugin, half DRA (ResourceSlices), so both GPU APIs run against the real control plane; and the
+# gangs under the Workload API (GenericWorkload gate), which the default cluster leaves off.
 test: venv tools-e2e lint
 	pytest -q
 	PERFSCHED_E2E_GPU_API=mixed pytest -q e2e/test_dra.py e2e/test_extender.py e2e/test_extender_bind.py
+	PERFSCHED_E2E_WORKLOAD_API=1 pytest -q e2e/test_workload_api.py
 
 # demo, dev-cluster and emulate are the developer tooling's commands (perfsched_dev/, registered through
 # pyproject.toml's perfsched.commands entry points, which `venv` refreshes by re-installing the package)
