@@ -34,7 +34,9 @@ help:
 # lock and nothing else: the lock is checked against pyproject.toml first (one line per conflict), then
 # `uv sync --locked` installs exactly the locked versions (and removes anything else), so a release on the
 # package index never changes a fresh machine's environment. `make lock` is the only step that resolves.
-$(VENV)/.installed: uv.lock
+# The path holds the lock's hash, so a built venv (its stamp present) is this lock's: a fresh clone, whose
+# uv.lock is newer than the stamp, reuses it instead of rebuilding (hence no timestamp prerequisite).
+$(VENV)/.installed:
 	rm -rf "$(VENV)"
 	python3 -m venv "$(VENV)"
 	"$(PY)" -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"

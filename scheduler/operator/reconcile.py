@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
@@ -50,7 +50,7 @@ from scheduler.core.round import RoundCosts, run_round
 from scheduler.core.slow_nodes import GangSample, SlowNodeConfig, node_slowdown, single_node
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node, PlacementShape
 from scheduler.k8s import crd
-from scheduler.k8s.actuator import Actuator, NotLeader
+from scheduler.k8s.actuator import Actuator, NotLeader, replica_nodes
 from scheduler.k8s.codec import (
     CodecError,
     NodeHealth,
@@ -75,7 +75,8 @@ from scheduler.operator.observe import (
     pod_view,
 )
 from scheduler.operator.queues import Tenancy
-from scheduler.operator.status import status_patch, status_wire
+from scheduler.operator.room import NodeRoom, gpus_by_node
+from scheduler.operator.status import evolve, status_patch, status_wire, with_condition
 from scheduler.operator.transitions import Observed, Outcome, Planned, transition
 
 log = logging.getLogger(__name__)
@@ -140,10 +141,10 @@ def _planned_reservations(
 
     Bound pods are already held where they are (``held_allocations``). kube-scheduler may bind a replica
     elsewhere than planned, so a planned node can be short of room: that replica is not reserved (it
-    lands where the scheduler finds space), which keeps the snapshot within every node's capacity.
+    lands where the scheduler finds space), which keeps the snapshot within every node's capacity. A
+    replica whose pod is not created yet (its gang waits for pods exiting on its nodes) holds what is
+    free on its node, however short.
     """
-    from scheduler.k8s.actuator import replica_nodes
-
     free = {n.name: n.capacity_for_jobs for n in nodes}
     for alloc in taken.values():
         for node, r in alloc.replicas_per_node:
@@ -161,10 +162,15 @@ def _planned_reservations(
                 continue  # bound: held where it is
             node = pod.info.planned_node if pod is not None else (plan[rank] if rank < len(plan) else "")
             gpus = job.gpus_per_replica
-            if node in free and free[node] >= gpus:
-                free[node] -= gpus
+            if node not in free:
+                continue
+            # a replica not created yet waits for pods exiting there (``scheduler.operator.room``): what
+            # is free on its node now is held for it, so that no other gang takes it meanwhile
+            take = gpus if free[node] >= gpus else (free[node] if pod is None else 0)
+            if take > 0:
+                free[node] -= take
                 name = f"{view.key}#planned-{rank}"
-                out[name] = Allocation.of(name, types[node], gpus, {node: 1})
+                out[name] = Allocation.of(name, types[node], take, {node: 1})
     return out
 
 
@@ -357,10 +363,12 @@ class Operator:
         report.list_seconds = time.perf_counter() - t_list
         views_all = [v for v in (pod_view(p) for p in raw_pods) if v is not None]
         nodes, failed = self._nodes(raw_nodes, views_all, now)
+        claims = self._claim_held(views_all, nodes)
+        room = NodeRoom.of(nodes, views_all, claims.values())
 
         # --- phase 2 and 3: observe and settle -----------------------------------------------------------
         round_jobs, placing, allocations, accounted = self._settle_all(
-            tjs, views_all, nodes, failed, classes, now, report
+            tjs, views_all, nodes, failed, classes, now, report, room
         )
         node_types = {n.name: n.gpu_type for n in nodes}
         tenancy = self._tenancy(nodes)
@@ -369,7 +377,7 @@ class Operator:
         allocations.update(adoption.allocations)
         accounted.update(adoption.accounted)
         allocations.update(held_allocations(views_all, accounted, node_types))
-        allocations.update(self._claim_held(views_all, nodes))
+        allocations.update(claims)
         allocations.update(_planned_reservations(placing, nodes, allocations))
         if self.adopter is not None:
             allocations.update(self.adopter.reserve(adoption, nodes, allocations))
@@ -393,7 +401,7 @@ class Operator:
 
         # --- phase 5 and 6: apply and report --------------------------------------------------------------
         t_apply = time.perf_counter()
-        actions = self._apply_all(round_jobs, placing, result, snapshot, now, report)
+        actions = self._apply_all(round_jobs, placing, result, snapshot, now, report, room)
         if self.adopter is not None and adoption.workloads:
             predicted = self._predict_adopted(adoption.jobs, result, snapshot.node_map())
             self.adopter.apply(adoption, result, nodes, predicted, now, report.actions, report.errors)
@@ -506,9 +514,12 @@ class Operator:
         classes: Mapping[str, int],
         now: float,
         report: RoundReport,
+        room: NodeRoom,
     ) -> tuple[list[tuple[JobView, Job]], list[tuple[JobView, Job]], dict[str, Allocation], set[str]]:
         """Phases 2 and 3 for every job, oldest first: the jobs in the round, the gangs kube-scheduler is
-        still placing, the allocations of the jobs in the round and the pods those account for."""
+        still placing, the allocations of the jobs in the round and the pods those account for. A gang
+        to complete (``GangState.MISSING``) is created only when ``room`` has it
+        (``scheduler.operator.room``)."""
         node_types = {n.name: n.gpu_type for n in nodes}
         cluster_types = {n.gpu_type for n in nodes}
         by_job: dict[str, list[PodView]] = {}
@@ -549,6 +560,8 @@ class Operator:
             )
             try:
                 out = transition(spec, view, step, now)
+                if out is not None and out.create is not None:
+                    out, view = _room_for_missing(view, out, room)
                 if out is not None:
                     self._execute(view, spec, out, now, report)
             except NotLeader:
@@ -579,9 +592,11 @@ class Operator:
         snapshot: ClusterSnapshot,
         now: float,
         report: RoundReport,
+        room: NodeRoom,
     ) -> list[Action]:
         """Phase 5 and 6 for every job; returns the action of each (a gang being placed keeps its own)."""
         actions = {a.job: a for a in result.actions}
+        deferred = _deferred_starts(result.actions, {view.key for view, _ in round_jobs}, room)
         node_map = snapshot.node_map()
         predicted = self._predict([*round_jobs, *placing], actions, node_map)
         self._learned.clear()
@@ -594,7 +609,7 @@ class Operator:
         def apply(view: JobView, job: Job) -> None:
             step = Planned(job, actions.get(view.key), result.waiting.get(view.key), predicted.get(view.key))
             try:
-                self._apply(view, step, node_map, now, report)
+                self._apply(view, step, node_map, now, report, deferred.get(view.key, ""))
             except NotLeader:
                 raise
             except PerfschedError as exc:
@@ -653,11 +668,20 @@ class Operator:
     # --- phase 5: apply ---------------------------------------------------------------------------------
 
     def _apply(
-        self, view: JobView, step: Planned, node_map: Mapping[str, Node], now: float, report: RoundReport
+        self,
+        view: JobView,
+        step: Planned,
+        node_map: Mapping[str, Node],
+        now: float,
+        report: RoundReport,
+        deferred: str = "",
     ) -> None:
+        """Phase 5 and 6 for one job; ``deferred``: why a START's pods wait (``_deferred_starts``)."""
         spec = crd.parse_spec(view.obj)
         assert isinstance(spec, crd.TrainingJobSpec)
         out = transition(spec, view, step, now)
+        if out is not None and deferred and out.create is not None:
+            out = _defer_start(out, deferred, now)
         if out is not None:
             self._execute(view, spec, out, now, report)
         action = step.action
@@ -819,6 +843,62 @@ class Operator:
                 log.error(
                     "online correction failed", exc_info=True, extra={"job": job.name, "error": str(exc)}
                 )
+
+
+def _deferred_starts(
+    actions: Sequence[Action], trainingjobs: Collection[str], room: NodeRoom
+) -> dict[str, str]:
+    """TrainingJobs (of ``trainingjobs``) whose START must wait for pods exiting on its nodes -> why.
+
+    The round's stops leave their pods draining (``room``); each START, in the order of the actions,
+    takes its GPUs when the draining pods are not in the way. An adopted workload's START is not held
+    back here (its owner creates its pods) but takes its GPUs."""
+    for a in actions:
+        if a.kind in (ActionKind.PREEMPT, ActionKind.RESIZE) and a.before is not None:
+            room.stop(a.before)
+    out: dict[str, str] = {}
+    for a in actions:
+        if a.kind is not ActionKind.START or a.after is None:
+            continue
+        need = gpus_by_node(a.after)
+        why = room.blocked(need) if a.job in trainingjobs else ""
+        if why:
+            out[a.job] = why
+        else:
+            room.take(need)
+    return out
+
+
+def _defer_start(out: Outcome, why: str, now: float) -> Outcome:
+    """A START whose intent is written but whose pods wait for room (a later round creates them)."""
+    status = out.status
+    if status is not None and out.create is not None:
+        n = out.create.allocation.replicas
+        conds = with_condition(
+            status.conditions, "Running", False, "PodsStarting", f"0/{n} replicas running; {why}", now=now
+        )
+        status = evolve(status, conditions=conds)
+    log.info("gang waits for exiting pods", extra={"why": why})
+    return replace(out, create=None, status=status, waiting=why)
+
+
+def _room_for_missing(view: JobView, out: Outcome, room: NodeRoom) -> tuple[Outcome, JobView]:
+    """Create the missing replicas of a gang only where ``room`` has them; else the gang waits (no pod,
+    no Event: the round that creates the pods sends it) and its view says why."""
+    create = out.create
+    assert create is not None
+    plan = replica_nodes(create.allocation)
+    ranks = view.missing if view.state is GangState.MISSING else tuple(range(len(plan)))
+    need: Counter[str] = Counter()
+    for rank in ranks:
+        if rank < len(plan):
+            need[plan[rank]] += create.allocation.gpus_per_replica
+    why = room.blocked(need)
+    if not why:
+        room.take(need)
+        return out, view
+    log.info("gang waits for exiting pods", extra={"job": view.key, "why": why})
+    return replace(out, create=None, events=(), waiting=why), replace(view, problems=why)
 
 
 def _start_timeout(spec: crd.TrainingJobSpec | Unschedulable, default: float) -> float:

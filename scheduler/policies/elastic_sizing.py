@@ -41,7 +41,8 @@ How the sizes are made, per round, counting GPUs per type (node boundaries are l
    elastic job asks for its planned size on its planned type, then for every smaller size down to its
    minimum there: on another type it would take GPUs planned for others), then growing jobs last (in
    place, from the planned size down to what they hold, so growth never evicts anyone nor takes GPUs a
-   starting job was planned on).
+   starting job was planned on; one evicted in the walk by a job ranked ahead asks for every size down to
+   its minimum, so it restarts at once on the GPUs left free when any size fits there).
 
 Follows Qiao et al., "Pollux: Co-adaptive Cluster Scheduling for Goodput-Optimized Deep Learning" (OSDI
 2021) for the sizes, as the ``elastic`` policy does (throughput over the job's own baseline, summed;
@@ -384,7 +385,10 @@ def _rewrite(
                     req._replace(gpu_types=(s.gpu_type,), replicas=(s.replicas,), keep_current=False)
                 )
             elif s.replicas > cur.replicas:
-                sizes = tuple(range(s.replicas, cur.replicas - 1, -1))
+                # down to its minimum: in place it stops at the size it holds (``_resize_in_place``
+                # keeps it when it cannot grow), but a job ranked ahead may still evict it in the walk,
+                # and then it restarts at once at the largest size the free GPUs hold
+                sizes = tuple(range(s.replicas, lo - 1, -1))
                 growing.append(req._replace(gpu_types=(s.gpu_type,), replicas=sizes, keep_current=False))
             else:
                 walk.append(req)

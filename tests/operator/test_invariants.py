@@ -97,6 +97,12 @@ def misbind(h, pick: int) -> None:  # type: ignore[no-untyped-def]
 def test_random_histories_keep_the_invariants(
     policy: str, jobs: list[tuple[int, int, bool, bool]], events: list[tuple[str, int]]
 ) -> None:
+    play(policy, jobs, events)
+
+
+def play(policy: str, jobs: list[tuple[int, int, bool, bool]], events: list[tuple[str, int]]):  # type: ignore[no-untyped-def]
+    """Run a history (jobs: (replicas max, GPUs per replica, elastic, preemptible)) on nodes a1 (8 A100),
+    a2 (8 A100) and v1 (4 V100), checking the invariants after every round; returns the harness."""
     h = make_harness(make_policy(policy), costs=RoundCosts(min_resize_interval_s=5), backoff_limit=1)
     h.api.add_node(gpu_node("a1", 8, "A100"))
     h.api.add_node(gpu_node("a2", 8, "A100"))
@@ -139,3 +145,33 @@ def test_random_histories_keep_the_invariants(
         rep = op.run_round()
         assert not [e for e in rep.errors if e.startswith("policy")], rep.errors
         check_invariants(h)
+    return h
+
+
+def test_a_start_on_gpus_of_a_gang_preempted_in_the_same_round_waits_for_its_pods_to_exit() -> None:
+    # The history hypothesis shrank (seed 28), srsf; nodes a1 and a2 (8 A100 each), v1 (4 V100):
+    #   j0 2x1 GPU -> a1, j1 1x4 -> a1, j2 1x1 -> v1, j3 1x4 -> a2 (all non-preemptible); j4 2x4
+    #   (preemptible) waits: 8 A100 needed, 16 - 2 - 4 - 4 = 6 free.
+    #   progress: j1 reports 450/1000. crash: j1's pod fails (backoff limit 1: requeued); j4 starts on
+    #   a1 4 + a2 4 (a1: 2 + 4 = 6 of 8, a2: 4 + 4 = 8 of 8).
+    #   bind_run (j4 bound and running): j1, less remaining service, preempts j4 and is planned on a2.
+    # a2 then holds j3's 4 GPUs and j4's 4 (exiting for its 20 s grace period): j1's pod would make
+    # 4 + 4 + 4 = 12 of 8. Its START is written, its pod waits until j4's pods are gone.
+    events = [("progress", 2), ("crash", 2), ("bind_run", 1)]
+    jobs = [(2, 1, False, False), (1, 4, False, False), (1, 1, False, False), (1, 4, False, False)]
+    h = play("srsf", [*jobs, (2, 4, False, True)], events)
+    assert h.api.status_of("ml", "j4")["phase"] == "Preempted"
+    st = h.api.status_of("ml", "j1")
+    assert st["phase"] == "Admitted" and st["allocation"]["replicasPerNode"] == {"a2": 1}
+    assert (
+        "pods that are exiting (4 on a2)"
+        in next(c for c in st["conditions"] if c["type"] == "Running")["message"]
+    )
+    assert [
+        p["metadata"]["name"] for p in h.api.job_pods("ml", "j1") if p["status"]["phase"] != "Failed"
+    ] == []
+    # while j4's pods exit, rounds keep j1 waiting (and nothing else takes a2); once gone, j1's pod starts
+    h = play("srsf", [*jobs, (2, 4, False, True)], [*events, ("tick", 4), ("finish", 0), ("bind_run", 1)])
+    pods = [p for p in h.api.job_pods("ml", "j1") if p["status"]["phase"] == "Running"]
+    assert [(p["metadata"]["name"], p["spec"]["nodeName"]) for p in pods] == [("j1-g2-0", "a2")]
+    assert h.api.status_of("ml", "j1")["phase"] == "Running"

@@ -126,3 +126,24 @@ def test_a_newcomer_shrinks_running_jobs_on_one_gpu_type_only() -> None:
     )
     kinds = sorted((a.job, a.kind.name) for a in res.actions if a.kind is not ActionKind.KEEP)
     assert len([k for k in kinds if k[1] == "RESIZE"]) == 1 and ("new", "START") in kinds
+
+
+def test_a_growing_job_evicted_in_the_walk_restarts_at_once_at_a_size_that_fits() -> None:
+    # V100 nodes n1 (2 GPUs), n2 (4), n3 (4). "grower" (elastic 1..3 x 2 GPUs) runs 2 replicas on n2;
+    # "done" (finished) still holds n3's 4; "big" (rigid 4 x 2 = 8 GPUs, less remaining service) waits.
+    # Sizing's plan sees 10 - 4 - 4 = 2 GPUs free: "big" cannot be admitted there, so "grower" is planned
+    # to grow to 3 on them. The walk frees "done"'s 4 (6 free, 2 short of 8) and "big" evicts "grower":
+    # n2 4 + n3 4. "grower"'s 1 replica still fits on n1's 2 free GPUs: it restarts there at once, rather
+    # than waiting with GPUs free for it (its growth request used to stop at the 2 replicas it held).
+    nodes = [node(n).gpus(g, "V100").build() for n, g in (("n1", 2), ("n2", 4), ("n3", 4))]
+    grower = job("grower").replicas(1, 3).gpus_per_replica(2).work(1.0).allowed("V100").build()
+    done = job("done").rigid().gpus_per_replica(4).replicas(1).work(1.0).progress(1.0).non_preemptible()
+    big = job("big").rigid().replicas(4).gpus_per_replica(2).work(1.0).progress(0.5, checkpoint=0.25)
+    jobs = [done.build(), big.non_preemptible().build(), grower]
+    running = [alloc("grower", "V100", 2, {"n2": 2}), alloc("done", "V100", 4, {"n3": 1})]
+    oracle = FakeOracle(speed={"V100": 1.0}, scaling=0.8)
+    res = run_round(snapshot(nodes, allocations=running), jobs, make_policy("srsf"), oracle)
+    after = {a.job: (a.kind, a.after) for a in res.actions}
+    assert after["big"] == (ActionKind.START, alloc("big", "V100", 2, {"n2": 2, "n3": 2}))
+    assert after["grower"] == (ActionKind.RESIZE, alloc("grower", "V100", 2, {"n1": 1}))
+    assert "grower" not in res.waiting
