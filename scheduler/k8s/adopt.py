@@ -31,6 +31,7 @@ from scheduler.k8s.errors import NotFound
 from scheduler.k8s.kubeapi import RealKubeApi
 from scheduler.names import (
     ANNOTATION_BATCH_SIZE,
+    ANNOTATION_DATASET,
     ANNOTATION_GPU_TYPE,
     ANNOTATION_MAX_REPLICAS,
     ANNOTATION_MIN_REPLICAS,
@@ -123,6 +124,7 @@ class Workload:
     problem: str
     agnostic: str
     status: Mapping[str, Any] = field(default_factory=dict)
+    dataset: str = ""
 
     @property
     def key(self) -> str:
@@ -384,6 +386,7 @@ def decode(
         problem="; ".join(problems),
         agnostic=agnostic,
         status=parse_status(ann.get(ANNOTATION_STATUS)),
+        dataset=str(ann.get(ANNOTATION_DATASET) or ""),
     )
 
 

@@ -208,6 +208,7 @@ class Adopter:
             max_replicas=w.max_replicas,
             elastic=w.elastic,
             model=w.model,
+            dataset=w.dataset,
             batch_size=w.batch_size,
             precision=w.precision,
             work_unit=WorkUnit.ITERATIONS,
@@ -215,6 +216,8 @@ class Adopter:
             priority=priority,
             queue=w.queue,
             attained_service=attained,
+            restarts=int(w.status.get("restarts") or 0),
+            last_change_time=crd.parse_time(w.status.get("admittedTime")) if w.admitted else None,
             user=w.namespace,
         )
         out.workloads[w.key] = w
@@ -323,6 +326,12 @@ class Adopter:
             status["predictor"] = w.agnostic
         if predicted:
             status["predictedThroughput"] = round(predicted, 4)
+        elif w.admitted and w.status.get("predictedThroughput") is not None:
+            # no prediction this round (its pods are still being placed): the admission's still holds
+            status["predictedThroughput"] = w.status["predictedThroughput"]
+        restarts = int(w.status.get("restarts") or 0)
+        if restarts:
+            status["restarts"] = restarts
         kind = act.kind if act is not None else None
         if kind is ActionKind.START and act is not None and act.after is not None:
             after = act.after
@@ -346,7 +355,8 @@ class Adopter:
         if kind in (ActionKind.PREEMPT, ActionKind.RESIZE) and act is not None:
             self.api.patch_workload(w.kind, w.namespace, w.name, adopt.suspend_patch())
             word = "preempted" if kind is ActionKind.PREEMPT else "resizing"
-            status.update(phase="Waiting", message=f"{word}: {act.reason}")
+            # counted as a TrainingJob's restarts are: each one raises the bar for moving it again
+            status.update(phase="Waiting", message=f"{word}: {act.reason}", restarts=restarts + 1)
             report_actions.setdefault(kind.value, []).append(w.key)
             self._put_status(w, status)
             self._event(

@@ -36,6 +36,8 @@ def test_job_shape_and_predictor_inputs() -> None:
     assert (w.replicas, w.gpus_per_replica, w.min_replicas, w.max_replicas) == (3, 2, 3, 3)
     assert (w.model, w.batch_size, w.precision, w.agnostic, w.problem) == ("bert", 32, "bf16", "", "")
     assert w.key == "job/ml/j" and w.pod_label_value == "u" and w.suspended
+    assert w.dataset == ""  # the model's default dataset
+    assert decode(JOB, job(ann={**ann, "perfsched.dev/dataset": "cifar10"})).dataset == "cifar10"
 
 
 def test_problems_are_named() -> None:

@@ -322,3 +322,35 @@ def test_higher_priority_job_preempts_through_the_queue_and_the_other_resumes() 
     assert rep.did("start", "job/ml/low")
     assert wapi.get(JOB, "ml", "low")["spec"]["suspend"] is False
     assert status(wapi, JOB, "low")["attainedService"] == 60.0  # 30 s x 2 GPUs before the preemption
+
+
+def test_predicted_throughput_and_restarts_survive_placing_and_preemption() -> None:
+    """The admission's prediction stays in the status while kube-scheduler places the pods (no new one that
+    round); a preemption counts a restart, which the next round's core job carries, as a TrainingJob's."""
+    h, wapi, op = setup()
+    wapi.add(JOB, batch_job("train"))
+    h.policy.want["job/ml/train"] = alloc("job/ml/train", "A100", 1, a1=2)
+    op.run_round()
+    # RecordingOracle: 10 units/s per GPU x 2 GPUs
+    assert status(wapi, JOB, "train")["predictedThroughput"] == 20.0
+    h.clock.advance(31)  # past the status refresh: the annotation is rewritten this round
+    add_pods(h, wapi, JOB, "train", "", 2)  # created, not bound: the job is being placed
+    for p in h.api.pods.values():
+        del p["spec"]["nodeName"]
+        p["status"]["phase"] = "Pending"
+    op.run_round()
+    st = status(wapi, JOB, "train")
+    assert (st["phase"], st["predictedThroughput"]) == ("Running", 20.0)
+
+    for p in h.api.pods.values():
+        p["spec"]["nodeName"] = "a1"
+        p["status"]["phase"] = "Running"
+    h.policy.want["job/ml/train"] = None
+    rep = op.run_round()
+    assert rep.did("preempt", "job/ml/train")
+    assert status(wapi, JOB, "train")["restarts"] == 1
+    h.api.pods.clear()
+    seen = len(h.policy.seen)
+    op.run_round()
+    (job,) = h.policy.seen[seen][1]
+    assert job.restarts == 1
