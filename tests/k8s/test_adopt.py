@@ -151,3 +151,20 @@ def test_list_rows_show_perfscheds_view() -> None:
         "MESSAGE": "LAS queue 0",
     }
     assert (rows[1]["PHASE"], rows[1]["MESSAGE"]) == ("Pending", "not seen by the operator yet")
+
+
+def test_admission_tells_the_workers_the_plan_and_their_work() -> None:
+    ann = {"perfsched.dev/model": "bert", "perfsched.dev/batch-size": "32", "perfsched.dev/total-work": "500"}
+    w = decode(JOB, job(ann={**ann, "perfsched.dev/dataset": "squad"}))
+    first, _ = admit_patches(w, "A100", ["A100-SXM4-40GB"], 3, admission=2, planned_node="a100-1")
+    pod_ann = first["spec"]["template"]["metadata"]["annotations"]
+    assert pod_ann == {
+        "perfsched.dev/gpu-type": "A100",
+        "perfsched.dev/admission": "2",
+        "perfsched.dev/model": "bert",
+        "perfsched.dev/dataset": "squad",
+        "perfsched.dev/batch-size": "32",
+        "perfsched.dev/precision": "fp32",
+        "perfsched.dev/total-work": "500",
+        "perfsched.dev/planned-node": "a100-1",
+    }

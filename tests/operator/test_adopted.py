@@ -333,6 +333,11 @@ def test_predicted_throughput_and_restarts_survive_placing_and_preemption() -> N
     op.run_round()
     # RecordingOracle: 10 units/s per GPU x 2 GPUs
     assert status(wapi, JOB, "train")["predictedThroughput"] == 20.0
+    # the pods are told the plan's node (the extender gathers them there), the admission and the inputs
+    ann = wapi.get(JOB, "ml", "train")["spec"]["template"]["metadata"]["annotations"]
+    assert ann["perfsched.dev/planned-node"] == "a1" and ann["perfsched.dev/admission"] == "1"
+    assert (ann["perfsched.dev/model"], ann["perfsched.dev/batch-size"]) == ("resnet50", "128")
+    assert "perfsched.dev/total-work" not in ann  # the job declares none
     h.clock.advance(31)  # past the status refresh: the annotation is rewritten this round
     add_pods(h, wapi, JOB, "train", "", 2)  # created, not bound: the job is being placed
     for p in h.api.pods.values():
@@ -354,3 +359,7 @@ def test_predicted_throughput_and_restarts_survive_placing_and_preemption() -> N
     op.run_round()
     (job,) = h.policy.seen[seen][1]
     assert job.restarts == 1
+    h.policy.want["job/ml/train"] = alloc("job/ml/train", "V100", 1, v1=2)
+    op.run_round()  # its second admission: a new run of its workers
+    ann = wapi.get(JOB, "ml", "train")["spec"]["template"]["metadata"]["annotations"]
+    assert (ann["perfsched.dev/admission"], ann["perfsched.dev/planned-node"]) == ("2", "v1")
