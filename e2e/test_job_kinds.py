@@ -372,7 +372,9 @@ def test_higher_priority_job_preempts_a_running_one_which_resumes_from_its_check
         assert min(resumed) >= before, (resumed, before)
         wait_until(lambda: done("low"), 90, "low complete after resuming")
         assert [r for r, _ in _events(kube, ns, "low")].count("Admitted") == 2
-        final = status("low")
-        assert final["phase"] == "Succeeded" and final.get("predictedThroughput"), final
+        final = wait_until(
+            lambda: (s := status("low")).get("phase") == "Succeeded" and s, 30, "low Succeeded"
+        )
+        assert final.get("predictedThroughput") and final["restarts"] == 1, final
     finally:
         kube.custom.delete_cluster_custom_object(GROUP, VERSION, TRAININGQUEUE_PLURAL, "team-a")
