@@ -363,3 +363,19 @@ def test_predicted_throughput_and_restarts_survive_placing_and_preemption() -> N
     op.run_round()  # its second admission: a new run of its workers
     ann = wapi.get(JOB, "ml", "train")["spec"]["template"]["metadata"]["annotations"]
     assert (ann["perfsched.dev/admission"], ann["perfsched.dev/planned-node"]) == ("2", "v1")
+
+
+def test_admitted_job_being_placed_holds_its_planned_node() -> None:
+    """While kube-scheduler places an admitted job's pods, the round holds GPUs for it on the node the
+    policy planned (where the extender sends its pods), not on the first node of the type by name."""
+    h, wapi, op = setup()
+    h.api.add_node(gpu_node("a2", 4, "A100"))
+    wapi.add(JOB, batch_job("train"))
+    h.policy.want["job/ml/train"] = alloc("job/ml/train", "A100", 1, a2=2)
+    op.run_round()
+    assert status(wapi, JOB, "train")["plannedNode"] == "a2"
+    seen = len(h.policy.seen)
+    op.run_round()  # no pods yet: being placed
+    snap = h.policy.seen[seen][0]
+    held = snap.allocations["job/ml/train#planned"]
+    assert dict(held.replicas_per_node) == {"a2": 2}
