@@ -42,6 +42,7 @@ from scheduler.names import (
     ANNOTATION_STATUS,
     ANNOTATION_TOTAL_WORK,
     ANNOTATION_TRAINER_JOB,
+    ANNOTATION_WORLD_SIZE,
     GPU_RESOURCE,
     KUEUE_QUEUE_LABEL,
     LABEL_GPU_PRODUCT,
@@ -409,11 +410,12 @@ def _placement(gpu_type: str, products: Sequence[str]) -> tuple[dict[str, Any], 
     }, annotations
 
 
-def worker_annotations(w: Workload, admission: int) -> dict[str, str]:
+def worker_annotations(w: Workload, admission: int, replicas: int) -> dict[str, str]:
     """What the workers of ``w``'s pods are told, as a TrainingJob's pods are: which admission they run
-    (a new one is a new run, which resumes from the job's checkpoint), the job's predictor inputs, and its
+    (a new one is a new run, which resumes from the job's checkpoint), the gang's size (``replicas``
+    pods: the extender sizes the job's memory and placement by it), the job's predictor inputs, and its
     total work when the job declares it."""
-    out = {ANNOTATION_ADMISSION: str(admission)}
+    out = {ANNOTATION_ADMISSION: str(admission), ANNOTATION_WORLD_SIZE: str(replicas)}
     if w.model:
         out[ANNOTATION_MODEL] = w.model
     if w.dataset:
@@ -446,7 +448,7 @@ def admit_patches(
     if not products:
         raise ValueError(f"no node product for GPU type {gpu_type!r}")
     pod_fields, pod_ann = _placement(gpu_type, products)
-    pod_ann = {**pod_ann, **worker_annotations(w, admission)}
+    pod_ann = {**pod_ann, **worker_annotations(w, admission, replicas)}
     if planned_node:
         pod_ann[ANNOTATION_PLANNED_NODE] = planned_node
     tmpl_patch = {"metadata": {"annotations": pod_ann}, "spec": pod_fields}

@@ -356,3 +356,14 @@ def test_lone_pod_goes_to_its_planned_node_while_it_has_room(client_for: Callabl
     assert (
         body["FailedNodes"]["v100-0"] == "perfsched: the pod's job is planned on node a100-1, which has room"
     )
+
+
+def test_lone_pod_of_an_adopted_gang_is_sized_by_its_world_size() -> None:
+    """An adopted job's pod names its model and its gang's size: the extender's job for it (memory fit,
+    throughput) is the whole gang of 4 x 1 GPU with the global batch, not one GPU holding all of it."""
+    from scheduler.extender.context import pod_context
+
+    pod = kube_pod("job-abc-0", 1, model="resnet50", batch_size=256, world_size=4, planned="a100-1")
+    ctx = pod_context(cluster(), pod)
+    assert ctx.job is not None and (ctx.job.max_replicas, ctx.job.batch_size) == (4, 256)
+    assert ctx.replicas == 4 and not ctx.in_gang

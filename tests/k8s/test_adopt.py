@@ -161,6 +161,7 @@ def test_admission_tells_the_workers_the_plan_and_their_work() -> None:
     assert pod_ann == {
         "perfsched.dev/gpu-type": "A100",
         "perfsched.dev/admission": "2",
+        "perfsched.dev/world-size": "3",
         "perfsched.dev/model": "bert",
         "perfsched.dev/dataset": "squad",
         "perfsched.dev/batch-size": "32",
