@@ -342,7 +342,7 @@ class Adopter:
         if kind is ActionKind.START and act is not None and act.after is not None:
             after = act.after
             # the node holding most of the planned gang (ties: the first by name)
-            planned = min(after.replicas_per_node, key=lambda nr: (-nr[1], nr[0]))[0]
+            planned = min(after.replicas_per_node, key=lambda nr: (-nr[1], nr[0]), default=("", 0))[0]
             for patch in adopt.admit_patches(
                 w,
                 after.gpu_type,
@@ -407,8 +407,8 @@ class Adopter:
 
     def _put_status(self, w: Workload, status: Mapping[str, Any]) -> None:
         """Rewrite the status annotation when something besides its bookkeeping changed (a running one's
-        also every ``STATUS_REFRESH_S``, for its attained service)."""
-        skip = ("updated", "attainedService")
+        also every ``STATUS_REFRESH_S``, for its attained service and progress)."""
+        skip = ("updated", "attainedService", "progressPercent", "etaSeconds")
         same = {k: v for k, v in status.items() if k not in skip and v is not None} == {
             k: v for k, v in w.status.items() if k not in skip and v is not None
         }

@@ -379,3 +379,30 @@ def test_admitted_job_being_placed_holds_its_planned_node() -> None:
     snap = h.policy.seen[seen][0]
     held = snap.allocations["job/ml/train#planned"]
     assert dict(held.replicas_per_node) == {"a2": 2}
+
+
+def test_progress_of_a_job_that_declares_its_work_comes_from_its_workers_reports() -> None:
+    """The workers report on their pods as a TrainingJob's do; the job's progress (what LAS and the ETA
+    read) and its status's progressPercent follow, refreshed with the attained service."""
+    from scheduler.k8s.progress import ProgressReport
+
+    h, wapi, op = setup()
+    ann = {
+        "perfsched.dev/model": "resnet50",
+        "perfsched.dev/batch-size": "128",
+        "perfsched.dev/total-work": "1000",
+    }
+    wapi.add(JOB, batch_job("train", ann=ann))
+    h.policy.want["job/ml/train"] = alloc("job/ml/train", "A100", 1, a1=2)
+    op.run_round()
+    add_pods(h, wapi, JOB, "train", "a1", 2)
+    report = ProgressReport(250.0, 200.0, 5.0, h.clock.now()).to_annotation()
+    for p in h.api.pods.values():
+        p["metadata"]["annotations"] = {"perfsched.dev/progress": report}
+    h.clock.advance(31)
+    seen = len(h.policy.seen)
+    del h.policy.want["job/ml/train"]
+    op.run_round()
+    (job,) = h.policy.seen[seen][1]
+    assert job.progress == 250.0  # 25% of 1,000
+    assert status(wapi, JOB, "train")["progressPercent"] == 25.0
