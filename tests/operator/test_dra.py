@@ -71,6 +71,28 @@ def test_missing_product_counts_unknown_gpus_and_warns_once() -> None:
     assert len([e for e in h.api.events if e["reason"] == "DRAAttributeMissing"]) == 1
 
 
+def test_a_device_class_perfsched_cannot_read_still_counts_the_gpus_and_warns_once() -> None:
+    # a class whose selector is no `device.driver == "..."` test: NVIDIA's driver is assumed, the node's
+    # 8 GPUs are counted and typed from their productName, and a Warning Event names the class's problem
+    h = dra_harness(V100)
+    opaque = fake.device_class()
+    opaque["spec"]["selectors"] = [{"cel": {"expression": "device.capacity['gpu.nvidia.com'].memory > 0"}}]
+    h.api.dra["deviceclasses"] = [opaque]
+    h.api.add_trainingjob(trainingjob("bert", replicas={"min": 4, "max": 4, "gpusPerReplica": 2}))
+    op = h.operator()
+    rep = op.run_round()
+    assert rep.did("start", "ml/bert")
+    assert h.api.job_pods("ml", "bert")[0]["metadata"]["annotations"]["perfsched.dev/gpu-type"] == "V100"
+    warnings = [e for e in h.api.events if e["reason"] == "DRAAttributeMissing"]
+    assert [(w["type"], w["involvedObject"]["kind"]) for w in warnings] == [("Warning", "Node")]
+    assert warnings[0]["message"] == (
+        'DeviceClass gpu.nvidia.com: no single `device.driver == "..."` test in spec.selectors; '
+        "counting the devices of driver gpu.nvidia.com"
+    )
+    op.run_round()
+    assert len([e for e in h.api.events if e["reason"] == "DRAAttributeMissing"]) == 1
+
+
 def test_gpus_held_by_claims_of_no_running_pod_are_taken() -> None:
     from tests.extender.kube import gpu_claim
 

@@ -1,0 +1,324 @@
+"""A stream of TrainingJobs through the operator on a cluster with DRA GPUs, sampled all along.
+
+Used by ``e2e/test_dra.py`` (a CI-sized stream) and ``bench/dra_stream.py`` (the 200-job run). The caller
+starts the control plane, the extender, the workload emulator and the operator; ``submit_jobs`` creates
+the jobs (every fourth a gang of 8 x 1 GPU) and ``StreamSampler`` samples until they have all finished:
+
+- **Accounting, per DRA node and sample**: the extender's free GPUs (asked through its ``/filter`` verb: a
+  probe pod asking for all of a node's GPUs passes when all are free, else the reason says how many are)
+  against what DynamicResources can allocate there (the node's devices in ResourceSlices minus the
+  devices allocated ResourceClaims hold). The claims are listed before and after the extender is asked;
+  a node whose claimed devices changed in between is counted *in flux* and not compared (either answer
+  would be right for one of the two instants). ``settle_s`` between the first list and the question
+  gives the extender's watch time to see what the list saw.
+- **Gangs of 8** (per job generation): the NVLink domains of the nodes the operator planned for its pods
+  (their ``perfsched.dev/planned-node``) and of the nodes they were bound to once all 8 were; whether one
+  domain had 8 free GPUs, of any type and of the gang's GPU type (``perfsched.dev/gpu-type``), at the first
+  sample that saw its pods and none of them bound ("one fits"); and any sample that saw some but not all
+  of its live pods bound (a *partial* gang; "persistent" when the next sample, ``interval_s`` later,
+  still saw it partly bound).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+from kubernetes import client as k8s
+
+from e2e.harness import gpu_capacity, gpu_products
+from perfmodel.gpus import canonical_gpu_type
+
+DRIVER = "gpu.nvidia.com"
+GANG = 8
+#: (replicas, GPUs per replica), cycled: every fourth job is a gang of 8 x 1 GPU
+SHAPES = [(GANG, 1), (1, 1), (1, 2), (2, 2)]
+#: (model, dataset, global batch, iterations): a few emulated minutes each, seconds at the e2e time scale
+MODELS = [
+    ("resnet18", "cifar10", 128, 2000),
+    ("resnet50", "imagenet", 256, 300),
+    ("bert", "squad", 32, 300),
+    ("lstm", "wikitext-2", 64, 5000),
+]
+
+
+def job_body(i: int) -> dict[str, Any]:
+    """The ``i``-th TrainingJob of the stream (``s-000``, ``s-001``, ...)."""
+    replicas, gpus = SHAPES[i % len(SHAPES)]
+    model, dataset, batch, iterations = MODELS[(i // len(SHAPES)) % len(MODELS)]
+    return {
+        "apiVersion": "perfsched.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": f"s-{i:03d}"},
+        "spec": {
+            "model": model,
+            "dataset": dataset,
+            "batchSize": batch,
+            "work": {"iterations": iterations},
+            "replicas": {"max": replicas, "gpusPerReplica": gpus},
+            "checkpointGraceSeconds": 10,
+            "template": {"spec": {"containers": [{"name": "worker", "image": "registry.k8s.io/pause:3.10"}]}},
+        },
+    }
+
+
+def gang_jobs(n: int) -> set[str]:
+    """The names of the gangs of 8 among the first ``n`` jobs."""
+    return {f"s-{i:03d}" for i in range(n) if SHAPES[i % len(SHAPES)][0] == GANG}
+
+
+def submit_jobs(api: k8s.ApiClient, ns: str, n: int) -> list[str]:
+    custom = k8s.CustomObjectsApi(api)
+    for i in range(n):
+        custom.create_namespaced_custom_object("perfsched.dev", "v1alpha1", ns, "trainingjobs", job_body(i))
+    return [f"s-{i:03d}" for i in range(n)]
+
+
+def phases(api: k8s.ApiClient, ns: str) -> Counter[str]:
+    items = k8s.CustomObjectsApi(api).list_namespaced_custom_object(
+        "perfsched.dev", "v1alpha1", ns, "trainingjobs"
+    )["items"]
+    return Counter((j.get("status") or {}).get("phase", "") or "New" for j in items)
+
+
+def claimed_devices(api: k8s.ApiClient) -> Counter[str]:
+    """Devices of NVIDIA's driver that allocated ResourceClaims hold, per node (a pool is named after its
+    node)."""
+    out = k8s.CustomObjectsApi(api).list_cluster_custom_object("resource.k8s.io", "v1", "resourceclaims")
+    held: Counter[str] = Counter()
+    for c in out.get("items") or []:
+        for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []:
+            if r.get("driver") == DRIVER:
+                held[r["pool"]] += 1
+    return held
+
+
+def dra_nodes(api: k8s.ApiClient) -> dict[str, int]:
+    """DRA GPU nodes (no allocatable ``nvidia.com/gpu``) and their GPU devices."""
+    allocatable = {
+        n.metadata.name: (n.status.allocatable or {}).get("nvidia.com/gpu")
+        for n in k8s.CoreV1Api(api).list_node().items
+    }
+    return {n: c for n, c in gpu_capacity(api).items() if allocatable.get(n) is None and c > 0}
+
+
+def extender_free(extender_url: str, nodes: dict[str, int]) -> dict[str, int | str]:
+    """The extender's free GPUs per node (one ``/filter`` call per device count); a reason that names no
+    count comes back as the reason's text."""
+    out: dict[str, int | str] = {}
+    by_count: dict[int, list[str]] = defaultdict(list)
+    for node, devices in nodes.items():
+        by_count[devices].append(node)
+    for devices, names in by_count.items():
+        probe = {
+            "metadata": {"name": "free-gpu-probe", "namespace": "default", "uid": "free-gpu-probe"},
+            "spec": {
+                "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": str(devices)}}}]
+            },
+        }
+        reply = httpx.post(
+            f"{extender_url}/filter", json={"Pod": probe, "NodeNames": names}, timeout=30
+        ).json()
+        failed = {**(reply.get("FailedNodes") or {}), **(reply.get("FailedAndUnresolvableNodes") or {})}
+        for node in names:
+            if node in (reply.get("NodeNames") or []):
+                out[node] = devices
+                continue
+            m = re.search(r"node has (\d+) free", failed.get(node, ""))
+            out[node] = int(m.group(1)) if m else failed.get(node, "neither passed nor failed")
+    return out
+
+
+@dataclass
+class GangRecord:
+    gpu_type: str = ""
+    #: one domain had 8 free GPUs (of any type; of the gang's type) when its pods were first seen unbound
+    fits: bool | None = None
+    fits_type: bool | None = None
+    planned: tuple[str, ...] = ()  # the domains of its planned nodes
+    domains: tuple[str, ...] = ()  # the domains of its nodes once all 8 were bound
+    partial_samples: int = 0
+    persistent_partial: bool = False
+
+
+@dataclass
+class StreamSampler:
+    """Samples accounting and gangs every ``interval_s`` in a thread (``with`` starts and stops it)."""
+
+    api: k8s.ApiClient
+    extender_url: str
+    namespace: str
+    gangs: set[str]
+    interval_s: float = 1.0
+    settle_s: float = 0.3
+    samples: int = 0
+    node_checks: int = 0
+    node_equal: int = 0
+    node_in_flux: int = 0
+    mismatches: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    records: dict[str, GangRecord] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.core = k8s.CoreV1Api(self.api)
+        self.devices = dra_nodes(self.api)
+        self.capacity = gpu_capacity(self.api)
+        self.domain = {
+            n.metadata.name: (n.metadata.labels or {}).get("perfsched.dev/nvlink-domain") or n.metadata.name
+            for n in self.core.list_node().items
+        }
+        self.node_type = {n: canonical_gpu_type(p) or p for n, p in gpu_products(self.api).items()}
+        self._partial_last: set[str] = set()
+        self._bound_names: set[str] = set()
+        #: bound pods of the stream that carried a planned node, and those bound elsewhere by (gang or
+        #: single, on a DRA node)
+        self.pods_planned = 0
+        self.pods_off_plan: Counter[tuple[str, bool]] = Counter()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="stream-sampler", daemon=True)
+
+    # --- one sample ----------------------------------------------------------------------------------------
+
+    def sample(self) -> None:
+        before = claimed_devices(self.api)
+        time.sleep(self.settle_s)
+        free = extender_free(self.extender_url, self.devices)
+        after = claimed_devices(self.api)
+        for node, devices in sorted(self.devices.items()):
+            if before[node] != after[node]:
+                self.node_in_flux += 1
+                continue
+            self.node_checks += 1
+            if free[node] == devices - after[node]:
+                self.node_equal += 1
+            else:
+                self.mismatches.append(
+                    f"sample {self.samples}: {node}: extender {free[node]!r} free, DynamicResources can "
+                    f"allocate {devices - after[node]} ({devices} devices, {after[node]} claimed)"
+                )
+        self._gangs(after)
+        self.samples += 1
+
+    def _gangs(self, claimed: Counter[str]) -> None:
+        resp = self.core.list_pod_for_all_namespaces(_preload_content=False)
+        pods = json.loads(resp.data).get("items") or []
+        used: Counter[str] = Counter()  # GPUs of live bound pods per node (device-plugin nodes)
+        names = self._bound_names
+        gangs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for p in pods:
+            live = (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            live = live and not p["metadata"].get("deletionTimestamp")
+            if not live:
+                continue
+            node = (p.get("spec") or {}).get("nodeName")
+            if node:
+                for c in p["spec"].get("containers") or []:
+                    used[node] += int(
+                        ((c.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu", 0)
+                    )
+            labels = p["metadata"].get("labels") or {}
+            job = labels.get("perfsched.dev/job-name", "")
+            uid = p["metadata"].get("uid", "")
+            if node and job and p["metadata"].get("namespace") == self.namespace and uid not in names:
+                names.add(uid)
+                planned_node = (p["metadata"].get("annotations") or {}).get("perfsched.dev/planned-node")
+                if planned_node:
+                    self.pods_planned += 1
+                    if planned_node != node:
+                        self.pods_off_plan[
+                            ("gang" if job in self.gangs else "single", node in self.devices)
+                        ] += 1
+            if p["metadata"].get("namespace") == self.namespace and job in self.gangs:
+                gangs[f"{job}/g{labels.get('perfsched.dev/generation', '')}"].append(p)
+        free_by_domain: Counter[tuple[str, str]] = Counter()  # (GPU type, domain) -> free GPUs
+        for node, cap in self.capacity.items():
+            taken = claimed[node] if node in self.devices else used[node]
+            free_by_domain[(self.node_type.get(node, ""), self.domain.get(node, node))] += max(0, cap - taken)
+        partial_now: set[str] = set()
+        for key, members in gangs.items():
+            rec = self.records.setdefault(key, GangRecord())
+            nodes = [(m.get("spec") or {}).get("nodeName") for m in members]
+            bound = [n for n in nodes if n]
+            if not bound and rec.fits is None:
+                notes = members[0]["metadata"].get("annotations") or {}
+                rec.gpu_type = notes.get("perfsched.dev/gpu-type", "")
+                rec.fits = any(v >= GANG for v in free_by_domain.values())
+                rec.fits_type = any(v >= GANG for (t, _), v in free_by_domain.items() if t == rec.gpu_type)
+            if not rec.planned and len(members) == GANG:  # the operator has created all 8 pods
+                planned = {
+                    (m["metadata"].get("annotations") or {}).get("perfsched.dev/planned-node", "")
+                    for m in members
+                }
+                rec.planned = tuple(sorted({self.domain.get(n, n) for n in planned}))
+            if bound and len(bound) < len(members):
+                rec.partial_samples += 1
+                partial_now.add(key)
+                if key in self._partial_last:
+                    rec.persistent_partial = True
+            elif len(bound) == GANG and not rec.domains:
+                rec.domains = tuple(sorted({self.domain.get(n, n) for n in bound}))
+        self._partial_last = partial_now
+
+    # --- the thread ----------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            try:
+                self.sample()
+            except (k8s.ApiException, httpx.HTTPError, OSError, ValueError) as exc:
+                self.errors.append(f"sample {self.samples}: {type(exc).__name__}: {exc}")
+            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - t0)))
+
+    def __enter__(self) -> StreamSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    # --- the figures ---------------------------------------------------------------------------------------
+
+    def gang_figures(self) -> dict[str, int]:
+        placed = [r for r in self.records.values() if r.domains]
+        fit = [r for r in placed if r.fits]
+        fit_type = [r for r in placed if r.fits_type]
+        planned_one = [r for r in placed if len(r.planned) == 1]
+        return {
+            "gangs_placed": len(placed),
+            "seen_before_binding": sum(r.fits is not None for r in placed),
+            "one_domain": sum(len(r.domains) == 1 for r in placed),
+            "one_fits": len(fit),
+            "one_fits_and_one_domain": sum(len(r.domains) == 1 for r in fit),
+            "one_of_its_type_fits": len(fit_type),
+            "one_of_its_type_fits_and_one_domain": sum(len(r.domains) == 1 for r in fit_type),
+            "planned_one_domain": len(planned_one),
+            "planned_one_domain_and_kept": sum(r.domains == r.planned for r in planned_one),
+            "partial_samples": sum(r.partial_samples for r in self.records.values()),
+            "persistent_partial": sum(r.persistent_partial for r in self.records.values()),
+        }
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "samples": self.samples,
+            "dra_nodes": len(self.devices),
+            "node_checks": self.node_checks,
+            "node_equal": self.node_equal,
+            "node_in_flux": self.node_in_flux,
+            "mismatches": self.mismatches[:20],
+            "errors": self.errors[:20],
+            **self.gang_figures(),
+            "pods_planned": self.pods_planned,
+            "pods_off_plan": {
+                f"{kind} on {'DRA' if dra else 'device-plugin'} nodes": n
+                for (kind, dra), n in sorted(self.pods_off_plan.items())
+            },
+            "gangs": {k: asdict(r) for k, r in sorted(self.records.items())},
+        }
