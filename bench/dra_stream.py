@@ -37,6 +37,7 @@ from e2e.harness import Component  # noqa: E402
 from e2e.test_operator import TIME_SCALE, operator_env  # noqa: E402
 from perfsched_dev.devcluster.cluster import DevCluster, UpOptions  # noqa: E402
 from perfsched_dev.k8s import bootstrap  # noqa: E402
+from scheduler.core.errors import ConfigError  # noqa: E402
 from scheduler.k8s import connect  # noqa: E402
 from scheduler.sim.cluster import load_cluster_spec, node_labels, spec_to_nodes  # noqa: E402
 
@@ -56,8 +57,11 @@ def main() -> None:
     ap.add_argument("--logs", default="", help="keep the components' logs in this directory")
     args = ap.parse_args()
     if args.jobs < 1:
-        raise SystemExit(f"--jobs must be at least 1, got {args.jobs}")
-    spec = load_cluster_spec(args.cluster)
+        ap.error(f"--jobs must be at least 1, got {args.jobs}")
+    try:
+        spec = load_cluster_spec(args.cluster)
+    except ConfigError as exc:
+        ap.error(f"--cluster: {exc}")
     nodes = spec_to_nodes(spec)
     result: dict[str, Any] = {
         "jobs": args.jobs,

@@ -459,7 +459,7 @@ def main() -> None:
         ]
         floors = [f for f in args.floors.split(",") if f]
         if any(f not in ("floor", "watch") for f in floors):
-            raise SystemExit(f"--floors: expected floor and/or watch, got {args.floors!r}")
+            ap.error(f"--floors: expected floor and/or watch, got {args.floors!r}")
         floor_sides = [{"floor": "floor", "watch": "floor+watch"}[f] for f in floors]
         # what each extra run is, as printed
         extra = dict(zip(before_sides, before_trees, strict=False))
