@@ -159,6 +159,10 @@ def _print(r: dict[str, Any]) -> None:
     )
     for m in r["mismatches"]:
         print(f"    {m}")
+    print(
+        "    unequal on the same node in two samples running, claims unchanged: "
+        f"{len(r['persistent_mismatches'])}"
+    )
     for e in r["errors"]:
         print(f"    sampling error: {e}")
     print(

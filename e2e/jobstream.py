@@ -8,9 +8,11 @@ the jobs (every fourth a gang of 8 x 1 GPU) and ``StreamSampler`` samples until 
   probe pod asking for all of a node's GPUs passes when all are free, else the reason says how many are)
   against what DynamicResources can allocate there (the node's devices in ResourceSlices minus the
   devices allocated ResourceClaims hold). The claims are listed before and after the extender is asked;
-  a node whose claimed devices changed in between is counted *in flux* and not compared (either answer
-  would be right for one of the two instants). ``settle_s`` between the first list and the question
-  gives the extender's watch time to see what the list saw.
+  a node where any claim came or went in between (compared claim by claim, device by device, not by
+  count) is counted *in flux* and not compared (either answer would be right for one of the two
+  instants). ``settle_s`` between the first list and the question gives the extender's watch time to
+  see what the list saw. A mismatch is *persistent* when the sample before also saw one on that node
+  with the same claims on its devices.
 - **Gangs of 8** (per job generation): the NVLink domains of the nodes the operator planned for its pods
   (their ``perfsched.dev/planned-node``) and of the nodes they were bound to once all 8 were; whether one
   domain had 8 free GPUs, of any type and of the gang's GPU type (``perfsched.dev/gpu-type``), at the first
@@ -87,16 +89,22 @@ def phases(api: k8s.ApiClient, ns: str) -> Counter[str]:
     return Counter((j.get("status") or {}).get("phase", "") or "New" for j in items)
 
 
-def claimed_devices(api: k8s.ApiClient) -> Counter[str]:
-    """Devices of NVIDIA's driver that allocated ResourceClaims hold, per node (a pool is named after its
-    node)."""
+def claim_holders(api: k8s.ApiClient) -> dict[str, frozenset[tuple[str, str]]]:
+    """Per node (a pool is named after its node), which allocated ResourceClaim holds which device of
+    NVIDIA's driver: a set of (claim uid, device)."""
     out = k8s.CustomObjectsApi(api).list_cluster_custom_object("resource.k8s.io", "v1", "resourceclaims")
-    held: Counter[str] = Counter()
+    held: defaultdict[str, set[tuple[str, str]]] = defaultdict(set)
     for c in out.get("items") or []:
+        uid = str((c.get("metadata") or {}).get("uid", ""))
         for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []:
             if r.get("driver") == DRIVER:
-                held[r["pool"]] += 1
-    return held
+                held[r["pool"]].add((uid, str(r.get("device", ""))))
+    return {node: frozenset(devices) for node, devices in held.items()}
+
+
+def claimed_devices(api: k8s.ApiClient) -> Counter[str]:
+    """Devices of NVIDIA's driver that allocated ResourceClaims hold, per node."""
+    return Counter({node: len(devices) for node, devices in claim_holders(api).items()})
 
 
 def dra_nodes(api: k8s.ApiClient) -> dict[str, int]:
@@ -162,6 +170,8 @@ class StreamSampler:
     node_equal: int = 0
     node_in_flux: int = 0
     mismatches: list[str] = field(default_factory=list)
+    #: mismatches seen on the same node in two samples running with the same claims on it
+    persistent_mismatches: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     records: dict[str, GangRecord] = field(default_factory=dict)
 
@@ -175,6 +185,7 @@ class StreamSampler:
         }
         self.node_type = {n: canonical_gpu_type(p) or p for n, p in gpu_products(self.api).items()}
         self._partial_last: set[str] = set()
+        self._unequal_last: dict[str, frozenset[tuple[str, str]]] = {}
         self._bound_names: set[str] = set()
         #: bound pods of the stream that carried a planned node, and those bound elsewhere by (gang or
         #: single, on a DRA node)
@@ -186,23 +197,31 @@ class StreamSampler:
     # --- one sample ----------------------------------------------------------------------------------------
 
     def sample(self) -> None:
-        before = claimed_devices(self.api)
+        before = claim_holders(self.api)
         time.sleep(self.settle_s)
         free = extender_free(self.extender_url, self.devices)
-        after = claimed_devices(self.api)
+        after = claim_holders(self.api)
+        unequal: dict[str, frozenset[tuple[str, str]]] = {}
         for node, devices in sorted(self.devices.items()):
-            if before[node] != after[node]:
+            held = after.get(node, frozenset())
+            if before.get(node, frozenset()) != held:
+                # a claim came or went between the two lists (also one going and another coming on the
+                # same devices, which leaves the count as it was): either answer is right for one instant
                 self.node_in_flux += 1
                 continue
             self.node_checks += 1
-            if free[node] == devices - after[node]:
+            if free[node] == devices - len(held):
                 self.node_equal += 1
-            else:
-                self.mismatches.append(
-                    f"sample {self.samples}: {node}: extender {free[node]!r} free, DynamicResources can "
-                    f"allocate {devices - after[node]} ({devices} devices, {after[node]} claimed)"
-                )
-        self._gangs(after)
+                continue
+            unequal[node] = held
+            self.mismatches.append(
+                f"sample {self.samples}: {node}: extender {free[node]!r} free, DynamicResources can "
+                f"allocate {devices - len(held)} ({devices} devices, {len(held)} claimed)"
+            )
+            if self._unequal_last.get(node) == held:
+                self.persistent_mismatches.append(self.mismatches[-1] + ", as in the sample before")
+        self._unequal_last = unequal
+        self._gangs(Counter({node: len(held) for node, held in after.items()}))
         self.samples += 1
 
     def _gangs(self, claimed: Counter[str]) -> None:
@@ -313,6 +332,7 @@ class StreamSampler:
             "node_equal": self.node_equal,
             "node_in_flux": self.node_in_flux,
             "mismatches": self.mismatches[:20],
+            "persistent_mismatches": self.persistent_mismatches[:20],
             "errors": self.errors[:20],
             **self.gang_figures(),
             "pods_planned": self.pods_planned,

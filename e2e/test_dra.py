@@ -103,6 +103,15 @@ def test_dra_pods_get_claims_and_the_extender_counts_what_dynamicresources_can_a
 def test_a_stream_of_jobs_keeps_the_extenders_free_gpus_equal_to_what_dynamicresources_can_allocate(
     kube_cluster: KubeCluster, cluster: Cluster, stack: Any
 ) -> None:
+    """Every sample compares each DRA node's free GPUs, asked of the extender, with what DynamicResources
+    can allocate there, unless a claim came or went on the node between the two claim lists around the
+    question (compared claim by claim: one claim released and another allocated on the node in that
+    window leaves the count unchanged but is in flux all the same). The test fails on a *persistent*
+    mismatch only: the same node unequal in two samples running (a second apart) with the same claims on
+    its devices. A single unequal sample is reported, not failed: the extender's count follows the claims
+    through its watch, and on a loaded CI machine a watch event can arrive later than the 0.3 s the
+    sampler waits after listing, so one sample can compare the extender's previous instant with the
+    list's; an accounting error does not go away a second later with the claims unchanged."""
     if e2e_gpu_api() == "device-plugin" or not kube_cluster.local:
         pytest.skip("needs the local dev cluster with PERFSCHED_E2E_GPU_API=dra or mixed")
     workload_api = os.environ.get(E2E_WORKLOAD_API_ENV) == "1"
@@ -122,10 +131,12 @@ def test_a_stream_of_jobs_keeps_the_extenders_free_gpus_equal_to_what_dynamicres
     got = sampler.summary()
     print(json.dumps(got))
     assert got["errors"] == [], got["errors"]
-    assert got["mismatches"] == [], got["mismatches"]
-    # every sample compared most DRA nodes: the claims did not change under every question
+    assert got["persistent_mismatches"] == [], got["persistent_mismatches"]
+    # every sample compared most DRA nodes: the claims did not change under every question; and all but
+    # a few comparisons agreed (single unequal samples, see above)
     checks = got["samples"] * len(sampler.devices) // 2
-    assert got["node_equal"] == got["node_checks"] >= checks, (got["node_equal"], got["node_checks"], checks)
+    assert got["node_checks"] >= checks, (got["node_checks"], checks)
+    assert got["node_checks"] - got["node_equal"] <= max(1, got["node_checks"] // 100), got["mismatches"]
     assert got["gangs_placed"] >= len(jobstream.gang_jobs(n)), json.dumps(got)
     if workload_api:
         # a gang's 8 binds are 8 API calls after its one scheduling cycle: a sample may fall between

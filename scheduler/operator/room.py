@@ -10,9 +10,10 @@ this way is created by a later round (``GangState.MISSING``), where the same cou
 
 ``live`` GPUs are held by pods that stay (bound and not being deleted, or planned on the node and not
 bound yet) and by DRA claims no pod counts; ``draining`` GPUs by bound pods being deleted (or stopped this
-round). A gang waits only when the draining pods are what is in the way: when it does not fit even
-without them, the plan is stale (kube-scheduler bound some pod elsewhere than planned) and the pods are
-created as before, for kube-scheduler to place.
+round) and by the DRA claims of finished pods that kube-controller-manager has not deallocated yet. A
+gang waits only when the draining pods are what is in the way: when it does not fit even without them,
+the plan is stale (kube-scheduler bound some pod elsewhere than planned) and the pods are created as
+before, for kube-scheduler to place.
 """
 
 from __future__ import annotations
@@ -39,8 +40,15 @@ class NodeRoom:
     draining: Counter[str]
 
     @classmethod
-    def of(cls, nodes: Sequence[Node], pods: Sequence[PodView], held: Iterable[Allocation] = ()) -> NodeRoom:
-        """The count from this round's nodes, pods and pseudo-allocations ``held`` (DRA claims)."""
+    def of(
+        cls,
+        nodes: Sequence[Node],
+        pods: Sequence[PodView],
+        held: Iterable[Allocation] = (),
+        releasing: Iterable[Allocation] = (),
+    ) -> NodeRoom:
+        """The count from this round's nodes, pods and pseudo-allocations of DRA claims: ``held`` ones
+        stay, ``releasing`` ones (claims of finished pods) drain."""
         live: Counter[str] = Counter()
         draining: Counter[str] = Counter()
         for p in pods:
@@ -53,6 +61,8 @@ class NodeRoom:
                 live[info.planned_node] += info.gpus
         for a in held:
             live.update(gpus_by_node(a))
+        for a in releasing:
+            draining.update(gpus_by_node(a))
         return cls({n.name: n.capacity_for_jobs for n in nodes}, live, draining)
 
     def stop(self, alloc: Allocation) -> None:
