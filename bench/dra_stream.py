@@ -181,6 +181,13 @@ def _print(r: dict[str, Any]) -> None:
         f"({_pct(r['one_of_its_type_fits_and_one_domain'], r['one_of_its_type_fits'])})"
     )
     print(
+        "    one domain of the gang's GPU type had 8 free at the last sample before its job was admitted "
+        f"(free as the operator plans; {r['judged_at_start']} gangs judged): "
+        f"{r['one_of_its_type_fits_at_start']}, "
+        f"of them in one domain: {r['one_of_its_type_fits_at_start_and_one_domain']} "
+        f"({_pct(r['one_of_its_type_fits_at_start_and_one_domain'], r['one_of_its_type_fits_at_start'])})"
+    )
+    print(
         f"    one domain of any type had 8 free: {r['one_fits']}, of them in one domain: "
         f"{r['one_fits_and_one_domain']} ({_pct(r['one_fits_and_one_domain'], r['one_fits'])})"
     )

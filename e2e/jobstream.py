@@ -29,6 +29,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -89,16 +90,24 @@ def phases(api: k8s.ApiClient, ns: str) -> Counter[str]:
     return Counter((j.get("status") or {}).get("phase", "") or "New" for j in items)
 
 
-def claim_holders(api: k8s.ApiClient) -> dict[str, frozenset[tuple[str, str]]]:
+#: (claim uid, device, uid of the pod owning the claim or "")
+Holding = tuple[str, str, str]
+
+
+def claim_holders(api: k8s.ApiClient) -> dict[str, frozenset[Holding]]:
     """Per node (a pool is named after its node), which allocated ResourceClaim holds which device of
-    NVIDIA's driver: a set of (claim uid, device)."""
+    NVIDIA's driver, and for which pod."""
     out = k8s.CustomObjectsApi(api).list_cluster_custom_object("resource.k8s.io", "v1", "resourceclaims")
-    held: defaultdict[str, set[tuple[str, str]]] = defaultdict(set)
+    held: defaultdict[str, set[Holding]] = defaultdict(set)
     for c in out.get("items") or []:
-        uid = str((c.get("metadata") or {}).get("uid", ""))
+        meta = c.get("metadata") or {}
+        uid = str(meta.get("uid", ""))
+        owner = next(
+            (str(o.get("uid", "")) for o in meta.get("ownerReferences") or [] if o.get("kind") == "Pod"), ""
+        )
         for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results") or []:
             if r.get("driver") == DRIVER:
-                held[r["pool"]].add((uid, str(r.get("device", ""))))
+                held[r["pool"]].add((uid, str(r.get("device", "")), owner))
     return {node: frozenset(devices) for node, devices in held.items()}
 
 
@@ -149,6 +158,9 @@ class GangRecord:
     #: one domain had 8 free GPUs (of any type; of the gang's type) when its pods were first seen unbound
     fits: bool | None = None
     fits_type: bool | None = None
+    #: a domain of the gang's type had 8 free as the operator plans (``StreamSampler.admissions``) at the
+    #: last sample before the job was admitted
+    fits_type_at_start: bool | None = None
     planned: tuple[str, ...] = ()  # the domains of its planned nodes
     domains: tuple[str, ...] = ()  # the domains of its nodes once all 8 were bound
     partial_samples: int = 0
@@ -185,7 +197,9 @@ class StreamSampler:
         }
         self.node_type = {n: canonical_gpu_type(p) or p for n, p in gpu_products(self.api).items()}
         self._partial_last: set[str] = set()
-        self._unequal_last: dict[str, frozenset[tuple[str, str]]] = {}
+        self._unequal_last: dict[str, frozenset[Holding]] = {}
+        #: (wall time of a sample, free GPUs per (GPU type, domain) as the operator plans with them)
+        self._history: list[tuple[float, Counter[tuple[str, str]]]] = []
         self._bound_names: set[str] = set()
         #: bound pods of the stream that carried a planned node, and those bound elsewhere by (gang or
         #: single, on a DRA node)
@@ -197,11 +211,12 @@ class StreamSampler:
     # --- one sample ----------------------------------------------------------------------------------------
 
     def sample(self) -> None:
+        started = time.time()
         before = claim_holders(self.api)
         time.sleep(self.settle_s)
         free = extender_free(self.extender_url, self.devices)
         after = claim_holders(self.api)
-        unequal: dict[str, frozenset[tuple[str, str]]] = {}
+        unequal: dict[str, frozenset[Holding]] = {}
         for node, devices in sorted(self.devices.items()):
             held = after.get(node, frozenset())
             if before.get(node, frozenset()) != held:
@@ -221,26 +236,35 @@ class StreamSampler:
             if self._unequal_last.get(node) == held:
                 self.persistent_mismatches.append(self.mismatches[-1] + ", as in the sample before")
         self._unequal_last = unequal
-        self._gangs(Counter({node: len(held) for node, held in after.items()}))
+        self._gangs(after, started)
         self.samples += 1
 
-    def _gangs(self, claimed: Counter[str]) -> None:
+    def _gangs(self, holdings: dict[str, frozenset[Holding]], started: float) -> None:
         resp = self.core.list_pod_for_all_namespaces(_preload_content=False)
         pods = json.loads(resp.data).get("items") or []
         used: Counter[str] = Counter()  # GPUs of live bound pods per node (device-plugin nodes)
+        planned_unbound: Counter[str] = Counter()  # GPUs of live pods planned on a node, not bound yet
+        finished: set[str] = set()  # uids of pods that have finished
         names = self._bound_names
         gangs: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for p in pods:
             live = (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            if not live:
+                finished.add(str(p["metadata"].get("uid", "")))
             live = live and not p["metadata"].get("deletionTimestamp")
             if not live:
                 continue
             node = (p.get("spec") or {}).get("nodeName")
+            gpus = sum(
+                int(((c.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu", 0))
+                for c in (p.get("spec") or {}).get("containers") or []
+            )
             if node:
-                for c in p["spec"].get("containers") or []:
-                    used[node] += int(
-                        ((c.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu", 0)
-                    )
+                used[node] += gpus
+            else:
+                planned_unbound[
+                    (p["metadata"].get("annotations") or {}).get("perfsched.dev/planned-node", "")
+                ] += gpus
             labels = p["metadata"].get("labels") or {}
             job = labels.get("perfsched.dev/job-name", "")
             uid = p["metadata"].get("uid", "")
@@ -256,9 +280,17 @@ class StreamSampler:
             if p["metadata"].get("namespace") == self.namespace and job in self.gangs:
                 gangs[f"{job}/g{labels.get('perfsched.dev/generation', '')}"].append(p)
         free_by_domain: Counter[tuple[str, str]] = Counter()  # (GPU type, domain) -> free GPUs
+        # as the operator plans: a finished pod's claim is GPUs being released, a planned pod takes its GPUs
+        planning: Counter[tuple[str, str]] = Counter()
         for node, cap in self.capacity.items():
-            taken = claimed[node] if node in self.devices else used[node]
-            free_by_domain[(self.node_type.get(node, ""), self.domain.get(node, node))] += max(0, cap - taken)
+            held = holdings.get(node, frozenset())
+            taken = len(held) if node in self.devices else used[node]
+            where = (self.node_type.get(node, ""), self.domain.get(node, node))
+            free_by_domain[where] += max(0, cap - taken)
+            if node in self.devices:
+                taken = sum(owner not in finished for _, _, owner in held)
+            planning[where] += max(0, cap - taken - planned_unbound[node])
+        self._history.append((started, planning))
         partial_now: set[str] = set()
         for key, members in gangs.items():
             rec = self.records.setdefault(key, GangRecord())
@@ -302,6 +334,36 @@ class StreamSampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
+        try:
+            self.admissions()
+        except (k8s.ApiException, OSError, ValueError, KeyError) as exc:
+            self.errors.append(f"admissions: {type(exc).__name__}: {exc}")
+
+    def admissions(self) -> None:
+        """For each first-generation gang: did a domain of its type have 8 free GPUs at the last sample
+        that began before its job's ``status.admittedTime`` (the operator's round that started it; the
+        time has whole seconds, so up to a second after it)? Free as the operator plans: a finished pod's
+        claim counts free (being released), a pod planned on a node and not bound yet counts taken."""
+        items = k8s.CustomObjectsApi(self.api).list_namespaced_custom_object(
+            "perfsched.dev", "v1alpha1", self.namespace, "trainingjobs"
+        )["items"]
+        admitted: dict[str, float] = {}
+        for j in items:
+            raw = (j.get("status") or {}).get("admittedTime")
+            if raw:
+                admitted[j["metadata"]["name"]] = datetime.fromisoformat(
+                    raw.replace("Z", "+00:00")
+                ).timestamp()
+        for key, rec in self.records.items():
+            job, _, generation = key.partition("/")
+            at = admitted.get(job)
+            if generation != "g1" or at is None or not rec.gpu_type:
+                continue
+            before = [free for t, free in self._history if t < at + 1.0]
+            if before:
+                rec.fits_type_at_start = any(
+                    v >= GANG for (t, _), v in before[-1].items() if t == rec.gpu_type
+                )
 
     # --- the figures ---------------------------------------------------------------------------------------
 
@@ -309,6 +371,7 @@ class StreamSampler:
         placed = [r for r in self.records.values() if r.domains]
         fit = [r for r in placed if r.fits]
         fit_type = [r for r in placed if r.fits_type]
+        fit_start = [r for r in placed if r.fits_type_at_start]
         planned_one = [r for r in placed if len(r.planned) == 1]
         return {
             "gangs_placed": len(placed),
@@ -318,6 +381,9 @@ class StreamSampler:
             "one_fits_and_one_domain": sum(len(r.domains) == 1 for r in fit),
             "one_of_its_type_fits": len(fit_type),
             "one_of_its_type_fits_and_one_domain": sum(len(r.domains) == 1 for r in fit_type),
+            "judged_at_start": sum(r.fits_type_at_start is not None for r in placed),
+            "one_of_its_type_fits_at_start": len(fit_start),
+            "one_of_its_type_fits_at_start_and_one_domain": sum(len(r.domains) == 1 for r in fit_start),
             "planned_one_domain": len(planned_one),
             "planned_one_domain_and_kept": sum(r.domains == r.planned for r in planned_one),
             "partial_samples": sum(r.partial_samples for r in self.records.values()),
