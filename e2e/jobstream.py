@@ -158,8 +158,12 @@ class GangRecord:
     #: one domain had 8 free GPUs (of any type; of the gang's type) when its pods were first seen unbound
     fits: bool | None = None
     fits_type: bool | None = None
-    #: a domain of the gang's type had 8 free as the operator plans (``StreamSampler.admissions``) at the
-    #: last sample before the job was admitted
+    #: when its job was admitted (``status.admittedTime``, whole seconds), and how many domains of the
+    #: gang's type had 8 free then, as the operator plans (``StreamSampler.admissions``); None: not judged
+    admitted: float | None = None
+    free_domains_at_start: int | None = None
+    #: one of those domains was left for this gang after the gangs of its type admitted in the same
+    #: second and ahead of it in the FIFO order had each taken one
     fits_type_at_start: bool | None = None
     planned: tuple[str, ...] = ()  # the domains of its planned nodes
     domains: tuple[str, ...] = ()  # the domains of its nodes once all 8 were bound
@@ -340,10 +344,12 @@ class StreamSampler:
             self.errors.append(f"admissions: {type(exc).__name__}: {exc}")
 
     def admissions(self) -> None:
-        """For each first-generation gang: did a domain of its type have 8 free GPUs at the last sample
-        that began before its job's ``status.admittedTime`` (the operator's round that started it; the
-        time has whole seconds, so up to a second after it)? Free as the operator plans: a finished pod's
-        claim counts free (being released), a pod planned on a node and not bound yet counts taken."""
+        """For each first-generation gang: was a domain of its type with 8 free GPUs left for it at the last
+        sample that began before its job's ``status.admittedTime`` (the operator's round that started it;
+        the time has whole seconds, so up to a second after it)? Free as the operator plans: a finished
+        pod's claim counts free (being released), a pod planned on a node and not bound yet counts taken;
+        a gang of the same type admitted in the same second and earlier in the FIFO order takes one of the
+        free domains first."""
         items = k8s.CustomObjectsApi(self.api).list_namespaced_custom_object(
             "perfsched.dev", "v1alpha1", self.namespace, "trainingjobs"
         )["items"]
@@ -361,9 +367,19 @@ class StreamSampler:
                 continue
             before = [free for t, free in self._history if t < at + 1.0]
             if before:
-                rec.fits_type_at_start = any(
+                rec.admitted = at
+                rec.free_domains_at_start = sum(
                     v >= GANG for (t, _), v in before[-1].items() if t == rec.gpu_type
                 )
+        # gangs of one type started by one round compete for its free domains, in the FIFO order (the jobs
+        # are created in name order)
+        ahead: Counter[tuple[float, str]] = Counter()
+        for key in sorted(self.records):
+            rec = self.records[key]
+            if rec.admitted is None or rec.free_domains_at_start is None:
+                continue
+            rec.fits_type_at_start = rec.free_domains_at_start > ahead[(rec.admitted, rec.gpu_type)]
+            ahead[(rec.admitted, rec.gpu_type)] += 1
 
     # --- the figures ---------------------------------------------------------------------------------------
 
