@@ -300,9 +300,10 @@ class StreamSampler:
             rec = self.records.setdefault(key, GangRecord())
             nodes = [(m.get("spec") or {}).get("nodeName") for m in members]
             bound = [n for n in nodes if n]
-            if not bound and rec.fits is None:
+            if not rec.gpu_type:  # also for a gang bound before any sample saw it unbound
                 notes = members[0]["metadata"].get("annotations") or {}
                 rec.gpu_type = notes.get("perfsched.dev/gpu-type", "")
+            if not bound and rec.fits is None:
                 rec.fits = any(v >= GANG for v in free_by_domain.values())
                 rec.fits_type = any(v >= GANG for (t, _), v in free_by_domain.items() if t == rec.gpu_type)
             if not rec.planned and len(members) == GANG:  # the operator has created all 8 pods
