@@ -140,7 +140,10 @@ def test_a_start_on_gpus_a_finished_pods_claim_still_holds_waits_for_the_claim_t
     # planned on the whole node, but no pod is created while the claim holds 2 of its GPUs
     assert h.api.job_pods("ml", "big") == []
     cond = {c["type"]: c for c in h.api.trainingjobs[("ml", "big")]["status"]["conditions"]}["Running"]
-    assert "waiting for GPUs held by pods that are exiting (2 on dra-v)" in cond["message"]
+    assert (
+        "waiting for GPUs that finished pods' ResourceClaims hold until they are released (2 on dra-v) "
+        "before creating the gang's pods"
+    ) in cond["message"]
     op.run_round()
     assert h.api.job_pods("ml", "big") == []
     # the claim is deallocated: the next round creates the 4 pods on the node
