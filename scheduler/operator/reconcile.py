@@ -81,6 +81,11 @@ from scheduler.operator.transitions import Observed, Outcome, Planned, transitio
 
 log = logging.getLogger(__name__)
 
+#: How long a finished pod's allocated ResourceClaim counts as GPUs being released (a START planned on them
+#: waits) before the operator counts it as taken: kube-controller-manager deallocates such claims within
+#: seconds; one that stays longer is not about to go.
+CLAIM_RELEASE_GRACE_S = 30.0
+
 
 @dataclass(frozen=True, slots=True)
 class OperatorConfig:
@@ -211,6 +216,8 @@ class Operator:
         self._observed_report_time: dict[str, float] = {}
         self._warned_dra: set[str] = set()
         self._dra = DraInventory()  # this round's DRA objects (``_list``)
+        #: claims of finished pods still allocated -> when a round first saw them so (``_claim_held``)
+        self._releasing_since: dict[str, float] = {}
         self._learned: list[tuple[Job, PlacementShape, float]] = []
         # residuals of single-node gangs over the slow-node window, and the nodes flagged (for the Event
         # on a new flag); lost on restart, refilled within the window (the metric says nothing meanwhile)
@@ -291,20 +298,41 @@ class Operator:
                 log.warning("node failed; its gangs restart elsewhere", extra={"node": name, "why": why})
         return out, failed
 
-    def _claim_held(self, views: Sequence[PodView], nodes: Sequence[Node]) -> dict[str, Allocation]:
+    def _claim_held(
+        self, views: Sequence[PodView], nodes: Sequence[Node], now: float
+    ) -> tuple[dict[str, Allocation], dict[str, Allocation]]:
         """Pseudo-allocations (``<claim>#held``) for the DRA GPUs that allocated ResourceClaims hold on a node
-        and that no pod's request counts: claims of pods that are not bound there (finished, or not
-        visible), and claims of no pod. Taken for now, as ``held_allocations``, never moved."""
-        out: dict[str, Allocation] = {}
+        and that no pod's request counts, split in two:
+
+        - *held*: claims of no pod, of a pod not visible, or of a finished pod whose claim has stayed
+          allocated for ``CLAIM_RELEASE_GRACE_S``: taken for now, as ``held_allocations``, never moved;
+        - *releasing*: claims of a pod that has finished (Succeeded or Failed), which
+          kube-controller-manager deallocates shortly after. The planner sees these GPUs as free, the way
+          it sees a stopped gang's; ``NodeRoom`` counts them as draining, so that a START planned on them
+          waits for the claim to go rather than the planner spreading a gang around a node a job has
+          just left.
+        """
+        held: dict[str, Allocation] = {}
+        releasing: dict[str, Allocation] = {}
+        finished = {v.info.uid for v in views if v.info.uid and not v.unfinished}
+        seen: dict[str, float] = {}
         for node in nodes:
             if node.gpu_api != "dra":
                 continue
             holders = {v.info.uid for v in views if v.info.holds_gpus and v.info.node_name == node.name}
-            for claim, (owner, held) in self._dra.claims_on(node.name).items():
-                if held > 0 and (not owner or owner not in holders):
-                    name = f"{claim}#held"
-                    out[name] = Allocation.of(name, node.gpu_type, held, {node.name: 1})
-        return out
+            for claim, (owner, count) in self._dra.claims_on(node.name).items():
+                if count <= 0 or (owner and owner in holders):
+                    continue
+                name = f"{claim}#held"
+                alloc = Allocation.of(name, node.gpu_type, count, {node.name: 1})
+                if owner and owner in finished:
+                    since = seen[claim] = self._releasing_since.get(claim, now)
+                    if now - since < CLAIM_RELEASE_GRACE_S:
+                        releasing[name] = alloc
+                        continue
+                held[name] = alloc
+        self._releasing_since = seen
+        return held, releasing
 
     def _dra_warnings(self, obj: Obj, gpus: DraNodeGpus, now: float) -> None:
         """A Warning Event on the Node, once per process, for each attribute perfsched needs that its DRA
@@ -363,8 +391,8 @@ class Operator:
         report.list_seconds = time.perf_counter() - t_list
         views_all = [v for v in (pod_view(p) for p in raw_pods) if v is not None]
         nodes, failed = self._nodes(raw_nodes, views_all, now)
-        claims = self._claim_held(views_all, nodes)
-        room = NodeRoom.of(nodes, views_all, claims.values())
+        claims, releasing = self._claim_held(views_all, nodes, now)
+        room = NodeRoom.of(nodes, views_all, claims.values(), releasing.values())
 
         # --- phase 2 and 3: observe and settle -----------------------------------------------------------
         round_jobs, placing, allocations, accounted = self._settle_all(
