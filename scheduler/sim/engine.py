@@ -36,6 +36,7 @@ from scheduler.core.placement import spread_of
 from scheduler.core.planner import is_migration, single_action
 from scheduler.core.protocols import MovesRunning, Policy, ThroughputOracle
 from scheduler.core.queues import QueueSpec
+from scheduler.core.round import IncrementalMismatch as IncrementalMismatch  # raised here, defined there
 from scheduler.core.round import IncrementalPolicy, IncrementalRound, RoundCosts
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node, PlacementShape
 
@@ -86,10 +87,6 @@ class EngineConfig:
     incremental: bool = True
     #: also run ``run_round`` every round and raise ``IncrementalMismatch`` if the incremental round differs
     check_incremental: bool = False
-
-
-class IncrementalMismatch(AssertionError):
-    """The policy's incremental round and ``run_round`` disagreed (a bug in the incremental round)."""
 
 
 @dataclass(slots=True)
