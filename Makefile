@@ -55,7 +55,7 @@ venv: $(VENV)/.installed
 	with numpy, about 2x slower, and tests/perfmodel/test_forest_native.py fails" >&2
 	"$(PY)" -c 'import scheduler.sim.engine as m; assert m.__file__.endswith(".so")' 2>/dev/null \
 	|| echo "WARNING: the scheduling core was not compiled with mypyc (setup.py's NATIVE; needs mypy and a \
-	C compiler): it runs as Python, the simulator about 2x slower, and tests/sim/test_native.py fails" >&2
+	C compiler): it runs as Python, the simulator's rounds about 2x slower, and tests/sim/test_native.py fails" >&2
 
 # Re-resolve the lock (the only target that asks the package index what is newest), then export the image's
 # pin list. `make lock LOCK_UPGRADE="httpx uvicorn"` upgrades just those packages (a Dependabot-style bump).

@@ -4,7 +4,8 @@
   numpy (same leaves, about 3x slower on the speed benchmark's batches).
 - The scheduling core's hot modules (``NATIVE`` below), compiled with mypyc from the same source: the
   round's types and placement, the planner, the policies' incremental round and the simulator's engine.
-  Without them the same modules run as Python (same results, the Philly 10k replay about 2x slower).
+  Without them the same modules run as Python (same results, the Philly 10k replay's rounds about
+  2x slower).
   mypyc comes with mypy (the ``dev`` extra); ``PERFSCHED_NO_MYPYC=1`` builds without it.
 
 Both are optional: where no C compiler (or no mypyc) is available the build goes on without them, and

@@ -29,7 +29,7 @@ def test_native_modules_exist_and_include_the_engine() -> None:
 
 def test_the_scheduling_core_is_compiled_and_imported() -> None:
     # `make venv` (pip install -e .) builds them where mypyc and a C compiler are available; without
-    # them the same modules run as Python, about 2x slower on the Philly 10k replay
+    # them the same modules run as Python, the Philly 10k replay's rounds about 2x slower
     pure = [n for n in _native_modules() if not str(importlib.import_module(n).__file__).endswith(".so")]
     assert not pure, f"not compiled (run make venv; needs gcc and mypy): {', '.join(pure)}"
 
