@@ -45,6 +45,13 @@ class PolicyInvariantError(PermanentError):
     """A policy returned decisions that break a scheduling invariant (a bug in that policy)."""
 
 
+class IncrementalMismatch(AssertionError):
+    """A policy's incremental round and ``run_round`` disagreed (a bug in the incremental round).
+
+    Defined here rather than beside the simulator's engine, which raises it: a class derived from a
+    built-in exception cannot live in a module compiled with mypyc."""
+
+
 class RoundView(Protocol):
     """What an incremental round may look up, when it needs it, of the round its caller would otherwise
     hand ``run_round``: a job as ``run_round`` would be given it now (progress, restarts, measured
