@@ -34,7 +34,7 @@ from scheduler.core.admission import Admission, admit
 from scheduler.core.decisions import Action, ActionKind, Decision, RoundResult, Unschedulable
 from scheduler.core.errors import ConfigError, PermanentError
 from scheduler.core.placement import spread_of
-from scheduler.core.planner import plan_detailed
+from scheduler.core.planner import outgrown, plan_detailed
 from scheduler.core.protocols import MemoryOracle, Policy, ThroughputOracle
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, MemoryFit, Node, PlacementShape
 
@@ -324,13 +324,15 @@ def _decide(
     again with those queues' jobs pinned to the type admission counted them on, then (if still broken)
     with every queue's pinned: admission keeps every quota with those."""
     if admission is None:
-        decisions = dict(policy.allocate(snapshot, jobs, oracle))
+        decisions = _stop_outgrown(snapshot, jobs, policy.allocate(snapshot, jobs, oracle))
         validate_decisions(policy.name, snapshot, jobs, decisions)
         return decisions
     admitted = admission.jobs
     pinned: set[str] | None = set()
     while True:
-        decisions = dict(policy.allocate(admission.snapshot, admitted, oracle))
+        decisions = _stop_outgrown(
+            admission.snapshot, admitted, policy.allocate(admission.snapshot, admitted, oracle)
+        )
         validate_decisions(policy.name, admission.snapshot, admitted, decisions)
         broken = admission.guard.broken(decisions) if admission.guard is not None else set()
         if not broken or pinned is None:
@@ -340,6 +342,26 @@ def _decide(
         admitted = admission.pin(pinned)
     decisions.update(admission.held_decisions())
     return decisions
+
+
+def _stop_outgrown(
+    snapshot: ClusterSnapshot, jobs: Sequence[Job], decisions: Mapping[str, Decision]
+) -> dict[str, Decision]:
+    """The policy's decisions, where one keeps a running allocation that no longer fits its job's spec
+    (``planner.outgrown``: the user changed the allowed GPU types or the replicas while it ran) replaced
+    by a stop: the job waits and is placed as its spec now asks. Policies that keep what runs (a
+    non-preemptible job, a job changed too recently to move) would otherwise break an invariant and stop
+    every job's round."""
+    out = dict(decisions)
+    for job in jobs:
+        cur = snapshot.allocations.get(job.name)
+        dec = out.get(job.name)
+        if cur is None or dec is None or not (dec.allocation is cur or dec.allocation == cur):
+            continue
+        why = outgrown(job, cur)
+        if why:
+            out[job.name] = Decision(job.name, None, f"stopped: {why}")
+    return out
 
 
 def _chooses_types(policy: Policy) -> bool:
