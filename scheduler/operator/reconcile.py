@@ -73,6 +73,7 @@ from scheduler.operator.observe import (
     node_failures,
     observe_job,
     pod_view,
+    without_tolerated,
 )
 from scheduler.operator.queues import Tenancy
 from scheduler.operator.room import NodeRoom, gpus_by_node
@@ -238,12 +239,14 @@ class Operator:
 
     def _nodes(
         self, raw: Sequence[Obj], pods: Sequence[PodView], now: float
-    ) -> tuple[list[Node], dict[str, str]]:
-        """The GPU nodes the planner may use, and the failed nodes (name -> why).
+    ) -> tuple[list[Node], dict[str, str], dict[str, tuple[tuple[str, str], ...]]]:
+        """The GPU nodes the planner may use, the failed nodes (name -> why), and the failed nodes' NoExecute
+        taints where those alone fail them (``observe.node_failures``).
 
         A failed node (NotReady beyond the grace period, tainted NoExecute, deleted under bound pods)
-        leaves the planner's capacity until it is healthy again; a node NotReady within the grace period
-        keeps the gangs it runs but takes no new ones (its capacity is what its pods hold).
+        leaves the planner's capacity until it is healthy again; a node NotReady within the grace period,
+        or tainted NoExecute (where gangs that tolerate the taint keep running), keeps the gangs it runs
+        but takes no new ones (its capacity is what its pods hold).
         """
         out: list[Node] = []
         unknown: Counter[str] = Counter()
@@ -261,7 +264,9 @@ class Operator:
             if p.info.holds_gpus:
                 held[p.info.node_name] += p.info.gpus
         bound = {p.info.node_name for p in pods if p.info.node_name and p.unfinished}
-        failed, suspect = node_failures(healths, bound, now=now, grace_s=self.config.node_failure_grace_s)
+        failed, suspect, tainted = node_failures(
+            healths, bound, now=now, grace_s=self.config.node_failure_grace_s
+        )
         for obj in raw:
             try:
                 dra = None
@@ -275,9 +280,13 @@ class Operator:
                 self._dra_warnings(obj, dra, now)
             if node.gpus <= 0 or not node.gpu_type:
                 continue
-            if node.name in failed:
+            if node.name in failed and node.name not in tainted:
                 continue
-            if node.name in suspect or (self.config.exclude_slow_nodes and node.name in self._flagged):
+            if (
+                node.name in suspect
+                or node.name in tainted
+                or (self.config.exclude_slow_nodes and node.name in self._flagged)
+            ):
                 # no new gang here: its capacity is what its pods hold
                 node = replace(node, gpus_external=max(node.gpus_external, node.gpus - held[node.name]))
             if node.gpu_type not in crd.CANONICAL_GPU_TYPES:
@@ -289,7 +298,7 @@ class Operator:
         for name, why in sorted(failed.items()):
             if name in held or name in bound:
                 log.warning("node failed; its gangs restart elsewhere", extra={"node": name, "why": why})
-        return out, failed
+        return out, failed, tainted
 
     def _claim_held(self, views: Sequence[PodView], nodes: Sequence[Node]) -> dict[str, Allocation]:
         """Pseudo-allocations (``<claim>#held``) for the DRA GPUs that allocated ResourceClaims hold on a node
@@ -362,13 +371,13 @@ class Operator:
         tjs, raw_pods, raw_nodes, classes = self._list()
         report.list_seconds = time.perf_counter() - t_list
         views_all = [v for v in (pod_view(p) for p in raw_pods) if v is not None]
-        nodes, failed = self._nodes(raw_nodes, views_all, now)
+        nodes, failed, tainted = self._nodes(raw_nodes, views_all, now)
         claims = self._claim_held(views_all, nodes)
         room = NodeRoom.of(nodes, views_all, claims.values())
 
         # --- phase 2 and 3: observe and settle -----------------------------------------------------------
         round_jobs, placing, allocations, accounted = self._settle_all(
-            tjs, views_all, nodes, failed, classes, now, report, room
+            tjs, views_all, nodes, (failed, tainted), classes, now, report, room
         )
         node_types = {n.name: n.gpu_type for n in nodes}
         tenancy = self._tenancy(nodes)
@@ -510,7 +519,7 @@ class Operator:
         tjs: Sequence[Obj],
         views_all: Sequence[PodView],
         nodes: Sequence[Node],
-        failed: Mapping[str, str],
+        failures: tuple[Mapping[str, str], Mapping[str, tuple[tuple[str, str], ...]]],
         classes: Mapping[str, int],
         now: float,
         report: RoundReport,
@@ -519,7 +528,9 @@ class Operator:
         """Phases 2 and 3 for every job, oldest first: the jobs in the round, the gangs kube-scheduler is
         still placing, the allocations of the jobs in the round and the pods those account for. A gang
         to complete (``GangState.MISSING``) is created only when ``room`` has it
-        (``scheduler.operator.room``)."""
+        (``scheduler.operator.room``). ``failures``: the failed nodes and the NoExecute taints that alone
+        fail some of them (a job whose pod template tolerates those keeps its gang there)."""
+        failed, tainted = failures
         node_types = {n.name: n.gpu_type for n in nodes}
         cluster_types = {n.gpu_type for n in nodes}
         by_job: dict[str, list[PodView]] = {}
@@ -550,7 +561,7 @@ class Operator:
                 total_work=spec.work.total if isinstance(spec, crd.TrainingJobSpec) else None,
                 node_types=node_types,
                 start_timeout_s=_start_timeout(spec, self.config.gang_start_timeout_s),
-                failed_nodes=failed,
+                failed_nodes=without_tolerated(failed, tainted, _tolerations(obj)) if tainted else failed,
             )
             step = Observed(
                 converted,
@@ -899,6 +910,12 @@ def _room_for_missing(view: JobView, out: Outcome, room: NodeRoom) -> tuple[Outc
         return out, view
     log.info("gang waits for exiting pods", extra={"job": view.key, "why": why})
     return replace(out, create=None, events=(), waiting=why), replace(view, problems=why)
+
+
+def _tolerations(obj: Obj) -> object:
+    """The tolerations of a TrainingJob's pod template (what its pods carry), as given."""
+    template = (obj.get("spec") or {}).get("template") or {}
+    return ((template.get("spec") or {}) if isinstance(template, Mapping) else {}).get("tolerations")
 
 
 def _start_timeout(spec: crd.TrainingJobSpec | Unschedulable, default: float) -> float:

@@ -270,12 +270,14 @@ def test_a_failed_node_restarts_its_gangs_from_the_checkpoint_on_healthy_gpus(fa
     # the one on the failed node is removed at once (no kubelet is left to confirm it)
     pods = {p["metadata"]["name"]: p for p in h.api.job_pods("ml", "bert")}
     assert "bert-g1-1" not in pods and "deletionTimestamp" in pods["bert-g1-0"]["metadata"]
-    assert all("n2" not in n.name for n in policy.seen[-1][0].nodes)  # n2 left the capacity
+    # n2 left the capacity (a tainted node stays listed with what its pods held when the round began)
+    assert all(n.capacity_for_jobs <= 2 for n in policy.seen[-1][0].nodes if n.name == "n2")
     h.api.finish_deletions()
 
     policy.want["ml/bert"] = alloc("ml/bert", "A100", 2, n1=1, n3=1)
     rep = op.run_round()  # one round after: running again on healthy GPUs, from the checkpoint
     assert rep.did("start", "ml/bert")
+    assert all(n.capacity_for_jobs == 0 for n in policy.seen[-1][0].nodes if n.name == "n2")
     st = h.api.status_of("ml", "bert")
     assert "n2" not in st["allocation"]["nodes"]
     assert (st["lostWork"], st["checkpointProgress"], st["restarts"]) == (100, 200, 1)
@@ -283,6 +285,49 @@ def test_a_failed_node_restarts_its_gangs_from_the_checkpoint_on_healthy_gpus(fa
         p["metadata"]["annotations"]["perfsched.dev/start-progress"] for p in h.api.job_pods("ml", "bert")
     ]
     assert set(starts) == {"200"}
+
+
+@pytest.mark.parametrize(
+    ("tolerations", "restarts"),
+    [
+        ([{"key": "gpu-health", "operator": "Exists", "effect": "NoExecute"}], False),
+        ([{"key": "gpu-health", "operator": "Equal", "value": "degraded", "effect": "NoExecute"}], False),
+        ([{"operator": "Exists"}], False),  # tolerates every taint
+        ([{"key": "gpu-health", "operator": "Equal", "value": "dead", "effect": "NoExecute"}], True),
+        ([{"key": "gpu-health", "operator": "Exists", "effect": "NoSchedule"}], True),
+        # tolerated for a while only: the taint manager evicts it afterwards, so it restarts now
+        ([{"key": "gpu-health", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}], True),
+        ([], True),
+    ],
+)
+def test_a_noexecute_taint_the_template_tolerates_leaves_the_gang_running(
+    tolerations: list[dict[str, Any]], restarts: bool
+) -> None:
+    policy = ScriptedPolicy()
+    h = make_harness(policy, node_failure_grace_s=40)
+    for n in ("n1", "n2", "n3"):
+        h.api.add_node(gpu_node(n, 8))
+    h.api.add_trainingjob(
+        trainingjob("bert", replicas={"min": 2, "max": 2, "gpusPerReplica": 2}),
+    )
+    h.api.trainingjobs[("ml", "bert")]["spec"]["template"]["spec"]["tolerations"] = tolerations
+    policy.want["ml/bert"] = alloc("ml/bert", "A100", 2, n1=1, n2=1)
+    op = h.operator()
+    op.run_round()
+    h.settle_pods()
+    op.run_round()
+    del policy.want["ml/bert"]  # keep what runs
+    h.api.nodes["n2"]["spec"] = {
+        "taints": [{"key": "gpu-health", "value": "degraded", "effect": "NoExecute"}]
+    }
+    rep = op.run_round()
+    assert rep.did("restart", "ml/bert") is restarts
+    if not restarts:
+        assert live_pods(h, "bert") == ["bert-g1-0", "bert-g1-1"]
+        assert h.api.status_of("ml", "bert")["phase"] == "Running"
+        # the tainted node keeps what runs there and takes no new gang
+        n2 = next(n for n in policy.seen[-1][0].nodes if n.name == "n2")
+        assert n2.capacity_for_jobs == 2
 
 
 def test_a_node_that_recovers_within_the_grace_period_changes_nothing() -> None:
