@@ -12,8 +12,9 @@ SIGKILL, as a crash would, right after the ``n``-th successful call of one step 
 
 The kill point is read from the JSON file ``$PERFSCHED_E2E_CRASH_FILE`` (``{"step": ..., "n": ...}``) at
 each such call, so that a test arms and disarms a running process; no file, no kill. Before dying the
-process appends one JSON line (step, n, job, kind of change, time) to ``$PERFSCHED_E2E_CRASH_LOG``. Test
-tooling: nothing in the product imports it.
+process appends one JSON line (step, n, job, kind of change, time) to ``$PERFSCHED_E2E_CRASH_LOG``; each
+time it becomes the leader it appends one (identity, time) to ``$PERFSCHED_E2E_LEADER_LOG``, so that a
+test knows when each leader started to the millisecond. Test tooling: nothing in the product imports it.
 """
 
 from __future__ import annotations
@@ -73,11 +74,30 @@ class Crasher:
             "time": time.time(),
             "pid": os.getpid(),
         }
-        with self.log_file.open("a") as f:
-            f.write(json.dumps(line) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        _append(self.log_file, line)
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _append(path: Path, line: Mapping[str, Any]) -> None:
+    with path.open("a") as f:
+        f.write(json.dumps(line) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def record_leadership(log_file: Path) -> None:
+    from scheduler.operator.leader import LeaseElector
+
+    won = LeaseElector._won
+
+    def patched_won(self: LeaseElector, now: float) -> bool:
+        was = self.is_leader()
+        out = won(self, now)
+        if not was:
+            _append(log_file, {"leader": self.identity, "time": time.time(), "pid": os.getpid()})
+        return out
+
+    LeaseElector._won = patched_won  # type: ignore[method-assign]
 
 
 def install(crasher: Crasher) -> None:
@@ -128,6 +148,7 @@ def main() -> None:
     install(
         Crasher(Path(os.environ["PERFSCHED_E2E_CRASH_FILE"]), Path(os.environ["PERFSCHED_E2E_CRASH_LOG"]))
     )
+    record_leadership(Path(os.environ["PERFSCHED_E2E_LEADER_LOG"]))
     from scheduler.cli import main as cli
 
     cli(["operator", *sys.argv[1:]])
