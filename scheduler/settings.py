@@ -79,6 +79,9 @@ class Settings(BaseSettings):
     operator_node_failure_grace_seconds: float = Field(default=60.0, ge=0)
     #: keep new gangs off a node flagged slow (``perfsched_node_slowdown_ratio``); what runs there stays
     operator_exclude_slow_nodes: bool = False
+    #: also move running gangs off a node flagged slow when the predicted gain pays the restart (free
+    #: healthy GPUs only; implies ``operator_exclude_slow_nodes``)
+    operator_move_off_slow_nodes: bool = False
     #: slow-node detection reads the progress reports of this window; a node is flagged only once its
     #: reports span the confirmation time (``scheduler.core.slow_nodes.SlowNodeConfig``)
     operator_slow_node_window_seconds: float = Field(default=3600.0, gt=0, le=7 * 86400)

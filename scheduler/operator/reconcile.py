@@ -47,7 +47,13 @@ from scheduler.core.errors import PerfschedError
 from scheduler.core.placement import spread_of
 from scheduler.core.protocols import Clock, Policy, ThroughputOracle
 from scheduler.core.round import RoundCosts, run_round
-from scheduler.core.slow_nodes import GangSample, SlowNodeConfig, node_slowdown, single_node
+from scheduler.core.slow_nodes import (
+    GangSample,
+    SlowNodeConfig,
+    SlowNodeMoves,
+    node_slowdown,
+    single_node,
+)
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node, PlacementShape
 from scheduler.k8s import crd
 from scheduler.k8s.actuator import Actuator, NotLeader, replica_nodes
@@ -97,6 +103,9 @@ class OperatorConfig:
     slow_nodes: SlowNodeConfig = field(default_factory=SlowNodeConfig)
     #: keep new gangs off a flagged slow node (what runs there stays)
     exclude_slow_nodes: bool = False
+    #: also move running gangs off a flagged slow node where the predicted gain pays the restart
+    #: (``scheduler.core.slow_nodes.moves_off_slow_nodes``); implies ``exclude_slow_nodes``
+    move_off_slow_nodes: bool = False
     master_port: int = 29500
     instance: str = ""
     #: a Workload / PodGroup per gang generation (Kubernetes 1.37's gang API; PERFSCHED_OPERATOR_WORKLOAD_API)
@@ -217,7 +226,10 @@ class Operator:
         # on a new flag); lost on restart, refilled within the window (the metric says nothing meanwhile)
         self._residuals: deque[GangSample] = deque()
         self._slow_pending: list[GangSample] = []
-        self._flagged: set[str] = set()
+        self._flagged: dict[str, float] = {}
+        # jobs moved off a slow node -> when: at most one such move per job per evidence window (lost on
+        # restart with the evidence itself)
+        self._moved_off_slow: dict[str, float] = {}
 
     # --- phase 1: list ---------------------------------------------------------------------------------
 
@@ -285,7 +297,7 @@ class Operator:
             if (
                 node.name in suspect
                 or node.name in tainted
-                or (self.config.exclude_slow_nodes and node.name in self._flagged)
+                or (self._excludes_slow_nodes and node.name in self._flagged)
             ):
                 # no new gang here: its capacity is what its pods hold
                 node = replace(node, gpus_external=max(node.gpus_external, node.gpus - held[node.name]))
@@ -299,6 +311,20 @@ class Operator:
             if name in held or name in bound:
                 log.warning("node failed; its gangs restart elsewhere", extra={"node": name, "why": why})
         return out, failed, tainted
+
+    @property
+    def _excludes_slow_nodes(self) -> bool:
+        # moving gangs off a slow node only pays if no gang (the moved one included) is placed there again
+        return self.config.exclude_slow_nodes or self.config.move_off_slow_nodes
+
+    def _slow_node_moves(self, now: float) -> SlowNodeMoves | None:
+        """The flagged nodes whose gangs may move off this round (None: moves are off, or none flagged)."""
+        if not self.config.move_off_slow_nodes or not self._flagged:
+            return None
+        window = self.config.slow_nodes.window_s
+        self._moved_off_slow = {j: t for j, t in self._moved_off_slow.items() if now - t < window}
+        ratios = {n: r for n, r in self._flagged.items() if 0.0 < r < 1.0}
+        return SlowNodeMoves(ratios, moved=frozenset(self._moved_off_slow))
 
     def _claim_held(self, views: Sequence[PodView], nodes: Sequence[Node]) -> dict[str, Allocation]:
         """Pseudo-allocations (``<claim>#held``) for the DRA GPUs that allocated ResourceClaims hold on a node
@@ -398,7 +424,14 @@ class Operator:
         jobs = [job for _, job in round_jobs] + adoption.jobs
         t0 = time.perf_counter()
         try:
-            result = run_round(snapshot, jobs, self.policy, self.oracle, costs=self.config.costs)
+            result = run_round(
+                snapshot,
+                jobs,
+                self.policy,
+                self.oracle,
+                costs=self.config.costs,
+                slow_nodes=self._slow_node_moves(now),
+            )
         except PerfschedError as exc:
             log.error("round failed: the policy's answer was refused", extra={"error": str(exc)})
             report.errors.append(f"policy: {exc}")
@@ -407,6 +440,9 @@ class Operator:
             return
         report.policy_seconds = time.perf_counter() - t0
         metrics.OPERATOR_ROUND_SECONDS.labels(phase="policy").observe(report.policy_seconds)
+        for name in result.moved_off_slow_nodes:
+            self._moved_off_slow[name] = now
+            log.info("moving a gang off a slow node", extra={"job": name})
 
         # --- phase 5 and 6: apply and report --------------------------------------------------------------
         t_apply = time.perf_counter()
@@ -829,8 +865,8 @@ class Operator:
         metrics.NODE_SLOWDOWN_RATIO.clear()
         for node, v in verdicts.items():
             metrics.NODE_SLOWDOWN_RATIO.labels(node=node).set(round(v.ratio, 4))
-        flagged = {n for n, v in verdicts.items() if v.flagged}
-        for node in sorted(flagged - self._flagged):
+        flagged = {n: v.ratio for n, v in verdicts.items() if v.flagged}
+        for node in sorted(flagged.keys() - self._flagged.keys()):
             v = verdicts[node]
             message = (
                 f"jobs run at {v.ratio:.2f}x the throughput of the same models on peer {v.gpu_type} nodes "

@@ -16,8 +16,11 @@ from typing import Any
 
 import pytest
 
+from scheduler.core.round import RoundCosts
 from scheduler.k8s import crd
 from scheduler.operator.observe import MESSAGE_CAP, quoted
+from scheduler.operator.reconcile import Operator
+from scheduler.policies import make_policy
 from tests.operator.conftest import (
     Harness,
     ScriptedPolicy,
@@ -451,12 +454,9 @@ def test_an_operator_killed_at_any_step_of_a_change_leaves_no_orphan(
 # --- slow nodes -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("exclude", [False, True])
-def test_a_node_where_every_model_runs_slow_is_flagged_once_with_its_ratio(exclude: bool) -> None:
-    from scheduler import metrics
-
-    policy = ScriptedPolicy()
-    h = make_harness(policy, exclude_slow_nodes=exclude)
+def _run_on_a_slow_node(h: Harness, policy: ScriptedPolicy) -> tuple[Operator, list[tuple[str, str]]]:
+    """n1-n3 (8 A100 each) run a ResNet-50 and a BERT gang of 2 GPUs each; n3 makes 60 % of the predicted
+    throughput for 12 minutes of reports: the operator flags it at the end of its last round."""
     jobs = []
     for n in ("n1", "n2", "n3"):
         h.api.add_node(gpu_node(n, 8))
@@ -479,6 +479,16 @@ def test_a_node_where_every_model_runs_slow_is_flagged_once_with_its_ratio(exclu
             )
         op.run_round()
         h.clock.advance(120)
+    return op, jobs
+
+
+@pytest.mark.parametrize("exclude", [False, True])
+def test_a_node_where_every_model_runs_slow_is_flagged_once_with_its_ratio(exclude: bool) -> None:
+    from scheduler import metrics
+
+    policy = ScriptedPolicy()
+    h = make_harness(policy, exclude_slow_nodes=exclude)
+    op, _ = _run_on_a_slow_node(h, policy)
     slow = [e for e in h.api.events if (e.get("involvedObject") or {}).get("kind") == "Node"]
     assert [(e["involvedObject"]["name"], e["reason"]) for e in slow] == [("n3", "SlowNode")]
     assert "0.60x the throughput of the same models on peer A100 nodes (2 model(s)" in slow[0]["message"]
@@ -488,3 +498,41 @@ def test_a_node_where_every_model_runs_slow_is_flagged_once_with_its_ratio(exclu
     op.run_round()
     n3 = next(n for n in policy.seen[-1][0].nodes if n.name == "n3")
     assert n3.capacity_for_jobs == (4 if exclude else 8)
+
+
+@pytest.mark.parametrize(("restart_cost_s", "moves"), [(0.0, True), (30.0, False)])
+def test_gangs_on_a_slow_node_move_off_it_when_the_predicted_gain_pays_the_restart(
+    restart_cost_s: float, moves: bool
+) -> None:
+    from scheduler import metrics
+
+    policy = ScriptedPolicy()
+    h = make_harness(policy, move_off_slow_nodes=True, costs=RoundCosts(restart_cost_s=restart_cost_s))
+    migrations = metrics.OPERATOR_MIGRATIONS.labels(from_type="A100", to_type="A100")._value.get()
+    # n3 is flagged after the 6th round of reports (10 min of them); the next round moves its gangs
+    op, _ = _run_on_a_slow_node(h, policy)
+    on_n3 = ["resnet50-n3", "bert-n3"]
+    # each n3 gang: 1000 iterations, 16 done at 12/s (60 % of 20/s): 82 s left; off n3 it saves
+    # 82 x (1 - 0.6) = 32.8 s; the restart costs 16 / 12 = 1.3 s of lost work plus restart_cost_s, and
+    # must be paid twice over: 2.7 s < 32.8 s moves, 2 x 31.3 s = 62.7 s > 32.8 s does not
+    resized = {name: h.api.status_of("ml", name).get("resizes", 0) for name in ["resnet50-n1", *on_n3]}
+    moved = [n for n in on_n3 if resized[n] == 1]
+    assert moved == (on_n3 if moves else []) and resized["resnet50-n1"] == 0, resized
+    after = metrics.OPERATOR_MIGRATIONS.labels(from_type="A100", to_type="A100")._value.get()
+    assert after - migrations == len(moved)
+    for name in moved:
+        (event,) = [e for e in h.api.events_for(name) if e[1] == "Resized"]
+        assert event[0] == "Normal" and "slow node n3 runs at 0.60x its peers" in event[2], event
+    if not moves:
+        return
+    # the gangs checkpoint and exit; the policy restarts them, and n3 (flagged) takes no new gang
+    h.api.finish_deletions()
+    op.policy = make_policy("fifo")
+    op.run_round()
+    h.settle_pods()
+    op.run_round()
+    for name in on_n3:
+        st = h.api.status_of("ml", name)
+        assert st["phase"] == "Running" and "n3" not in st["allocation"]["nodes"], st
+    # one move per job per window: the moved gangs are not moved again, whatever runs where
+    assert not any(op.run_round().did("resize", f"ml/{n}") for n in on_n3)
