@@ -230,6 +230,8 @@ class Operator:
         # jobs moved off a slow node -> when: at most one such move per job per evidence window (lost on
         # restart with the evidence itself)
         self._moved_off_slow: dict[str, float] = {}
+        #: job -> the key of the last decision Event this process recorded (or found recorded)
+        self._announced: dict[str, str] = {}
 
     # --- phase 1: list ---------------------------------------------------------------------------------
 
@@ -764,11 +766,16 @@ class Operator:
             patch = status_patch(view.obj.get("status") or {}, status_wire(out.status))
             if patch:
                 self.actuator.patch_status(view.obj, patch)
-        # after the status it describes and before the pods: a pod change that began says it was sent
+        # after the status it describes and before the pods; a decision's Event (``key``) once per process
+        # (a stop repeats it while its pods remain, for a leader that took over in the middle)
         for e in out.events:
-            self.actuator.event(
+            if e.key and self._announced.get(view.key) == e.key:
+                continue
+            sent = self.actuator.event(
                 view.obj, type_=e.type, reason=e.reason, message=e.message, now=now, key=e.key
             )
+            if sent and e.key:
+                self._announced[view.key] = e.key
         if out.create is not None:
             assert isinstance(spec, crd.TrainingJobSpec)
             c = out.create

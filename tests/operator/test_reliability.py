@@ -451,6 +451,55 @@ def test_an_operator_killed_at_any_step_of_a_change_leaves_no_orphan(
         assert (st["phase"], st["allocation"]["gpuType"]) == ("Running", want.gpu_type)
 
 
+def test_a_teardown_whose_leader_died_after_the_status_write_is_announced_once() -> None:
+    # a pod of the running gang is being deleted (by a person, an eviction): the gang is broken and torn
+    # down; the leader dies right after writing that. The pod already being deleted does not mean that
+    # the teardown's Event went out: the next leader sends it, and later rounds do not repeat it.
+    policy = ScriptedPolicy()
+    h = make_harness(policy)
+    h.api.add_node(gpu_node("n1", 8))
+    running_gang(h, n1=2)
+    h.api.delete_pod("ml", "bert-g1-1", 30)
+    die_after(h, "patch_trainingjob_status", 1)
+    assert h.operator().run_round().skipped
+    assert h.api.status_of("ml", "bert")["reason"] == "GangBroken"
+    assert "GangBroken" not in reasons(h, "bert")
+    h.revive()  # type: ignore[attr-defined]
+    h.leader[0] = True
+    op = h.operator()
+    op.run_round()
+    assert reasons(h, "bert").count("GangBroken") == 1 and owned(h, "bert") == []
+    op.run_round()
+    h.operator().run_round()  # another leader while pods still drain: the API has it under its name
+    assert reasons(h, "bert").count("GangBroken") == 1
+
+
+def test_a_decision_event_that_failed_to_be_recorded_is_sent_while_its_pods_drain() -> None:
+    from scheduler.k8s.errors import ApiUnavailable
+
+    policy = ScriptedPolicy()
+    h = make_harness(policy)
+    h.api.add_node(gpu_node("n1", 8))
+    h.api.add_trainingjob(trainingjob("bert", elastic=True))
+    policy.want["ml/bert"] = alloc("ml/bert", "A100", 2, n1=2)
+    op = h.operator()
+    op.run_round()
+    h.settle_pods()
+    op.run_round()
+    policy.want["ml/bert"] = alloc("ml/bert", "A100", 2, n1=1)
+    h.api.fail_next("create_event", ApiUnavailable("the API server timed out"))
+    assert op.run_round().did("resize", "ml/bert")
+    assert "Resized" not in reasons(h, "bert")  # lost; its pods are being deleted all the same
+    op.run_round()
+    op.run_round()
+    assert reasons(h, "bert").count("Resized") == 1
+    h.api.finish_deletions()
+    op.run_round()
+    h.settle_pods()
+    op.run_round()
+    assert reasons(h, "bert").count("Resized") == 1 and h.api.status_of("ml", "bert")["resizes"] == 1
+
+
 # --- slow nodes -------------------------------------------------------------------------------------------
 
 
