@@ -7,7 +7,8 @@
   it is restarted from its checkpoint on healthy GPUs within the grace period plus two rounds, never
   partially; the watcher sees no over-committed node, no two live gangs of one job, no doubled replica;
 - one of the two A100 nodes plays a slow node (the emulator's ``perfsched.dev/emulated-speed`` label):
-  the operator flags it with a ``SlowNode`` Event and leaves its peer alone.
+  the operator flags it with a ``SlowNode`` Event and leaves its peer alone, and moves a gang off it
+  once the peer has room.
 
 Uses the helpers and the component stack of ``e2e/test_operator.py`` (extender, emulator, operator).
 """
@@ -233,7 +234,8 @@ def test_an_emulated_slow_node_is_flagged_and_its_peer_is_not(
     """One of the two A100 nodes plays a slow node (the emulator runs its gangs at 0.6x); both run a
     ResNet-50 (6 GPUs) and a BERT (2 GPUs) gang. The operator flags the slow node (default threshold,
     models and share; the window and the confirmation time shortened to the test's time scale) and
-    not its peer."""
+    not its peer. With moves on, once the peer's BERT gang is deleted, the slow node's BERT gang moves
+    there (one Resized Event naming the node); its ResNet-50 gang, with no room elsewhere, stays."""
     from e2e.harness import gpu_products
     from scheduler.names import LABEL_EMULATED_SPEED
 
@@ -245,6 +247,8 @@ def test_an_emulated_slow_node_is_flagged_and_its_peer_is_not(
         "fifo",
         PERFSCHED_OPERATOR_SLOW_NODE_WINDOW_SECONDS="120",
         PERFSCHED_OPERATOR_SLOW_NODE_CONFIRM_SECONDS="8",
+        PERFSCHED_OPERATOR_MOVE_OFF_SLOW_NODES="true",
+        PERFSCHED_OPERATOR_MIN_RESIZE_INTERVAL_SECONDS="2",
     )
     core = cluster.core
     core.patch_node(slow, {"metadata": {"labels": {LABEL_EMULATED_SPEED: "0.6"}}})
@@ -276,5 +280,22 @@ def test_an_emulated_slow_node_is_flagged_and_its_peer_is_not(
         assert ratio is not None and 0.5 <= float(ratio.group(1)) <= 0.7, new
         time.sleep(3)  # the healthy peer stays unflagged, and the slow node is flagged once
         assert [n for n, _ in _slow_node_events(kube_cluster) if (n, _) not in before] == [slow]
+        # no room off the slow node so far (both A100 nodes are full): nothing moved
+        assert all(cluster.status(n).get("resizes", 0) == 0 for n in placed), placed
+        # room on the healthy peer: the slow node's BERT gang (millions of iterations left at 0.6x: the
+        # gain dwarfs the restart) moves there; its ResNet-50 gang (6 GPUs) has no room and stays
+        bert_slow = next(n for n in ("bert-a", "bert-b") if placed[n] == {slow})
+        bert_healthy = next(n for n in ("bert-a", "bert-b") if n != bert_slow)
+        r50_slow = next(n for n in ("r50-a", "r50-b") if placed[n] == {slow})
+        cluster.custom.delete_namespaced_custom_object(
+            "perfsched.dev", "v1alpha1", cluster.ns, "trainingjobs", bert_healthy
+        )
+        t1 = time.monotonic()
+        wait_until(lambda: _running_on(cluster, bert_slow, slow), 90, f"{bert_slow} running off {slow}")
+        moved_s = time.monotonic() - t1
+        resized = [m for r, m in cluster.events(bert_slow) if r == "Resized"]
+        print(f"{bert_slow} moved off the slow node, running on {healthy} {moved_s:.1f} s later: {resized}")
+        assert len(resized) == 1 and f"slow node {slow} runs at 0." in resized[0], resized
+        assert cluster.status(r50_slow).get("resizes", 0) == 0
     finally:
         core.patch_node(slow, {"metadata": {"labels": {LABEL_EMULATED_SPEED: None}}})
