@@ -91,11 +91,11 @@ def record_leadership(log_file: Path) -> None:
     won = LeaseElector._won
 
     def patched_won(self: LeaseElector, now: float) -> bool:
-        was = self.is_leader()
-        out = won(self, now)
-        if not was:
+        # written before this process acts as the leader: its first round may reach the armed step (and
+        # SIGKILL it) while a slow fsync of this line is still under way
+        if not self.is_leader():
             _append(log_file, {"leader": self.identity, "time": time.time(), "pid": os.getpid()})
-        return out
+        return won(self, now)
 
     LeaseElector._won = patched_won  # type: ignore[method-assign]
 
