@@ -15,6 +15,8 @@ is the whole lifecycle loop, in numbered phases:
    written gets a condition naming the problem. Failed nodes are not in the snapshot.
 4. **Decide**: ``run_round(snapshot, jobs, policy, oracle, costs=...)`` on the jobs that are waiting or
    running. GPUs of pods still draining (or not ours) are held by pseudo-allocations outside the round.
+   With ``move_off_slow_nodes``, the nodes flagged slow (phase 6 of earlier rounds) go with it, and a
+   gang there whose predicted gain pays its restart is moved off (``scheduler.core.slow_nodes``).
 5. **Apply** the actions: START writes the intent (``status.allocation``, a new ``gangGeneration``) then
    creates the gang; RESIZE and PREEMPT write the intent (no gang) then delete the pods with the job's
    checkpoint grace period, and the job restarts from its checkpoint once they are gone; COMPLETE.
