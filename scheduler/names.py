@@ -37,6 +37,10 @@ LABEL_INTERCONNECT = "perfsched.dev/interconnect"
 #: manage them (it manages nodes annotated ``kwok.x-k8s.io/node=fake`` only), and the table-driven
 #: emulator leaves their pods alone.
 LABEL_EXEC_NODE = "perfsched.dev/exec-node"
+#: The table-driven emulator runs the gangs on a node with this label (a number in (0, 1], e.g. "0.6")
+#: at that fraction of their true throughput: a slow node (thermal throttling, a bad NVLink) for
+#: slow-node detection to find. Developer tooling; a real node never carries it.
+LABEL_EMULATED_SPEED = "perfsched.dev/emulated-speed"
 
 # -- Pod labels and annotations, shared by the operator, the extender and the workload emulator ----
 LABEL_JOB_NAME = "perfsched.dev/job-name"

@@ -9,7 +9,8 @@ with no operator start progress for them they resume from the checkpoint the emu
 Each step lists the pods labelled ``perfsched.dev/job-name``, groups them into gangs (one job, its newest
 ``perfsched.dev/generation``), and for every gang whose pods all run: looks up the job's *true*
 throughput for the GPU type and placement the gang actually got (``perfmodel.truth``, not the
-predictor; the analytic scaling model for jobs the measured table cannot answer), advances its
+predictor; the analytic scaling model for jobs the measured table cannot answer; times the node's
+``perfsched.dev/emulated-speed`` label on a node that plays a slow one), advances its
 progress by the emulated time that passed (wall time x ``time_scale``),
 checkpoints every ``checkpoint_interval_s`` emulated seconds, and reports on every pod of the gang in the
 ``perfsched.dev/progress`` annotation, as a real worker would. When the work is done it writes the final
@@ -52,6 +53,7 @@ from scheduler.names import (
     ANNOTATION_PRECISION,
     ANNOTATION_PROGRESS,
     ANNOTATION_TOTAL_WORK,
+    LABEL_EMULATED_SPEED,
     LABEL_EXEC_NODE,
     LABEL_GPU_PRODUCT,
     LABEL_INTERCONNECT,
@@ -486,8 +488,25 @@ class Emulator:
                 )  # fmt: skip
                 return 0.0
             rates.append(rate)
-        # synchronous data parallelism runs at the pace of the slowest GPU type in the gang
-        return min(rates)
+        # synchronous data parallelism runs at the pace of the slowest GPU type, and of the slowest node
+        # (``perfsched.dev/emulated-speed``: a slow node played on purpose)
+        return min(rates) * min(self._speed(n, lab) for n, lab in labels.items())
+
+    def _speed(self, node: str, labels: Mapping[str, str]) -> float:
+        raw = labels.get(LABEL_EMULATED_SPEED)
+        if raw is None:
+            return 1.0
+        try:
+            speed = float(raw)
+        except ValueError:
+            speed = 0.0
+        if not 0.0 < speed <= 1.0:
+            self._warn_once(
+                f"speed/{node}", "node %s: %s=%r is not a number in (0, 1]; running it at full speed",
+                node, LABEL_EMULATED_SPEED, raw,
+            )  # fmt: skip
+            return 1.0
+        return speed
 
     def _report(
         self, job: str, tracked: _Tracked, gang: Sequence[WorkerPod], now: float, out: StepResult

@@ -31,6 +31,7 @@ class FakeApi:
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.patches: list[tuple[str, str, dict[str, str | None]]] = []
+        self.extra_labels: dict[str, dict[str, str]] = {}
 
     def add_job(self, name: str, iterations: int, ns: str = "team") -> None:
         self.jobs[(ns, name)] = {
@@ -132,7 +133,7 @@ class FakeApi:
 
     def node_labels(self, name: str) -> dict[str, str]:
         product = PRODUCTS.get(name)
-        return {"nvidia.com/gpu.product": product} if product else {}
+        return {**({"nvidia.com/gpu.product": product} if product else {}), **self.extra_labels.get(name, {})}
 
     def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
         self.patches.append((namespace, name, dict(annotations)))
@@ -237,6 +238,31 @@ def test_mixed_gpu_types_run_at_the_slowest() -> None:
     emu.step()
     report = api.report(p0)
     assert report is not None and report.progress == 20.0  # 10 s at the K80's 2 it/s
+
+
+@pytest.mark.parametrize(
+    ("speed", "progress"),
+    [
+        ("0.6", 60.0),  # 10 s x 10 it/s x 0.6
+        ("1", 100.0),
+        ("fast", 100.0),  # not a number: full speed, with a warning
+        ("0", 100.0),  # outside (0, 1]: full speed
+    ],
+)
+def test_a_node_labelled_slow_runs_its_gangs_at_that_fraction(speed: str, progress: float) -> None:
+    api, clock = FakeApi(), Clock()
+    api.add_job("a", iterations=10_000)
+    p0 = api.add_pod("a", 0, "1", "v100-0")
+    api.add_pod("a", 1, "1", "v100-1")
+    api.extra_labels["v100-1"] = {"perfsched.dev/emulated-speed": speed}
+    emu = make(api, clock, time_scale=1.0)
+    emu.step()
+    clock.t += 10
+    emu.step()
+    report = api.report(p0)
+    # the gang runs at the pace of its slowest node; the report carries the throughput it achieved
+    assert report is not None and report.progress == pytest.approx(progress)
+    assert report.throughput == pytest.approx(progress / 10)
 
 
 def test_finished_gang_reports_the_total_and_asks_kwok_to_end_the_pods() -> None:
