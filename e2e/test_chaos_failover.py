@@ -476,16 +476,22 @@ def test_operator_killed_at_random_steps_and_failed_nodes_lose_nothing(
         )
         sampler.sample()
     total_s = time.monotonic() - t_start
-    takeovers = sorted(float(t["time"]) for t in _jsonl(leader_log))
-    worst, late = sampler.late_orphans([float(c["time"]) for c in crashes], takeovers)
+    leaders = sorted((float(t["time"]), int(t["pid"])) for t in _jsonl(leader_log))
+    takeovers = [t for t, _ in leaders]
+    kills = sorted((float(c["time"]), int(c["pid"])) for c in crashes)
+    worst, late = sampler.late_orphans([t for t, _ in kills], takeovers)
+    # a leader whose round outlasted its Lease may reach an armed step after another process took over:
+    # that kill hands nothing over; count such kills, and require a leader to start after every kill
+    deposed = [k for k, pid in kills if ([p for t, p in leaders if t <= k] or [None])[-1] != pid]
     print(
-        f"{len(submitted)} jobs, {len(crashes)} kills, {len(takeovers)} leaders, "
-        f"{sampler.samples} samples, {len(sampler.episodes)} moments with pods outside a status, the "
-        f"longest seen {worst:.1f} s after the leader in charge started; {total_s:.0f} s"
+        f"{len(submitted)} jobs, {len(crashes)} kills ({len(deposed)} of a process that had lost the "
+        f"Lease), {len(takeovers)} leaders, {sampler.samples} samples, {len(sampler.episodes)} moments with "
+        f"pods outside a status, the longest seen {worst:.1f} s after the leader in charge started; "
+        f"{total_s:.0f} s"
     )
     assert late == [], (late, [f"{t - sampler.began:.1f}" for t in takeovers])
     assert sampler.violations == [], sampler.violations
-    assert len(takeovers) > KILLS, takeovers  # every kill handed the Lease over
+    assert all(any(t > k for t in takeovers) for k, _ in kills), (kills, leaders)  # a leader after each kill
     for name in submitted:
         st = sampler.status[name]
         assert st.get("phase") == "Succeeded" and st.get("progress") == st.get("totalWork"), (name, st)
