@@ -136,10 +136,18 @@ def _min_replicas(job: Job) -> int:
     return job.min_replicas if job.is_elastic else job.max_replicas
 
 
-def _types_of(req: Request) -> tuple[str, ...]:
-    """The request's types the job allows, in order (what ``greedy_allocate`` tries)."""
+def _types_of(req: Request, infos: Mapping[str, TypeInfo]) -> tuple[str, ...]:
+    """The request's types the job allows and where one of its replicas fits on a node, in order (what
+    ``greedy_allocate`` tries). The plan counts GPUs per type, not per node: a type whose nodes are all
+    smaller than a replica has GPUs the walk can never place it on, and a job planned there waits while
+    another of its types has room (2 x 2-GPU replicas planned on two 1-GPU A100 nodes, 2 K80s free)."""
     allowed = req.job.allowed_gpu_types
-    return tuple(t for t in req.gpu_types if t in allowed) if allowed else tuple(req.gpu_types)
+    gpr = req.job.gpus_per_replica
+    return tuple(
+        t
+        for t in req.gpu_types
+        if (not allowed or t in allowed) and (t not in infos or infos[t].node_gpus >= gpr)
+    )
 
 
 class _Plan:
@@ -290,7 +298,7 @@ def size_elastic(
     if not elastic:
         return list(requests)
     plan = _Plan(snapshot, infos, requests)
-    types_of = {r.job.name: _types_of(r) for r in requests}
+    types_of = {r.job.name: _types_of(r, infos) for r in requests}
     for req in requests:
         plan.admit(req, types_of[req.job.name], preemptive, margin, strict)
     if table is None:

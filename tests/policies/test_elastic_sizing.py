@@ -147,3 +147,22 @@ def test_a_growing_job_evicted_in_the_walk_restarts_at_once_at_a_size_that_fits(
     assert after["big"] == (ActionKind.START, alloc("big", "V100", 2, {"n2": 2, "n3": 2}))
     assert after["grower"] == (ActionKind.RESIZE, alloc("grower", "V100", 2, {"n1": 1}))
     assert "grower" not in res.waiting
+
+
+@pytest.mark.parametrize("name", ["las", "srsf", "fifo", "ftf"])
+def test_an_elastic_job_is_not_planned_on_a_type_whose_nodes_cannot_hold_one_replica(name: str) -> None:
+    # "j" is elastic 1..2 replicas x 2 GPUs, 2x faster on A100 than on K80. The A100s are two 1-GPU nodes:
+    # 2 A100 GPUs free, but no node of them holds a 2-GPU replica. n1 has 2 K80s free (n0's one K80 is
+    # taken outside perfsched). Sizing counts GPUs per type, so it planned "j" on the A100s and the walk
+    # then tried only them: "j" waited for ever with its smallest gang (1 x 2 K80s on n1) free.
+    nodes = [
+        node("n0").gpus(1, "K80").external(1).build(),
+        node("n1").gpus(2, "K80").build(),
+        node("n2").gpus(1, "A100").build(),
+        node("n3").gpus(1, "A100").build(),
+    ]
+    j = job("j").replicas(1, 2).gpus_per_replica(2).work(1.0).build()
+    oracle = FakeOracle(speed={("j", "K80"): 1.0, ("j", "A100"): 2.0}, scaling=0.5)
+    res = run_round(snapshot(nodes), [j], make_policy(name), oracle)
+    assert res.waiting == {}
+    assert [(a.kind, a.after) for a in res.actions] == [(ActionKind.START, alloc("j", "K80", 2, {"n1": 1}))]
