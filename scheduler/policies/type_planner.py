@@ -4,7 +4,8 @@ Pure. ``TypePlanner.orders`` takes the jobs of one round in the policy's rank or
 SRSF, FTF: the policy decides *who* goes first) and returns, per job, its allowed GPU types in the
 order it should try them (``greedy_allocate`` then walks the jobs in rank order and places each on the
 first type of its list that has room, so the policy's order is honoured: a higher-ranked job always
-gets its pick first, and every job still runs somewhere when its preferred type is full).
+gets its pick first, and every job still runs somewhere when its preferred type is full, except a gang
+that would crawl spread over slow servers, step 5).
 
 How the lists are made, each round, from the throughput matrix X[j, t] (predicted throughput of job j
 on its asked GPUs of type t, one batched oracle call):
@@ -70,7 +71,10 @@ on its asked GPUs of type t, one batched oracle call):
    met the churn bound without it, and with it the predictor's share of its gain on one Philly
    draw fell 83% -> 75% (docs/decisions/0012-eviction-pricing.md).
    Types where a job is predicted to make no progress are left out; a job predicted to make none
-   anywhere keeps the free-GPU order.
+   anywhere keeps the free-GPU order. So are, for a waiting job, the types where its gang would span
+   several nodes and run, even at its upper bound, under ``MIN_SPREAD_SHARE`` of its best type's lower
+   bound: it waits for a better type (under LAS a gang crawling on slow servers spends its attained
+   service as fast as on fast ones, drops to the last queue and is starved; decision 0094).
 6. **What the oracle does not know.** Each answer X[j, t] carries a factor u >= 1 (the truth within
    [X / u, X u]): the oracle's own interval where it gives one (``IntervalOracle``: the predictor's),
    widened to this round's measured spread (``Uncertainty``: the 0.9 quantile of |log(measured /
