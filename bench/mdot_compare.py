@@ -224,7 +224,7 @@ def encode_row(
 ) -> tuple[list[float], list[float]]:
     """(``ROW_COLUMNS``, ``PLACEMENT_COLUMNS``) of one measured row."""
     micro, accum = _micro(m)
-    mm, other = dtypes_for(m.precision, spec)
+    mm, _, other = dtypes_for(m.precision, spec, m.stack)
     row = [
         math.log(micro / profile.batch_size),
         math.log(peak_flops(spec, mm)),
