@@ -6,7 +6,8 @@
 # Build:  docker build -t perfsched:dev .
 # Lint:   hadolint Dockerfile   (tests/deploy/test_image.py runs it)
 # Dependencies are pinned by deploy/image/requirements.lock, the runtime part of uv.lock that the tests run
-# with (`make lock` exports it; pip, setuptools and wheel below are the lock's versions too); the wheel is
+# with (`make lock` exports it; the build tools below, pip, setuptools, wheel and mypy with its
+# dependencies, are the lock's versions too); the wheel is
 # built by deploy/image/build-wheel.sh, the same script the tests run, and carries the shipped predictor
 # model (perfmodel/data) and the simulator's sample traces and cluster specs as package data.
 
@@ -16,12 +17,14 @@ ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
-# A C compiler for the predictor's compiled tree walk (perfmodel/_forest.c); build stage only.
+# A C compiler for the predictor's compiled tree walk (perfmodel/_forest.c) and, with mypyc (it comes with
+# mypy), for the scheduling core's modules that setup.py compiles (NATIVE); build stage only.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends build-essential=12.9 \
  && rm -rf /var/lib/apt/lists/*
 RUN python -m venv /opt/perfsched \
- && /opt/perfsched/bin/pip install --no-cache-dir "pip==26.3" "setuptools==84.2.1" "wheel==0.48.0"
+ && /opt/perfsched/bin/pip install --no-cache-dir "pip==26.3" "setuptools==84.2.1" "wheel==0.48.0" \
+      "mypy==1.20.2" "mypy-extensions==1.2.0" "pathspec==1.1.1" "librt==0.17.0"
 ENV PATH=/opt/perfsched/bin:$PATH
 COPY deploy/image/requirements.lock /src/deploy/image/requirements.lock
 RUN pip install --no-cache-dir --require-virtualenv -r deploy/image/requirements.lock
@@ -34,7 +37,8 @@ RUN sh deploy/image/build-wheel.sh /wheels \
  && pip install --no-cache-dir --no-deps /wheels/perfsched-*.whl \
  && pip check \
  && python -I -c "import perfmodel._forest" \
- && pip uninstall --yes setuptools wheel
+ && python -I -c "import scheduler.sim.engine as m; assert m.__file__.endswith('.so'), m.__file__" \
+ && pip uninstall --yes setuptools wheel mypy mypy-extensions pathspec librt
 
 # ---- runtime: slim base, the venv, a non-root user --------------------------------------------------
 FROM ${PYTHON_IMAGE} AS runtime

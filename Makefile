@@ -46,12 +46,16 @@ $(VENV)/.installed:
 	touch "$@"
 
 venv: $(VENV)/.installed
-	# the package itself is always re-linked (cheap), the clone path may differ between runs; this also
-	# builds perfmodel's compiled tree walk (perfmodel/_forest.c) where a C compiler is available
+	# the package itself is always re-installed (the clone path may differ between runs); this also
+	# builds perfmodel's compiled tree walk (perfmodel/_forest.c) and the scheduling core's modules that
+	# setup.py compiles with mypyc (about 40 s of CPU) where a C compiler is available
 	"$(PY)" -m pip install --quiet --no-deps --no-build-isolation -e . >/dev/null
 	"$(PY)" -c 'import perfmodel._forest' 2>/dev/null || echo "WARNING: perfmodel._forest was not built \
 	(needs a C compiler and the Python headers; Debian: gcc python3-dev): the predictor walks its trees \
 	with numpy, about 2x slower, and tests/perfmodel/test_forest_native.py fails" >&2
+	"$(PY)" -c 'import scheduler.sim.engine as m; assert m.__file__.endswith(".so")' 2>/dev/null \
+	|| echo "WARNING: the scheduling core was not compiled with mypyc (setup.py's NATIVE; needs mypy and a \
+	C compiler): it runs as Python, the simulator's rounds about 2x slower, and tests/sim/test_native.py fails" >&2
 
 # Re-resolve the lock (the only target that asks the package index what is newest), then export the image's
 # pin list. `make lock LOCK_UPGRADE="httpx uvicorn"` upgrades just those packages (a Dependabot-style bump).

@@ -31,7 +31,8 @@ job, and the default policy within 5% of the best spec of each cell.
 
 Run: ``python bench/decision_quality.py [--quick] [--jobs 150] [--seeds 0] [--traces philly]
 [--scenarios gavel,modern,homog,elastic] [--loads 0.8,1.5,3] [--oracles table,mre0.25,predictor]
-[--policies las,srsf,...] [--shared ../shared] [--out FILE]``. The issue's full grid:
+[--policies las,srsf,...] [--baselines ordered,agnostic] [--shared ../shared] [--out FILE]``.
+The issue's full grid:
 ``--traces philly,alibaba,multinode --scenarios gavel,modern --loads 1.5,3 --oracles table,predictor
 --policies las,srsf --jobs 1000 --seeds 0,1,2``. ``--quick`` is sized for CI-like checks (tens of seconds):
 gavel, load 1.5, 100 Philly jobs, las and srsf, table oracle. Figures are also written as JSON (default
@@ -73,15 +74,16 @@ CHURN_ALLOWED = 1.0
 DEFAULT_WITHIN = 1.05
 
 
-def specs_for(scenario: str, policies: tuple[str, ...]) -> list[str]:
-    """Policy spec strings of a scenario: each ordering policy aware, ordered and agnostic, then the
-    extras; a spec with a config (``las:starvation_factor=null``) is run as given."""
+def specs_for(scenario: str, policies: tuple[str, ...], baselines: tuple[str, ...] = BASELINES) -> list[str]:
+    """Policy spec strings of a scenario: each ordering policy aware and as each of ``baselines``
+    (ordered, agnostic), then the extras; a spec with a config (``las:starvation_factor=null``) is run
+    as given."""
     out: list[str] = []
     for p in policies:
         if ":" in p and p.partition(":")[0] in ORDERING:
             out.append(p)
         elif p in ORDERING:
-            out += [p, *(f"{p}:heterogeneity={b}" for b in BASELINES)]
+            out += [p, *(f"{p}:heterogeneity={b}" for b in baselines)]
         elif p in SCENARIOS[scenario]["extra"]:
             out.append(p)
     return out
@@ -212,6 +214,11 @@ def main() -> None:
     ap.add_argument(
         "--shared", default="", help="the shared data folder (for the alibaba trace: its traces/)"
     )
+    ap.add_argument(
+        "--baselines",
+        default=",".join(BASELINES),
+        help="baseline variants run beside each aware policy (ordered,agnostic; ordered alone halves a grid)",
+    )
     ap.add_argument("--out", default="bench/results/decision_quality.json")
     ap.add_argument("--merge", default="", help="also count the rows of these JSON files (comma-separated)")
     a = ap.parse_args()
@@ -222,6 +229,10 @@ def main() -> None:
     scenarios = [s for s in a.scenarios.split(",") if s]
     oracles = [o for o in a.oracles.split(",") if o]
     policies = tuple(p for p in a.policies.split(",") if p)
+    baselines = tuple(b for b in a.baselines.split(",") if b)
+    for b in baselines:
+        if b not in BASELINES:
+            ap.error(f"--baselines: unknown baseline {b!r}; known: {', '.join(BASELINES)}")
     try:
         loads = [float(x) for x in a.loads.split(",") if x]
         seeds = [a.seed] if a.seed is not None else [int(x) for x in a.seeds.split(",") if x]
@@ -253,7 +264,7 @@ def main() -> None:
                     for oracle in oracles:
                         cell = [
                             run_one(trace, scenario, load, oracle, spec, a.jobs, seed)
-                            for spec in specs_for(scenario, policies)
+                            for spec in specs_for(scenario, policies, baselines)
                         ]
                         for r in cell:
                             print_row(r, cell)

@@ -29,7 +29,10 @@ extender of that source tree (e.g. a ``git archive`` of the last commit), agains
 ``--before A,B`` one run per tree. ``--floors`` adds two more: ``bench/extender_floor.py``, an extender
 that speaks the same protocol over the same server but decides nothing (every node passes, one score),
 and the same with the extender's watch-fed cache: what any extender costs kube-scheduler, and what the
-watches add.
+watches add (``--floors floor``: the first only); each pair then also prints the extender's pods/s
+against each floor's. ``--gpu-api dra`` publishes the nodes' GPUs as DRA devices (ResourceSlices of a
+DeviceClass backing ``nvidia.com/gpu``: kube-scheduler's DynamicResources plugin then creates and
+allocates a ResourceClaim per pod) instead of device-plugin ``allocatable``.
 ``--api-counts`` prints, per pod, the API server's requests by verb and resource and the watch events
 (and kB) it sent by resource while the scheduler ran (its ``/metrics``). ``--py-spy EXE`` makes
 ``--profile`` sample the extender with py-spy (started as the extender's parent, which works where
@@ -151,12 +154,13 @@ def run(
     pprof: tuple[str, float] = ("", 0.0),
     api_counts: bool = False,
     floor: str = "",
+    gpu_api: str = "device-plugin",
 ) -> Run:
     """One cluster, one scheduler: create everything, start the scheduler, wait until all are bound."""
     scheduler_name = "perfsched" if with_extender else "default-scheduler"
     with tempfile.TemporaryDirectory(prefix="perfsched-e2e-bench-") as tmp:
         dc = DevCluster(Path(tmp) / "dc")
-        state = dc.up(UpOptions(nodes=bench_nodes(nodes), schedulers=(), timeout_s=300))
+        state = dc.up(UpOptions(nodes=bench_nodes(nodes), schedulers=(), timeout_s=300, gpu_api=gpu_api))
         extender: ProcessRecord | None = None
         try:
             api = connect.api_client(state.kubeconfig)
@@ -400,9 +404,17 @@ def main() -> None:
     )
     ap.add_argument(
         "--floors",
-        action="store_true",
-        help="add two runs to each pair: bench/extender_floor.py (the protocol with no decisions), and "
-        "the same with the extender's watch-fed cache (--watch)",
+        nargs="?",
+        const="floor,watch",
+        default="",
+        help="add runs to each pair: bench/extender_floor.py (the protocol with no decisions: 'floor'), and "
+        "the same with the extender's watch-fed cache ('watch'); both without a value",
+    )
+    ap.add_argument(
+        "--gpu-api",
+        choices=("device-plugin", "dra"),
+        default="device-plugin",
+        help="how the KWOK nodes publish their GPUs (dra: ResourceSlices, one ResourceClaim per pod)",
     )
     ap.add_argument(
         "--before-binds",
@@ -437,6 +449,7 @@ def main() -> None:
     rows = []
     pprof = (args.pprof, args.pprof_seconds)
     counts = args.api_counts
+    gpu_api = args.gpu_api
     for nodes, pods in zip(node_counts, pod_counts, strict=False):
         pairs = []
         before = replace(tuning, extender_binds=tuning.extender_binds or args.before_binds)
@@ -444,15 +457,28 @@ def main() -> None:
         before_sides = ["before", *(f"before{i + 1}" for i in range(1, len(before_trees)))][
             : len(before_trees)
         ]
-        floor_sides = ["floor", "floor+watch"] if args.floors else []
+        floors = [f for f in args.floors.split(",") if f]
+        if any(f not in ("floor", "watch") for f in floors):
+            ap.error(f"--floors: expected floor and/or watch, got {args.floors!r}")
+        floor_sides = [{"floor": "floor", "watch": "floor+watch"}[f] for f in floors]
         # what each extra run is, as printed
         extra = dict(zip(before_sides, before_trees, strict=False))
-        floor_commands = ("bench/extender_floor.py", "bench/extender_floor.py --watch")
-        extra.update(zip(floor_sides, floor_commands[: len(floor_sides)], strict=True))
+        floor_commands = {"floor": "bench/extender_floor.py", "watch": "bench/extender_floor.py --watch"}
+        extra.update(zip(floor_sides, (floor_commands[f] for f in floors), strict=True))
         for rep in range(args.repeat):
             runs = {
                 "bare": partial(
-                    run, nodes, pods, args.gangs, False, tuning, "", args.logs, pprof=pprof, api_counts=counts
+                    run,
+                    nodes,
+                    pods,
+                    args.gangs,
+                    False,
+                    tuning,
+                    "",
+                    args.logs,
+                    pprof=pprof,
+                    api_counts=counts,
+                    gpu_api=gpu_api,
                 ),
                 "extender": partial(
                     run,
@@ -465,12 +491,17 @@ def main() -> None:
                     args.logs,
                     pprof=pprof,
                     api_counts=counts,
+                    gpu_api=gpu_api,
                 ),
             }
             for side, tree in zip(before_sides, before_trees, strict=True):
-                runs[side] = partial(run, nodes, pods, args.gangs, True, before, "", args.logs, tree)
-            for side, floor in zip(floor_sides, ("floor", "watch"), strict=False):
-                runs[side] = partial(run, nodes, pods, args.gangs, True, tuning, "", args.logs, floor=floor)
+                runs[side] = partial(
+                    run, nodes, pods, args.gangs, True, before, "", args.logs, tree, gpu_api=gpu_api
+                )
+            for side, floor in zip(floor_sides, floors, strict=True):
+                runs[side] = partial(
+                    run, nodes, pods, args.gangs, True, tuning, "", args.logs, floor=floor, gpu_api=gpu_api
+                )
             # rotate which goes first, so a load drift during the pair favours none of them
             order = list(runs)[rep % len(runs) :] + list(runs)[: rep % len(runs)]
             done = {name: runs[name]() for name in order}
@@ -492,10 +523,15 @@ def main() -> None:
                 print(
                     f"ratio {pair[f'{side}_ratio']:.2f}; CPU {cpu:.2f} ms per pod; calls {old.extender_calls}"
                 )
+            for side in floor_sides:
+                pair[f"extender_vs_{side}"] = round(ext.pods_per_s / done[side].pods_per_s, 3)
+                vs = pair[f"extender_vs_{side}"]
+                print(f"  perfsched extender / {extra[side]}: {vs:.2f} (target >= 0.90)")
             pairs.append(pair)
         rows.append(_summary(nodes, pods, pairs, extra))
     load.append(os.getloadavg()[0])
     record = {"qps": args.qps, "burst": args.burst, "extender_binds": args.extender_binds, "runs": rows}
+    record["gpu_api"] = gpu_api
     record["load_avg_1m"] = [round(x, 2) for x in load]
     out = HERE / "results"
     out.mkdir(exist_ok=True)
@@ -525,6 +561,14 @@ def _summary(
     summary = {"nodes": nodes, "pods": pods, "ratios": ratios, "median_ratio": statistics.median(ratios)}
     summary["median_cpu_ms_per_pod"] = cpu
     for side, tree in trees.items():
+        if all(f"extender_vs_{side}" in p for p in pairs):
+            vs = [p[f"extender_vs_{side}"] for p in pairs]
+            summary[f"median_extender_vs_{side}"] = statistics.median(vs)
+            print(
+                f"== {nodes} nodes, perfsched extender / {tree}: {', '.join(f'{r:.2f}' for r in vs)}",
+                end="; ",
+            )
+            print(f"median {summary[f'median_extender_vs_{side}']:.2f} (target >= 0.90)")
         before = [p[f"{side}_ratio"] for p in pairs]
         summary[f"median_{side}_ratio"] = statistics.median(before)
         print(f"== {nodes} nodes, {tree}: ratios {', '.join(f'{r:.2f}' for r in before)}", end="; ")

@@ -37,6 +37,10 @@ LABEL_INTERCONNECT = "perfsched.dev/interconnect"
 #: manage them (it manages nodes annotated ``kwok.x-k8s.io/node=fake`` only), and the table-driven
 #: emulator leaves their pods alone.
 LABEL_EXEC_NODE = "perfsched.dev/exec-node"
+#: The table-driven emulator runs the gangs on a node with this label (a number in (0, 1], e.g. "0.6")
+#: at that fraction of their true throughput: a slow node (thermal throttling, a bad NVLink) for
+#: slow-node detection to find. Developer tooling; a real node never carries it.
+LABEL_EMULATED_SPEED = "perfsched.dev/emulated-speed"
 
 # -- Pod labels and annotations, shared by the operator, the extender and the workload emulator ----
 LABEL_JOB_NAME = "perfsched.dev/job-name"
@@ -72,6 +76,12 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 ANNOTATION_STATUS = "perfsched.dev/status"
 #: Predictor input on an adopted job (``perfsched.dev/model`` and ``perfsched.dev/batch-size`` as on pods).
 ANNOTATION_PRECISION = "perfsched.dev/precision"
+#: On an adopted job's pods: which admission of the job they run (1, 2, ...): pods of a new admission are a
+#: new run of the workers, as a TrainingJob's new gang generation (the emulator resumes them from their
+#: checkpoint).
+ANNOTATION_ADMISSION = "perfsched.dev/admission"
+#: Predictor input on an adopted job: the dataset (as a TrainingJob's ``spec.dataset``; default the model's).
+ANNOTATION_DATASET = "perfsched.dev/dataset"
 #: Elastic bounds of an adopted job (replicas; without them the job runs at the size it was written with).
 ANNOTATION_MIN_REPLICAS = "perfsched.dev/min-replicas"
 ANNOTATION_MAX_REPLICAS = "perfsched.dev/max-replicas"

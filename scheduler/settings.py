@@ -79,6 +79,13 @@ class Settings(BaseSettings):
     operator_node_failure_grace_seconds: float = Field(default=60.0, ge=0)
     #: keep new gangs off a node flagged slow (``perfsched_node_slowdown_ratio``); what runs there stays
     operator_exclude_slow_nodes: bool = False
+    #: also move running gangs off a node flagged slow when the predicted gain pays the restart (free
+    #: healthy GPUs only; implies ``operator_exclude_slow_nodes``)
+    operator_move_off_slow_nodes: bool = False
+    #: slow-node detection reads the progress reports of this window; a node is flagged only once its
+    #: reports span the confirmation time (``scheduler.core.slow_nodes.SlowNodeConfig``)
+    operator_slow_node_window_seconds: float = Field(default=3600.0, gt=0, le=7 * 86400)
+    operator_slow_node_confirm_seconds: float = Field(default=600.0, ge=0)
     #: leader election on a coordination.k8s.io Lease (namespace empty: the operator's own namespace,
     #: from the service account, else "default")
     operator_leader_elect: bool = True
@@ -131,6 +138,16 @@ class Settings(BaseSettings):
             raise ValueError(
                 "PERFSCHED_OPERATOR_RETRY_PERIOD_SECONDS must be smaller than "
                 "PERFSCHED_OPERATOR_RENEW_DEADLINE_SECONDS"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _operator_slow_nodes(self) -> Settings:
+        if self.operator_slow_node_confirm_seconds > self.operator_slow_node_window_seconds:
+            raise ValueError(
+                "PERFSCHED_OPERATOR_SLOW_NODE_CONFIRM_SECONDS must not exceed "
+                "PERFSCHED_OPERATOR_SLOW_NODE_WINDOW_SECONDS (the reports that confirm a slow node are "
+                "those of the window)"
             )
         return self
 

@@ -1,9 +1,16 @@
 """The workload emulator loop: plays the training processes of TrainingJob pods on KWOK nodes.
 
+It plays the workers of adopted Jobs, JobSets and TrainJobs too, where perfsched admitted them and they
+declare their work (``perfsched.dev/total-work``): their pods carry the job's predictor inputs and its
+admission number (``scheduler.k8s.adopt.worker_annotations``), a new admission is a new generation, and
+with no operator start progress for them they resume from the checkpoint the emulator saved (their
+"volume").
+
 Each step lists the pods labelled ``perfsched.dev/job-name``, groups them into gangs (one job, its newest
 ``perfsched.dev/generation``), and for every gang whose pods all run: looks up the job's *true*
 throughput for the GPU type and placement the gang actually got (``perfmodel.truth``, not the
-predictor; the analytic scaling model for jobs the measured table cannot answer), advances its
+predictor; the analytic scaling model for jobs the measured table cannot answer; times the node's
+``perfsched.dev/emulated-speed`` label on a node that plays a slow one), advances its
 progress by the emulated time that passed (wall time x ``time_scale``),
 checkpoints every ``checkpoint_interval_s`` emulated seconds, and reports on every pod of the gang in the
 ``perfsched.dev/progress`` annotation, as a real worker would. When the work is done it writes the final
@@ -39,8 +46,14 @@ from scheduler.k8s.errors import ApiHealth
 from scheduler.k8s.progress import ProgressReport
 from scheduler.k8s.workload import WorkerPod
 from scheduler.names import (
+    ANNOTATION_BATCH_SIZE,
+    ANNOTATION_DATASET,
     ANNOTATION_KWOK_RUN_DURATION,
+    ANNOTATION_MODEL,
+    ANNOTATION_PRECISION,
     ANNOTATION_PROGRESS,
+    ANNOTATION_TOTAL_WORK,
+    LABEL_EMULATED_SPEED,
     LABEL_EXEC_NODE,
     LABEL_GPU_PRODUCT,
     LABEL_INTERCONNECT,
@@ -81,6 +94,8 @@ class WorkloadApi(Protocol):
     """What the emulator needs from the API (``scheduler.k8s.workload.KubeWorkload`` in production)."""
 
     def list_job_pods(self, namespace: str = "") -> list[WorkerPod]: ...
+
+    def list_adopted_pods(self, namespace: str = "") -> list[WorkerPod]: ...
 
     def training_job(self, namespace: str, name: str) -> dict[str, Any] | None: ...
 
@@ -176,6 +191,21 @@ def ground_truth_throughput() -> ThroughputFn:
     return fn
 
 
+@dataclass(frozen=True, slots=True)
+class _Inputs:
+    """What a gang's workers train (a TrainingJob's spec, or an adopted job's worker annotations)."""
+
+    model: str
+    dataset: str
+    batch_size: int
+    precision: str
+    params: float | None
+    flops_per_sample: float | None
+    total_work: float
+    unit: WorkUnit
+    gpus_per_replica: int
+
+
 @dataclass
 class _Tracked:
     state: GangProgress
@@ -258,7 +288,9 @@ class Emulator:
         result = StepResult()
         gangs: dict[str, list[WorkerPod]] = defaultdict(list)
         listed: dict[str, list[WorkerPod]] = defaultdict(list)
-        for pod in self.api.list_job_pods(self.config.namespace):
+        ns = self.config.namespace
+        pods = [*self.api.list_job_pods(ns), *self.api.list_adopted_pods(ns)]
+        for pod in pods:
             if not pod.info.job or self._on_exec_node(pod):
                 continue
             listed[pod.info.job].append(pod)
@@ -337,16 +369,10 @@ class Emulator:
             if tracked is not None and tracked.state.generation == generation:
                 tracked.last_wall = None
             return
-        namespace, name = job.split("/", 1)
-        obj = self.api.training_job(namespace, name)
-        if obj is None:
-            self._warn_once(job, "no TrainingJob %s for running pods; not emulating them", job)
+        spec = self._inputs(job, gang)
+        if spec is None:
             return
-        spec = crd.parse_spec(obj)
-        if not isinstance(spec, crd.TrainingJobSpec):
-            self._warn_once(job, "TrainingJob %s has an invalid spec (%s); not emulating it", job, spec)
-            return
-        total = spec.work.total
+        total = spec.total_work
         if tracked is None or tracked.state.generation != generation:
             tracked = self._begin(job, generation, gang, total, tracked, now)
         else:
@@ -382,11 +408,50 @@ class Emulator:
         self._jobs[job] = tracked
         return tracked
 
-    def _gang_throughput(
-        self, job: str, spec: crd.TrainingJobSpec, gang: Sequence[WorkerPod], out: StepResult
-    ) -> float:
+    def _inputs(self, job: str, gang: Sequence[WorkerPod]) -> _Inputs | None:
+        """What the gang's workers train: from the TrainingJob, or, for an adopted job's pods, from the
+        annotations perfsched wrote on them (``scheduler.k8s.adopt.worker_annotations``); None (logged
+        once) when there is nothing to emulate."""
+        namespace, name = job.split("/", 1)
+        if ":" in name:  # an adopted job (``scheduler.k8s.workload.adopted_worker``)
+            ann = gang[0].annotations
+            total = _float(ann.get(ANNOTATION_TOTAL_WORK), 0.0)
+            if total <= 0:
+                return None  # it declares no work: its pods run as their own spec says
+            return _Inputs(
+                model=ann.get(ANNOTATION_MODEL, ""),
+                dataset=ann.get(ANNOTATION_DATASET, ""),
+                batch_size=int(_float(ann.get(ANNOTATION_BATCH_SIZE), 1.0)),
+                precision=ann.get(ANNOTATION_PRECISION, "fp32"),
+                params=None,
+                flops_per_sample=None,
+                total_work=total,
+                unit=WorkUnit.ITERATIONS,
+                gpus_per_replica=max(1, gang[0].info.gpus),
+            )
+        obj = self.api.training_job(namespace, name)
+        if obj is None:
+            self._warn_once(job, "no TrainingJob %s for running pods; not emulating them", job)
+            return None
+        spec = crd.parse_spec(obj)
+        if not isinstance(spec, crd.TrainingJobSpec):
+            self._warn_once(job, "TrainingJob %s has an invalid spec (%s); not emulating it", job, spec)
+            return None
+        return _Inputs(
+            model=spec.model or "",
+            dataset=spec.dataset,
+            batch_size=spec.batch_size,
+            precision=spec.precision,
+            params=spec.model_params.parameters if spec.model_params else None,
+            flops_per_sample=spec.model_params.flops_per_sample if spec.model_params else None,
+            total_work=spec.work.total,
+            unit=spec.work.unit,
+            gpus_per_replica=spec.replicas.gpus_per_replica,
+        )
+
+    def _gang_throughput(self, job: str, spec: _Inputs, gang: Sequence[WorkerPod], out: StepResult) -> float:
         nodes = {p.info.node_name for p in gang}
-        gpus = sum(p.info.gpus for p in gang) or len(gang) * spec.replicas.gpus_per_replica
+        gpus = sum(p.info.gpus for p in gang) or len(gang) * spec.gpus_per_replica
         labels = {n: self.api.node_labels(n) for n in nodes}
         # a node whose GPUs are DRA devices has no product label: the type the operator decided, which
         # it wrote on the pods, is the type of the devices kube-scheduler allocated there
@@ -397,21 +462,19 @@ class Emulator:
         }
         pcie = any(lab.get(LABEL_INTERCONNECT) == "pcie" for lab in labels.values())
         gbps = min((_float(lab.get(LABEL_NETWORK_GBPS)) for lab in labels.values()), default=100.0)
-        params = spec.model_params.parameters if spec.model_params else None
-        flops = spec.model_params.flops_per_sample if spec.model_params else None
         rates: list[float] = []
         for gpu_type in sorted(types):
             query = ThroughputQuery(
-                model=spec.model or "",
+                model=spec.model,
                 dataset=spec.dataset,
                 batch_size=spec.batch_size,
                 precision=spec.precision,
-                params=params,
-                flops_per_sample=flops,
+                params=spec.params,
+                flops_per_sample=spec.flops_per_sample,
                 gpu_type=gpu_type,
                 num_gpus=gpus,
                 num_nodes=min(len(nodes), gpus),
-                unit=spec.work.unit,
+                unit=spec.unit,
                 interconnect="pcie" if pcie else "nvlink",
                 network_gbps=gbps,
             )
@@ -425,8 +488,25 @@ class Emulator:
                 )  # fmt: skip
                 return 0.0
             rates.append(rate)
-        # synchronous data parallelism runs at the pace of the slowest GPU type in the gang
-        return min(rates)
+        # synchronous data parallelism runs at the pace of the slowest GPU type, and of the slowest node
+        # (``perfsched.dev/emulated-speed``: a slow node played on purpose)
+        return min(rates) * min(self._speed(n, lab) for n, lab in labels.items())
+
+    def _speed(self, node: str, labels: Mapping[str, str]) -> float:
+        raw = labels.get(LABEL_EMULATED_SPEED)
+        if raw is None:
+            return 1.0
+        try:
+            speed = float(raw)
+        except ValueError:
+            speed = 0.0
+        if not 0.0 < speed <= 1.0:
+            self._warn_once(
+                f"speed/{node}", "node %s: %s=%r is not a number in (0, 1]; running it at full speed",
+                node, LABEL_EMULATED_SPEED, raw,
+            )  # fmt: skip
+            return 1.0
+        return speed
 
     def _report(
         self, job: str, tracked: _Tracked, gang: Sequence[WorkerPod], now: float, out: StepResult

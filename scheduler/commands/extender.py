@@ -8,13 +8,15 @@ the command so that ``perfsched --help`` stays fast.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:  # asyncio is imported where the server runs: the CLI's other commands skip it
+    import asyncio
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,8 @@ def coalescing(protocol: type[asyncio.Protocol]) -> type[asyncio.Protocol]:
     class Coalescing(protocol):  # type: ignore[valid-type,misc]
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             # (uvloop's transports are not ``asyncio.Transport`` subclasses, but have its methods)
+            import asyncio
+
             super().connection_made(CoalescingTransport(transport, asyncio.get_running_loop()))
 
     Coalescing.__name__ = Coalescing.__qualname__ = f"Coalescing{protocol.__name__}"

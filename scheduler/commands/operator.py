@@ -137,6 +137,7 @@ def _adopter(
 
 def _operator_config(settings: Settings, identity: str) -> OperatorConfig:
     from scheduler.core.round import RoundCosts
+    from scheduler.core.slow_nodes import SlowNodeConfig
     from scheduler.operator.reconcile import OperatorConfig
 
     return OperatorConfig(
@@ -152,6 +153,11 @@ def _operator_config(settings: Settings, identity: str) -> OperatorConfig:
         requeue_backoff_max_s=settings.operator_requeue_backoff_max_seconds,
         node_failure_grace_s=settings.operator_node_failure_grace_seconds,
         exclude_slow_nodes=settings.operator_exclude_slow_nodes,
+        move_off_slow_nodes=settings.operator_move_off_slow_nodes,
+        slow_nodes=SlowNodeConfig(
+            window_s=settings.operator_slow_node_window_seconds,
+            confirm_s=settings.operator_slow_node_confirm_seconds,
+        ),
         master_port=settings.operator_master_port,
         instance=identity,
         workload_api=settings.operator_workload_api,

@@ -62,8 +62,10 @@ class Action:
 
 @dataclass(frozen=True, slots=True)
 class RoundResult:
-    """Output of ``run_round``: the policy's decisions, the planned actions and why waiting jobs wait."""
+    """Output of ``run_round``: the policy's decisions, the planned actions, why waiting jobs wait, and
+    the jobs whose action moves them off a node confirmed slow (``scheduler.core.slow_nodes``)."""
 
     decisions: Mapping[str, Decision]
     actions: tuple[Action, ...]
     waiting: Mapping[str, Unschedulable] = field(default_factory=dict)
+    moved_off_slow_nodes: tuple[str, ...] = ()

@@ -312,8 +312,12 @@ class FreeIndex:
         "_version",
     )
 
-    def __init__(self, nodes: Sequence[Node], free: Mapping[str, int] | None = None) -> None:
-        layout = _layout_of(nodes)
+    def __init__(
+        self, nodes: Sequence[Node], free: Mapping[str, int] | None = None, *, layout: _Layout | None = None
+    ) -> None:
+        # ``layout``: these nodes' layout, already built (``restricted`` cuts it from its parent's)
+        if layout is None:
+            layout = _layout_of(nodes)
         if free is None:
             self._fill(layout, {name: cap for name, (cap, _, _) in layout.slot_of.items()})
         else:
@@ -329,10 +333,10 @@ class FreeIndex:
         """An index over this index's nodes among ``names`` with their free GPUs now: it answers what
         ``FreeIndex([those nodes], self.free_map())`` would, built from this index's layout (cheap
         enough per call, e.g. for the extender's candidates-only gang plan). Other names are ignored."""
-        index = FreeIndex.__new__(FreeIndex)
         layout = _sub_layout(self._layout, names)
-        index._fill(layout, {name: self._free[name] for name in layout.slot_of})
-        return index
+        return FreeIndex(
+            tuple(layout.nodes.values()), {name: self._free[name] for name in layout.slot_of}, layout=layout
+        )
 
     def _fill(self, layout: _Layout, free: dict[str, int]) -> None:
         """Set up over ``layout`` with ``free`` (every node's free GPUs, within its capacity; kept)."""

@@ -14,7 +14,9 @@ A (elastic)            B, same type        RESIZE (checkpoint first: no lost wor
 A                      B, moved              RESIZE as a restart (migration): lost work + ``restart_cost_s``
 =====================  ==================  ===========================================================
 
-A running non-preemptible job is never preempted or moved: its decision is forced to KEEP. A running
+A running non-preemptible job is never preempted or moved: its decision is forced to KEEP, unless what
+it runs no longer fits its own spec (``outgrown``: its user changed the allowed GPU types, the replica
+bounds or the GPUs per replica while it ran), which its user asked to change. A running
 job changed less than ``min_resize_interval_s`` ago is not resized (KEEP). When such a forced KEEP
 leaves no room for another job's START or RESIZE, that change is held back (the START is dropped and
 the job waits; the RESIZE becomes a KEEP of its current allocation), so no node is ever over-committed.
@@ -39,6 +41,20 @@ class PlanDetail:
 
 def _has_run(job: Job) -> bool:
     return job.progress > 0 or job.attained_service > 0 or job.restarts > 0
+
+
+def outgrown(job: Job, alloc: Allocation) -> str:
+    """Why a running job's allocation no longer fits the job's own spec, "" when it does: its user changed
+    the allowed GPU types, the replica bounds or the GPUs per replica while it ran. Such an allocation is
+    never kept: no policy may return it (``scheduler.core.round.validate_decisions``)."""
+    if job.allowed_gpu_types and alloc.gpu_type not in job.allowed_gpu_types:
+        return f"GPU type {alloc.gpu_type} is no longer in its allowed types"
+    lo = job.min_replicas if job.is_elastic else job.max_replicas
+    if not lo <= alloc.replicas <= job.max_replicas:
+        return f"{alloc.replicas} replicas run, its spec now asks {lo}-{job.max_replicas}"
+    if alloc.gpus_per_replica != job.gpus_per_replica:
+        return f"{alloc.gpus_per_replica} GPUs per replica run, its spec now asks {job.gpus_per_replica}"
+    return ""
 
 
 def _lost(job: Job) -> float:
@@ -136,7 +152,7 @@ def _settle_unchanged(
             out[job.name] = Action(ActionKind.KEEP, job.name, cur, cur, reason)
             _take(cur, used)
             continue
-        if cur is not None and not job.preemptible:
+        if cur is not None and not job.preemptible and not outgrown(job, cur):
             out[job.name] = Action(ActionKind.KEEP, job.name, cur, cur, "non-preemptible: kept as it runs")
             _take(cur, used)
             continue

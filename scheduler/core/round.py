@@ -15,6 +15,10 @@ Queues (when ``snapshot.queues`` is not empty): ``scheduler.core.admission.admit
 jobs their queues' quotas admit this round; the policy decides those, the rest wait (or are reclaimed)
 with a reason naming the queue and the limit. Without queues this step is skipped.
 
+Slow nodes (when ``slow_nodes`` is given, by the operator): after planning, a running gang on a node
+confirmed slow whose predicted gain pays its restart is moved off it onto free GPUs
+(``scheduler.core.slow_nodes.moves_off_slow_nodes``). Without it (the simulator) this step is skipped.
+
 ``IncrementalRound`` is the optional fast path of a policy for callers that see every change (the
 simulator): a stateful object, made by ``policy.incremental(...)``, that gives the same allocations as
 ``run_round`` while only looking at what changed since the last round (see the protocol's docstring).
@@ -34,8 +38,9 @@ from scheduler.core.admission import Admission, admit
 from scheduler.core.decisions import Action, ActionKind, Decision, RoundResult, Unschedulable
 from scheduler.core.errors import ConfigError, PermanentError
 from scheduler.core.placement import spread_of
-from scheduler.core.planner import plan_detailed
+from scheduler.core.planner import outgrown, plan_detailed
 from scheduler.core.protocols import MemoryOracle, Policy, ThroughputOracle
+from scheduler.core.slow_nodes import SlowNodeMoves, moves_off_slow_nodes
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, MemoryFit, Node, PlacementShape
 
 log = logging.getLogger(__name__)
@@ -43,6 +48,13 @@ log = logging.getLogger(__name__)
 
 class PolicyInvariantError(PermanentError):
     """A policy returned decisions that break a scheduling invariant (a bug in that policy)."""
+
+
+class IncrementalMismatch(AssertionError):
+    """A policy's incremental round and ``run_round`` disagreed (a bug in the incremental round).
+
+    Defined here rather than beside the simulator's engine, which raises it: a class derived from a
+    built-in exception cannot live in a module compiled with mypyc."""
 
 
 class RoundView(Protocol):
@@ -324,13 +336,15 @@ def _decide(
     again with those queues' jobs pinned to the type admission counted them on, then (if still broken)
     with every queue's pinned: admission keeps every quota with those."""
     if admission is None:
-        decisions = dict(policy.allocate(snapshot, jobs, oracle))
+        decisions = _stop_outgrown(snapshot, jobs, policy.allocate(snapshot, jobs, oracle))
         validate_decisions(policy.name, snapshot, jobs, decisions)
         return decisions
     admitted = admission.jobs
     pinned: set[str] | None = set()
     while True:
-        decisions = dict(policy.allocate(admission.snapshot, admitted, oracle))
+        decisions = _stop_outgrown(
+            admission.snapshot, admitted, policy.allocate(admission.snapshot, admitted, oracle)
+        )
         validate_decisions(policy.name, admission.snapshot, admitted, decisions)
         broken = admission.guard.broken(decisions) if admission.guard is not None else set()
         if not broken or pinned is None:
@@ -340,6 +354,26 @@ def _decide(
         admitted = admission.pin(pinned)
     decisions.update(admission.held_decisions())
     return decisions
+
+
+def _stop_outgrown(
+    snapshot: ClusterSnapshot, jobs: Sequence[Job], decisions: Mapping[str, Decision]
+) -> dict[str, Decision]:
+    """The policy's decisions, where one keeps a running allocation that no longer fits its job's spec
+    (``planner.outgrown``: the user changed the allowed GPU types or the replicas while it ran) replaced
+    by a stop: the job waits and is placed as its spec now asks. Policies that keep what runs (a
+    non-preemptible job, a job changed too recently to move) would otherwise break an invariant and stop
+    every job's round."""
+    out = dict(decisions)
+    for job in jobs:
+        cur = snapshot.allocations.get(job.name)
+        dec = out.get(job.name)
+        if cur is None or dec is None or not (dec.allocation is cur or dec.allocation == cur):
+            continue
+        why = outgrown(job, cur)
+        if why:
+            out[job.name] = Decision(job.name, None, f"stopped: {why}")
+    return out
 
 
 def _chooses_types(policy: Policy) -> bool:
@@ -356,6 +390,7 @@ def run_round(
     *,
     costs: RoundCosts | None = None,
     explain: bool = True,
+    slow_nodes: SlowNodeMoves | None = None,
 ) -> RoundResult:
     """Decide, validate and plan one round; returns decisions, actions and why each waiting job waits.
 
@@ -363,6 +398,7 @@ def run_round(
     job, minimum resize interval) or held a change back, the decision says so. ``explain=False``
     leaves ``RoundResult.waiting`` empty instead of wording a reason for every waiting job (callers
     that never show reasons, like the simulator, save that work); decisions and actions are the same.
+    ``slow_nodes``: the nodes confirmed slow whose gangs may move off (see the module docstring).
     """
     if costs is not None and snapshot.restart_cost_s != costs.restart_cost_s:
         # the policy prices moves with the restart cost the planner will charge
@@ -383,6 +419,18 @@ def run_round(
         resize_cost_s=costs.resize_cost_s,
         min_resize_interval_s=costs.min_resize_interval_s,
     )
+    moved: tuple[str, ...] = ()
+    if slow_nodes is not None and slow_nodes.ratios:
+        moved_actions, moved = moves_off_slow_nodes(
+            snapshot,
+            jobs,
+            detail.actions,
+            slow_nodes,
+            oracle,
+            restart_cost_s=costs.restart_cost_s,
+            min_resize_interval_s=costs.min_resize_interval_s,
+        )
+        detail = dataclasses.replace(detail, actions=moved_actions)
     effective: dict[str, Decision] = dict(decisions)
     acted = set()
     for a in detail.actions:
@@ -397,7 +445,7 @@ def run_round(
             effective[name] = Decision(name, None, detail.held_back[name])
 
     if not explain:
-        return RoundResult(decisions=effective, actions=detail.actions)
+        return RoundResult(decisions=effective, actions=detail.actions, moved_off_slow_nodes=moved)
     final = _final_allocations(snapshot, detail.actions)
     cap_by_type: dict[str, int] = {}
     largest: dict[str, int] = {}
@@ -434,4 +482,6 @@ def run_round(
             "waiting": len(waiting),
         },
     )
-    return RoundResult(decisions=effective, actions=detail.actions, waiting=waiting)
+    return RoundResult(
+        decisions=effective, actions=detail.actions, waiting=waiting, moved_off_slow_nodes=moved
+    )

@@ -14,6 +14,15 @@ median residual of the same model on the other nodes of the type. The node's slo
 of those per-model ratios; it is *flagged* when the ratio is below ``threshold`` for at least
 ``min_models`` models with peer samples, with at least ``min_samples`` samples on the node spanning at least
 ``confirm_s`` (one bad minute is not a slow node).
+
+``moves_off_slow_nodes`` is the response (run by ``scheduler.core.round.run_round`` when it is given
+``SlowNodeMoves``): a running gang with a replica on a flagged node of ratio ``r`` runs at ``r`` of its
+pace elsewhere (a gang runs at the pace of its slowest node), so restarting it off the node saves
+``remaining time x (1 - r)`` (its remaining time at the pace it makes now; scaled by the predictor's
+ratio between the two placements when they differ in shape or GPU type). It is moved (a RESIZE that
+restarts it from its checkpoint) when that gain exceeds ``margin`` times what the planner charges a
+migration: ``restart_cost_s`` plus the work since its last checkpoint, at its pace. Only onto GPUs that
+are free after the round, on nodes not flagged, of a type the job allows: nobody is preempted for it.
 """
 
 from __future__ import annotations
@@ -22,9 +31,13 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from scheduler.core.decisions import Action, ActionKind
 from scheduler.core.errors import ConfigError
+from scheduler.core.placement import FreeIndex, spread_of
+from scheduler.core.protocols import MemoryOracle, ThroughputOracle
+from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,3 +131,160 @@ def single_node(replicas_per_node: Sequence[tuple[str, int]] | Mapping[str, int]
         replicas_per_node.keys() if isinstance(replicas_per_node, Mapping) else dict(replicas_per_node)
     )
     return nodes[0] if len(nodes) == 1 else None
+
+
+@dataclass(frozen=True, slots=True)
+class SlowNodeMoves:
+    """What ``moves_off_slow_nodes`` needs from its caller: the slowdown ratio of each flagged node, the
+    margin the predicted gain must clear (times the restart's cost), and the jobs already moved off a
+    slow node within the evidence window (moved at most once per window)."""
+
+    ratios: Mapping[str, float]
+    margin: float = 2.0
+    moved: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        if not self.margin >= 1.0:
+            raise ConfigError(f"slow-node move margin must be >= 1, got {self.margin}")
+        for node, ratio in self.ratios.items():
+            if not 0.0 < ratio < 1.0:
+                raise ConfigError(f"slow node {node}: ratio must be in (0, 1), got {ratio}")
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    index: int
+    job: Job
+    before: Allocation
+    node: str
+    ratio: float
+    rate: float
+    remaining_s: float
+    cost_s: float
+
+
+def moves_off_slow_nodes(
+    snapshot: ClusterSnapshot,
+    jobs: Sequence[Job],
+    actions: Sequence[Action],
+    moves: SlowNodeMoves,
+    oracle: ThroughputOracle,
+    *,
+    restart_cost_s: float,
+    min_resize_interval_s: float = 0.0,
+) -> tuple[tuple[Action, ...], tuple[str, ...]]:
+    """The round's ``actions`` with the KEEP of each running gang on a flagged node that pays its restart
+    replaced by a RESIZE off the node (see the module docstring), and the jobs so moved.
+
+    A candidate is kept by the round (KEEP), runs (a measured throughput), is preemptible, was not
+    changed within ``min_resize_interval_s`` and was not moved off a slow node in this window. The
+    largest gains go first; each move takes its GPUs, so two never count the same free ones."""
+    if not moves.ratios:
+        return tuple(actions), ()
+    by_name = {j.name: j for j in jobs}
+    candidates: list[_Candidate] = []
+    for i, a in enumerate(actions):
+        job = by_name.get(a.job)
+        if a.kind is not ActionKind.KEEP or a.before is None or job is None:
+            continue
+        slow = [(moves.ratios[n], n) for n in a.before.nodes if n in moves.ratios]
+        rate = job.observed_throughput
+        if not slow or not rate or rate <= 0 or job.name in moves.moved or not job.preemptible:
+            continue
+        changed = job.last_change_time
+        if (
+            min_resize_interval_s > 0
+            and changed is not None
+            and snapshot.now - changed < min_resize_interval_s
+        ):
+            continue
+        remaining_s = job.remaining_work / rate
+        lost_s = max(0.0, job.progress - job.checkpoint_progress) / rate
+        ratio, node = min(slow)
+        candidates.append(
+            _Candidate(i, job, a.before, node, ratio, rate, remaining_s, restart_cost_s + lost_s)
+        )
+    if not candidates:
+        return tuple(actions), ()
+
+    final = dict(snapshot.allocations)
+    for a in actions:
+        if a.after is None:
+            final.pop(a.job, None)
+        else:
+            final[a.job] = a.after
+    used: dict[str, int] = {}
+    for alloc in final.values():
+        for n, r in alloc.replicas_per_node:
+            used[n] = used.get(n, 0) + r * alloc.gpus_per_replica
+    free = {
+        n.name: 0 if n.name in moves.ratios else max(0, n.capacity_for_jobs - used.get(n.name, 0))
+        for n in snapshot.nodes
+    }
+    index = FreeIndex(snapshot.nodes, free)
+    node_map = snapshot.node_map()
+    memory = oracle if isinstance(oracle, MemoryOracle) else None
+    out = list(actions)
+    moved: list[str] = []
+    # the largest upper bound on the gain first (the same shape elsewhere: remaining x (1 - r))
+    for c in sorted(candidates, key=lambda c: (-c.remaining_s * (1.0 - c.ratio), c.job.name)):
+        best = _best_target(c, index, node_map, oracle, memory)
+        if best is None:
+            continue
+        target, gain = best
+        if not gain > moves.margin * c.cost_s:
+            continue
+        index.commit(target)
+        moved.append(c.job.name)
+        out[c.index] = Action(
+            ActionKind.RESIZE,
+            c.job.name,
+            c.before,
+            target,
+            f"slow node {c.node} runs at {c.ratio:.2f}x its peers: restarting elsewhere saves a predicted "
+            f"{gain:.0f} s of the {c.remaining_s:.0f} s left, more than {moves.margin:g} x the restart's "
+            f"{c.cost_s:.0f} s",
+            lost_work=max(0.0, c.job.progress - c.job.checkpoint_progress),
+            cost_seconds=restart_cost_s,
+        )
+    return tuple(out), tuple(moved)
+
+
+def _best_target(
+    c: _Candidate,
+    index: FreeIndex,
+    node_map: Mapping[str, Node],
+    oracle: ThroughputOracle,
+    memory: MemoryOracle | None,
+) -> tuple[Allocation, float] | None:
+    """The free placement off the slow nodes (same replicas, an allowed type) where the gang saves the
+    most time, with that time; None when none has room."""
+    job, before = c.job, c.before
+    targets: list[Allocation] = []
+    for gpu_type in index.gpu_types():
+        if not job.allows(gpu_type):
+            continue
+        placed = index.place(
+            replicas=before.replicas,
+            gpus_per_replica=before.gpus_per_replica,
+            gpu_type=gpu_type,
+            job=job.name,
+        )
+        if isinstance(placed, Allocation):
+            targets.append(placed)
+    if not targets:
+        return None
+    shapes = [(job, spread_of(before, node_map)), *((job, spread_of(t, node_map)) for t in targets)]
+    predicted = oracle.throughput(shapes)
+    fits = memory.memory_fit(shapes[1:]) if memory is not None else [None] * len(targets)
+    here = predicted[0]
+    best: tuple[Allocation, float] | None = None
+    for target, there, fit in zip(targets, predicted[1:], fits, strict=True):
+        if there <= 0 or here <= 0 or (fit is not None and not fit.fits):
+            continue
+        # its pace off the slow node: what it makes now over r, times the predictor's ratio of the shapes
+        pace = c.rate / c.ratio * there / here
+        gain = c.remaining_s - c.job.remaining_work / pace
+        if best is None or gain > best[1]:
+            best = (target, gain)
+    return best

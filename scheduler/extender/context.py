@@ -98,11 +98,14 @@ def pod_context(cache: ClusterCache, pod_obj: Mapping[str, Any]) -> PodContext:
         job = info.job
         problem = info.problem
     elif not pod.job and pod.gpus > 0 and pod.model and pod.batch_size > 0:
+        # a lone pod that names its model: an adopted job's pod says its gang's size (world size)
         job = Job(
             name=pod.key,
             submit_time=0.0,
             total_work=1.0,
             gpus_per_replica=pod.gpus,
+            min_replicas=max(1, pod.world_size),
+            max_replicas=max(1, pod.world_size),
             model=pod.model,
             batch_size=pod.batch_size,
         )
@@ -117,6 +120,8 @@ def pod_context(cache: ClusterCache, pod_obj: Mapping[str, Any]) -> PodContext:
     )
     if pod.job:
         _gang_state(cache, ctx)
+    elif pod.world_size > 1:
+        ctx.replicas = pod.world_size  # memory and throughput are of the whole gang (no gang plan)
     return ctx
 
 

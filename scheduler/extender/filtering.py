@@ -8,7 +8,9 @@ Shell-side logic without I/O over the ``ClusterCache`` (callers hold its lock). 
    check the core's ``run_round`` makes before a start); a further per-class check goes there and
    nowhere else. Names the cache does not know are decided from the request's Node objects, else
    refused as "watch lag".
-2. for a pod of a gang, the gang plan (``gang.GangPlans``): only nodes of the plan pass.
+2. for a pod of a gang, the gang plan (``gang.GangPlans``): only nodes of the plan pass; for a lone pod
+   with a planned node (an adopted Job's, JobSet's or TrainJob's, ``perfsched.dev/planned-node``), only
+   that node while it has room for the pod, else every node that fits.
 
 Memo: ``Verdicts`` maps (pod filter signature, class key) -> verdict; with a memory oracle the signature
 includes what of the job its memory depends on. A verdict is a function of the
@@ -140,6 +142,15 @@ class Filter:
             failed = dict(compress(refused, resolvable))
             unres = dict(compress(refused, map(not_, resolvable)))
         if not ctx.in_gang:
+            planned = ctx.pod.planned_node
+            if planned and len(fits) > 1 and planned in fits:
+                # a pod of an adopted job (no gang of its own) goes to the node the round planned while
+                # it has room there, as a gang's replica does; elsewhere of its type once it is full
+                at = fits.index(planned)
+                reason = f"perfsched: the pod's job is planned on node {planned}, which has room"
+                failed.update((n, reason) for n in fits if n != planned)
+                cats[R_GANG] = cats.get(R_GANG, 0) + len(fits) - 1
+                fits, keys = [planned], [keys[at]]
             self._index.remember(fits, keys)  # what the pod's prioritize call will ask about
             return FilterOutcome(fits, failed, unres, cats)
         fit_set = set(fits)

@@ -430,9 +430,10 @@ class Actuator:
 
     def event(
         self, tj: Mapping[str, Any], *, type_: str, reason: str, message: str, now: float, key: str = ""
-    ) -> None:
+    ) -> bool:
         """Record an Event; a failure to record one is logged, never fatal. An Event of a decision
-        (``key``) that exists already was sent by a previous leader: it is not sent twice."""
+        (``key``) that exists already was sent by a previous leader: it is not sent twice. Returns
+        whether the Event is recorded (now or before)."""
         self._check()
         body = event_body(
             tj, type_=type_, reason=reason, message=message, now=now, instance=self._instance, key=key
@@ -445,6 +446,8 @@ class Actuator:
             )
         except PerfschedError as exc:  # events are best effort, as in client-go's recorder
             log.warning("could not record event", extra={"reason": reason, "error": str(exc)})
+            return False
+        return True
 
     def node_event(
         self, node: Mapping[str, Any] | str, *, type_: str = "Warning", reason: str, message: str, now: float

@@ -30,15 +30,19 @@ from scheduler.k8s.actuator import event_body
 from scheduler.k8s.errors import NotFound
 from scheduler.k8s.kubeapi import RealKubeApi
 from scheduler.names import (
+    ANNOTATION_ADMISSION,
     ANNOTATION_BATCH_SIZE,
+    ANNOTATION_DATASET,
     ANNOTATION_GPU_TYPE,
     ANNOTATION_MAX_REPLICAS,
     ANNOTATION_MIN_REPLICAS,
     ANNOTATION_MODEL,
+    ANNOTATION_PLANNED_NODE,
     ANNOTATION_PRECISION,
     ANNOTATION_STATUS,
     ANNOTATION_TOTAL_WORK,
     ANNOTATION_TRAINER_JOB,
+    ANNOTATION_WORLD_SIZE,
     GPU_RESOURCE,
     KUEUE_QUEUE_LABEL,
     LABEL_GPU_PRODUCT,
@@ -123,6 +127,7 @@ class Workload:
     problem: str
     agnostic: str
     status: Mapping[str, Any] = field(default_factory=dict)
+    dataset: str = ""
 
     @property
     def key(self) -> str:
@@ -384,6 +389,7 @@ def decode(
         problem="; ".join(problems),
         agnostic=agnostic,
         status=parse_status(ann.get(ANNOTATION_STATUS)),
+        dataset=str(ann.get(ANNOTATION_DATASET) or ""),
     )
 
 
@@ -404,12 +410,47 @@ def _placement(gpu_type: str, products: Sequence[str]) -> tuple[dict[str, Any], 
     }, annotations
 
 
-def admit_patches(w: Workload, gpu_type: str, products: Sequence[str], replicas: int) -> list[Obj]:
+def worker_annotations(w: Workload, admission: int, replicas: int) -> dict[str, str]:
+    """What the workers of ``w``'s pods are told, as a TrainingJob's pods are: which admission they run
+    (a new one is a new run, which resumes from the job's checkpoint), the gang's size (``replicas``
+    pods: the extender sizes the job's memory and placement by it), the job's predictor inputs, and its
+    total work when the job declares it."""
+    out = {ANNOTATION_ADMISSION: str(admission), ANNOTATION_WORLD_SIZE: str(replicas)}
+    if w.model:
+        out[ANNOTATION_MODEL] = w.model
+    if w.dataset:
+        out[ANNOTATION_DATASET] = w.dataset
+    if w.batch_size:
+        out[ANNOTATION_BATCH_SIZE] = str(w.batch_size)
+    out[ANNOTATION_PRECISION] = w.precision
+    if ANNOTATION_TOTAL_WORK in ((w.obj.get("metadata") or {}).get("annotations") or {}):
+        out[ANNOTATION_TOTAL_WORK] = f"{w.total_work:g}"
+    return out
+
+
+def admit_patches(
+    w: Workload,
+    gpu_type: str,
+    products: Sequence[str],
+    replicas: int,
+    *,
+    admission: int = 1,
+    planned_node: str = "",
+) -> list[Obj]:
     """The merge patches that admit ``w`` on ``gpu_type`` with ``replicas`` pods, in order: first the
-    placement and size (written while it is still suspended, as the API requires), then the unsuspend."""
+    placement, the workers' annotations (``worker_annotations``, ``admission`` counting from 1) and the size
+    (written while it is still suspended, as the API requires), then the unsuspend.
+
+    ``planned_node``: the node the policy put most of the gang on, written as the pods'
+    ``perfsched.dev/planned-node``: the extender scores the pods' locality to it, so they gather there
+    while it has room (a preference: a pod that does not fit there still lands on another node of the
+    type, as a TrainingJob's replica does when its planned node fills)."""
     if not products:
         raise ValueError(f"no node product for GPU type {gpu_type!r}")
     pod_fields, pod_ann = _placement(gpu_type, products)
+    pod_ann = {**pod_ann, **worker_annotations(w, admission, replicas)}
+    if planned_node:
+        pod_ann[ANNOTATION_PLANNED_NODE] = planned_node
     tmpl_patch = {"metadata": {"annotations": pod_ann}, "spec": pod_fields}
     first: Obj
     if w.kind is JOB:

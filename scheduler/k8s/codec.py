@@ -17,7 +17,7 @@ Every decoder raises ``CodecError`` (a ``ConfigError``) whose message names the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -216,13 +216,14 @@ class NodeHealth:
     ``ready`` is the Ready condition (True; a node without conditions counts as ready); ``since`` is when
     a not-ready node's Ready condition last changed (None if not given); ``no_execute`` lists the keys of
     ``NoExecute`` taints other than the lifecycle controller's not-ready / unreachable ones (an operator
-    or a health checker evicting the node's pods).
+    or a health checker evicting the node's pods); ``no_execute_taints`` the same taints as (key, value).
     """
 
     name: str
     ready: bool = True
     since: float | None = None
     no_execute: tuple[str, ...] = ()
+    no_execute_taints: tuple[tuple[str, str], ...] = ()
 
 
 def decode_node_health(obj: Mapping[str, Any]) -> NodeHealth:
@@ -242,12 +243,43 @@ def decode_node_health(obj: Mapping[str, Any]) -> NodeHealth:
     taints = spec.get("taints") or []
     if not isinstance(taints, list):
         raise CodecError(f"{where}.spec.taints: expected a list, got {type(taints).__name__}")
-    no_execute = tuple(
-        str(t.get("key", ""))
+    no_execute_taints = tuple(
+        (str(t.get("key", "")), str(t.get("value") or ""))
         for t in taints
         if isinstance(t, Mapping) and t.get("effect") == "NoExecute" and t.get("key") not in _LIFECYCLE_TAINTS
     )
-    return NodeHealth(name=name, ready=ready, since=since, no_execute=no_execute)
+    return NodeHealth(
+        name=name,
+        ready=ready,
+        since=since,
+        no_execute=tuple(k for k, _ in no_execute_taints),
+        no_execute_taints=no_execute_taints,
+    )
+
+
+def tolerates_no_execute(tolerations: object, taints: Sequence[tuple[str, str]]) -> bool:
+    """Whether a pod spec's ``tolerations`` let its pods stay on a node with these ``NoExecute`` taints
+    (key, value) for good, as the taint manager decides: for every taint, a toleration whose effect is
+    ``NoExecute`` or empty, whose key is the taint's (or empty with ``Exists``), and whose value matches
+    (``Equal``, the default) or is not compared (``Exists``), with no ``tolerationSeconds`` (a pod that
+    tolerates a taint only for a while is evicted after it). Pure; malformed entries tolerate nothing."""
+    if not isinstance(tolerations, list):
+        return not taints
+
+    def one(key: str, value: str) -> bool:
+        for t in tolerations:
+            if not isinstance(t, Mapping) or t.get("tolerationSeconds") is not None:
+                continue
+            if t.get("effect") not in (None, "", "NoExecute"):
+                continue
+            op = t.get("operator") or "Equal"
+            if op == "Exists" and t.get("key") in (None, "", key):
+                return True
+            if op == "Equal" and t.get("key") == key and str(t.get("value") or "") == value:
+                return True
+        return False
+
+    return all(one(k, v) for k, v in taints)
 
 
 def _timestamp(value: object) -> float | None:

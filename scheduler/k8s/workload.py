@@ -1,17 +1,18 @@
 """API access for the workload emulator and the worker progress helper: job pods, TrainingJobs, nodes.
 
 ``KubeWorkload`` lists the pods of TrainingJobs (label ``perfsched.dev/job-name``) with their progress
-annotations, reads TrainingJob objects and node labels, and patches pod annotations. It converts
-the API's JSON once, with ``scheduler.k8s.codec``; callers get plain values. Every failure of the client
-arrives as a ``scheduler.k8s.errors`` error (``ApiUnavailable`` while the server cannot be reached).
-Impure (HTTP to the API).
+annotations, and the worker pods of adopted Jobs, JobSets and TrainJobs (those perfsched admitted, which
+carry ``perfsched.dev/admission``: ``adopted_worker``), reads TrainingJob objects and node labels, and
+patches pod annotations. It converts the API's JSON once, with ``scheduler.k8s.codec``; callers get
+plain values. Every failure of the client arrives as a ``scheduler.k8s.errors`` error (``ApiUnavailable``
+while the server cannot be reached). Impure (HTTP to the API).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
@@ -21,6 +22,7 @@ from scheduler.k8s.codec import PodInfo, decode_pod
 from scheduler.k8s.errors import NotFound, api_call
 from scheduler.k8s.progress import ProgressReport, parse_progress, parse_start_progress
 from scheduler.names import (
+    ANNOTATION_ADMISSION,
     ANNOTATION_PROGRESS,
     ANNOTATION_START_PROGRESS,
     GROUP,
@@ -43,6 +45,39 @@ class WorkerPod:
     annotations: Mapping[str, str]
     #: the grace period of a pod being deleted (``metadata.deletionGracePeriodSeconds``; None: not given)
     deletion_grace_s: float | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+#: The label the batch Job controller puts on its pods (the pods of a JobSet's child Jobs carry it too).
+JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+#: The label the JobSet controller puts on its pods (a TrainJob's JobSet is named after the TrainJob).
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+_INDEX_LABELS = ("batch.kubernetes.io/job-completion-index", "jobset.sigs.k8s.io/job-index")
+
+
+def adopted_worker(pod: WorkerPod) -> WorkerPod | None:
+    """A pod of an adopted Job, JobSet or TrainJob that perfsched admitted (it carries
+    ``perfsched.dev/admission``) as a worker of a gang: its job ``<namespace>/jobset:<name>`` or
+    ``<namespace>/job:<name>`` (never a TrainingJob's ``namespace/name``: ``:`` is not in a name), its
+    generation the admission; None for any other pod (pure)."""
+    labels = pod.labels
+    admission = pod.annotations.get(ANNOTATION_ADMISSION)
+    if not admission or pod.info.job:
+        return None
+    if labels.get(JOBSET_NAME_LABEL):
+        owner = f"jobset:{labels[JOBSET_NAME_LABEL]}"
+    elif labels.get(JOB_NAME_LABEL):
+        owner = f"job:{labels[JOB_NAME_LABEL]}"
+    else:
+        return None
+    index = next((labels[k] for k in _INDEX_LABELS if labels.get(k, "").isdigit()), None)
+    info = replace(
+        pod.info,
+        job=f"{pod.info.namespace}/{owner}",
+        generation=admission,
+        replica_index=int(index) if index is not None else None,
+    )
+    return replace(pod, info=info)
 
 
 class KubeWorkload:
@@ -64,8 +99,21 @@ class KubeWorkload:
 
     def list_job_pods(self, namespace: str = "") -> list[WorkerPod]:
         """Every pod carrying ``perfsched.dev/job-name`` (all namespaces when ``namespace`` is empty)."""
+        return self._list_pods(namespace, LABEL_JOB_NAME)
+
+    def list_adopted_pods(self, namespace: str = "") -> list[WorkerPod]:
+        """The worker pods of the Jobs, JobSets and TrainJobs perfsched admitted (``adopted_worker``),
+        each named by its job as ``adopted_worker`` says (all namespaces when ``namespace`` is empty)."""
+        out = []
+        for pod in self._list_pods(namespace, JOB_NAME_LABEL):
+            adopted = adopted_worker(pod)
+            if adopted is not None:
+                out.append(adopted)
+        return out
+
+    def _list_pods(self, namespace: str, selector: str) -> list[WorkerPod]:
         kw: dict[str, Any] = {
-            "label_selector": LABEL_JOB_NAME,
+            "label_selector": selector,
             "_preload_content": False,
             "_request_timeout": self._timeout,
         }
@@ -87,6 +135,7 @@ class KubeWorkload:
                     start_progress=parse_start_progress(ann.get(ANNOTATION_START_PROGRESS)),
                     annotations={str(k): str(v) for k, v in ann.items()},
                     deletion_grace_s=_seconds(meta.get("deletionGracePeriodSeconds")),
+                    labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
                 )
             )
         return out

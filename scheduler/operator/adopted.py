@@ -196,6 +196,10 @@ class Adopter:
             self._write(w, adopt.suspend_patch(), errors)
             self._event(w, "Normal", "Suspended", "suspended until perfsched admits it", now)
             w = replace(w, suspended=True)
+        reported = [p.report.progress for p in pods if p.report is not None]
+        if w.progress_fraction is None and reported and w.total_work > 1:
+            # its workers report as a TrainingJob's do (``perfsched.dev/progress`` on the pods)
+            w = replace(w, progress_fraction=min(1.0, max(reported) / w.total_work))
         priority = classes.get(w.priority_class, 0) if w.priority_class else 0
         attained = float(w.status.get("attainedService") or 0.0)
         replicas = int(w.status.get("replicas") or w.replicas)
@@ -208,6 +212,7 @@ class Adopter:
             max_replicas=w.max_replicas,
             elastic=w.elastic,
             model=w.model,
+            dataset=w.dataset,
             batch_size=w.batch_size,
             precision=w.precision,
             work_unit=WorkUnit.ITERATIONS,
@@ -215,6 +220,8 @@ class Adopter:
             priority=priority,
             queue=w.queue,
             attained_service=attained,
+            restarts=int(w.status.get("restarts") or 0),
+            last_change_time=crd.parse_time(w.status.get("admittedTime")) if w.admitted else None,
             user=w.namespace,
         )
         out.workloads[w.key] = w
@@ -249,7 +256,9 @@ class Adopter:
             bound = adoption.allocations.get(f"{w.key}#bound")
             missing = int(w.status.get("replicas") or w.replicas) - (bound.replicas if bound else 0)
             per_node: dict[str, int] = {}
-            for n in sorted(nodes, key=lambda n: n.name):
+            planned = str(w.status.get("plannedNode") or "")
+            # its planned node first (where its pods are sent), then first fit
+            for n in sorted(nodes, key=lambda n: (n.name != planned, n.name)):
                 while missing > 0 and n.gpu_type == gpu_type and free.get(n.name, 0) >= w.gpus_per_replica:
                     free[n.name] -= w.gpus_per_replica
                     per_node[n.name] = per_node.get(n.name, 0) + 1
@@ -323,17 +332,31 @@ class Adopter:
             status["predictor"] = w.agnostic
         if predicted:
             status["predictedThroughput"] = round(predicted, 4)
+        elif w.admitted and w.status.get("predictedThroughput") is not None:
+            # no prediction this round (its pods are still being placed): the admission's still holds
+            status["predictedThroughput"] = w.status["predictedThroughput"]
+        restarts = int(w.status.get("restarts") or 0)
+        if restarts:
+            status["restarts"] = restarts
         kind = act.kind if act is not None else None
         if kind is ActionKind.START and act is not None and act.after is not None:
             after = act.after
+            # the node holding most of the planned gang (ties: the first by name)
+            planned = min(after.replicas_per_node, key=lambda nr: (-nr[1], nr[0]), default=("", 0))[0]
             for patch in adopt.admit_patches(
-                w, after.gpu_type, sorted(products.get(after.gpu_type, ())), after.replicas
+                w,
+                after.gpu_type,
+                sorted(products.get(after.gpu_type, ())),
+                after.replicas,
+                admission=restarts + 1,
+                planned_node=planned,
             ):
                 self.api.patch_workload(w.kind, w.namespace, w.name, patch)
             status.update(
                 phase="Running",
                 gpuType=after.gpu_type,
                 replicas=after.replicas,
+                plannedNode=planned,
                 admittedTime=crd.rfc3339(now),
                 message=act.reason,
             )
@@ -346,7 +369,8 @@ class Adopter:
         if kind in (ActionKind.PREEMPT, ActionKind.RESIZE) and act is not None:
             self.api.patch_workload(w.kind, w.namespace, w.name, adopt.suspend_patch())
             word = "preempted" if kind is ActionKind.PREEMPT else "resizing"
-            status.update(phase="Waiting", message=f"{word}: {act.reason}")
+            # counted as a TrainingJob's restarts are: each one raises the bar for moving it again
+            status.update(phase="Waiting", message=f"{word}: {act.reason}", restarts=restarts + 1)
             report_actions.setdefault(kind.value, []).append(w.key)
             self._put_status(w, status)
             self._event(
@@ -362,6 +386,7 @@ class Adopter:
                 phase="Running",
                 gpuType=w.status.get("gpuType"),
                 replicas=w.status.get("replicas"),
+                plannedNode=w.status.get("plannedNode"),
                 admittedTime=w.status.get("admittedTime"),
                 message=w.status.get("message"),
             )
@@ -382,9 +407,10 @@ class Adopter:
 
     def _put_status(self, w: Workload, status: Mapping[str, Any]) -> None:
         """Rewrite the status annotation when something besides its bookkeeping changed (a running one's
-        also every ``STATUS_REFRESH_S``, for its attained service)."""
-        same = {k: v for k, v in status.items() if k not in ("updated", "attainedService")} == {
-            k: v for k, v in w.status.items() if k not in ("updated", "attainedService")
+        also every ``STATUS_REFRESH_S``, for its attained service and progress)."""
+        skip = ("updated", "attainedService", "progressPercent", "etaSeconds")
+        same = {k: v for k, v in status.items() if k not in skip and v is not None} == {
+            k: v for k, v in w.status.items() if k not in skip and v is not None
         }
         last, now = crd.parse_time(w.status.get("updated")), crd.parse_time(status.get("updated"))
         if same and (w.status.get("phase") != "Running" or (last and now and now - last < STATUS_REFRESH_S)):

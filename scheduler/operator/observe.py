@@ -30,7 +30,7 @@ from typing import Any
 
 from scheduler.core.types import Allocation
 from scheduler.k8s import crd
-from scheduler.k8s.codec import CodecError, NodeHealth, PodInfo, decode_pod
+from scheduler.k8s.codec import CodecError, NodeHealth, PodInfo, decode_pod, tolerates_no_execute
 from scheduler.k8s.progress import ProgressReport, parse_progress, parse_start_progress
 from scheduler.names import ANNOTATION_PROGRESS, ANNOTATION_START_PROGRESS
 
@@ -386,30 +386,49 @@ def pod_problems(pods: Sequence[PodView]) -> str:
 
 def node_failures(
     healths: Sequence[NodeHealth], pod_nodes: Collection[str], *, now: float, grace_s: float
-) -> tuple[dict[str, str], set[str]]:
-    """(failed nodes -> why, nodes NotReady still within the grace period), pure.
+) -> tuple[dict[str, str], set[str], dict[str, tuple[tuple[str, str], ...]]]:
+    """(failed nodes -> why, nodes NotReady still within the grace period, failed nodes -> the NoExecute
+    taints that alone fail them), pure.
 
     A node fails when it is NotReady (Ready False or Unknown) for longer than ``grace_s``, carries a
     ``NoExecute`` taint (other than the lifecycle controller's own), or is gone while pods are bound to
-    it (``pod_nodes``: the nodes pods are bound to).
+    it (``pod_nodes``: the nodes pods are bound to). A node failed only by its taints is in the third
+    map: pods whose spec tolerates those taints for good stay there (``without_tolerated``).
     """
     failed: dict[str, str] = {}
     suspect: set[str] = set()
+    tainted: dict[str, tuple[tuple[str, str], ...]] = {}
     known = set()
     for h in healths:
         known.add(h.name)
-        if h.no_execute:
+        down = now - h.since if not h.ready and h.since is not None else None
+        if not h.ready and down is not None and down > grace_s:
+            why = f"is NotReady for {down:.0f} s (grace period {grace_s:.0f} s)"
+            failed[h.name] = (
+                f"is tainted NoExecute ({', '.join(sorted(h.no_execute))})" if h.no_execute else why
+            )
+        elif h.no_execute:
             failed[h.name] = f"is tainted NoExecute ({', '.join(sorted(h.no_execute))})"
-        elif not h.ready:
-            down = now - h.since if h.since is not None else None
-            if down is not None and down > grace_s:
-                failed[h.name] = f"is NotReady for {down:.0f} s (grace period {grace_s:.0f} s)"
-            else:
+            tainted[h.name] = h.no_execute_taints or tuple((k, "") for k in h.no_execute)
+            if not h.ready:
                 suspect.add(h.name)
+        elif not h.ready:
+            suspect.add(h.name)
     for name in sorted(set(pod_nodes) - known):
         if name:
             failed[name] = "was deleted"
-    return failed, suspect
+    return failed, suspect, tainted
+
+
+def without_tolerated(
+    failed: Mapping[str, str], tainted: Mapping[str, Sequence[tuple[str, str]]], tolerations: object
+) -> Mapping[str, str]:
+    """``failed`` less the nodes failed only by NoExecute taints that ``tolerations`` (a pod spec's)
+    tolerate for good: the taint manager leaves such pods running, and so does the operator. Pure."""
+    keep = [n for n, taints in tainted.items() if n in failed and tolerates_no_execute(tolerations, taints)]
+    if not keep:
+        return failed
+    return {n: why for n, why in failed.items() if n not in keep}
 
 
 def _allocation_of(key: str, intent: Allocation, live: Sequence[PodView]) -> Allocation:

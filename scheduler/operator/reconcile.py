@@ -15,6 +15,8 @@ is the whole lifecycle loop, in numbered phases:
    written gets a condition naming the problem. Failed nodes are not in the snapshot.
 4. **Decide**: ``run_round(snapshot, jobs, policy, oracle, costs=...)`` on the jobs that are waiting or
    running. GPUs of pods still draining (or not ours) are held by pseudo-allocations outside the round.
+   With ``move_off_slow_nodes``, the nodes flagged slow (phase 6 of earlier rounds) go with it, and a
+   gang there whose predicted gain pays its restart is moved off (``scheduler.core.slow_nodes``).
 5. **Apply** the actions: START writes the intent (``status.allocation``, a new ``gangGeneration``) then
    creates the gang; RESIZE and PREEMPT write the intent (no gang) then delete the pods with the job's
    checkpoint grace period, and the job restarts from its checkpoint once they are gone; COMPLETE.
@@ -47,7 +49,13 @@ from scheduler.core.errors import PerfschedError
 from scheduler.core.placement import spread_of
 from scheduler.core.protocols import Clock, Policy, ThroughputOracle
 from scheduler.core.round import RoundCosts, run_round
-from scheduler.core.slow_nodes import GangSample, SlowNodeConfig, node_slowdown, single_node
+from scheduler.core.slow_nodes import (
+    GangSample,
+    SlowNodeConfig,
+    SlowNodeMoves,
+    node_slowdown,
+    single_node,
+)
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node, PlacementShape
 from scheduler.k8s import crd
 from scheduler.k8s.actuator import Actuator, NotLeader, replica_nodes
@@ -73,6 +81,7 @@ from scheduler.operator.observe import (
     node_failures,
     observe_job,
     pod_view,
+    without_tolerated,
 )
 from scheduler.operator.queues import Tenancy
 from scheduler.operator.room import NodeRoom, gpus_by_node
@@ -80,6 +89,11 @@ from scheduler.operator.status import evolve, status_patch, status_wire, with_co
 from scheduler.operator.transitions import Observed, Outcome, Planned, transition
 
 log = logging.getLogger(__name__)
+
+#: How long a finished pod's allocated ResourceClaim counts as GPUs being released (a START planned on them
+#: waits) before the operator counts it as taken: kube-controller-manager deallocates such claims within
+#: seconds; one that stays longer is not about to go.
+CLAIM_RELEASE_GRACE_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +110,9 @@ class OperatorConfig:
     slow_nodes: SlowNodeConfig = field(default_factory=SlowNodeConfig)
     #: keep new gangs off a flagged slow node (what runs there stays)
     exclude_slow_nodes: bool = False
+    #: also move running gangs off a flagged slow node where the predicted gain pays the restart
+    #: (``scheduler.core.slow_nodes.moves_off_slow_nodes``); implies ``exclude_slow_nodes``
+    move_off_slow_nodes: bool = False
     master_port: int = 29500
     instance: str = ""
     #: a Workload / PodGroup per gang generation (Kubernetes 1.37's gang API; PERFSCHED_OPERATOR_WORKLOAD_API)
@@ -211,12 +228,19 @@ class Operator:
         self._observed_report_time: dict[str, float] = {}
         self._warned_dra: set[str] = set()
         self._dra = DraInventory()  # this round's DRA objects (``_list``)
+        #: claims of finished pods still allocated -> when a round first saw them so (``_claim_held``)
+        self._releasing_since: dict[str, float] = {}
         self._learned: list[tuple[Job, PlacementShape, float]] = []
         # residuals of single-node gangs over the slow-node window, and the nodes flagged (for the Event
         # on a new flag); lost on restart, refilled within the window (the metric says nothing meanwhile)
         self._residuals: deque[GangSample] = deque()
         self._slow_pending: list[GangSample] = []
-        self._flagged: set[str] = set()
+        self._flagged: dict[str, float] = {}
+        # jobs moved off a slow node -> when: at most one such move per job per evidence window (lost on
+        # restart with the evidence itself)
+        self._moved_off_slow: dict[str, float] = {}
+        #: job -> the key of the last decision Event this process recorded (or found recorded)
+        self._announced: dict[str, str] = {}
 
     # --- phase 1: list ---------------------------------------------------------------------------------
 
@@ -238,12 +262,14 @@ class Operator:
 
     def _nodes(
         self, raw: Sequence[Obj], pods: Sequence[PodView], now: float
-    ) -> tuple[list[Node], dict[str, str]]:
-        """The GPU nodes the planner may use, and the failed nodes (name -> why).
+    ) -> tuple[list[Node], dict[str, str], dict[str, tuple[tuple[str, str], ...]]]:
+        """The GPU nodes the planner may use, the failed nodes (name -> why), and the failed nodes' NoExecute
+        taints where those alone fail them (``observe.node_failures``).
 
         A failed node (NotReady beyond the grace period, tainted NoExecute, deleted under bound pods)
-        leaves the planner's capacity until it is healthy again; a node NotReady within the grace period
-        keeps the gangs it runs but takes no new ones (its capacity is what its pods hold).
+        leaves the planner's capacity until it is healthy again; a node NotReady within the grace period,
+        or tainted NoExecute (where gangs that tolerate the taint keep running), keeps the gangs it runs
+        but takes no new ones (its capacity is what its pods hold).
         """
         out: list[Node] = []
         unknown: Counter[str] = Counter()
@@ -261,7 +287,9 @@ class Operator:
             if p.info.holds_gpus:
                 held[p.info.node_name] += p.info.gpus
         bound = {p.info.node_name for p in pods if p.info.node_name and p.unfinished}
-        failed, suspect = node_failures(healths, bound, now=now, grace_s=self.config.node_failure_grace_s)
+        failed, suspect, tainted = node_failures(
+            healths, bound, now=now, grace_s=self.config.node_failure_grace_s
+        )
         for obj in raw:
             try:
                 dra = None
@@ -275,9 +303,13 @@ class Operator:
                 self._dra_warnings(obj, dra, now)
             if node.gpus <= 0 or not node.gpu_type:
                 continue
-            if node.name in failed:
+            if node.name in failed and node.name not in tainted:
                 continue
-            if node.name in suspect or (self.config.exclude_slow_nodes and node.name in self._flagged):
+            if (
+                node.name in suspect
+                or node.name in tainted
+                or (self._excludes_slow_nodes and node.name in self._flagged)
+            ):
                 # no new gang here: its capacity is what its pods hold
                 node = replace(node, gpus_external=max(node.gpus_external, node.gpus - held[node.name]))
             if node.gpu_type not in crd.CANONICAL_GPU_TYPES:
@@ -289,22 +321,57 @@ class Operator:
         for name, why in sorted(failed.items()):
             if name in held or name in bound:
                 log.warning("node failed; its gangs restart elsewhere", extra={"node": name, "why": why})
-        return out, failed
+        return out, failed, tainted
 
-    def _claim_held(self, views: Sequence[PodView], nodes: Sequence[Node]) -> dict[str, Allocation]:
+    @property
+    def _excludes_slow_nodes(self) -> bool:
+        # moving gangs off a slow node only pays if no gang (the moved one included) is placed there again
+        return self.config.exclude_slow_nodes or self.config.move_off_slow_nodes
+
+    def _slow_node_moves(self, now: float) -> SlowNodeMoves | None:
+        """The flagged nodes whose gangs may move off this round (None: moves are off, or none flagged)."""
+        if not self.config.move_off_slow_nodes or not self._flagged:
+            return None
+        window = self.config.slow_nodes.window_s
+        self._moved_off_slow = {j: t for j, t in self._moved_off_slow.items() if now - t < window}
+        ratios = {n: r for n, r in self._flagged.items() if 0.0 < r < 1.0}
+        return SlowNodeMoves(ratios, moved=frozenset(self._moved_off_slow))
+
+    def _claim_held(
+        self, views: Sequence[PodView], nodes: Sequence[Node], now: float
+    ) -> tuple[dict[str, Allocation], dict[str, Allocation]]:
         """Pseudo-allocations (``<claim>#held``) for the DRA GPUs that allocated ResourceClaims hold on a node
-        and that no pod's request counts: claims of pods that are not bound there (finished, or not
-        visible), and claims of no pod. Taken for now, as ``held_allocations``, never moved."""
-        out: dict[str, Allocation] = {}
+        and that no pod's request counts, split in two:
+
+        - *held*: claims of no pod, of a pod not visible, or of a finished pod whose claim has stayed
+          allocated for ``CLAIM_RELEASE_GRACE_S``: taken for now, as ``held_allocations``, never moved;
+        - *releasing*: claims of a pod that has finished (Succeeded or Failed), which
+          kube-controller-manager deallocates shortly after. The planner sees these GPUs as free, the way
+          it sees a stopped gang's; ``NodeRoom`` counts them as draining, so that a START planned on them
+          waits for the claim to go rather than the planner spreading a gang around a node a job has
+          just left.
+        """
+        held: dict[str, Allocation] = {}
+        releasing: dict[str, Allocation] = {}
+        finished = {v.info.uid for v in views if v.info.uid and not v.unfinished}
+        seen: dict[str, float] = {}
         for node in nodes:
             if node.gpu_api != "dra":
                 continue
             holders = {v.info.uid for v in views if v.info.holds_gpus and v.info.node_name == node.name}
-            for claim, (owner, held) in self._dra.claims_on(node.name).items():
-                if held > 0 and (not owner or owner not in holders):
-                    name = f"{claim}#held"
-                    out[name] = Allocation.of(name, node.gpu_type, held, {node.name: 1})
-        return out
+            for claim, (owner, count) in self._dra.claims_on(node.name).items():
+                if count <= 0 or (owner and owner in holders):
+                    continue
+                name = f"{claim}#held"
+                alloc = Allocation.of(name, node.gpu_type, count, {node.name: 1})
+                if owner and owner in finished:
+                    since = seen[claim] = self._releasing_since.get(claim, now)
+                    if now - since < CLAIM_RELEASE_GRACE_S:
+                        releasing[name] = alloc
+                        continue
+                held[name] = alloc
+        self._releasing_since = seen
+        return held, releasing
 
     def _dra_warnings(self, obj: Obj, gpus: DraNodeGpus, now: float) -> None:
         """A Warning Event on the Node, once per process, for each attribute perfsched needs that its DRA
@@ -362,13 +429,13 @@ class Operator:
         tjs, raw_pods, raw_nodes, classes = self._list()
         report.list_seconds = time.perf_counter() - t_list
         views_all = [v for v in (pod_view(p) for p in raw_pods) if v is not None]
-        nodes, failed = self._nodes(raw_nodes, views_all, now)
-        claims = self._claim_held(views_all, nodes)
-        room = NodeRoom.of(nodes, views_all, claims.values())
+        nodes, failed, tainted = self._nodes(raw_nodes, views_all, now)
+        claims, releasing = self._claim_held(views_all, nodes, now)
+        room = NodeRoom.of(nodes, views_all, claims.values(), releasing.values())
 
         # --- phase 2 and 3: observe and settle -----------------------------------------------------------
         round_jobs, placing, allocations, accounted = self._settle_all(
-            tjs, views_all, nodes, failed, classes, now, report, room
+            tjs, views_all, nodes, (failed, tainted), classes, now, report, room
         )
         node_types = {n.name: n.gpu_type for n in nodes}
         tenancy = self._tenancy(nodes)
@@ -389,7 +456,14 @@ class Operator:
         jobs = [job for _, job in round_jobs] + adoption.jobs
         t0 = time.perf_counter()
         try:
-            result = run_round(snapshot, jobs, self.policy, self.oracle, costs=self.config.costs)
+            result = run_round(
+                snapshot,
+                jobs,
+                self.policy,
+                self.oracle,
+                costs=self.config.costs,
+                slow_nodes=self._slow_node_moves(now),
+            )
         except PerfschedError as exc:
             log.error("round failed: the policy's answer was refused", extra={"error": str(exc)})
             report.errors.append(f"policy: {exc}")
@@ -398,6 +472,9 @@ class Operator:
             return
         report.policy_seconds = time.perf_counter() - t0
         metrics.OPERATOR_ROUND_SECONDS.labels(phase="policy").observe(report.policy_seconds)
+        for name in result.moved_off_slow_nodes:
+            self._moved_off_slow[name] = now
+            log.info("moving a gang off a slow node", extra={"job": name})
 
         # --- phase 5 and 6: apply and report --------------------------------------------------------------
         t_apply = time.perf_counter()
@@ -510,7 +587,7 @@ class Operator:
         tjs: Sequence[Obj],
         views_all: Sequence[PodView],
         nodes: Sequence[Node],
-        failed: Mapping[str, str],
+        failures: tuple[Mapping[str, str], Mapping[str, tuple[tuple[str, str], ...]]],
         classes: Mapping[str, int],
         now: float,
         report: RoundReport,
@@ -519,7 +596,9 @@ class Operator:
         """Phases 2 and 3 for every job, oldest first: the jobs in the round, the gangs kube-scheduler is
         still placing, the allocations of the jobs in the round and the pods those account for. A gang
         to complete (``GangState.MISSING``) is created only when ``room`` has it
-        (``scheduler.operator.room``)."""
+        (``scheduler.operator.room``). ``failures``: the failed nodes and the NoExecute taints that alone
+        fail some of them (a job whose pod template tolerates those keeps its gang there)."""
+        failed, tainted = failures
         node_types = {n.name: n.gpu_type for n in nodes}
         cluster_types = {n.gpu_type for n in nodes}
         by_job: dict[str, list[PodView]] = {}
@@ -550,7 +629,7 @@ class Operator:
                 total_work=spec.work.total if isinstance(spec, crd.TrainingJobSpec) else None,
                 node_types=node_types,
                 start_timeout_s=_start_timeout(spec, self.config.gang_start_timeout_s),
-                failed_nodes=failed,
+                failed_nodes=without_tolerated(failed, tainted, _tolerations(obj)) if tainted else failed,
             )
             step = Observed(
                 converted,
@@ -717,11 +796,16 @@ class Operator:
             patch = status_patch(view.obj.get("status") or {}, status_wire(out.status))
             if patch:
                 self.actuator.patch_status(view.obj, patch)
-        # after the status it describes and before the pods: a pod change that began says it was sent
+        # after the status it describes and before the pods; a decision's Event (``key``) once per process
+        # (a stop repeats it while its pods remain, for a leader that took over in the middle)
         for e in out.events:
-            self.actuator.event(
+            if e.key and self._announced.get(view.key) == e.key:
+                continue
+            sent = self.actuator.event(
                 view.obj, type_=e.type, reason=e.reason, message=e.message, now=now, key=e.key
             )
+            if sent and e.key:
+                self._announced[view.key] = e.key
         if out.create is not None:
             assert isinstance(spec, crd.TrainingJobSpec)
             c = out.create
@@ -818,8 +902,8 @@ class Operator:
         metrics.NODE_SLOWDOWN_RATIO.clear()
         for node, v in verdicts.items():
             metrics.NODE_SLOWDOWN_RATIO.labels(node=node).set(round(v.ratio, 4))
-        flagged = {n for n, v in verdicts.items() if v.flagged}
-        for node in sorted(flagged - self._flagged):
+        flagged = {n: v.ratio for n, v in verdicts.items() if v.flagged}
+        for node in sorted(flagged.keys() - self._flagged.keys()):
             v = verdicts[node]
             message = (
                 f"jobs run at {v.ratio:.2f}x the throughput of the same models on peer {v.gpu_type} nodes "
@@ -899,6 +983,12 @@ def _room_for_missing(view: JobView, out: Outcome, room: NodeRoom) -> tuple[Outc
         return out, view
     log.info("gang waits for exiting pods", extra={"job": view.key, "why": why})
     return replace(out, create=None, events=(), waiting=why), replace(view, problems=why)
+
+
+def _tolerations(obj: Obj) -> object:
+    """The tolerations of a TrainingJob's pod template (what its pods carry), as given."""
+    template = (obj.get("spec") or {}).get("template") or {}
+    return ((template.get("spec") or {}) if isinstance(template, Mapping) else {}).get("tolerations")
 
 
 def _start_timeout(spec: crd.TrainingJobSpec | Unschedulable, default: float) -> float:

@@ -10,16 +10,17 @@ this way is created by a later round (``GangState.MISSING``), where the same cou
 
 ``live`` GPUs are held by pods that stay (bound and not being deleted, or planned on the node and not
 bound yet) and by DRA claims no pod counts; ``draining`` GPUs by bound pods being deleted (or stopped this
-round). A gang waits only when the draining pods are what is in the way: when it does not fit even
-without them, the plan is stale (kube-scheduler bound some pod elsewhere than planned) and the pods are
-created as before, for kube-scheduler to place.
+round) and by the DRA claims of finished pods that kube-controller-manager has not deallocated yet. A
+gang waits only when the draining pods are what is in the way: when it does not fit even without them,
+the plan is stale (kube-scheduler bound some pod elsewhere than planned) and the pods are created as
+before, for kube-scheduler to place.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from scheduler.core.types import Allocation, Node
 from scheduler.operator.observe import PodView
@@ -32,15 +33,24 @@ def gpus_by_node(alloc: Allocation) -> dict[str, int]:
 
 @dataclass(slots=True)
 class NodeRoom:
-    """GPUs per node: capacity for jobs, held by pods that stay (``live``) and by pods exiting."""
+    """GPUs per node: capacity for jobs, held by pods that stay (``live``), by pods exiting
+    (``draining``) and by the DRA claims of finished pods (``releasing``)."""
 
     capacity: dict[str, int]
     live: Counter[str]
     draining: Counter[str]
+    releasing: Counter[str] = field(default_factory=Counter)
 
     @classmethod
-    def of(cls, nodes: Sequence[Node], pods: Sequence[PodView], held: Iterable[Allocation] = ()) -> NodeRoom:
-        """The count from this round's nodes, pods and pseudo-allocations ``held`` (DRA claims)."""
+    def of(
+        cls,
+        nodes: Sequence[Node],
+        pods: Sequence[PodView],
+        held: Iterable[Allocation] = (),
+        releasing: Iterable[Allocation] = (),
+    ) -> NodeRoom:
+        """The count from this round's nodes, pods and pseudo-allocations of DRA claims: ``held`` ones
+        stay, ``releasing`` ones (claims of finished pods) go."""
         live: Counter[str] = Counter()
         draining: Counter[str] = Counter()
         for p in pods:
@@ -53,7 +63,10 @@ class NodeRoom:
                 live[info.planned_node] += info.gpus
         for a in held:
             live.update(gpus_by_node(a))
-        return cls({n.name: n.capacity_for_jobs for n in nodes}, live, draining)
+        going: Counter[str] = Counter()
+        for a in releasing:
+            going.update(gpus_by_node(a))
+        return cls({n.name: n.capacity_for_jobs for n in nodes}, live, draining, going)
 
     def stop(self, alloc: Allocation) -> None:
         """``alloc``'s pods are deleted with a grace period this round: their GPUs drain."""
@@ -67,10 +80,18 @@ class NodeRoom:
         self.live.update(need)
 
     def blocked(self, need: Mapping[str, int]) -> str:
-        """Why pods for ``need`` (GPUs per node) must wait for exiting pods ("" when they may be created)."""
+        """Why pods for ``need`` (GPUs per node) must wait for exiting pods or for finished pods' claims to
+        be released ("" when they may be created)."""
         cap = self.capacity
-        short = sorted(n for n, g in need.items() if self.live[n] + self.draining[n] + g > cap.get(n, 0))
+        going = self.draining + self.releasing
+        short = sorted(n for n, g in need.items() if self.live[n] + going[n] + g > cap.get(n, 0))
         if not short or any(self.live[n] + g > cap.get(n, 0) for n, g in need.items()):
             return ""
-        where = ", ".join(f"{self.draining[n]} on {n}" for n in short)
-        return f"waiting for GPUs held by pods that are exiting ({where}) before creating the gang's pods"
+        parts = []
+        exiting = ", ".join(f"{self.draining[n]} on {n}" for n in short if self.draining[n])
+        if exiting:
+            parts.append(f"held by pods that are exiting ({exiting})")
+        claimed = ", ".join(f"{self.releasing[n]} on {n}" for n in short if self.releasing[n])
+        if claimed:
+            parts.append(f"that finished pods' ResourceClaims hold until they are released ({claimed})")
+        return f"waiting for GPUs {' and GPUs '.join(parts)} before creating the gang's pods"

@@ -19,10 +19,11 @@ the new status (a new gang generation: Started/Restarted; one more resize or pre
 becoming Succeeded, Failed or Running; the Running condition turning to a teardown reason; the Admitted
 condition turning False for a new reason), in the new status's words. The Event is sent once that status
 is written and before the transition's pods are created or deleted, so it is never sent for a change that
-was not written, and the pod changes mark that it went out: a round that finds a written transition whose
-pod changes never began (the operator died in between) sends the Event the written status describes
-(``_resumed_event``) and completes the change. Events are sent at least once: a death after the Event and
-before the first pod change sends it again.
+was not written. A round that finds a written transition not yet complete (a gang not all created, pods of
+a stop still there: the operator may have died before its Event) sends the Event the written status
+describes (``_resumed_event``) and completes the change. A decision's Event is named after the decision,
+so however often it is sent (by leaders that took over mid-change, or again after it failed to be
+recorded) the API server keeps one.
 """
 
 from __future__ import annotations
@@ -416,18 +417,20 @@ def _draining(spec: crd.TrainingJobSpec, view: JobView, now: float) -> Outcome:
         delete=stale,
         quick_delete=quick,
         grace_seconds=spec.checkpoint_grace_seconds,
-        events=_resumed_event(view) if stale or quick else (),
+        events=_resumed_event(view),
     )
 
 
 def _resumed_event(view: JobView) -> tuple[Event, ...]:
-    """The Event of a transition whose status was written but whose pod changes never began (the operator
-    died in between), sent by the round that completes it, from the written status.
+    """The Event of a transition whose status was written and whose pod changes may not have begun (the
+    operator died in between), sent by the round that completes it, from the written status.
 
     Events go out after the status and before the pods, so a gang with none of its pods was started or
-    restarted without its Event having been sent for sure, and likewise pods a stop wanted gone of which
-    none is being deleted yet; once a pod change began, the Event had been sent. The Event may have been
-    sent before the operator died: it carries the decision's key, so it is recorded once.
+    restarted without its Event having been sent for sure. A stop (resize, preemption, teardown, failure)
+    repeats its Event for as long as pods of the job remain: which pods are being deleted does not say
+    whether the Event went out (a torn-down gang's lost pod was being deleted before the decision, and an
+    Event can fail to be recorded while its pods are deleted). The Event carries the decision's key, so
+    the API server records it once, and the operator sends each key once per process (``reconcile``).
     """
     st = view.status
     return tuple(replace(e, key=decision_key(st, e.reason)) for e in _resumed(view))
@@ -439,8 +442,8 @@ def _resumed(view: JobView) -> tuple[Event, ...]:
     if view.state is GangState.MISSING:
         begun = bool(view.cur)
         return () if begun or reason not in ("Started", "Restarted") else (Event("Normal", reason, message),)
-    if not _live(view.stale) or view.draining:
-        return ()
+    if not view.stale and not view.draining:
+        return ()  # nothing of the change is left
     if view.state is GangState.TERMINAL and st.phase == "Failed":
         return (Event("Warning", "Failed", message),)
     if view.state is not GangState.DRAINING:

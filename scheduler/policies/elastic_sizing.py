@@ -38,8 +38,9 @@ How the sizes are made, per round, counting GPUs per type (node boundaries are l
    ahead of it (the policy's own preemption, made partial), never to grow another job.
 4. **The walk.** ``greedy_allocate`` then walks the rewritten requests: shrinking jobs first (in place,
    they free the GPUs the admitted ones were planned on), then everyone in the policy's order (a waiting
-   elastic job asks for its planned size on its planned type, then for every smaller size down to its
-   minimum there: on another type it would take GPUs planned for others), then growing jobs last (in
+   elastic job asks for its planned size and every smaller size down to its minimum, on its planned type
+   first and then on its other types: the plan counts GPUs, not nodes, and a job whose planned GPUs hold
+   no whole replica starts elsewhere rather than wait beside free GPUs), then growing jobs last (in
    place, from the planned size down to what they hold, so growth never evicts anyone nor takes GPUs a
    starting job was planned on; one evicted in the walk by a job ranked ahead asks for every size down to
    its minimum, so it restarts at once on the GPUs left free when any size fits there).
@@ -136,10 +137,18 @@ def _min_replicas(job: Job) -> int:
     return job.min_replicas if job.is_elastic else job.max_replicas
 
 
-def _types_of(req: Request) -> tuple[str, ...]:
-    """The request's types the job allows, in order (what ``greedy_allocate`` tries)."""
+def _types_of(req: Request, infos: Mapping[str, TypeInfo]) -> tuple[str, ...]:
+    """The request's types the job allows and where one of its replicas fits on a node, in order (what
+    ``greedy_allocate`` tries). The plan counts GPUs per type, not per node: a type whose nodes are all
+    smaller than a replica has GPUs the walk can never place it on, and a job planned there waits while
+    another of its types has room (2 x 2-GPU replicas planned on two 1-GPU A100 nodes, 2 K80s free)."""
     allowed = req.job.allowed_gpu_types
-    return tuple(t for t in req.gpu_types if t in allowed) if allowed else tuple(req.gpu_types)
+    gpr = req.job.gpus_per_replica
+    return tuple(
+        t
+        for t in req.gpu_types
+        if (not allowed or t in allowed) and (t not in infos or infos[t].node_gpus >= gpr)
+    )
 
 
 class _Plan:
@@ -290,7 +299,7 @@ def size_elastic(
     if not elastic:
         return list(requests)
     plan = _Plan(snapshot, infos, requests)
-    types_of = {r.job.name: _types_of(r) for r in requests}
+    types_of = {r.job.name: _types_of(r, infos) for r in requests}
     for req in requests:
         plan.admit(req, types_of[req.job.name], preemptive, margin, strict)
     if table is None:
@@ -393,6 +402,10 @@ def _rewrite(
             else:
                 walk.append(req)
             continue
-        # its planned type only (it waits a round when the gang does not fit that type's nodes)
-        walk.append(req._replace(gpu_types=(s.gpu_type,), replicas=tuple(range(s.replicas, lo - 1, -1))))
+        # its planned type first, then its other types: the plan counts GPUs per type, so the planned
+        # GPUs may be scattered over nodes that hold no whole replica (2 V100s free, one on each of two
+        # nodes, for a 2-GPU replica) while another type has room; it then starts there, not waits
+        others = tuple(t for t in req.gpu_types if t != s.gpu_type)
+        sizes = tuple(range(s.replicas, lo - 1, -1))
+        walk.append(req._replace(gpu_types=(s.gpu_type, *others), replicas=sizes))
     return [*shrinking, *walk, *growing]

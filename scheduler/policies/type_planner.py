@@ -4,7 +4,8 @@ Pure. ``TypePlanner.orders`` takes the jobs of one round in the policy's rank or
 SRSF, FTF: the policy decides *who* goes first) and returns, per job, its allowed GPU types in the
 order it should try them (``greedy_allocate`` then walks the jobs in rank order and places each on the
 first type of its list that has room, so the policy's order is honoured: a higher-ranked job always
-gets its pick first, and every job still runs somewhere when its preferred type is full).
+gets its pick first, and every job still runs somewhere when its preferred type is full, except a gang
+that would crawl spread over slow servers, step 5).
 
 How the lists are made, each round, from the throughput matrix X[j, t] (predicted throughput of job j
 on its asked GPUs of type t, one batched oracle call):
@@ -70,7 +71,10 @@ on its asked GPUs of type t, one batched oracle call):
    met the churn bound without it, and with it the predictor's share of its gain on one Philly
    draw fell 83% -> 75% (docs/decisions/0012-eviction-pricing.md).
    Types where a job is predicted to make no progress are left out; a job predicted to make none
-   anywhere keeps the free-GPU order.
+   anywhere keeps the free-GPU order. So are, for a waiting job, the types where its gang would span
+   several nodes and run, even at its upper bound, under ``MIN_SPREAD_SHARE`` of its best type's lower
+   bound: it waits for a better type (under LAS a gang crawling on slow servers spends its attained
+   service as fast as on fast ones, drops to the last queue and is starved; decision 0094).
 6. **What the oracle does not know.** Each answer X[j, t] carries a factor u >= 1 (the truth within
    [X / u, X u]): the oracle's own interval where it gives one (``IntervalOracle``: the predictor's),
    widened to this round's measured spread (``Uncertainty``: the 0.9 quantile of |log(measured /
@@ -121,6 +125,13 @@ MOVE_MARGIN = 1.0
 MIN_SPEEDUP = 1.25
 #: a running job with less than this many restart costs of work left where it runs is never moved
 MIN_REMAINING_RESTARTS = 10.0
+#: a waiting gang does not start spread over several nodes of a type where even the upper bound of its
+#: speed is under this share of the lower bound of its best type's (one where a replica fits a node): it
+#: waits for a better type. Under LAS its attained service (GPU-seconds) grows as fast there while its
+#: work barely moves, so it drops to the last queue and is evicted and starved: on modern-mix, load 3,
+#: 8-GPU gangs started on two 4-T4 PCIe servers ran 1.5-hour jobs for 118 hours (aware LAS 0.84x of
+#: ``ordered`` under the true table; docs/decisions/0094-no-slow-spread-starts.md)
+MIN_SPREAD_SHARE = 0.25
 
 
 #: the measured/predicted ratios of the running jobs on placements of one class (one node, several
@@ -408,6 +419,8 @@ class TypePlanner:
                 # is at least it, so one over-rated job alone moves on no level error
                 floor = math.exp(err)
         low, high = self._bounds(job, speed, gpus, current if measured else None, own, floor)
+        if current is None:
+            self._drop_slow_spread(job, speed, gpus, low, high)
         value: dict[str, float] = {}
         if current is not None and current in speed and job.preemptible and observed:
             # a move is priced on the target's lower bound: it must gain beyond the interval
@@ -438,6 +451,26 @@ class TypePlanner:
         if current is None and not self._certain(low, high):
             pref = tuple(sorted(speed, key=lambda t: self.preference.key(t, job.precision)))
         return _Row(job, speed, gpus, value, current, low, high, pref)
+
+    def _drop_slow_spread(
+        self,
+        job: Job,
+        speed: dict[str, float],
+        gpus: dict[str, int],
+        low: dict[str, float],
+        high: dict[str, float],
+    ) -> None:
+        """Leave out of a waiting job's row the types where its gang would span several nodes and run,
+        even at its upper bound, under ``MIN_SPREAD_SHARE`` of its best type's lower bound (among the
+        types with a node that holds one of its replicas, so that the job has somewhere to wait for)."""
+        gpr = job.gpus_per_replica
+        fits = [low[t] for t in low if self.infos[t].node_gpus >= gpr]
+        if not fits:
+            return
+        bar = MIN_SPREAD_SHARE * max(fits)
+        for t in [t for t in speed if gpus[t] > self.infos[t].node_gpus and high[t] < bar]:
+            for d in (speed, gpus, low, high):
+                del d[t]
 
     def _certain(self, low: Mapping[str, float], high: Mapping[str, float]) -> bool:
         """Whether every ratio between two of the row's types is known within ``MIN_SPEEDUP`` (the bar a

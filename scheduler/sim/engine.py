@@ -28,7 +28,7 @@ import heapq
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 
 from scheduler.core.decisions import Action, ActionKind, RoundResult
@@ -36,6 +36,7 @@ from scheduler.core.placement import spread_of
 from scheduler.core.planner import is_migration, single_action
 from scheduler.core.protocols import MovesRunning, Policy, ThroughputOracle
 from scheduler.core.queues import QueueSpec
+from scheduler.core.round import IncrementalMismatch as IncrementalMismatch  # raised here, defined there
 from scheduler.core.round import IncrementalPolicy, IncrementalRound, RoundCosts
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node, PlacementShape
 
@@ -86,10 +87,6 @@ class EngineConfig:
     incremental: bool = True
     #: also run ``run_round`` every round and raise ``IncrementalMismatch`` if the incremental round differs
     check_incremental: bool = False
-
-
-class IncrementalMismatch(AssertionError):
-    """The policy's incremental round and ``run_round`` disagreed (a bug in the incremental round)."""
 
 
 @dataclass(slots=True)
@@ -191,6 +188,26 @@ class _Run:
     used: int = 0
     elastic_active: int = 0
     session: IncrementalRound | None = None
+
+
+class _RunningProgress(Mapping[str, tuple[float, float]]):
+    """Each running job's (progress, attained service), as the incremental round reads them: looked up
+    in the job's state when asked, since a round reads only a few of them."""
+
+    __slots__ = ("_running",)
+
+    def __init__(self, running: dict[str, _State]) -> None:
+        self._running = running
+
+    def __getitem__(self, name: str) -> tuple[float, float]:
+        st = self._running[name]
+        return (st.progress, st.attained)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._running)
+
+    def __len__(self) -> int:
+        return len(self._running)
 
 
 class _RoundView:
@@ -442,7 +459,7 @@ class Engine:
             and len(r.active) == len(r.running)
         )
 
-    def _advance_running(self, r: _Run, now: float) -> dict[str, tuple[float, float]] | None:
+    def _advance_running(self, r: _Run, now: float) -> Mapping[str, tuple[float, float]] | None:
         """Bring every running job to ``now``; returns what the incremental round reads (each running
         job's progress and attained service), or None when the round goes through ``run_round``."""
         advance = self._advance
@@ -450,22 +467,20 @@ class Engine:
             for st in r.running.values():
                 advance(st, now)
             return None
-        progress: dict[str, tuple[float, float]] = {}
         all_left = True  # every running job still has work left (the incremental round's premise)
-        for name, st in r.running.items():
+        for st in r.running.values():
             advance(st, now)
             if not st.job.total_work - st.progress > 0:
                 all_left = False
-            progress[name] = (st.progress, st.attained)
         if not all_left:
             # a job done before its completion event: run_round's rules for that from here on
             log.debug("incremental rounds stop", extra={"time": now})
             r.session = None
             return None
-        return progress
+        return _RunningProgress(r.running)
 
     def _decide(
-        self, r: _Run, now: float, progress: dict[str, tuple[float, float]] | None
+        self, r: _Run, now: float, progress: Mapping[str, tuple[float, float]] | None
     ) -> Sequence[Action]:
         """The round's actions: from the incremental round when ``progress`` is given, else ``run_round``."""
         result = r.result

@@ -106,3 +106,46 @@ def test_explain_false_changes_nothing_but_the_wait_reasons(policy: str) -> None
     quiet = run_round(snap, jobs, make_policy(policy), FakeOracle(), explain=False)
     assert quiet.decisions == full.decisions and quiet.actions == full.actions
     assert full.waiting and not quiet.waiting  # 8 jobs x 2-6 GPUs on 16 GPUs: some wait
+
+
+@pytest.mark.parametrize(
+    ("spec", "running", "why"),
+    [
+        # the user narrowed the allowed GPU types to K80 while the job ran on V100
+        (
+            job("j").allowed("K80"),
+            alloc("j", "V100", 2, {"a": 1}),
+            "GPU type V100 is no longer in its allowed",
+        ),
+        # an elastic job scaled from 4 to at most 2 replicas while 4 ran
+        (job("j").replicas(1, 2), alloc("j", "V100", 2, {"a": 4}), "4 replicas run, its spec now asks 1-2"),
+        # a rigid job whose replica count changed from 2 to 1
+        (job("j").replicas(1), alloc("j", "V100", 2, {"a": 2}), "2 replicas run, its spec now asks 1-1"),
+    ],
+)
+@pytest.mark.parametrize("preemptible", [True, False])
+@pytest.mark.parametrize("policy", ["fixed", "fifo", "las", "deadline"])
+def test_a_running_gang_its_spec_no_longer_allows_is_stopped_not_kept(
+    spec: object, running: object, why: str, preemptible: bool, policy: str
+) -> None:
+    """A policy that keeps what runs (a non-preemptible job, ``fixed`` returning the current allocation)
+    on an allocation the user's change no longer allows has it stopped, instead of breaking an invariant
+    that refuses every job's round; a policy that moves it may (RESIZE to the allowed shape)."""
+    b = spec.gpus_per_replica(2).model("resnet50").progress(10)  # type: ignore[attr-defined]
+    j = b.build() if preemptible else b.non_preemptible().build()
+    cur = running
+    pol = FixedPolicy({"j": Decision("j", cur)}) if policy == "fixed" else make_policy(policy)  # type: ignore[arg-type]
+    other = job("other").build()  # a waiting job the round must still start
+    if policy == "fixed":
+        pol.decisions = {
+            "j": Decision("j", cur),
+            "other": Decision("other", alloc("other", "K80", 1, {"k": 1})),
+        }  # type: ignore[union-attr, arg-type]
+    result = run_round(snapshot(NODES, now=1000, allocations=[cur]), [j, other], pol, FakeOracle())  # type: ignore[list-item]
+    act = {a.job: a for a in result.actions}
+    assert act["j"].kind in (ActionKind.PREEMPT, ActionKind.RESIZE), act["j"]
+    if act["j"].kind is ActionKind.PREEMPT:
+        assert why in result.decisions["j"].reason
+    else:
+        assert act["j"].after is not None and act["j"].after != cur
+    assert act["other"].kind is ActionKind.START

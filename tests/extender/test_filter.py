@@ -336,3 +336,34 @@ def test_nodes_whose_gpu_memory_the_job_does_not_fit_are_refused_with_the_memory
     why = body["FailedAndUnresolvableNodes"]["t4-0"]
     assert why.startswith("perfsched: node t4-0: TrainingJob team-a/llama needs ~") and "GiB per GPU" in why
     assert "does not fit" in why and "16" in why
+
+
+def test_lone_pod_goes_to_its_planned_node_while_it_has_room(client_for: Callable[..., TestClient]) -> None:
+    """An adopted job's pod (no gang label) planned on a100-1: only a100-1 passes while it has room; a
+    pod planned on a full node (a100-0 has 2 free, it needs 4) may go wherever it fits."""
+    client = client_for(cluster())
+    pod = kube_pod("job-abc-0", 4, gpu_type="A100", planned="a100-1")
+    body = client.post("/filter", json={"Pod": pod, "NodeNames": ["a100-0", "a100-1", "v100-0"]}).json()
+    assert body["NodeNames"] == ["a100-1"]
+    assert body["FailedNodes"]["a100-0"] == NEEDS_4_A100
+    full = kube_pod("job-abc-1", 4, planned="a100-0")
+    body = client.post("/filter", json={"Pod": full, "NodeNames": ["a100-0", "a100-1", "v100-0"]}).json()
+    assert body["NodeNames"] == ["a100-1", "v100-0"]
+    # planned on a100-1 but any type: the other fitting node is refused with the reason
+    anyt = kube_pod("job-abc-2", 4, planned="a100-1")
+    body = client.post("/filter", json={"Pod": anyt, "NodeNames": ["a100-1", "v100-0"]}).json()
+    assert body["NodeNames"] == ["a100-1"]
+    assert (
+        body["FailedNodes"]["v100-0"] == "perfsched: the pod's job is planned on node a100-1, which has room"
+    )
+
+
+def test_lone_pod_of_an_adopted_gang_is_sized_by_its_world_size() -> None:
+    """An adopted job's pod names its model and its gang's size: the extender's job for it (memory fit,
+    throughput) is the whole gang of 4 x 1 GPU with the global batch, not one GPU holding all of it."""
+    from scheduler.extender.context import pod_context
+
+    pod = kube_pod("job-abc-0", 1, model="resnet50", batch_size=256, world_size=4, planned="a100-1")
+    ctx = pod_context(cluster(), pod)
+    assert ctx.job is not None and (ctx.job.max_replicas, ctx.job.batch_size) == (4, 256)
+    assert ctx.replicas == 4 and not ctx.in_gang

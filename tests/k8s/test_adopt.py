@@ -36,6 +36,8 @@ def test_job_shape_and_predictor_inputs() -> None:
     assert (w.replicas, w.gpus_per_replica, w.min_replicas, w.max_replicas) == (3, 2, 3, 3)
     assert (w.model, w.batch_size, w.precision, w.agnostic, w.problem) == ("bert", 32, "bf16", "", "")
     assert w.key == "job/ml/j" and w.pod_label_value == "u" and w.suspended
+    assert w.dataset == ""  # the model's default dataset
+    assert decode(JOB, job(ann={**ann, "perfsched.dev/dataset": "cifar10"})).dataset == "cifar10"
 
 
 def test_problems_are_named() -> None:
@@ -149,3 +151,21 @@ def test_list_rows_show_perfscheds_view() -> None:
         "MESSAGE": "LAS queue 0",
     }
     assert (rows[1]["PHASE"], rows[1]["MESSAGE"]) == ("Pending", "not seen by the operator yet")
+
+
+def test_admission_tells_the_workers_the_plan_and_their_work() -> None:
+    ann = {"perfsched.dev/model": "bert", "perfsched.dev/batch-size": "32", "perfsched.dev/total-work": "500"}
+    w = decode(JOB, job(ann={**ann, "perfsched.dev/dataset": "squad"}))
+    first, _ = admit_patches(w, "A100", ["A100-SXM4-40GB"], 3, admission=2, planned_node="a100-1")
+    pod_ann = first["spec"]["template"]["metadata"]["annotations"]
+    assert pod_ann == {
+        "perfsched.dev/gpu-type": "A100",
+        "perfsched.dev/admission": "2",
+        "perfsched.dev/world-size": "3",
+        "perfsched.dev/model": "bert",
+        "perfsched.dev/dataset": "squad",
+        "perfsched.dev/batch-size": "32",
+        "perfsched.dev/precision": "fp32",
+        "perfsched.dev/total-work": "500",
+        "perfsched.dev/planned-node": "a100-1",
+    }

@@ -322,3 +322,87 @@ def test_higher_priority_job_preempts_through_the_queue_and_the_other_resumes() 
     assert rep.did("start", "job/ml/low")
     assert wapi.get(JOB, "ml", "low")["spec"]["suspend"] is False
     assert status(wapi, JOB, "low")["attainedService"] == 60.0  # 30 s x 2 GPUs before the preemption
+
+
+def test_predicted_throughput_and_restarts_survive_placing_and_preemption() -> None:
+    """The admission's prediction stays in the status while kube-scheduler places the pods (no new one that
+    round); a preemption counts a restart, which the next round's core job carries, as a TrainingJob's."""
+    h, wapi, op = setup()
+    wapi.add(JOB, batch_job("train"))
+    h.policy.want["job/ml/train"] = alloc("job/ml/train", "A100", 1, a1=2)
+    op.run_round()
+    # RecordingOracle: 10 units/s per GPU x 2 GPUs
+    assert status(wapi, JOB, "train")["predictedThroughput"] == 20.0
+    # the pods are told the plan's node (the extender gathers them there), the admission and the inputs
+    ann = wapi.get(JOB, "ml", "train")["spec"]["template"]["metadata"]["annotations"]
+    assert ann["perfsched.dev/planned-node"] == "a1" and ann["perfsched.dev/admission"] == "1"
+    assert (ann["perfsched.dev/model"], ann["perfsched.dev/batch-size"]) == ("resnet50", "128")
+    assert "perfsched.dev/total-work" not in ann  # the job declares none
+    h.clock.advance(31)  # past the status refresh: the annotation is rewritten this round
+    add_pods(h, wapi, JOB, "train", "", 2)  # created, not bound: the job is being placed
+    for p in h.api.pods.values():
+        del p["spec"]["nodeName"]
+        p["status"]["phase"] = "Pending"
+    op.run_round()
+    st = status(wapi, JOB, "train")
+    assert (st["phase"], st["predictedThroughput"]) == ("Running", 20.0)
+
+    for p in h.api.pods.values():
+        p["spec"]["nodeName"] = "a1"
+        p["status"]["phase"] = "Running"
+    h.policy.want["job/ml/train"] = None
+    rep = op.run_round()
+    assert rep.did("preempt", "job/ml/train")
+    assert status(wapi, JOB, "train")["restarts"] == 1
+    h.api.pods.clear()
+    seen = len(h.policy.seen)
+    op.run_round()
+    (job,) = h.policy.seen[seen][1]
+    assert job.restarts == 1
+    h.policy.want["job/ml/train"] = alloc("job/ml/train", "V100", 1, v1=2)
+    op.run_round()  # its second admission: a new run of its workers
+    ann = wapi.get(JOB, "ml", "train")["spec"]["template"]["metadata"]["annotations"]
+    assert (ann["perfsched.dev/admission"], ann["perfsched.dev/planned-node"]) == ("2", "v1")
+
+
+def test_admitted_job_being_placed_holds_its_planned_node() -> None:
+    """While kube-scheduler places an admitted job's pods, the round holds GPUs for it on the node the
+    policy planned (where the extender sends its pods), not on the first node of the type by name."""
+    h, wapi, op = setup()
+    h.api.add_node(gpu_node("a2", 4, "A100"))
+    wapi.add(JOB, batch_job("train"))
+    h.policy.want["job/ml/train"] = alloc("job/ml/train", "A100", 1, a2=2)
+    op.run_round()
+    assert status(wapi, JOB, "train")["plannedNode"] == "a2"
+    seen = len(h.policy.seen)
+    op.run_round()  # no pods yet: being placed
+    snap = h.policy.seen[seen][0]
+    held = snap.allocations["job/ml/train#planned"]
+    assert dict(held.replicas_per_node) == {"a2": 2}
+
+
+def test_progress_of_a_job_that_declares_its_work_comes_from_its_workers_reports() -> None:
+    """The workers report on their pods as a TrainingJob's do; the job's progress (what LAS and the ETA
+    read) and its status's progressPercent follow, refreshed with the attained service."""
+    from scheduler.k8s.progress import ProgressReport
+
+    h, wapi, op = setup()
+    ann = {
+        "perfsched.dev/model": "resnet50",
+        "perfsched.dev/batch-size": "128",
+        "perfsched.dev/total-work": "1000",
+    }
+    wapi.add(JOB, batch_job("train", ann=ann))
+    h.policy.want["job/ml/train"] = alloc("job/ml/train", "A100", 1, a1=2)
+    op.run_round()
+    add_pods(h, wapi, JOB, "train", "a1", 2)
+    report = ProgressReport(250.0, 200.0, 5.0, h.clock.now()).to_annotation()
+    for p in h.api.pods.values():
+        p["metadata"]["annotations"] = {"perfsched.dev/progress": report}
+    h.clock.advance(31)
+    seen = len(h.policy.seen)
+    del h.policy.want["job/ml/train"]
+    op.run_round()
+    (job,) = h.policy.seen[seen][1]
+    assert job.progress == 250.0  # 25% of 1,000
+    assert status(wapi, JOB, "train")["progressPercent"] == 25.0

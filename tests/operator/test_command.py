@@ -51,6 +51,11 @@ def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
         ({"PERFSCHED_OPERATOR_POLICY_CONFIG": "{not json"}, "operator_policy_config"),
         ({"PERFSCHED_OPERATOR_RENEW_DEADLINE_SECONDS": "20"}, "PERFSCHED_OPERATOR_RENEW_DEADLINE_SECONDS"),
         ({"PERFSCHED_OPERATOR_ROUND_PERIOD_SECONDS": "0"}, "operator_round_period_seconds"),
+        (
+            {"PERFSCHED_OPERATOR_SLOW_NODE_CONFIRM_SECONDS": "7200"},  # longer than the 3600 s window
+            "PERFSCHED_OPERATOR_SLOW_NODE_CONFIRM_SECONDS must not exceed",
+        ),
+        ({"PERFSCHED_OPERATOR_SLOW_NODE_WINDOW_SECONDS": "0"}, "operator_slow_node_window_seconds"),
         ({}, "cannot load kubeconfig /nonexistent/kubeconfig"),
     ],
 )

@@ -71,6 +71,28 @@ def test_missing_product_counts_unknown_gpus_and_warns_once() -> None:
     assert len([e for e in h.api.events if e["reason"] == "DRAAttributeMissing"]) == 1
 
 
+def test_a_device_class_perfsched_cannot_read_still_counts_the_gpus_and_warns_once() -> None:
+    # a class whose selector is no `device.driver == "..."` test: NVIDIA's driver is assumed, the node's
+    # 8 GPUs are counted and typed from their productName, and a Warning Event names the class's problem
+    h = dra_harness(V100)
+    opaque = fake.device_class()
+    opaque["spec"]["selectors"] = [{"cel": {"expression": "device.capacity['gpu.nvidia.com'].memory > 0"}}]
+    h.api.dra["deviceclasses"] = [opaque]
+    h.api.add_trainingjob(trainingjob("bert", replicas={"min": 4, "max": 4, "gpusPerReplica": 2}))
+    op = h.operator()
+    rep = op.run_round()
+    assert rep.did("start", "ml/bert")
+    assert h.api.job_pods("ml", "bert")[0]["metadata"]["annotations"]["perfsched.dev/gpu-type"] == "V100"
+    warnings = [e for e in h.api.events if e["reason"] == "DRAAttributeMissing"]
+    assert [(w["type"], w["involvedObject"]["kind"]) for w in warnings] == [("Warning", "Node")]
+    assert warnings[0]["message"] == (
+        'DeviceClass gpu.nvidia.com: no single `device.driver == "..."` test in spec.selectors; '
+        "counting the devices of driver gpu.nvidia.com"
+    )
+    op.run_round()
+    assert len([e for e in h.api.events if e["reason"] == "DRAAttributeMissing"]) == 1
+
+
 def test_gpus_held_by_claims_of_no_running_pod_are_taken() -> None:
     from tests.extender.kube import gpu_claim
 
@@ -85,3 +107,63 @@ def test_gpus_held_by_claims_of_no_running_pod_are_taken() -> None:
     # 8 - 4 (user claim) - 2 (finished pod's claim) = 2 free
     assert not rep.did("start", "ml/big")
     assert rep.waiting["ml/big"].startswith("waiting for 4 GPUs of type V100: 2 free")
+
+
+def _finished_pod_and_claim(h: Harness, devices: list[int]) -> None:
+    """A pod that ran on ``dra-v`` and Succeeded, its claim on ``devices`` not yet deallocated."""
+    from tests.extender.kube import gpu_claim
+
+    pod = h.api.create_pod(
+        "team-a",
+        {
+            "metadata": {"name": "done"},
+            "spec": {
+                "nodeName": "dra-v",
+                "containers": [
+                    {"name": "main", "resources": {"limits": {"nvidia.com/gpu": str(len(devices))}}}
+                ],
+            },
+        },
+    )
+    h.api.set_pod_phase("team-a", "done", "Succeeded")
+    h.api.dra["resourceclaims"] = [gpu_claim("done-gpu", "dra-v", devices, owner_uid=pod["metadata"]["uid"])]
+
+
+def test_a_start_on_gpus_a_finished_pods_claim_still_holds_waits_for_the_claim_to_go() -> None:
+    h = dra_harness(V100)
+    _finished_pod_and_claim(h, [0, 1])
+    # 4 x 2 GPUs: the whole node, which kube-controller-manager is about to release
+    h.api.add_trainingjob(trainingjob("big", replicas={"min": 4, "max": 4, "gpusPerReplica": 2}))
+    op = h.operator()
+    rep = op.run_round()
+    assert rep.did("start", "ml/big")
+    # planned on the whole node, but no pod is created while the claim holds 2 of its GPUs
+    assert h.api.job_pods("ml", "big") == []
+    cond = {c["type"]: c for c in h.api.trainingjobs[("ml", "big")]["status"]["conditions"]}["Running"]
+    assert (
+        "waiting for GPUs that finished pods' ResourceClaims hold until they are released (2 on dra-v) "
+        "before creating the gang's pods"
+    ) in cond["message"]
+    op.run_round()
+    assert h.api.job_pods("ml", "big") == []
+    # the claim is deallocated: the next round creates the 4 pods on the node
+    h.api.dra["resourceclaims"] = []
+    op.run_round()
+    pods = h.api.job_pods("ml", "big")
+    assert len(pods) == 4
+    assert {p["metadata"]["annotations"]["perfsched.dev/planned-node"] for p in pods} == {"dra-v"}
+
+
+def test_a_finished_pods_claim_that_stays_allocated_is_taken_after_the_grace() -> None:
+    from scheduler.operator.reconcile import CLAIM_RELEASE_GRACE_S
+
+    h = dra_harness(V100)
+    _finished_pod_and_claim(h, [0, 1])
+    op = h.operator()
+    op.run_round()
+    h.clock.advance(CLAIM_RELEASE_GRACE_S + 1)
+    # kube-controller-manager never released it: its 2 GPUs are taken, a job for the whole node waits
+    h.api.add_trainingjob(trainingjob("big", replicas={"min": 4, "max": 4, "gpusPerReplica": 2}))
+    rep = op.run_round()
+    assert not rep.did("start", "ml/big")
+    assert rep.waiting["ml/big"].startswith("waiting for 8 GPUs of type V100: 6 free")

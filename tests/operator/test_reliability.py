@@ -16,8 +16,11 @@ from typing import Any
 
 import pytest
 
+from scheduler.core.round import RoundCosts
 from scheduler.k8s import crd
 from scheduler.operator.observe import MESSAGE_CAP, quoted
+from scheduler.operator.reconcile import Operator
+from scheduler.policies import make_policy
 from tests.operator.conftest import (
     Harness,
     ScriptedPolicy,
@@ -270,12 +273,14 @@ def test_a_failed_node_restarts_its_gangs_from_the_checkpoint_on_healthy_gpus(fa
     # the one on the failed node is removed at once (no kubelet is left to confirm it)
     pods = {p["metadata"]["name"]: p for p in h.api.job_pods("ml", "bert")}
     assert "bert-g1-1" not in pods and "deletionTimestamp" in pods["bert-g1-0"]["metadata"]
-    assert all("n2" not in n.name for n in policy.seen[-1][0].nodes)  # n2 left the capacity
+    # n2 left the capacity (a tainted node stays listed with what its pods held when the round began)
+    assert all(n.capacity_for_jobs <= 2 for n in policy.seen[-1][0].nodes if n.name == "n2")
     h.api.finish_deletions()
 
     policy.want["ml/bert"] = alloc("ml/bert", "A100", 2, n1=1, n3=1)
     rep = op.run_round()  # one round after: running again on healthy GPUs, from the checkpoint
     assert rep.did("start", "ml/bert")
+    assert all(n.capacity_for_jobs == 0 for n in policy.seen[-1][0].nodes if n.name == "n2")
     st = h.api.status_of("ml", "bert")
     assert "n2" not in st["allocation"]["nodes"]
     assert (st["lostWork"], st["checkpointProgress"], st["restarts"]) == (100, 200, 1)
@@ -283,6 +288,49 @@ def test_a_failed_node_restarts_its_gangs_from_the_checkpoint_on_healthy_gpus(fa
         p["metadata"]["annotations"]["perfsched.dev/start-progress"] for p in h.api.job_pods("ml", "bert")
     ]
     assert set(starts) == {"200"}
+
+
+@pytest.mark.parametrize(
+    ("tolerations", "restarts"),
+    [
+        ([{"key": "gpu-health", "operator": "Exists", "effect": "NoExecute"}], False),
+        ([{"key": "gpu-health", "operator": "Equal", "value": "degraded", "effect": "NoExecute"}], False),
+        ([{"operator": "Exists"}], False),  # tolerates every taint
+        ([{"key": "gpu-health", "operator": "Equal", "value": "dead", "effect": "NoExecute"}], True),
+        ([{"key": "gpu-health", "operator": "Exists", "effect": "NoSchedule"}], True),
+        # tolerated for a while only: the taint manager evicts it afterwards, so it restarts now
+        ([{"key": "gpu-health", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60}], True),
+        ([], True),
+    ],
+)
+def test_a_noexecute_taint_the_template_tolerates_leaves_the_gang_running(
+    tolerations: list[dict[str, Any]], restarts: bool
+) -> None:
+    policy = ScriptedPolicy()
+    h = make_harness(policy, node_failure_grace_s=40)
+    for n in ("n1", "n2", "n3"):
+        h.api.add_node(gpu_node(n, 8))
+    h.api.add_trainingjob(
+        trainingjob("bert", replicas={"min": 2, "max": 2, "gpusPerReplica": 2}),
+    )
+    h.api.trainingjobs[("ml", "bert")]["spec"]["template"]["spec"]["tolerations"] = tolerations
+    policy.want["ml/bert"] = alloc("ml/bert", "A100", 2, n1=1, n2=1)
+    op = h.operator()
+    op.run_round()
+    h.settle_pods()
+    op.run_round()
+    del policy.want["ml/bert"]  # keep what runs
+    h.api.nodes["n2"]["spec"] = {
+        "taints": [{"key": "gpu-health", "value": "degraded", "effect": "NoExecute"}]
+    }
+    rep = op.run_round()
+    assert rep.did("restart", "ml/bert") is restarts
+    if not restarts:
+        assert live_pods(h, "bert") == ["bert-g1-0", "bert-g1-1"]
+        assert h.api.status_of("ml", "bert")["phase"] == "Running"
+        # the tainted node keeps what runs there and takes no new gang
+        n2 = next(n for n in policy.seen[-1][0].nodes if n.name == "n2")
+        assert n2.capacity_for_jobs == 2
 
 
 def test_a_node_that_recovers_within_the_grace_period_changes_nothing() -> None:
@@ -403,15 +451,61 @@ def test_an_operator_killed_at_any_step_of_a_change_leaves_no_orphan(
         assert (st["phase"], st["allocation"]["gpuType"]) == ("Running", want.gpu_type)
 
 
+def test_a_teardown_whose_leader_died_after_the_status_write_is_announced_once() -> None:
+    # a pod of the running gang is being deleted (by a person, an eviction): the gang is broken and torn
+    # down; the leader dies right after writing that. The pod already being deleted does not mean that
+    # the teardown's Event went out: the next leader sends it, and later rounds do not repeat it.
+    policy = ScriptedPolicy()
+    h = make_harness(policy)
+    h.api.add_node(gpu_node("n1", 8))
+    running_gang(h, n1=2)
+    h.api.delete_pod("ml", "bert-g1-1", 30)
+    die_after(h, "patch_trainingjob_status", 1)
+    assert h.operator().run_round().skipped
+    assert h.api.status_of("ml", "bert")["reason"] == "GangBroken"
+    assert "GangBroken" not in reasons(h, "bert")
+    h.revive()  # type: ignore[attr-defined]
+    h.leader[0] = True
+    op = h.operator()
+    op.run_round()
+    assert reasons(h, "bert").count("GangBroken") == 1 and owned(h, "bert") == []
+    op.run_round()
+    h.operator().run_round()  # another leader while pods still drain: the API has it under its name
+    assert reasons(h, "bert").count("GangBroken") == 1
+
+
+def test_a_decision_event_that_failed_to_be_recorded_is_sent_while_its_pods_drain() -> None:
+    from scheduler.k8s.errors import ApiUnavailable
+
+    policy = ScriptedPolicy()
+    h = make_harness(policy)
+    h.api.add_node(gpu_node("n1", 8))
+    h.api.add_trainingjob(trainingjob("bert", elastic=True))
+    policy.want["ml/bert"] = alloc("ml/bert", "A100", 2, n1=2)
+    op = h.operator()
+    op.run_round()
+    h.settle_pods()
+    op.run_round()
+    policy.want["ml/bert"] = alloc("ml/bert", "A100", 2, n1=1)
+    h.api.fail_next("create_event", ApiUnavailable("the API server timed out"))
+    assert op.run_round().did("resize", "ml/bert")
+    assert "Resized" not in reasons(h, "bert")  # lost; its pods are being deleted all the same
+    op.run_round()
+    op.run_round()
+    assert reasons(h, "bert").count("Resized") == 1
+    h.api.finish_deletions()
+    op.run_round()
+    h.settle_pods()
+    op.run_round()
+    assert reasons(h, "bert").count("Resized") == 1 and h.api.status_of("ml", "bert")["resizes"] == 1
+
+
 # --- slow nodes -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("exclude", [False, True])
-def test_a_node_where_every_model_runs_slow_is_flagged_once_with_its_ratio(exclude: bool) -> None:
-    from scheduler import metrics
-
-    policy = ScriptedPolicy()
-    h = make_harness(policy, exclude_slow_nodes=exclude)
+def _run_on_a_slow_node(h: Harness, policy: ScriptedPolicy) -> tuple[Operator, list[tuple[str, str]]]:
+    """n1-n3 (8 A100 each) run a ResNet-50 and a BERT gang of 2 GPUs each; n3 makes 60 % of the predicted
+    throughput for 12 minutes of reports: the operator flags it at the end of its last round."""
     jobs = []
     for n in ("n1", "n2", "n3"):
         h.api.add_node(gpu_node(n, 8))
@@ -434,6 +528,16 @@ def test_a_node_where_every_model_runs_slow_is_flagged_once_with_its_ratio(exclu
             )
         op.run_round()
         h.clock.advance(120)
+    return op, jobs
+
+
+@pytest.mark.parametrize("exclude", [False, True])
+def test_a_node_where_every_model_runs_slow_is_flagged_once_with_its_ratio(exclude: bool) -> None:
+    from scheduler import metrics
+
+    policy = ScriptedPolicy()
+    h = make_harness(policy, exclude_slow_nodes=exclude)
+    op, _ = _run_on_a_slow_node(h, policy)
     slow = [e for e in h.api.events if (e.get("involvedObject") or {}).get("kind") == "Node"]
     assert [(e["involvedObject"]["name"], e["reason"]) for e in slow] == [("n3", "SlowNode")]
     assert "0.60x the throughput of the same models on peer A100 nodes (2 model(s)" in slow[0]["message"]
@@ -443,3 +547,41 @@ def test_a_node_where_every_model_runs_slow_is_flagged_once_with_its_ratio(exclu
     op.run_round()
     n3 = next(n for n in policy.seen[-1][0].nodes if n.name == "n3")
     assert n3.capacity_for_jobs == (4 if exclude else 8)
+
+
+@pytest.mark.parametrize(("restart_cost_s", "moves"), [(0.0, True), (30.0, False)])
+def test_gangs_on_a_slow_node_move_off_it_when_the_predicted_gain_pays_the_restart(
+    restart_cost_s: float, moves: bool
+) -> None:
+    from scheduler import metrics
+
+    policy = ScriptedPolicy()
+    h = make_harness(policy, move_off_slow_nodes=True, costs=RoundCosts(restart_cost_s=restart_cost_s))
+    migrations = metrics.OPERATOR_MIGRATIONS.labels(from_type="A100", to_type="A100")._value.get()
+    # n3 is flagged after the 6th round of reports (10 min of them); the next round moves its gangs
+    op, _ = _run_on_a_slow_node(h, policy)
+    on_n3 = ["resnet50-n3", "bert-n3"]
+    # each n3 gang: 1000 iterations, 16 done at 12/s (60 % of 20/s): 82 s left; off n3 it saves
+    # 82 x (1 - 0.6) = 32.8 s; the restart costs 16 / 12 = 1.3 s of lost work plus restart_cost_s, and
+    # must be paid twice over: 2.7 s < 32.8 s moves, 2 x 31.3 s = 62.7 s > 32.8 s does not
+    resized = {name: h.api.status_of("ml", name).get("resizes", 0) for name in ["resnet50-n1", *on_n3]}
+    moved = [n for n in on_n3 if resized[n] == 1]
+    assert moved == (on_n3 if moves else []) and resized["resnet50-n1"] == 0, resized
+    after = metrics.OPERATOR_MIGRATIONS.labels(from_type="A100", to_type="A100")._value.get()
+    assert after - migrations == len(moved)
+    for name in moved:
+        (event,) = [e for e in h.api.events_for(name) if e[1] == "Resized"]
+        assert event[0] == "Normal" and "slow node n3 runs at 0.60x its peers" in event[2], event
+    if not moves:
+        return
+    # the gangs checkpoint and exit; the policy restarts them, and n3 (flagged) takes no new gang
+    h.api.finish_deletions()
+    op.policy = make_policy("fifo")
+    op.run_round()
+    h.settle_pods()
+    op.run_round()
+    for name in on_n3:
+        st = h.api.status_of("ml", name)
+        assert st["phase"] == "Running" and "n3" not in st["allocation"]["nodes"], st
+    # one move per job per window: the moved gangs are not moved again, whatever runs where
+    assert not any(op.run_round().did("resize", f"ml/{n}") for n in on_n3)

@@ -454,7 +454,9 @@ ROWS = [
         count="restart",
     ),
     Row(
-        "the preempted gang drains: phase stays Preempted, Running says why, no Event",
+        # the decision's Event again, under its key: the API records it once, the operator sends it once
+        # per process (a leader that took over mid-change cannot tell from the pods whether it went out)
+        "the preempted gang drains: phase stays Preempted, Running says why, its decision's Event again",
         preempted_status(),
         (pod(0, deleting=True), pod(1, deleting=True)),
         "observed",
@@ -465,6 +467,7 @@ ROWS = [
             ("Running", "False", "Draining"),
             ("Preempted", "True", "Preempted"),
         ],
+        [("Warning", "Preempted")],
     ),
     Row(
         "a gang half-created by a leader that died: the rest is created; its Event went out before the pods",

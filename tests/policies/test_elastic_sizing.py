@@ -147,3 +147,48 @@ def test_a_growing_job_evicted_in_the_walk_restarts_at_once_at_a_size_that_fits(
     assert after["big"] == (ActionKind.START, alloc("big", "V100", 2, {"n2": 2, "n3": 2}))
     assert after["grower"] == (ActionKind.RESIZE, alloc("grower", "V100", 2, {"n1": 1}))
     assert "grower" not in res.waiting
+
+
+@pytest.mark.parametrize("name", ["las", "srsf", "fifo", "ftf"])
+def test_an_elastic_job_is_not_planned_on_a_type_whose_nodes_cannot_hold_one_replica(name: str) -> None:
+    # "j" is elastic 1..2 replicas x 2 GPUs, 2x faster on A100 than on K80. The A100s are two 1-GPU nodes:
+    # 2 A100 GPUs free, but no node of them holds a 2-GPU replica. n1 has 2 K80s free (n0's one K80 is
+    # taken outside perfsched). Sizing counts GPUs per type, so it planned "j" on the A100s and the walk
+    # then tried only them: "j" waited for ever with its smallest gang (1 x 2 K80s on n1) free.
+    nodes = [
+        node("n0").gpus(1, "K80").external(1).build(),
+        node("n1").gpus(2, "K80").build(),
+        node("n2").gpus(1, "A100").build(),
+        node("n3").gpus(1, "A100").build(),
+    ]
+    j = job("j").replicas(1, 2).gpus_per_replica(2).work(1.0).build()
+    oracle = FakeOracle(speed={("j", "K80"): 1.0, ("j", "A100"): 2.0}, scaling=0.5)
+    res = run_round(snapshot(nodes), [j], make_policy(name), oracle)
+    assert res.waiting == {}
+    assert [(a.kind, a.after) for a in res.actions] == [(ActionKind.START, alloc("j", "K80", 2, {"n1": 1}))]
+
+
+@pytest.mark.parametrize(("name", "config"), [("fifo", {"backfill": True}), ("las", {})])
+def test_an_elastic_job_whose_planned_gpus_hold_no_whole_replica_starts_on_another_type(
+    name: str, config: dict[str, object]
+) -> None:
+    # V100: n1 has 1 GPU, n3 has 3 (of 4; one taken outside perfsched); A100: n2 has 2. "first" (rigid,
+    # 2 GPUs, V100 only; submitted first, so FIFO and LAS walk it first) takes 2 of n3's. Sizing counts
+    # GPUs per type: 4 - 2 = 2 V100s left, so it plans "elastic" (1..2 x 2 GPUs, twice as fast on V100
+    # as on A100) there; but they are one GPU on n1 and one on n3, no node holds its 2-GPU replica. It
+    # must start on n2's A100s instead of waiting.
+    nodes = [
+        node("n1").gpus(1, "V100").build(),
+        node("n2").gpus(2, "A100").build(),
+        node("n3").gpus(4, "V100").external(1).build(),
+    ]
+    first = job("first").replicas(1).gpus_per_replica(2).work(1.0).allowed("V100").non_preemptible().build()
+    elastic = job("elastic").replicas(1, 2).gpus_per_replica(2).work(1.0).submitted(1).build()
+    speeds = {("first", "V100"): 1.0, ("elastic", "V100"): 2.0, ("elastic", "A100"): 1.0}
+    res = run_round(snapshot(nodes), [first, elastic], make_policy(name, config), FakeOracle(speed=speeds))
+    assert res.waiting == {}
+    after = {a.job: a.after for a in res.actions}
+    assert after == {
+        "first": alloc("first", "V100", 2, {"n3": 1}),
+        "elastic": alloc("elastic", "A100", 2, {"n2": 1}),
+    }

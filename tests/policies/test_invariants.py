@@ -17,6 +17,8 @@ from scheduler.core.placement import FreeIndex
 from scheduler.core.round import RoundCosts, run_round
 from scheduler.core.types import Allocation, ClusterSnapshot, Job
 from scheduler.policies import POLICIES, make_policy
+from scheduler.policies.base import type_infos
+from scheduler.policies.type_planner import MIN_SPREAD_SHARE
 from tests.builders import FakeOracle, job, node
 
 TYPES = ["K80", "V100", "A100"]
@@ -112,6 +114,21 @@ def check_end_state(snap: ClusterSnapshot, jobs: list[Job], actions: Any) -> Non
             assert kinds[j.name] is ActionKind.COMPLETE
 
 
+def slow_spread(snap: ClusterSnapshot, j: Job, gpu_type: str, oracle: FakeOracle) -> bool:
+    """Whether aware policies leave ``gpu_type`` out for waiting ``j`` (``type_planner.MIN_SPREAD_SHARE``):
+    its smallest gang spans several nodes of the type and runs there at under a quarter of the speed of
+    its best type with a node that holds a replica. The fake oracle scales every type alike with the
+    gang's size, so its per-GPU rates compare the speeds."""
+    infos = type_infos(snap)
+    lo = j.min_replicas if j.is_elastic else j.max_replicas
+    gpus = lo * j.gpus_per_replica
+    if len(infos) <= 1 or gpu_type not in infos or gpus <= infos[gpu_type].node_gpus:
+        return False
+    ok = [t for t, info in infos.items() if j.allows(t) and gpus <= info.capacity]
+    best = max((oracle.rate(j, t) for t in ok if infos[t].node_gpus >= j.gpus_per_replica), default=0.0)
+    return oracle.rate(j, gpu_type) < MIN_SPREAD_SHARE * best
+
+
 def _property(policy_name: str) -> Any:
     @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(scenarios())
@@ -160,7 +177,9 @@ def test_backfilling_policies_leave_no_gang_that_fits(
         lo = j.min_replicas if j.is_elastic else j.max_replicas
         for t in TYPES:
             # the oracle's 0 means "cannot run there": heterogeneity-aware policies (the default) never
-            # place a job on such a type, so a free GPU of it does not count as one the job could use
-            if j.allows(t) and oracle.rate(j, t) > 0:
+            # place a job on such a type, so a free GPU of it does not count as one the job could use;
+            # nor do they start a gang spread over nodes of a type where it runs under a quarter of its
+            # best speed (it waits for a better type: ``type_planner.MIN_SPREAD_SHARE``)
+            if j.allows(t) and oracle.rate(j, t) > 0 and not slow_spread(snap, j, t, oracle):
                 fits = index.place(replicas=lo, gpus_per_replica=j.gpus_per_replica, gpu_type=t, job=j.name)
                 assert not isinstance(fits, Allocation), (j.name, why.reason)

@@ -366,3 +366,39 @@ def test_the_predicted_wait_for_free_gpus() -> None:
     assert price.wait_s(2, "V100", -1) == math.inf  # two owed to jobs ahead: r's GPU is not enough
     # enough GPUs free but the gang did not fit on them: no known completion helps, so it evicts as before
     assert price.wait_s(2, "V100", 2) == math.inf
+
+
+@pytest.mark.parametrize("name", ORDERING)
+@pytest.mark.parametrize(
+    ("t4_speed", "starts_on"),
+    [
+        # per GPU, 2 on T4 against 10 on H100: a share of 0.2, under MIN_SPREAD_SHARE (0.25): it waits
+        (2.0, None),
+        # 3 against 10: 0.3 of its best speed, worth starting across the two T4 servers now
+        (3.0, "T4"),
+    ],
+)
+def test_a_waiting_gang_does_not_start_spread_over_nodes_where_it_runs_under_a_quarter_of_its_speed(
+    name: str, t4_speed: float, starts_on: str | None
+) -> None:
+    # one 8-GPU H100 server, one GPU of it held by a job that stays; two 4-GPU T4 servers, free. The 8-GPU
+    # gang fits only across the two T4 servers. There it would run at t4_speed / 10 of its H100 speed.
+    nodes = [
+        node("h").gpus(8, "H100").build(),
+        node("t1").gpus(4, "T4").build(),
+        node("t2").gpus(4, "T4").build(),
+    ]
+    small = job("small").work(1e6).non_preemptible().build()
+    gang = job("gang").replicas(8).work(1e6).submitted(1).build()
+    speeds = {("small", "H100"): 10.0, ("small", "T4"): 2.0, ("gang", "H100"): 10.0, ("gang", "T4"): t4_speed}
+    snap = snapshot(nodes, now=10, allocations=[alloc("small", "H100", 1, {"h": 1})])
+    res = run_round(snap, [small, gang], make_policy(name), FakeOracle(speed=speeds))
+    assert placed(res).get("gang") == starts_on
+    if starts_on is None:
+        assert res.waiting["gang"].resolvable  # it waits for the H100s, not for ever
+    # the baselines, which do not know the speeds, start it on the T4s either way
+    for baseline in ("ordered", "agnostic"):
+        res = run_round(
+            snap, [small, gang], make_policy(name, {"heterogeneity": baseline}), FakeOracle(speed=speeds)
+        )
+        assert placed(res).get("gang") == "T4"

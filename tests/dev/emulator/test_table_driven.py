@@ -21,7 +21,7 @@ from scheduler.core.types import WorkUnit
 from scheduler.k8s.codec import decode_pod
 from scheduler.k8s.errors import ApiHealth, ApiUnavailable
 from scheduler.k8s.progress import ProgressReport, parse_progress, parse_start_progress
-from scheduler.k8s.workload import WorkerPod
+from scheduler.k8s.workload import WorkerPod, adopted_worker
 
 PRODUCTS = {"v100-0": "Tesla-V100-SXM2-16GB", "v100-1": "Tesla-V100-SXM2-16GB", "k80-0": "Tesla-K80"}
 
@@ -31,6 +31,7 @@ class FakeApi:
         self.pods: dict[tuple[str, str], dict[str, Any]] = {}
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.patches: list[tuple[str, str, dict[str, str | None]]] = []
+        self.extra_labels: dict[str, dict[str, str]] = {}
 
     def add_job(self, name: str, iterations: int, ns: str = "team") -> None:
         self.jobs[(ns, name)] = {
@@ -76,7 +77,35 @@ class FakeApi:
         }
         return name
 
-    def list_job_pods(self, namespace: str = "") -> list[WorkerPod]:
+    def add_adopted_pod(self, job: str, index: int, admission: str, node: str, **ann: str) -> str:
+        """A pod of batch Job ``job`` that perfsched admitted (its worker annotations, no TrainingJob)."""
+        name = f"{job}-{index}-a{admission}"
+        worker = {
+            "perfsched.dev/admission": admission,
+            "perfsched.dev/model": "resnet50",
+            "perfsched.dev/batch-size": "256",
+            "perfsched.dev/total-work": "100000",
+        }
+        self.pods[("team", name)] = {
+            "metadata": {
+                "name": name,
+                "namespace": "team",
+                "uid": name,
+                "labels": {
+                    "batch.kubernetes.io/job-name": job,
+                    "batch.kubernetes.io/job-completion-index": str(index),
+                },
+                "annotations": {**worker, **ann},
+            },
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "w", "resources": {"limits": {"nvidia.com/gpu": "4"}}}],
+            },
+            "status": {"phase": "Running"},
+        }
+        return name
+
+    def _workers(self) -> list[WorkerPod]:
         out = []
         for obj in self.pods.values():
             ann = obj["metadata"]["annotations"]
@@ -88,16 +117,23 @@ class FakeApi:
                     start_progress=parse_start_progress(ann.get("perfsched.dev/start-progress")),
                     annotations=dict(ann),
                     deletion_grace_s=obj["metadata"].get("deletionGracePeriodSeconds"),
+                    labels=dict(obj["metadata"]["labels"]),
                 )
             )
         return out
+
+    def list_job_pods(self, namespace: str = "") -> list[WorkerPod]:
+        return [p for p in self._workers() if p.info.job]
+
+    def list_adopted_pods(self, namespace: str = "") -> list[WorkerPod]:
+        return [a for p in self._workers() if (a := adopted_worker(p)) is not None]
 
     def training_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.jobs.get((namespace, name))
 
     def node_labels(self, name: str) -> dict[str, str]:
         product = PRODUCTS.get(name)
-        return {"nvidia.com/gpu.product": product} if product else {}
+        return {**({"nvidia.com/gpu.product": product} if product else {}), **self.extra_labels.get(name, {})}
 
     def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
         self.patches.append((namespace, name, dict(annotations)))
@@ -204,6 +240,31 @@ def test_mixed_gpu_types_run_at_the_slowest() -> None:
     assert report is not None and report.progress == 20.0  # 10 s at the K80's 2 it/s
 
 
+@pytest.mark.parametrize(
+    ("speed", "progress"),
+    [
+        ("0.6", 60.0),  # 10 s x 10 it/s x 0.6
+        ("1", 100.0),
+        ("fast", 100.0),  # not a number: full speed, with a warning
+        ("0", 100.0),  # outside (0, 1]: full speed
+    ],
+)
+def test_a_node_labelled_slow_runs_its_gangs_at_that_fraction(speed: str, progress: float) -> None:
+    api, clock = FakeApi(), Clock()
+    api.add_job("a", iterations=10_000)
+    p0 = api.add_pod("a", 0, "1", "v100-0")
+    api.add_pod("a", 1, "1", "v100-1")
+    api.extra_labels["v100-1"] = {"perfsched.dev/emulated-speed": speed}
+    emu = make(api, clock, time_scale=1.0)
+    emu.step()
+    clock.t += 10
+    emu.step()
+    report = api.report(p0)
+    # the gang runs at the pace of its slowest node; the report carries the throughput it achieved
+    assert report is not None and report.progress == pytest.approx(progress)
+    assert report.throughput == pytest.approx(progress / 10)
+
+
 def test_finished_gang_reports_the_total_and_asks_kwok_to_end_the_pods() -> None:
     api, clock = FakeApi(), Clock()
     api.add_job("a", iterations=500)
@@ -299,6 +360,44 @@ def test_new_generation_without_start_progress_resumes_from_the_last_checkpoint(
     emu.step()
     report = api.report(new0)
     assert report is not None and report.progress == 2000.0
+
+
+@pytest.mark.parametrize("how", ["graceful", "vanished"])
+def test_adopted_job_resumes_from_its_checkpoint_after_a_preemption(how: str) -> None:
+    """A batch Job perfsched admitted: its pods carry the worker annotations, not a TrainingJob. Suspending
+    it (preemption) deletes them gracefully; the workers save a checkpoint, and the pods of its next
+    admission resume from it (the operator writes no start progress for it: the checkpoint is the
+    workers' own, as a real trainer's volume)."""
+    api, clock = FakeApi(), Clock()
+    old = [api.add_adopted_pod("train", i, "1", f"v100-{i}") for i in range(2)]
+    emu = make(api, clock, time_scale=10.0, checkpoint_interval_s=100.0)
+    assert emu.step().advanced["team/job:train"].progress == 0.0
+    clock.t += 15  # 150 emulated s at 10 it/s: progress 1,500, periodic checkpoint 1,000
+    emu.step()
+    for pod in old:
+        meta = api.pods[("team", pod)]["metadata"]
+        if how == "graceful":
+            meta.update(deletionTimestamp="2026-01-01T00:00:30Z", deletionGracePeriodSeconds=30)
+        else:
+            del api.pods[("team", pod)]
+    clock.t += 1
+    assert emu.step().checkpointed == ["team/job:train"]
+    new0 = api.add_adopted_pod("train", 0, "2", "k80-0")
+    api.add_adopted_pod("train", 1, "2", "k80-0")
+    emu.step()
+    first = api.report(new0)
+    assert first is not None and first.progress == 1500.0  # not from zero
+    clock.t += 10  # 100 emulated s on K80 at 2 it/s
+    emu.step()
+    later = api.report(new0)
+    assert later is not None and later.progress == 1700.0
+
+
+def test_adopted_pods_without_declared_work_are_left_to_their_own_spec() -> None:
+    api, clock = FakeApi(), Clock()
+    pod = api.add_adopted_pod("train", 0, "1", "v100-0", **{"perfsched.dev/total-work": ""})
+    result = make(api, clock).step()
+    assert result.advanced == {} and api.report(pod) is None
 
 
 def test_restarted_emulator_resumes_from_the_workers_annotations() -> None:
