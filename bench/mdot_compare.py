@@ -12,7 +12,7 @@ profile``'s zoo route, ``perfmodel.profiling.profile_zoo``) at the row's per-GPU
   element counts of the output and of the first two inputs, tensor rank, log instance count;
 - **load**: log FLOPs, log bytes at the job's dtype width (``perfmodel.compose.dtypes_for``), arithmetic
   intensity, and the operator's datasheet roofline on the row's GPU: log FLOPs / peak at the dtype it runs in
-  (TF32 tensor cores for "fp32" matmuls on Ampere and newer), log bytes / memory bandwidth;
+  ("fp32" as the row's software stack runs it), log bytes / memory bandwidth;
 - the GPU's datasheet (``perfmodel.gpus``: FP32 and matmul peak, bandwidth, SMs, L2, memory, compute
   capability), the precision, the software stack and activation checkpointing, broadcast to every token;
 - **graph position**: the operator's depth in the forward graph -- a backward or optimizer operator takes
@@ -224,7 +224,14 @@ def encode_row(
 ) -> tuple[list[float], list[float]]:
     """(``ROW_COLUMNS``, ``PLACEMENT_COLUMNS``) of one measured row."""
     micro, accum = _micro(m)
-    mm, other = dtypes_for(m.precision, spec)
+    gemm, conv, other = dtypes_for(m.precision, spec, m.stack)
+    # One matmul peak per row: the dtype of the class that carries most of its matmul FLOPs (an "fp32"
+    # ResNet on plain PyTorch runs its convolutions in TF32 and its classifier GEMM in FP32).
+    conv_flops = sum(
+        o.total_flops for o in profile.operators if o.op_class.value == "gemm" and "conv" in o.op
+    )
+    mm_flops = sum(o.total_flops for o in profile.operators if o.op_class.value in ("gemm", "attention"))
+    mm = conv if conv_flops >= 0.5 * mm_flops else gemm
     row = [
         math.log(micro / profile.batch_size),
         math.log(peak_flops(spec, mm)),

@@ -122,6 +122,7 @@ class Composer:
             activation_checkpointing=m.activation_checkpointing,
             step_cache=self.memo,
             host_op_s=host_op_s,
+            stack=m.stack,
         )
         return 1.0 / p.iters_per_s
 

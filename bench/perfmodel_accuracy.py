@@ -20,7 +20,9 @@ on its training part only:
   after K observed lies (per GPU-count band and per group, with its share of the summed error) and what no
   per-group level can remove (in-sample floors of a per-group fit, and the rows measured twice);
 - ``lomo``: leave one model out (each model with at least 10 rows);
-- every split's errors are also broken down per source.
+- ``loso``: leave one source out (each public source and each research cluster in turn);
+- every split's errors are also broken down per source and per precision (and software stack); the
+  generation split also pools its held-out generations' cold errors per precision.
 
 Methods: ``ours`` = the shipped method as served by ``Predictor.predict`` (fitted physics x XGBoost
 corrections + guards + in-node envelope, as ``Predictor.load`` builds it, with the measured anchors unless
@@ -43,7 +45,7 @@ Kepler, Pascal, Turing and Volta held out in turn, at most 40 test rows per (mod
 type) -- to choose a change on without looking at the Ampere and Hopper figures the targets are set on.
 
 Run: ``nice python bench/perfmodel_accuracy.py [--shared ../shared/throughput] [--quick]
-[--splits random,logo-gen,lomo] [--draws 10] [--no-anchors] [--dev] [--breakdown 2]``.
+[--splits random,logo-gen,lomo,loso] [--draws 10] [--no-anchors] [--dev] [--breakdown 2]``.
 """
 
 from __future__ import annotations
@@ -257,6 +259,7 @@ def run_split(
             f"    source {src:<19} n={int(k.sum()):<6}"
             + "  ".join(f"{summarise(out[m]['all'][k]):>20}" for m in methods)
         )
+    _precision_lines(d, allt, out, methods)
     for label, want in (("learned-model rows", False), ("perfmodel.llm rows", True)):
         k = d.llm[allt] == want
         print(
@@ -279,6 +282,27 @@ def run_split(
                 + "  ".join(f"{summarise(out[m]['all'][k]):>20}" for m in methods)
             )
     return out
+
+
+def _precision_lines(
+    d: Data, allt: Idx, out: dict[str, dict[str, np.ndarray]], methods: Sequence[str], indent: str = "    "
+) -> None:
+    """MRE (median) per precision, and per precision and software stack where a precision has several."""
+    prec = np.asarray([d.ms[i].precision for i in allt])
+    stack = np.asarray([d.ms[i].stack for i in allt])
+    for p in sorted(set(prec.tolist())):
+        k = prec == p
+        print(
+            f"{indent}precision {p:<16} n={int(k.sum()):<6}"
+            + "  ".join(f"{summarise(out[m]['all'][k]):>20}" for m in methods)
+        )
+        stacks = sorted(set(stack[k].tolist()))
+        for st in stacks if len(stacks) > 1 else ():
+            ks = k & (stack == st)
+            print(
+                f"{indent}  {p}, {st:<18} n={int(ks.sum()):<6}"
+                + "  ".join(f"{summarise(out[m]['all'][ks]):>20}" for m in methods)
+            )
 
 
 # The held-out generations the targets are set on, and the development ones (``--dev``) to choose a change
@@ -313,12 +337,17 @@ def logo_generation(
     """Leave one GPU generation out (each of ``archs``), cold and after k observed configurations; with
     ``cap`` > 0 at most ``cap`` test rows per (model, precision, stack, GPU type); with ``breakdown`` =
     k > 0 where the error after k observed lies (``_breakdown``)."""
+    cold: dict[str, list[np.ndarray]] = defaultdict(list)
+    cold_rows: list[Idx] = []
     for arch in archs:
         test = np.flatnonzero(d.arch == arch)
         if cap:
             test = _capped(d, test, cap)
         train = np.flatnonzero(d.arch != arch)
-        run_split(f"leave-one-generation-out: {arch}", d, [(arch, train, test)], methods)
+        res = run_split(f"leave-one-generation-out: {arch}", d, [(arch, train, test)], methods)
+        for m in methods:
+            cold[m].append(res[m]["all"])
+        cold_rows.append(test)
         ours = fit_ours(d, train)
         groups: dict[tuple[str, str, str, str], list[int]] = defaultdict(list)
         for i in test:
@@ -340,6 +369,10 @@ def logo_generation(
         _new_models(d, ours, orders, 2, f"  {arch}, a model not observed on its type (2 of half the others):")
         if breakdown:
             _breakdown(d, ours, orders, breakdown, test, arch)
+    # The precision target: every precision's cold error over the held-out generations together.
+    print(f"\n== leave-one-generation-out, {' + '.join(archs)} pooled, cold, per precision")
+    both = {m: {"all": np.concatenate(v)} for m, v in cold.items()}
+    _precision_lines(d, np.concatenate(cold_rows), both, methods, indent="  ")
 
 
 def _observed_k(
@@ -547,7 +580,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "throughput")
     ap.add_argument("--quick", action="store_true", help="fewer models in leave-one-model-out")
-    ap.add_argument("--splits", default="random,logo-gen,lomo")
+    ap.add_argument("--splits", default="random,logo-gen,lomo,loso")
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--no-anchors", action="store_true", help="'ours' without the measured anchors")
     ap.add_argument("--draws", type=int, default=10, help="random draws of the k observed configurations")
@@ -582,6 +615,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     d = Data(ms, args.shared)
     methods = args.methods.split(",")
     splits = args.splits.split(",")
+    bad = [s for s in splits if s not in ("random", "logo-gen", "lomo", "loso")]
+    if bad:
+        ap.error(f"--splits: unknown split {bad[0]!r} (random, logo-gen, lomo, loso)")
     print(f"{len(ms)} configurations; sources: " + ", ".join(sorted(set(d.source.tolist()))))
     if "random" in splits:
         draws = []
@@ -604,6 +640,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             models = models[:: max(1, len(models) // 8)]
         lomo = [(m, np.flatnonzero(d.model != m), np.flatnonzero(d.model == m)) for m in models]
         run_split("leave-one-model-out", d, lomo, methods)
+    if "loso" in splits:
+        loso = [
+            (s, np.flatnonzero(d.source != s), np.flatnonzero(d.source == s)) for s in sorted(set(d.source))
+        ]
+        run_split("leave-one-source-out", d, loso, methods)
     print(f"\n({time.time() - t0:.0f} s)")
     return 0
 

@@ -51,10 +51,10 @@ import numpy.typing as npt
 
 from perfmodel import llm
 from perfmodel.errors import InvalidInputError
-from perfmodel.features import JOB_COLUMNS, STACKS, Resolved, effective_tflops
+from perfmodel.features import JOB_COLUMNS, STACKS, Resolved, effective_tflops, family_hint, fp32_in_tf32
 from perfmodel.gpus import CANONICAL_TYPES, gpu_spec
 from perfmodel.measurements import Measurement
-from perfmodel.zoo import Family, canonical_dataset, lookup_model
+from perfmodel.zoo import canonical_dataset, lookup_model
 
 # Weight of the anchor in log space when it applies (the benchmark's best blend: 0.75; on the development
 # splits (``bench/perfmodel_accuracy.py --dev``) too).
@@ -74,7 +74,8 @@ FloatArray = npt.NDArray[np.float64]
 def _log_spec(gpu_type: str, precision: str, tf32_convolutions: bool) -> float:
     """Log of the spec a group's speeds are normalised by: ``(peak TFLOP/s at the group's precision x
     memory bandwidth)^0.5`` -- the rate the scaling model uses for the job (``features.effective_tflops``,
-    ``Resolved.nums``' last column: TF32 for a convolutional network in fp32 on Ampere and newer; for fp8
+    ``Resolved.nums``' last column: TF32 for an fp32 job whose stack runs it in TF32 on Ampere and newer;
+    for fp8
     the Amdahl blend of the FP8 and BF16 peaks, not the FP8 peak), the measure a question's GPU is scaled
     by."""
     s = gpu_spec(gpu_type)
@@ -202,7 +203,7 @@ class Anchors:
             types = sorted(by[key])
             precision = key[2]
             info = lookup_model(key[0])
-            conv = precision == "fp32" and info is not None and info.family is Family.CNN
+            conv = precision == "fp32" and fp32_in_tf32(info.family if info else family_hint(key[0]), key[3])
             # Per type: its spec-normalised 1-GPU curve (log per-GPU batch -> log per-GPU samples/s minus
             # the type's log spec), and per node kind {GPU count: efficiency}.
             norm: dict[str, tuple[list[float], list[float]]] = {}

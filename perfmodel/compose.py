@@ -11,16 +11,21 @@ the collectives of the parallelism from the network model the scaling model uses
 
 | precision | GEMMs, convolutions, attention | other operators' tensors |
 | --- | --- | --- |
-| ``fp32`` | TF32 tensor cores on Ampere and newer, FP32 before | FP32 |
+| ``fp32`` | convolutions TF32 on Ampere and newer; GEMMs and attention as the stack runs them | FP32 |
 | ``tf32`` | TF32 tensor cores on Ampere and newer, FP32 before | FP32 |
+
+(Before Ampere every fp32 and tf32 operator runs in FP32; the container stacks are ``vendor``, ``mlperf``
+and ``llm``, ``research`` runs its fp32 GEMMs and attention in FP32.)
 | ``amp`` / ``fp16`` | FP16 tensor cores (Volta and newer) | FP16 (half the bytes) |
 | ``bf16`` | BF16 tensor cores (Ampere and newer; FP16 rate where the GPU has none) | BF16 |
 | ``fp8`` | FP8 tensor cores (Hopper, Ada and newer; BF16 elsewhere) | BF16 |
 
-``fp32`` on Ampere and newer runs its matmuls and convolutions in TF32, as NVIDIA's PyTorch containers do
-(``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1``) and PyTorch does for convolutions by default
-(``torch.backends.cudnn.allow_tf32 = True``); a job that forces true FP32 matmuls runs slower than this
-predicts. The optimizer keeps FP32 master weights at every precision (its bytes are never halved).
+``fp32`` follows the job's software stack per operator class (``gpus.fp32_runs_tf32``): PyTorch runs
+convolutions in TF32 by default (``torch.backends.cudnn.allow_tf32 = True``) and matmuls in FP32
+(``torch.backends.cuda.matmul.allow_tf32 = False``); NVIDIA's PyTorch containers, which the ``vendor``,
+``mlperf`` and ``llm`` stacks run in, set ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1`` and run matmuls in TF32
+too. A job that forces true FP32 convolutions runs slower than this predicts. The optimizer keeps FP32
+master weights at every precision (its bytes are never halved).
 
 **Data parallel** (``ddp``): the gradients (parameters x 4 bytes, FP32 as DDP keeps them under AMP) are
 all-reduced by a ring, ``2 (n-1)/n`` x bytes over the slowest link of the placement (NVLink or PCIe inside
@@ -43,8 +48,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from perfmodel.errors import InvalidInputError
-from perfmodel.features import HW_COLUMNS, HardwareFeatures, allreduce_latency_s, resolve_hw
-from perfmodel.gpus import PRECISIONS, GPUSpec
+from perfmodel.features import HW_COLUMNS, STACKS, HardwareFeatures, allreduce_latency_s, resolve_hw
+from perfmodel.gpus import PRECISIONS, GPUSpec, fp32_runs_tf32
 from perfmodel.llm import parse_sharding
 from perfmodel.opcost import CostModel, Kernel
 from perfmodel.profile import OpClass, Operator, OperatorProfile, Phase
@@ -64,18 +69,27 @@ _MATMUL = (OpClass.GEMM, OpClass.ATTENTION)
 _LINK_COL = HW_COLUMNS.index("link_gbs")
 
 
-def dtypes_for(precision: str, spec: GPUSpec) -> tuple[str, str]:
-    """(dtype of the matrix maths, dtype of the other tensors) a job at ``precision`` runs on ``spec``."""
+def dtypes_for(precision: str, spec: GPUSpec, stack: str = "research") -> tuple[str, str, str]:
+    """(dtype of the GEMMs and attention, of the convolutions, of the other tensors) a job at
+    ``precision`` on software stack ``stack`` runs on ``spec`` (module docstring)."""
     if precision not in PRECISIONS:
         raise InvalidInputError(f"precision: must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if stack not in STACKS:
+        raise InvalidInputError(f"stack: must be one of {', '.join(STACKS)}, got {stack!r}")
     ampere = spec.compute_capability >= (8, 0) and spec.tf32_tflops > 0
     if precision in ("fp32", "tf32"):
-        return ("tf32" if ampere else "fp32"), "fp32"
+
+        def run(convolution: bool) -> str:
+            tf32 = precision == "tf32" or fp32_runs_tf32(stack, convolution)
+            return "tf32" if ampere and tf32 else "fp32"
+
+        return run(False), run(True), "fp32"
     if precision in ("amp", "fp16"):
-        return "fp16", "fp16"
+        return "fp16", "fp16", "fp16"
     if precision == "bf16":
-        return "bf16", "bf16"
-    return ("fp8" if spec.fp8_tflops > 0 else "bf16"), "bf16"
+        return "bf16", "bf16", "bf16"
+    mm = "fp8" if spec.fp8_tflops > 0 else "bf16"
+    return mm, mm, "bf16"
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,13 +124,14 @@ class ComposedPrediction:
     global_batch: int
     grad_accumulation: int
     matmul_dtype: str
+    conv_dtype: str
     other_dtype: str
     sharding: str
     step: StepBreakdown
     low_confidence: bool
 
 
-def _kernel(o: Operator, matmul_dtype: str, other_dtype: str) -> Kernel:
+def _kernel(o: Operator, matmul_dtype: str, conv_dtype: str, other_dtype: str) -> Kernel:
     """The kernel of one operator instance at the job's dtypes; bytes rescaled from the profile's FP32."""
     if o.op_class == OpClass.OPTIMIZER:
         return Kernel("optimizer", o.flops, o.bytes, "fp32")
@@ -125,6 +140,7 @@ def _kernel(o: Operator, matmul_dtype: str, other_dtype: str) -> Kernel:
     if o.op_class in _MATMUL:
         g = o.gemm
         conv = "conv" in o.op.lower()
+        matmul_dtype = conv_dtype if conv else matmul_dtype
         if g is None:
             return Kernel(o.op_class.value, o.flops, nbytes, matmul_dtype, conv=conv)
         return Kernel(o.op_class.value, o.flops, nbytes, matmul_dtype, g.m, g.n, g.k, g.batch, conv)
@@ -132,18 +148,23 @@ def _kernel(o: Operator, matmul_dtype: str, other_dtype: str) -> Kernel:
 
 
 def step_compute(
-    profile: OperatorProfile, spec: GPUSpec, precision: str, model: CostModel, host_op_s: float = 0.0
+    profile: OperatorProfile,
+    spec: GPUSpec,
+    precision: str,
+    model: CostModel,
+    host_op_s: float = 0.0,
+    stack: str = "research",
 ) -> tuple[float, float, float, dict[str, float]]:
     """(forward, backward, optimizer, per-class) seconds of one step of ``profile`` at its own batch.
 
     Each forward and backward operator takes at least ``host_op_s``: eager PyTorch dispatches one operator
     at a time from the host, so a step of many small kernels is bound by the host, not the GPU.
     """
-    mm, other = dtypes_for(precision, spec)
+    mm, conv, other = dtypes_for(precision, spec, stack)
     phases = {Phase.FORWARD: 0.0, Phase.BACKWARD: 0.0, Phase.OPTIMIZER: 0.0}
     by_class: dict[str, float] = {}
     for o in profile.operators:
-        t = model.kernel_time(_kernel(o, mm, other), spec)
+        t = model.kernel_time(_kernel(o, mm, conv, other), spec)
         if o.phase != Phase.OPTIMIZER:
             t = max(t, host_op_s)
         t *= o.count
@@ -169,6 +190,7 @@ def compose(
     activation_checkpointing: bool = False,
     step_cache: dict[tuple[object, ...], tuple[float, float, float, dict[str, float]]] | None = None,
     host_op_s: float | None = None,
+    stack: str = "research",
 ) -> ComposedPrediction:
     """Predict one job from its operator profile (module docstring); ``InvalidInputError`` names the field.
 
@@ -177,7 +199,8 @@ def compose(
     ``activation_checkpointing`` the backward pass recomputes the forward. ``step_cache``, when given,
     memoises the operator sum per (profile, micro-batch, GPU variant, precision, cost model) for callers
     that ask many placements of the same job (the caller owns it; it must not outlive the objects).
-    ``host_op_s``: the host's time per forward/backward operator (default ``HOST_OP_S``).
+    ``host_op_s``: the host's time per forward/backward operator (default ``HOST_OP_S``). ``stack``: the
+    job's software stack (``features.STACKS``), which decides how ``fp32`` runs (``dtypes_for``).
     """
     host = HOST_OP_S if host_op_s is None else host_op_s
     hw = resolve_hw(hardware)
@@ -196,10 +219,11 @@ def compose(
         raise InvalidInputError(f"micro_batch: must be > 0, got {micro}")
     micro = min(micro, per_gpu)
     accumulation = -(-per_gpu // micro)
-    key = (id(profile), micro, spec.variant, precision, id(model), host)
+    mm, conv, other = dtypes_for(precision, spec, stack)
+    key = (id(profile), micro, spec.variant, precision, id(model), host, stack)
     cached = step_cache.get(key) if step_cache is not None else None
     if cached is None:
-        cached = step_compute(profile.at_batch(micro), spec, precision, model, host)
+        cached = step_compute(profile.at_batch(micro), spec, precision, model, host, stack)
         if step_cache is not None:
             step_cache[key] = cached
     fwd, bwd, opt, by_class = cached
@@ -223,7 +247,6 @@ def compose(
             comm = accumulation * (volume / link + 3.0 * latency)
             exposed = max(0.0, comm - (fwd + bwd))
     step = StepBreakdown(fwd, bwd, opt, comm, exposed, by_class)
-    mm, other = dtypes_for(precision, spec)
     t = step.step_s
     if not (t > 0 and math.isfinite(t)):
         raise InvalidInputError(f"profile {profile.model.name!r}: its operators add up to no work")
@@ -236,6 +259,7 @@ def compose(
         global_batch=global_batch,
         grad_accumulation=accumulation,
         matmul_dtype=mm,
+        conv_dtype=conv,
         other_dtype=other,
         sharding=str(shard),
         step=step,
@@ -251,9 +275,10 @@ def compose_interval(
     model: CostModel,
     sharding: str = "ddp",
     micro_batch: int | None = None,
+    stack: str = "research",
 ) -> tuple[ComposedPrediction, float, float]:
     """``compose`` and its ~80% interval of samples/s: the 10th and 90th percentiles of measured /
     predicted throughput of the composed route on held-out models (``INTERVAL_RATIO``)."""
-    p = compose(profile, hardware, precision, global_batch, model, sharding, micro_batch)
+    p = compose(profile, hardware, precision, global_batch, model, sharding, micro_batch, stack=stack)
     lo, hi = INTERVAL_RATIO
     return p, p.samples_per_s * lo, p.samples_per_s * hi

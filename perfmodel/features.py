@@ -14,8 +14,8 @@ corrects, the same vectorised function for training and serving:
   it costs leave-one-model-out 6 points of MRE with anchors carrying the held-out generations,
   ``bench/perfmodel_accuracy.py``), plus weight traffic
   (12 x parameters over memory bandwidth) and a fixed step overhead, divided by the software stack's
-  speed factor. The peak is the GPU's dense rate at the job's precision (``GPUSpec.tflops``: TF32 for
-  convolutional networks in fp32 on Ampere and newer, as PyTorch does by default; tensor cores for
+  speed factor. The peak is the GPU's dense rate at the job's precision (``GPUSpec.tflops``: for fp32 on
+  Ampere and newer TF32 where the job's stack runs its maths in TF32, ``fp32_in_tf32``; tensor cores for
   amp/bf16; for fp8 the Amdahl blend of the FP8 and BF16 peaks, ``effective_tflops``); the bytes
   factor is 1 for fp32/tf32 and 1/2 for 16-bit and fp8 activations. A GPU the model never saw gets a
   time from its datasheet figures.
@@ -51,6 +51,7 @@ from perfmodel.gpus import (
     GPUSpec,
     canonical_gpu_type,
     fp8_tflops,
+    fp32_runs_tf32,
     gpu_spec,
     spec_for_product,
     spec_from_labels,
@@ -62,7 +63,7 @@ FEATURE_SCHEMA_VERSION = "perfmodel-features-v5"
 # Software stacks (how far the job's code is tuned; see ``perfmodel.public``): the feature's codes.
 # ``research`` is what a typical user's PyTorch job is and the default.
 STACKS: dict[str, int] = {"research": 0, "vendor": 1, "mlperf": 2, "llm": 3}
-# Peak-rate columns of a placement: one per precision, then fp32 with TF32 convolutions.
+# Peak-rate columns of a placement: one per precision, then fp32 run in TF32 (``fp32_in_tf32``).
 _FP32_CONV = len(PRECISIONS)
 _HALF_BYTES = {"fp32": 1.0, "tf32": 1.0}
 # Classes of the slowest link a placement's gradient sync crosses (``Design.link_class``).
@@ -109,10 +110,12 @@ class Physics:
     overlap_p: float = 2.0
     # Share of the all-reduce not hidden behind the backward pass.
     sync_exposed: float = 1.0
-    # Tensor-core efficiency of TF32 and of FP8 relative to 16-bit inputs (priors: TF32 jobs keep fp32
-    # activations and element-wise work; FP8's rate is already the Amdahl blend of ``gpus.fp8_tflops``,
-    # which speeds up only the GEMMs, so its prior is 1).
-    tf32_factor: float = 0.5
+    # Tensor-core efficiency of TF32 and of FP8 relative to 16-bit inputs. Both priors are 1: the datasheet
+    # rate at the precision with no further discount. A TF32 job's fp32 activations and element-wise work
+    # are already in the memory term (bytes factor 1, twice a 16-bit job's), and FP8's rate is already the
+    # Amdahl blend of ``gpus.fp8_tflops``, which speeds up only the GEMMs. Fitted on every TF32 row of the
+    # table the factor reads 0.97; a table without TF32 rows (a held-out Ampere) keeps the prior.
+    tf32_factor: float = 1.0
     fp8_factor: float = 1.0
 
     def to_json(self) -> dict[str, object]:
@@ -362,9 +365,11 @@ def resolve_job(job: JobFeatures) -> JobPart:
     if not flops or flops <= 0 or not math.isfinite(flops):
         raise InvalidInputError(f"flops_per_sample: must be > 0, got {job.flops_per_sample}")
     family = info.family if info else family_hint(job.model)
-    # fp32 convolutional networks run their convolutions in TF32 on Ampere and newer (PyTorch default).
+    # An fp32 job runs its maths in TF32 on Ampere and newer where its stack does (``fp32_in_tf32``).
     pindex = (
-        _FP32_CONV if job.precision == "fp32" and family is Family.CNN else PRECISIONS.index(job.precision)
+        _FP32_CONV
+        if job.precision == "fp32" and fp32_in_tf32(family, job.stack)
+        else PRECISIONS.index(job.precision)
     )
     return JobPart(
         model=info.name if info else (job.model.strip().lower() or "custom"),
@@ -387,6 +392,17 @@ def resolve_job(job: JobFeatures) -> JobPart:
         precision_index=pindex,
         gemm_share=_gemm_share(job.precision, family, float(params), float(flops)),
     )
+
+
+# Families whose FLOPs are convolutions (classifiers, detectors, image-to-image GANs).
+CONV_FAMILIES = frozenset({Family.CNN, Family.DETECTION, Family.GAN})
+
+
+def fp32_in_tf32(family: Family, stack: str) -> bool:
+    """Whether an fp32 job of ``family`` on ``stack`` runs its matrix maths at the TF32 rate on Ampere and
+    newer (``gpus.fp32_runs_tf32`` for the operator class that carries the family's FLOPs: convolutions
+    for ``CONV_FAMILIES``, matmuls otherwise)."""
+    return fp32_runs_tf32(stack, family in CONV_FAMILIES)
 
 
 def _gemm_share(precision: str, family: Family, params: float, flops: float) -> float:

@@ -51,12 +51,25 @@ CANONICAL_TYPES: tuple[str, ...] = (
 
 # PCIe x16 bandwidth per direction in GB/s by generation (PCI-SIG: 8, 16, 32 GT/s per lane, 128b/130b).
 PCIE_GBS = {3: 15.75, 4: 31.5, 5: 63.0, 6: 126.0}
-# Precisions a job may name. ``fp32`` is what a framework does with fp32 tensors by default: PyTorch runs
-# convolutions in TF32 on Ampere and newer (``torch.backends.cudnn.allow_tf32`` defaults to True) and
-# matmuls in FP32 (``torch.backends.cuda.matmul.allow_tf32`` defaults to False since 1.12); ``tf32`` is a
-# job that enables TF32 everywhere (NVIDIA's examples do); ``amp`` = fp16 autocast; ``fp8`` = Transformer
-# Engine FP8 GEMMs (Hopper and newer; elsewhere the GPU's best half-precision rate).
+# Precisions a job may name. ``fp32`` is what the job's software stack does with fp32 tensors by default
+# (``fp32_runs_tf32``); ``tf32`` is a job that enables TF32 everywhere (NVIDIA's examples do); ``amp`` =
+# fp16 autocast; ``fp8`` = Transformer Engine FP8 GEMMs (Hopper and newer; elsewhere the GPU's best
+# half-precision rate).
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "amp", "fp16", "bf16", "fp8")
+# Software stacks whose "fp32" matmuls run in TF32 on Ampere and newer: they run in NVIDIA's PyTorch
+# containers (NGC), which set ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1`` (NVIDIA DeepLearningExamples, MLPerf
+# Training submissions, llm-foundry's and Megatron's images). Plain PyTorch (the ``research`` stack) keeps
+# ``torch.backends.cuda.matmul.allow_tf32 = False``, its default since 1.12.
+TF32_MATMUL_STACKS = frozenset({"vendor", "mlperf", "llm"})
+
+
+def fp32_runs_tf32(stack: str, convolution: bool) -> bool:
+    """Whether an ``fp32`` operator of a job on ``stack`` runs on TF32 tensor cores (Ampere and newer).
+
+    Per operator class: convolutions run in TF32 on every stack (cuDNN's ``torch.backends.cudnn.allow_tf32``
+    defaults to True in PyTorch), matmuls (GEMMs, attention) only on the stacks of ``TF32_MATMUL_STACKS``.
+    """
+    return convolution or stack in TF32_MATMUL_STACKS
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +109,8 @@ class GPUSpec:
         ``amp``/``fp16`` use fp16 tensor cores; ``bf16`` bf16 ones, falling back to fp16 tensor cores
         and then fp32 where the GPU lacks them (what frameworks do); ``fp8`` the FP8 rate where the GPU
         has one, else its best half-precision rate; ``tf32`` the TF32 rate (FP32 before Ampere);
-        ``fp32`` the FP32 rate, or the TF32 rate when ``tf32_convolutions`` (a convolutional network
-        under PyTorch's defaults on Ampere and newer).
+        ``fp32`` the FP32 rate, or the TF32 rate when ``tf32_convolutions`` (a job whose maths runs in
+        TF32 under its stack's defaults on Ampere and newer, ``fp32_runs_tf32``).
         """
         half = max(self.fp16_tflops, self.fp32_tflops)
         if precision in ("amp", "fp16"):

@@ -2,12 +2,12 @@
 
 ``op_class`` (an aten operator's name -> its operator class, or None for a view that moves no data),
 ``gemm_flops``, ``pointwise_flops``, ``conv_gemms`` (a convolution as implicit GEMMs: forward and its two
-gradients), ``attention_flops``, ``tensor_bytes`` and ``optimizer_operators`` (the update of each
-parameter tensor). The PyTorch tracer (``perfmodel.torch_trace``) applies them to the operators it
-records and the analytic layer tables (``perfmodel.profile_net``) to the operators they write, so both
-count alike. The conventions are listed in docs/profile.md ("What is counted and what is not"). Pure
-module; it must stay importable by a Python that has PyTorch but not perfsched's dependencies (the tracer
-runs there as a script).
+gradients), ``attention_flops``, ``tensor_bytes``, ``operator_bytes`` (a table lookup's rows) and
+``optimizer_operators`` (the update of each parameter tensor). The PyTorch tracer
+(``perfmodel.torch_trace``) applies them to the operators it records and the analytic layer tables
+(``perfmodel.profile_net``) to the operators they write, so both count alike. The conventions are listed
+in docs/profile.md ("What is counted and what is not"). Pure module; it must stay importable by a Python
+that has PyTorch but not perfsched's dependencies (the tracer runs there as a script).
 """
 
 from __future__ import annotations
@@ -148,6 +148,20 @@ def numel(shape: Sequence[int]) -> int:
 def tensor_bytes(shapes: Sequence[Sequence[int]]) -> float:
     """4 bytes per element of every tensor listed."""
     return float(BYTES_PER_ELEMENT * sum(numel(s) for s in shapes))
+
+
+def operator_bytes(op: str, inputs: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]]) -> float:
+    """Bytes an operator moves: every tensor it reads and writes, 4 bytes an element (``tensor_bytes``),
+    except a table lookup. ``aten.embedding(table, indices)`` reads the indices and the rows they name and
+    writes those rows; its dense backward ``(grad, indices)`` reads the gradient rows and the indices and
+    accumulates the rows into the table's gradient. Neither moves the whole table, so the bytes grow with
+    the rows looked up (the batch), not with the table's size."""
+    n = short_name(op)
+    if n == "embedding" and len(inputs) >= 2 and outputs:
+        return float(BYTES_PER_ELEMENT * (2 * numel(outputs[0]) + numel(inputs[1])))
+    if n == "embedding_dense_backward" and len(inputs) >= 2:
+        return float(BYTES_PER_ELEMENT * (2 * numel(inputs[0]) + numel(inputs[1])))
+    return tensor_bytes([*inputs, *outputs])
 
 
 def gemm_flops(m: int, n: int, k: int, batch: int = 1) -> float:

@@ -23,9 +23,9 @@ from perfmodel.opcount import (
     conv_gemms,
     gemm_flops,
     numel,
+    operator_bytes,
     optimizer_operators,
     pointwise_flops,
-    tensor_bytes,
 )
 from perfmodel.profile import OperatorProfile, Sample, Source, load_profile
 
@@ -118,7 +118,7 @@ class Net:
                 d["gemm"]["batch_dim"] = "k"
         d.update(
             flops=float(flops),
-            bytes=tensor_bytes([*ins, out, *extra_out]),
+            bytes=operator_bytes(op, ins, [out, *extra_out]),
             scales_with_batch=True,
             count=self._mult,
         )

@@ -39,10 +39,10 @@ from perfmodel.opcount import (
     gemm_flops,
     numel,
     op_class,
+    operator_bytes,
     optimizer_operators,
     pointwise_flops,
     short_name,
-    tensor_bytes,
 )
 
 __all__ = ["OPTIMIZERS", "TraceError", "load_factory", "main", "trace_step"]
@@ -434,7 +434,7 @@ class _Tracer:
             # A weight gradient (its output shaped like a parameter) reduces over the batch: k grows with it.
             if self.phase == "backward" and outs and outs[0] in self.param_shapes and cls == "gemm":
                 d["gemm"]["batch_dim"] = "k"
-        d.update(flops=float(flops), bytes=tensor_bytes(ins + outs), scales_with_batch=scales, count=1)
+        d.update(flops=float(flops), bytes=operator_bytes(op, ins, outs), scales_with_batch=scales, count=1)
         if self.phase == "backward" and self.unowned:
             self.pending.append(d)
         self.ops.append(d)

@@ -367,7 +367,14 @@ def _predict_profile(path: Path, row: dict[str, str], as_json: bool) -> None:
         precision = row.get("precision") or "fp32"
         batch = int(row["batch_size"]) if row.get("batch_size") else 0
         p, low, high = compose_interval(
-            prof, hw, precision, batch, default_cost_model(), row.get("sharding") or "ddp", micro
+            prof,
+            hw,
+            precision,
+            batch,
+            default_cost_model(),
+            row.get("sharding") or "ddp",
+            micro,
+            stack=row.get("stack") or "research",
         )
     except PerfModelError as exc:
         raise ConfigError(_as_flag_message(str(exc))) from exc
@@ -381,6 +388,7 @@ def _predict_profile(path: Path, row: dict[str, str], as_json: bool) -> None:
         "grad_accumulation": p.grad_accumulation,
         "precision": precision,
         "matmul_dtype": p.matmul_dtype,
+        "conv_dtype": p.conv_dtype,
         "other_dtype": p.other_dtype,
         "sharding": p.sharding,
         "gpu_product": row["gpu_product"],
@@ -409,7 +417,8 @@ def _predict_profile(path: Path, row: dict[str, str], as_json: bool) -> None:
     typer.echo(
         f"{prof.model.name} (operator profile, {len(prof.operators)} operators), global batch "
         f"{p.global_batch} ({p.micro_batch} x {p.grad_accumulation} per GPU), {precision} "
-        f"(matmuls {p.matmul_dtype}, other tensors {p.other_dtype}), {p.sharding}"
+        f"(matmuls {p.matmul_dtype}, convolutions {p.conv_dtype}, other tensors {p.other_dtype}), "
+        f"{p.sharding}"
     )
     typer.echo(f"placement: {hw.num_gpus} x {p.gpu_type} ({row['gpu_product']}), {hw.num_nodes} node(s)")
     typer.echo(f"predicted: {p.samples_per_s:.1f} samples/s (80% interval {low:.1f} - {high:.1f})")
@@ -424,9 +433,14 @@ def _predict_profile(path: Path, row: dict[str, str], as_json: bool) -> None:
 
 # The precisions the predictor takes (``perfmodel.gpus.PRECISIONS``; a test checks the two agree).
 PRECISION_HELP = (
-    "fp32 | tf32 | amp | fp16 | bf16 | fp8. fp32 runs matrix maths on FP32 cores except convolutions, "
-    "which PyTorch runs in TF32 on Ampere and newer; tf32 = TF32 tensor cores everywhere; amp = fp16 "
-    "autocast; fp8 = Transformer Engine FP8."
+    "fp32 | tf32 | amp | fp16 | bf16 | fp8. fp32 on Ampere and newer runs convolutions in TF32 (PyTorch's "
+    "default) and matmuls as --stack does (FP32 on research, TF32 in NVIDIA's containers: vendor, mlperf, "
+    "llm); tf32 = TF32 tensor cores everywhere; amp = fp16 autocast; fp8 = Transformer Engine FP8."
+)
+STACK_HELP = (
+    "research | vendor | mlperf | llm: the job's software stack. research = plain PyTorch; vendor = "
+    "NVIDIA's PyTorch containers and tuned examples (DeepLearningExamples); mlperf = MLPerf submissions; "
+    "llm = LLM training frameworks (llm-foundry, Megatron)."
 )
 
 
@@ -448,6 +462,7 @@ def predict(
     ),
     network_gbps: float = typer.Option(100.0, "--network-gbps", help="Network between nodes, Gb/s."),
     precision: str = typer.Option("fp32", "--precision", help=PRECISION_HELP),
+    stack: str = typer.Option("research", "--stack", help=STACK_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     input_csv: str = typer.Option(
         None, "--input", help="CSV of rows to predict (columns named like the flags)."
@@ -491,6 +506,7 @@ def predict(
                 interconnect=interconnect,
                 network_gbps=network_gbps,
                 precision=precision,
+                stack=stack,
                 sharding=sharding,
                 micro_batch=micro_batch,
             ),
@@ -511,6 +527,7 @@ def predict(
         interconnect=interconnect,
         network_gbps=network_gbps,
         precision=precision,
+        stack=stack,
         params=params,
         flops_per_sample=flops_per_sample,
         sequence_length=sequence_length,

@@ -99,10 +99,18 @@ def test_row_features_follow_the_precision_as_the_stack_runs_it() -> None:
     a100, v100 = gpu_spec("A100"), gpu_spec("V100")
     row, place = encode_row(_row(gpu_type="A100"), a100, prof, 300.0)
     assert len(row) == len(ROW_COLUMNS) and len(place) == len(PLACEMENT_COLUMNS)
-    # "fp32" matmuls run on TF32 tensor cores on an A100, on FP32 cores on a V100
+    # an "fp32" ResNet's convolutions run on TF32 tensor cores on an A100 (PyTorch's default), on FP32
+    # cores on a V100
     assert row[r["log_peak_matmul"]] == pytest.approx(math.log(peak_flops(a100, "tf32")))
     row_v, _ = encode_row(_row(), v100, prof, 150.0)
     assert row_v[r["log_peak_matmul"]] == pytest.approx(math.log(peak_flops(v100, "fp32")))
+    # a transformer's GEMMs: FP32 on plain PyTorch, TF32 in NVIDIA's containers
+    bert = profile_zoo("bert", batch_size=8)
+    for stack, dtype in (("research", "fp32"), ("vendor", "tf32")):
+        row_b, _ = encode_row(
+            _row(gpu_type="A100", model="bert", dataset="squad", stack=stack), a100, bert, 300.0
+        )
+        assert row_b[r["log_peak_matmul"]] == pytest.approx(math.log(peak_flops(a100, dtype)))
     # amp halves the bytes of the non-optimizer tensors
     row_amp, _ = encode_row(_row(precision="amp"), v100, prof, 150.0)
     assert row_amp[r["log_width"]] == pytest.approx(math.log(0.5)) and row_v[r["log_width"]] == 0.0

@@ -171,3 +171,19 @@ def test_every_listed_precision_is_accepted(precision: str, capsys: pytest.Captu
     )
     assert code == 0, err
     assert json.loads(out)["precision"] == precision
+
+
+def test_stack_sets_how_fp32_runs_on_ampere(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["predict", "--model", "bert", "--batch-size", "32", "--gpu-product", "A100", "--json"]
+
+    def speed(*extra: str) -> float:
+        code, out, _ = run([*base, *extra], capsys)
+        assert code == 0
+        return float(json.loads(out)["pred_samples_per_s"])
+
+    research = speed("--precision", "fp32")  # plain PyTorch: FP32 matmuls (19.5 TFLOP/s)
+    vendor = speed("--precision", "fp32", "--stack", "vendor")  # NVIDIA's containers: TF32 (156)
+    assert vendor > 2.0 * research
+    assert vendor == pytest.approx(speed("--precision", "tf32", "--stack", "vendor"))
+    code, _, err = run([*base, "--stack", "ngc"], capsys)
+    assert code == 2 and "--stack" in err

@@ -24,7 +24,8 @@ def test_profile_prediction_json(tmp_path: Path, capsys: pytest.CaptureFixture[s
     path = tmp_path / "mlp.json"
     dump_profile(mlp(params=20_000_000), path)
     base = ["predict", "--profile", str(path), "--batch-size", "256", "--gpus", "8", "--json"]
-    code, out, _ = run([*base, "--gpu-product", "NVIDIA-A100-SXM4-80GB", "--precision", "fp32"], capsys)
+    a100 = [*base, "--gpu-product", "NVIDIA-A100-SXM4-80GB", "--precision", "fp32"]
+    code, out, _ = run([*a100, "--stack", "vendor"], capsys)
     assert code == 0
     d = json.loads(out)
     assert (d["route"], d["gpu_type"], d["gpus"], d["micro_batch"], d["matmul_dtype"]) == (
@@ -34,6 +35,10 @@ def test_profile_prediction_json(tmp_path: Path, capsys: pytest.CaptureFixture[s
         32,
         "tf32",
     )
+    code, out, _ = run(a100, capsys)  # plain PyTorch: FP32 matmuls, TF32 convolutions
+    research = json.loads(out)
+    assert (research["matmul_dtype"], research["conv_dtype"]) == ("fp32", "tf32")
+    assert research["pred_samples_per_s"] < d["pred_samples_per_s"]
     assert d["pred_samples_per_s_low"] < d["pred_samples_per_s"] < d["pred_samples_per_s_high"]
     assert d["pred_iters_per_s"] == pytest.approx(d["pred_samples_per_s"] / 256)
     assert d["step_s"] == pytest.approx(1.0 / d["pred_iters_per_s"])
@@ -48,7 +53,7 @@ def test_profile_prediction_text(tmp_path: Path, capsys: pytest.CaptureFixture[s
         ["predict", "--profile", str(path), "--batch-size", "32", "--gpu-product", "H100"], capsys
     )
     assert code == 0
-    assert "operator profile" in out and "samples/s" in out and "matmuls tf32" in out
+    assert "operator profile" in out and "samples/s" in out and "matmuls fp32, convolutions tf32" in out
 
 
 @pytest.mark.parametrize(
@@ -58,6 +63,7 @@ def test_profile_prediction_text(tmp_path: Path, capsys: pytest.CaptureFixture[s
         (None, ["--model", "resnet50"], "--profile: give the model by its profile alone"),
         (None, ["--gpu-product", "Z9000"], "--gpu-product"),
         (None, ["--batch-size", "0"], "--batch-size"),
+        (None, ["--stack", "ngc"], "--stack"),
         (None, ["--sharding", "tp2"], "--sharding"),
     ],
 )

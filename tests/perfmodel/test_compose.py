@@ -65,22 +65,39 @@ def mlp(params: int = 1_000_000, batch: int = 32) -> OperatorProfile:
     return make_profile(ModelRef("mlp", Source.TORCH, params), batch, Sample(sequence_length=128), ops)
 
 
-def test_fp32_on_ampere_runs_matmuls_in_tf32_and_before_ampere_in_fp32() -> None:
-    assert dtypes_for("fp32", gpu_spec("A100")) == ("tf32", "fp32")
-    assert dtypes_for("fp32", gpu_spec("H100")) == ("tf32", "fp32")
-    assert dtypes_for("fp32", gpu_spec("V100")) == ("fp32", "fp32")
-    assert dtypes_for("amp", gpu_spec("V100")) == ("fp16", "fp16")
-    assert dtypes_for("fp8", gpu_spec("H100")) == ("fp8", "bf16")
-    assert dtypes_for("fp8", gpu_spec("A100")) == ("bf16", "bf16")
+def test_fp32_on_ampere_follows_the_stack_per_operator_class() -> None:
+    # (GEMMs and attention, convolutions, other tensors)
+    assert dtypes_for("fp32", gpu_spec("A100")) == ("fp32", "tf32", "fp32")  # plain PyTorch defaults
+    assert dtypes_for("fp32", gpu_spec("H100"), "research") == ("fp32", "tf32", "fp32")
+    for stack in ("vendor", "mlperf", "llm"):  # NVIDIA's containers: TF32 matmuls too
+        assert dtypes_for("fp32", gpu_spec("A100"), stack) == ("tf32", "tf32", "fp32")
+    assert dtypes_for("tf32", gpu_spec("A100")) == ("tf32", "tf32", "fp32")
+    assert dtypes_for("fp32", gpu_spec("V100"), "vendor") == ("fp32", "fp32", "fp32")
+    assert dtypes_for("amp", gpu_spec("V100")) == ("fp16", "fp16", "fp16")
+    assert dtypes_for("fp8", gpu_spec("H100")) == ("fp8", "fp8", "bf16")
+    assert dtypes_for("fp8", gpu_spec("A100")) == ("bf16", "bf16", "bf16")
     with pytest.raises(InvalidInputError, match="precision"):
         dtypes_for("int8", gpu_spec("A100"))
+    with pytest.raises(InvalidInputError, match="stack"):
+        dtypes_for("fp32", gpu_spec("A100"), "ngc")
+
+
+def test_fp32_matmuls_in_tf32_only_on_container_stacks() -> None:
+    prof = mlp()
+    hw = HardwareFeatures("A100")
+    research = compose(prof, hw, "fp32", 32, ROOFLINE)
+    vendor = compose(prof, hw, "fp32", 32, ROOFLINE, stack="vendor")
+    tf32 = compose(prof, hw, "tf32", 32, ROOFLINE)
+    assert (research.matmul_dtype, vendor.matmul_dtype) == ("fp32", "tf32")
+    assert vendor.samples_per_s == pytest.approx(tf32.samples_per_s)
+    assert vendor.samples_per_s > 2.0 * research.samples_per_s  # 156 vs 19.5 TFLOP/s on the GEMMs
 
 
 def test_one_gpu_step_is_the_sum_of_rooflines() -> None:
     # A100 TF32 156 TFLOP/s, 1555 GB/s (40 GB SXM default). Batch 32: m = 4096 -> 32 x 32 = 1024 tiles
     # on 108 SMs = 9.48 waves -> q = 10 / 9.48.
     prof = mlp()
-    p = compose(prof, HardwareFeatures("A100"), "fp32", 32, ROOFLINE)
+    p = compose(prof, HardwareFeatures("A100"), "tf32", 32, ROOFLINE)
     g = prof.operators[0]
     q = 10 / (1024 / 108)
     t_gemm = max(g.flops / 156e12 * q, g.bytes / 1555e9)
@@ -96,7 +113,7 @@ def test_one_gpu_step_is_the_sum_of_rooflines() -> None:
 def test_fp32_is_faster_on_a100_than_true_fp32_would_be_and_amp_faster_still() -> None:
     prof = mlp()
     hw = HardwareFeatures("A100")
-    fp32 = compose(prof, hw, "fp32", 32, ROOFLINE).samples_per_s
+    fp32 = compose(prof, hw, "fp32", 32, ROOFLINE, stack="vendor").samples_per_s
     amp = compose(prof, hw, "amp", 32, ROOFLINE).samples_per_s
     v100 = compose(prof, HardwareFeatures("V100"), "fp32", 32, ROOFLINE).samples_per_s
     # V100 runs FP32 on CUDA cores at 15.7 TFLOP/s; A100 TF32 at 156: several times faster.

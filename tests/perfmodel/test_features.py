@@ -104,3 +104,24 @@ def test_allreduce_latency_inside_a_node_is_a_ring_and_across_nodes_the_cheaper_
     assert allreduce_latency_s(8) < allreduce_latency_s(16, 2) < 2.0 * allreduce_latency_s(8)
     # the node count, not the GPU count, drives it across nodes
     assert allreduce_latency_s(1024, 128) < allreduce_latency_s(1024, 1024)
+
+
+@pytest.mark.parametrize(
+    ("model", "stack", "gpu", "tflops"),
+    [
+        # A100 SXM: FP32 19.5, TF32 156 dense TFLOP/s; V100 has no TF32 units (15.7 FP32).
+        ("bert", "research", "A100", 19.5),  # plain PyTorch: FP32 matmuls
+        ("bert", "vendor", "A100", 156.0),  # NVIDIA's containers: TF32 matmuls
+        ("bert", "mlperf", "A100", 156.0),
+        ("resnet50", "research", "A100", 156.0),  # cuDNN convolutions in TF32 by default
+        ("yolov3", "research", "A100", 156.0),
+        ("cyclegan", "research", "A100", 156.0),
+        ("ncf", "research", "A100", 19.5),
+        ("bert", "vendor", "V100", 15.7),
+    ],
+)
+def test_fp32_peak_follows_the_stack_and_operator_class(
+    model: str, stack: str, gpu: str, tflops: float
+) -> None:
+    r = resolve(JobFeatures(model, "", 64, "fp32", stack=stack), HardwareFeatures(gpu))
+    assert r.nums[-1] == pytest.approx(tflops, rel=0.01)

