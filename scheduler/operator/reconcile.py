@@ -305,6 +305,12 @@ class Operator:
                 continue
             if dra is not None:
                 self._dra_warnings(obj, dra, now)
+                if node.gpus <= 0 and held[node.name] > 0:
+                    # every GPU device tainted, some held by running pods: the node stays listed with
+                    # what they hold (they leave only if a NoExecute taint evicts them) and takes no new gang
+                    node = replace(
+                        node, gpus=len(dra.devices), gpus_external=len(dra.devices) - held[node.name]
+                    )
             if node.gpus <= 0 or not node.gpu_type:
                 continue
             if node.name in failed and node.name not in tainted:

@@ -125,6 +125,16 @@ def test_a_device_taint_on_a_gpu_no_pod_of_the_gang_holds_restarts_nothing() -> 
     assert next(n for n in policy.seen[-1][0].nodes if n.name == "d2").gpus == 7
 
 
+def test_a_noschedule_rule_on_every_device_of_a_node_leaves_its_gang_running_and_takes_no_new_one() -> None:
+    h, policy = running_dra_gang()
+    h.api.dra["devicetaintrules"] = [taint_rule("drain-d2", {"pool": "d2"}, effect="NoSchedule")]
+    rep = h.operator().run_round()
+    assert not rep.did("restart", "ml/bert")
+    assert _live(h) == ["bert-g1-0", "bert-g1-1"]
+    d2 = next(n for n in policy.seen[-1][0].nodes if n.name == "d2")
+    assert d2.capacity_for_jobs == 2  # what its pod holds
+
+
 def test_a_noschedule_rule_takes_the_devices_out_of_capacity_and_leaves_the_gang_running() -> None:
     h, policy = running_dra_gang()
     # a device the gang holds and one it does not
