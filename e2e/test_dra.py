@@ -9,6 +9,9 @@ gang of 8 x 1 GPU) checks the same equality on every DRA node at every sample wh
 operator puts each gang under a PodGroup and the test also asks that no gang is seen partly bound in two
 samples running (where its gangs land is printed: ``bench/dra_stream.py`` measures it over many).
 
+A DeviceTaintRule tainting ``NoExecute`` a GPU that a running gang holds: the operator restarts the gang
+(``NodeFailed`` naming the device) and no pod of it holds that GPU afterwards.
+
 Skipped on a device-plugin cluster (the default).
 """
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -142,3 +146,68 @@ def test_a_stream_of_jobs_keeps_the_extenders_free_gpus_equal_to_what_dynamicres
         # a gang's 8 binds are 8 API calls after its one scheduling cycle: a sample may fall between
         # them, the next (a second later) may not
         assert got["persistent_partial"] == 0, json.dumps(got)
+
+
+def test_a_device_taint_rule_on_a_gpu_a_running_gang_holds_restarts_the_gang_elsewhere(
+    kube_cluster: KubeCluster, cluster: Cluster, stack: Any
+) -> None:
+    """A DeviceTaintRule tainting ``NoExecute`` one GPU that a running gang's pod holds: the gang restarts
+    from its checkpoint (``restarts`` 1), whole, and no pod of it holds the tainted device afterwards."""
+    if e2e_gpu_api() == "device-plugin" or not kube_cluster.local:
+        pytest.skip("needs the local dev cluster with PERFSCHED_E2E_GPU_API=dra or mixed")
+    from e2e.test_operator import tj
+
+    stack("fifo")
+    api, custom = kube_cluster.api, cluster.custom
+    cluster.submit(tj("big", replicas=2, gpus=2, iterations=50_000_000))
+    cluster.wait_phase("big", {"Running"}, 90)
+    pods = {
+        p.metadata.uid: p.metadata.name for p in cluster.pods("big") if p.metadata.deletion_timestamp is None
+    }
+
+    def held_by_gang() -> set[str]:
+        uids = {p.metadata.uid for p in cluster.pods("big") if p.metadata.deletion_timestamp is None}
+        return {
+            f"{node}/{dev}"
+            for node, held in jobstream.claim_holders(api).items()
+            for _, dev, owner in held
+            if owner in uids
+        }
+
+    held = wait_until(lambda: sorted(held_by_gang()), 30, "the gang's claims")
+    pool, device = held[0].split("/")
+    rule: dict[str, Any] = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": f"e2e-{cluster.ns}"},
+        "spec": {
+            "deviceSelector": {"driver": jobstream.DRIVER, "pool": pool, "device": device},
+            "taint": {"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoExecute"},
+        },
+    }
+    custom.create_cluster_custom_object("resource.k8s.io", "v1", "devicetaintrules", rule)
+    t0 = time.monotonic()
+    try:
+
+        def moved() -> dict[str, Any] | None:
+            s = cluster.status("big")
+            now_held = held_by_gang()
+            old = {p.metadata.uid for p in cluster.pods("big")} & set(pods)
+            running = s.get("restarts", 0) >= 1 and s.get("phase") == "Running"
+            return s if running and not old and now_held and f"{pool}/{device}" not in now_held else None
+
+        st = wait_until(moved, 60, "the gang running again off the tainted GPU")
+        assert st is not None
+        print(
+            f"device tainted NoExecute: gang running again after {time.monotonic() - t0:.1f} s, "
+            f"lost work {st.get('lostWork')}"
+        )
+        assert st["restarts"] == 1 and st.get("lostWork", 0) >= 0, st
+        events = cluster.events("big")
+        # the operator tore the gang down for the taint (kube-controller-manager's eviction of the one pod
+        # would read GangBroken)
+        assert any(r == "NodeFailed" and f"{pool}/{device}" in m for r, m in events), events
+    finally:
+        custom.delete_cluster_custom_object(
+            "resource.k8s.io", "v1", "devicetaintrules", rule["metadata"]["name"]
+        )

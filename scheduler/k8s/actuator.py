@@ -284,9 +284,11 @@ def node_event_body(
     message: str,
     now: float,
     instance: str = "",
+    kind: str = "Node",
+    api_version: str = "v1",
 ) -> Obj:
     """A core/v1 Event about a Node (the object, or its name when only that is known), in the ``default``
-    namespace as kubelet's node events are (pure)."""
+    namespace as kubelet's node events are, or about another cluster-scoped object of ``kind`` (pure)."""
     meta: Mapping[str, Any] = {"name": node} if isinstance(node, str) else node["metadata"]
     ts = crd.rfc3339(now)
     return {
@@ -294,8 +296,8 @@ def node_event_body(
         "kind": "Event",
         "metadata": {"generateName": f"{meta['name']}.", "namespace": "default"},
         "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Node",
+            "apiVersion": api_version,
+            "kind": kind,
             "name": meta["name"],
             "uid": meta.get("uid", ""),
         },
@@ -450,12 +452,28 @@ class Actuator:
         return True
 
     def node_event(
-        self, node: Mapping[str, Any] | str, *, type_: str = "Warning", reason: str, message: str, now: float
+        self,
+        node: Mapping[str, Any] | str,
+        *,
+        type_: str = "Warning",
+        reason: str,
+        message: str,
+        now: float,
+        kind: str = "Node",
+        api_version: str = "v1",
     ) -> None:
-        """Record an Event about a Node; a failure to record one is logged, never fatal."""
+        """Record an Event about a Node (or another cluster-scoped object of ``kind``); a failure to
+        record one is logged, never fatal."""
         self._check()
         body = node_event_body(
-            node, type_=type_, reason=reason, message=message, now=now, instance=self._instance
+            node,
+            type_=type_,
+            reason=reason,
+            message=message,
+            now=now,
+            instance=self._instance,
+            kind=kind,
+            api_version=api_version,
         )
         try:
             self.api.create_event("default", body)

@@ -10,11 +10,11 @@ incrementally on every event. Free GPUs are allocatable GPUs minus
   added by ``assume`` before the Binding is created and dropped when the watch shows the pod bound, when
   the bind fails (``forget``), or after a time-to-live).
 
-On a node whose GPUs are DRA devices (``scheduler.k8s.dra``: DeviceClasses, ResourceSlices and
-ResourceClaims are watched too), capacity is its healthy GPU devices and the pods' share becomes the
+On a node whose GPUs are DRA devices (``scheduler.k8s.dra``: DeviceClasses, ResourceSlices, ResourceClaims
+and DeviceTaintRules are watched too), capacity is its healthy GPU devices and the pods' share becomes the
 devices allocated ResourceClaims hold plus the GPUs of bound or assumed pods whose claim is not visible
-yet (a pod owning an allocated claim on the node is counted by the claim, once: kube-scheduler creates
-the claim in PreBind, before the Binding).
+yet (a pod owning an allocated claim on the node is counted by the claim, once: kube-scheduler creates the
+claim in PreBind, before the Binding).
 A cluster without the ``resource.k8s.io/v1`` API lists those kinds as empty and looks again every minute.
 
 Each kind is fed by list + watch from the list's ``resourceVersion``. A watch that ends or drops is
@@ -66,10 +66,11 @@ class Kind(StrEnum):
     DEVICECLASSES = "deviceclasses"
     RESOURCESLICES = "resourceslices"
     RESOURCECLAIMS = "resourceclaims"
+    DEVICETAINTRULES = "devicetaintrules"
 
 
 #: the ``resource.k8s.io`` kinds (absent before Kubernetes 1.34: listed as empty then)
-DRA_KINDS = frozenset({Kind.DEVICECLASSES, Kind.RESOURCESLICES, Kind.RESOURCECLAIMS})
+DRA_KINDS = frozenset({Kind.DEVICECLASSES, Kind.RESOURCESLICES, Kind.RESOURCECLAIMS, Kind.DEVICETAINTRULES})
 #: how long to wait before looking again for a DRA API the server does not serve
 _DRA_ABSENT_RETRY_S = 60.0
 
@@ -444,11 +445,15 @@ class ClusterCache:
                 touched = self.dra.delete_class(name) if deleted else self.dra.set_class(obj)
             elif kind is Kind.RESOURCESLICES:
                 touched = self.dra.delete_slice(name) if deleted else self.dra.set_slice(obj)
+            elif kind is Kind.DEVICETAINTRULES:
+                touched = self.dra.delete_rule(name) if deleted else self.dra.set_rule(obj)
             else:
                 touched = self.dra.delete_claim(key) if deleted else self.dra.set_claim(obj)
         except DraError as exc:
             self.decode_errors += 1
             log.warning("ignoring %s object that does not decode: %s", kind.value, exc)
+            if kind is Kind.DEVICETAINTRULES:
+                self._dra_changed(None)  # the rule was dropped
             return
         self._dra_changed(touched)
 

@@ -14,21 +14,26 @@ without a readable driver test selects the driver ``DRA_GPU_DRIVER``, and says s
 
 Per node, ``node_gpus`` answers the GPU devices of such classes in the node's ResourceSlices (the newest
 generation of each pool only, as the scheduler reads them), which of them are healthy (no device taint
-with effect ``NoSchedule`` or ``NoExecute``: NVIDIA's driver taints a GPU it finds faulty), the product,
+with effect ``NoSchedule`` or ``NoExecute``, from the slice or from a DeviceTaintRule selecting it: NVIDIA's
+driver taints a GPU it finds faulty, an admin or a health checker writes a rule), the product,
 memory, compute capability and architecture from their attributes, and the attributes perfsched needs
 that the devices lack (``productName``: without it the GPUs are counted, typed ``unknown``). ``allocated``
 answers the node's devices that allocated ResourceClaims hold and the pods owning those claims, so that
 a pod's GPUs are counted once, by its claim when the claim is visible and by its request until then.
+``evicted`` answers why a pod must leave its GPUs: a device its allocated claim holds carries a
+``NoExecute`` taint the claim's request does not tolerate for good (the tolerations Kubernetes copies into
+the allocation result), as kube-controller-manager's device taint eviction decides.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.core.errors import ConfigError
+from scheduler.k8s.tolerations import tolerates_no_execute
 from scheduler.names import (
     DRA_ATTR_ARCHITECTURE,
     DRA_ATTR_COMPUTE_CAPABILITY,
@@ -43,8 +48,11 @@ from scheduler.names import (
 #: (driver, pool, device): a device's identity in ResourceSlices and in a claim's allocation results.
 DeviceKey = tuple[str, str, str]
 
-#: taint effects that keep the scheduler from allocating a device (``None`` is informational only)
+#: taint effects that keep the scheduler from allocating a device (``None`` is informational only, and an
+#: effect Kubernetes adds later counts as ``None``, as the API asks of consumers)
 _BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+#: the DeviceTaintRule selector fields perfsched matches devices by
+_SELECTOR_KEYS = ("driver", "pool", "device")
 #: the attribute perfsched cannot type a GPU without; the others only refine what it knows
 REQUIRED_ATTRIBUTES = (DRA_ATTR_PRODUCT,)
 #: GPU type of DRA GPUs whose devices carry no ``productName``
@@ -110,14 +118,44 @@ class GpuClass:
 
 
 @dataclass(frozen=True, slots=True)
+class DeviceTaint:
+    """A device taint with a blocking effect (``NoSchedule`` or ``NoExecute``)."""
+
+    key: str
+    value: str
+    effect: str
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+@dataclass(frozen=True, slots=True)
 class DraDevice:
     """One device of a ResourceSlice: its string-valued attributes (names unqualified when their domain
-    is the driver's), GPU memory in MiB (0: not given) and its blocking taint ("" when healthy)."""
+    is the driver's), GPU memory in MiB (0: not given) and its blocking taint ("" when healthy);
+    ``taints`` all its blocking taints."""
 
     name: str
     attributes: Mapping[str, str]
     memory_mib: int = 0
     taint: str = ""
+    taints: tuple[DeviceTaint, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTaintRule:
+    """A DeviceTaintRule: its taint on every device whose driver, pool and name match the selector's
+    fields that are set (an empty selector selects every device)."""
+
+    name: str
+    driver: str
+    pool: str
+    device: str
+    taint: DeviceTaint | None
+
+    def selects(self, key: DeviceKey) -> bool:
+        wanted = (self.driver, self.pool, self.device)
+        return all(not want or want == got for want, got in zip(wanted, key, strict=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +179,9 @@ class DraClaim:
     owner_uid: str
     devices: tuple[DeviceKey, ...] = ()
     extended_resource: bool = False
+    #: per allocated device, the tolerations of the request it was allocated for (as the API copies them
+    #: into the allocation result)
+    tolerations: Mapping[DeviceKey, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +199,8 @@ class DraNodeGpus:
     missing: tuple[str, ...] = ()
     #: device name -> its blocking taint, for the unhealthy ones
     taints: Mapping[str, str] = field(default_factory=dict)
+    #: device -> its blocking taints (the slice's, then the DeviceTaintRules'), for the unhealthy ones
+    device_taints: Mapping[DeviceKey, tuple[DeviceTaint, ...]] = field(default_factory=dict)
 
     @property
     def unhealthy(self) -> int:
@@ -241,15 +284,46 @@ def _device(raw: object, driver: str, where: str) -> DraDevice:
         mem = capacity.get(DRA_CAPACITY_MEMORY) or capacity.get(f"{driver}/{DRA_CAPACITY_MEMORY}")
         if isinstance(mem, Mapping) and mem.get("value") is not None:
             memory = int(parse_quantity(mem["value"], f"{where}.capacity.memory.value") / 2**20)
-    taint = ""
-    for i, t in enumerate(raw.get("taints") or []):
+    taints: list[DeviceTaint] = []
+    raw_taints = raw.get("taints") or []
+    if not isinstance(raw_taints, list):
+        raise DraError(f"{where}.taints: expected a list, got {type(raw_taints).__name__}")
+    for i, t in enumerate(raw_taints):
         if not isinstance(t, Mapping):
             raise DraError(f"{where}.taints[{i}]: expected an object")
         if t.get("effect") in _BLOCKING_EFFECTS:
-            key, value = str(t.get("key", "")), t.get("value")
-            taint = f"{key}={value}:{t['effect']}" if value else f"{key}:{t['effect']}"
-            break
-    return DraDevice(name, attributes, memory, taint)
+            taints.append(DeviceTaint(str(t.get("key", "")), str(t.get("value") or ""), str(t["effect"])))
+    return DraDevice(name, attributes, memory, str(taints[0]) if taints else "", tuple(taints))
+
+
+def decode_taint_rule(obj: Mapping[str, Any]) -> DeviceTaintRule:
+    """A DeviceTaintRule -> ``DeviceTaintRule`` (``taint`` None when its effect blocks nothing);
+    ``DraError`` names a malformed field."""
+    name = _name(obj, "DeviceTaintRule")
+    where = f"DeviceTaintRule {name}"
+    spec = _spec(obj, where)
+    selector = spec.get("deviceSelector")
+    if not isinstance(selector, Mapping):
+        raise DraError(f"{where}.spec.deviceSelector: missing or not an object")
+    fields: list[str] = []
+    for field_name in _SELECTOR_KEYS:
+        wanted = selector.get(field_name)
+        if wanted is not None and not isinstance(wanted, str):
+            got = type(wanted).__name__
+            raise DraError(f"{where}.spec.deviceSelector.{field_name}: expected a string, got {got}")
+        fields.append(wanted or "")
+    taint = spec.get("taint")
+    if not isinstance(taint, Mapping):
+        raise DraError(f"{where}.spec.taint: missing or not an object")
+    key, value, effect = taint.get("key"), taint.get("value"), taint.get("effect")
+    if not isinstance(key, str) or not key:
+        raise DraError(f"{where}.spec.taint.key: missing or not a string")
+    if value is not None and not isinstance(value, str):
+        raise DraError(f"{where}.spec.taint.value: expected a string, got {type(value).__name__}")
+    if not isinstance(effect, str) or not effect:
+        raise DraError(f"{where}.spec.taint.effect: missing or not a string")
+    blocking = DeviceTaint(key, value or "", effect) if effect in _BLOCKING_EFFECTS else None
+    return DeviceTaintRule(name, fields[0], fields[1], fields[2], blocking)
 
 
 def decode_slice(obj: Mapping[str, Any]) -> DraSlice:
@@ -296,6 +370,7 @@ def decode_claim(obj: Mapping[str, Any]) -> DraClaim:
     status = obj.get("status") or {}
     allocation = status.get("allocation") if isinstance(status, Mapping) else None
     devices: list[DeviceKey] = []
+    tolerations: dict[DeviceKey, tuple[Mapping[str, Any], ...]] = {}
     if isinstance(allocation, Mapping):
         results = (allocation.get("devices") or {}).get("results") or []
         if not isinstance(results, list):
@@ -305,7 +380,12 @@ def decode_claim(obj: Mapping[str, Any]) -> DraClaim:
                 needs = ", ".join(_RESULT_KEYS)
                 raise DraError(f"{where}.status.allocation.devices.results[{i}]: needs {needs}")
             devices.append((r["driver"], r["pool"], r["device"]))
-    return DraClaim(f"{namespace}/{name}", owner, tuple(devices), extended)
+            tols = r.get("tolerations") or []
+            if not isinstance(tols, list):
+                raise DraError(f"{where}.status.allocation.devices.results[{i}].tolerations: expected a list")
+            if tols:
+                tolerations[devices[-1]] = tuple(t for t in tols if isinstance(t, Mapping))
+    return DraClaim(f"{namespace}/{name}", owner, tuple(devices), extended, tolerations)
 
 
 class DraInventory:
@@ -326,6 +406,7 @@ class DraInventory:
         #: device -> node, for every device of a node-local slice
         self._node_of: dict[DeviceKey, str] = {}
         self._gpus: dict[str, DraNodeGpus | None] = {}
+        self._rules: dict[str, DeviceTaintRule] = {}
 
     # --- writing ------------------------------------------------------------------------------------
     def set_class(self, obj: Mapping[str, Any]) -> set[str] | None:
@@ -344,6 +425,38 @@ class DraInventory:
             return set()
         self._gpus.clear()
         return None
+
+    def set_rule(self, obj: Mapping[str, Any]) -> set[str] | None:
+        """A DeviceTaintRule added or changed (``DraError`` naming a malformed field: the rule is dropped,
+        a rule perfsched cannot read taints nothing)."""
+        try:
+            rule = decode_taint_rule(obj)
+        except DraError:
+            meta = obj.get("metadata")
+            name = meta.get("name") if isinstance(meta, Mapping) else None
+            if isinstance(name, str):
+                self.delete_rule(name)
+            raise
+        if self._rules.get(rule.name) == rule:
+            return set()
+        old = self._rules.get(rule.name)
+        self._rules[rule.name] = rule
+        return self._rule_nodes(rule, old)
+
+    def delete_rule(self, name: str) -> set[str] | None:
+        old = self._rules.pop(name, None)
+        return set() if old is None else self._rule_nodes(old, None)
+
+    def _rule_nodes(self, rule: DeviceTaintRule, old: DeviceTaintRule | None) -> set[str]:
+        """The nodes with devices ``rule`` or ``old`` select; their answers are dropped."""
+        touched = {
+            node
+            for key, node in self._node_of.items()
+            if rule.selects(key) or (old is not None and old.selects(key))
+        }
+        for node in touched:
+            self._gpus.pop(node, None)
+        return touched
 
     def set_slice(self, obj: Mapping[str, Any]) -> set[str]:
         new = decode_slice(obj)
@@ -420,17 +533,24 @@ class DraInventory:
         return touched
 
     def replace(self, kind: str, items: Iterable[Mapping[str, Any]]) -> list[str]:
-        """Replace everything of ``kind`` (``deviceclasses``, ``resourceslices``, ``resourceclaims``);
-        returns the problems of objects that did not decode (each skipped)."""
+        """Replace everything of ``kind`` (``deviceclasses``, ``resourceslices``, ``resourceclaims``,
+        ``devicetaintrules``); returns the problems of objects that did not decode (each skipped)."""
         problems: list[str] = []
         if kind == "deviceclasses":
             self.classes = {}
         elif kind == "resourceslices":
             self._slices, self._slices_by_node, self._node_of = {}, {}, {}
+        elif kind == "devicetaintrules":
+            self._rules = {}
         else:
             self._claims, self._holder, self._by_owner = {}, {}, {}
         self._gpus.clear()
-        setter = {"deviceclasses": self.set_class, "resourceslices": self.set_slice}.get(kind, self.set_claim)
+        setters: dict[str, Callable[[Mapping[str, Any]], object]] = {
+            "deviceclasses": self.set_class,
+            "resourceslices": self.set_slice,
+            "devicetaintrules": self.set_rule,
+        }
+        setter = setters.get(kind, self.set_claim)
         for obj in items:
             try:
                 setter(obj)
@@ -468,8 +588,14 @@ class DraInventory:
                     devices.append(((s.driver, s.pool, d.name), d))
         if not devices:
             return None
-        healthy = frozenset(k for k, d in devices if not d.taint)
-        taints = {d.name: d.taint for _, d in devices if d.taint}
+        tainted: dict[DeviceKey, tuple[DeviceTaint, ...]] = {}
+        for k, d in devices:
+            ruled = tuple(r.taint for r in sorted(self._rules.values(), key=lambda r: r.name) if r.selects(k))
+            all_taints = d.taints + tuple(t for t in ruled if t is not None)
+            if all_taints:
+                tainted[k] = all_taints
+        healthy = frozenset(k for k, _ in devices if k not in tainted)
+        taints = {k[2]: str(t[0]) for k, t in tainted.items()}
 
         def common(attribute: str) -> str:
             values = [d.attributes.get(attribute, "") for _, d in devices]
@@ -490,6 +616,7 @@ class DraInventory:
             interconnect=common(LABEL_INTERCONNECT).lower(),
             missing=missing,
             taints=taints,
+            device_taints=tainted,
         )
 
     def claims_on(self, node: str) -> dict[str, tuple[str, int]]:
@@ -523,6 +650,25 @@ class DraInventory:
                 node = self._node_of.get(dev)
                 if node:
                     return node
+        return ""
+
+    def evicted(self, pod_uid: str) -> str:
+        """Why pod ``pod_uid`` must leave its GPUs ("" if it need not): a device its allocated claims hold
+        carries ``NoExecute`` taints (from the slice or a DeviceTaintRule) that the request the device was
+        allocated for does not tolerate for good."""
+        for claim_key in sorted(self._by_owner.get(pod_uid, ())):
+            claim = self._claims.get(claim_key)
+            for dev in claim.devices if claim is not None else ():
+                node = self._node_of.get(dev)
+                gpus = self.node_gpus(node) if node else None
+                taints = gpus.device_taints.get(dev, ()) if gpus is not None else ()
+                no_execute = [t for t in taints if t.effect == "NoExecute"]
+                if no_execute and not tolerates_no_execute(
+                    list(claim.tolerations.get(dev, ())) if claim is not None else [],
+                    [(t.key, t.value) for t in no_execute],
+                ):
+                    named = ", ".join(str(t) for t in no_execute)
+                    return f"its GPU device {'/'.join(dev)} on node {node} is tainted {named}"
         return ""
 
     def class_problems(self) -> list[str]:

@@ -1,12 +1,12 @@
 """``KubeListWatch``: the ``ListWatchSource`` of ``ClusterCache`` over the API server.
 
 Adapter module (I/O through the official ``kubernetes`` client). Lists and watches Nodes, Pods,
-TrainingJobs and the DRA kinds (DeviceClasses, ResourceSlices, ResourceClaims; ``NotServed`` where the
-server has no ``resource.k8s.io/v1``) with ``_preload_content=False`` and parses the raw JSON with
-orjson: no model deserialisation, so thousands of pod events cost little. Watches ask for bookmarks so
-the resourceVersion keeps moving on quiet kinds; 410 Gone is raised as ``WatchGone`` for the cache to
-relist, and every other failure of the client as a ``scheduler.k8s.errors`` error (``ApiUnavailable``
-while the server is down). Kept apart from
+TrainingJobs and the DRA kinds (DeviceClasses, ResourceSlices, ResourceClaims, DeviceTaintRules;
+``NotServed`` where the server does not serve one in ``resource.k8s.io/v1``) with
+``_preload_content=False`` and parses the raw JSON with orjson: no model deserialisation, so thousands of
+pod events cost little. Watches ask for bookmarks so the resourceVersion keeps moving on quiet kinds; 410
+Gone is raised as ``WatchGone`` for the cache to relist, and every other failure of the client as a
+``scheduler.k8s.errors`` error (``ApiUnavailable`` while the server is down). Kept apart from
 ``scheduler.k8s.cache`` so the extender (which may not import ``kubernetes``) can use the cache.
 """
 

@@ -30,8 +30,9 @@ from typing import Any
 
 from scheduler.core.types import Allocation
 from scheduler.k8s import crd
-from scheduler.k8s.codec import CodecError, NodeHealth, PodInfo, decode_pod, tolerates_no_execute
+from scheduler.k8s.codec import CodecError, NodeHealth, PodInfo, decode_pod
 from scheduler.k8s.progress import ProgressReport, parse_progress, parse_start_progress
+from scheduler.k8s.tolerations import tolerates_no_execute
 from scheduler.names import ANNOTATION_PROGRESS, ANNOTATION_START_PROGRESS
 
 
@@ -202,12 +203,17 @@ def observe_job(
     node_types: Mapping[str, str],
     start_timeout_s: float,
     failed_nodes: Mapping[str, str] | None = None,
+    failed_pods: Mapping[str, str] | None = None,
 ) -> JobView:
     """Join a TrainingJob's status with its pods into a ``JobView`` (pure).
 
     ``failed_nodes`` maps each failed node (NotReady beyond the grace period, deleted, tainted NoExecute)
-    to why (see ``node_failures``); ``start_timeout_s`` is the job's start timeout (0: none)."""
+    to why (see ``node_failures``); ``failed_pods`` maps each pod that must leave its GPUs while its node
+    stays healthy (a DRA device it holds is tainted ``NoExecute``, ``DraInventory.evicted``) to why: the
+    gang of such a pod is torn down as on a failed node, and the pod deleted at once.
+    ``start_timeout_s`` is the job's start timeout (0: none)."""
     failed = failed_nodes or {}
+    failed_pods = failed_pods or {}
     key = crd.job_key(obj)
     status = crd.parse_status(obj)
     gen = status.gang_generation
@@ -216,7 +222,7 @@ def observe_job(
     cur = [p for p in pods if intent is not None and p.info.generation == str(gen)]
     cur_names = {p.name for p in cur}
     others = [p for p in pods if p.name not in cur_names]
-    orphans = tuple(p for p in pods if p.unfinished and p.info.node_name in failed)
+    orphans = tuple(p for p in pods if p.unfinished and (p.info.node_name in failed or p.name in failed_pods))
     orphan_names = {p.name for p in orphans}
     stale = tuple(p for p in others if p.unfinished and not p.deleting and p.name not in orphan_names)
     draining = tuple(p for p in pods if p.unfinished and p.deleting and p.name not in orphan_names)
@@ -253,6 +259,7 @@ def observe_job(
         node_types=node_types,
         start_timeout_s=start_timeout_s,
         failed_nodes=failed,
+        failed_pods=failed_pods,
     )
 
 
@@ -289,6 +296,7 @@ def _gang_state(
     node_types: Mapping[str, str],
     start_timeout_s: float,
     failed_nodes: Mapping[str, str],
+    failed_pods: Mapping[str, str],
 ) -> JobView:
     """The state of an intended gang (see the module docstring), from its pods."""
     key, status, cur, progress = view.key, view.status, view.cur, view.progress
@@ -310,6 +318,10 @@ def _gang_state(
     failed_here = sorted({p.info.node_name for p in cur if p.unfinished and p.info.node_name in failed_nodes})
     if failed_here:
         why = "; ".join(f"node {n} {failed_nodes[n]}" for n in failed_here)
+        return replace(view, state=GangState.BROKEN, node_failed=True, detail=why)
+    evicted = sorted(p.name for p in cur if p.unfinished and p.name in failed_pods)
+    if evicted:
+        why = "; ".join(f"pod {n}: {failed_pods[n]}" for n in evicted)
         return replace(view, state=GangState.BROKEN, node_failed=True, detail=why)
     lost_nodes = sorted({p.node for p in live if p.node and p.node not in node_types})
     if lost_nodes:

@@ -67,9 +67,10 @@ from scheduler.k8s.codec import (
     has_device_plugin_gpus,
     object_name,
 )
-from scheduler.k8s.dra import UNKNOWN_GPU_TYPE, DraInventory, DraNodeGpus
+from scheduler.k8s.dra import UNKNOWN_GPU_TYPE, DraError, DraInventory, DraNodeGpus, decode_taint_rule
 from scheduler.k8s.kubeapi import KubeApi, Obj
 from scheduler.k8s.profiles import ModelProfiles
+from scheduler.names import DRA_API_VERSION
 from scheduler.operator.adopted import Adopter, Adoption
 from scheduler.operator.modelprofile import Condition, profile_condition, with_profile_condition
 from scheduler.operator.observe import (
@@ -253,6 +254,9 @@ class Operator:
             for plural in ("deviceclasses", "resourceslices", "resourceclaims"):
                 for problem in self._dra.replace(plural, self.api.list_dra(plural)):
                     log.warning("skipping DRA object that does not decode", extra={"error": problem})
+            rules = self.api.list_dra("devicetaintrules")
+            self._taint_rule_warnings(rules)
+            self._dra.replace("devicetaintrules", rules)
         classes: dict[str, int] = {}
         for pc in self.api.list_priority_classes():
             name = (pc.get("metadata") or {}).get("name")
@@ -301,6 +305,12 @@ class Operator:
                 continue
             if dra is not None:
                 self._dra_warnings(obj, dra, now)
+                if node.gpus <= 0 and held[node.name] > 0:
+                    # every GPU device tainted, some held by running pods: the node stays listed with
+                    # what they hold (they leave only if a NoExecute taint evicts them) and takes no new gang
+                    node = replace(
+                        node, gpus=len(dra.devices), gpus_external=len(dra.devices) - held[node.name]
+                    )
             if node.gpus <= 0 or not node.gpu_type:
                 continue
             if node.name in failed and node.name not in tainted:
@@ -322,6 +332,17 @@ class Operator:
             if name in held or name in bound:
                 log.warning("node failed; its gangs restart elsewhere", extra={"node": name, "why": why})
         return out, failed, tainted
+
+    def _evicted_pods(self, pods: Sequence[PodView]) -> dict[str, str]:
+        """The pods that must leave their GPUs because a DRA device they hold is tainted ``NoExecute``
+        and their claim does not tolerate it (``DraInventory.evicted``): pod name -> why."""
+        out: dict[str, str] = {}
+        for p in pods:
+            if p.unfinished and p.info.uid:
+                why = self._dra.evicted(p.info.uid)
+                if why:
+                    out[p.name] = why
+        return out
 
     @property
     def _excludes_slow_nodes(self) -> bool:
@@ -394,6 +415,30 @@ class Operator:
             self.actuator.node_event(
                 obj, type_="Warning", reason="DRAAttributeMissing", message=message, now=now
             )
+
+    def _taint_rule_warnings(self, rules: Sequence[Obj]) -> None:
+        """A Warning Event on each DeviceTaintRule perfsched cannot read (the message names the field),
+        once per process and problem; such a rule taints nothing."""
+        for obj in rules:
+            try:
+                decode_taint_rule(obj)
+            except DraError as exc:
+                message = f"{exc}: the rule is ignored"
+                name = (obj.get("metadata") or {}).get("name") if isinstance(obj, Mapping) else None
+                key = f"rule/{message}"
+                if key in self._warned_dra or not self.may_act():
+                    continue
+                self._warned_dra.add(key)
+                log.warning(message)
+                if isinstance(name, str) and name:
+                    self.actuator.node_event(
+                        obj,
+                        reason="DeviceTaintRuleInvalid",
+                        message=message,
+                        now=self.clock.now(),
+                        kind="DeviceTaintRule",
+                        api_version=DRA_API_VERSION,
+                    )
 
     # --- the round -------------------------------------------------------------------------------------
 
@@ -630,6 +675,7 @@ class Operator:
                 node_types=node_types,
                 start_timeout_s=_start_timeout(spec, self.config.gang_start_timeout_s),
                 failed_nodes=without_tolerated(failed, tainted, _tolerations(obj)) if tainted else failed,
+                failed_pods=self._evicted_pods(by_job.get(key, [])),
             )
             step = Observed(
                 converted,

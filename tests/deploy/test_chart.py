@@ -199,12 +199,14 @@ def test_rbac_is_least_privilege(render: Render) -> None:
     op = by_kind(docs, "ClusterRole")["ps-perfsched-operator"]
     assert {"create", "delete"} <= {v for r in op["rules"] if "pods" in r["resources"] for v in r["verbs"]}
     # both count DRA-backed GPUs: they read (never write) DeviceClasses, ResourceSlices, ResourceClaims
+    # and DeviceTaintRules
     for role in (ext, op):
         dra = [r for r in role["rules"] if "resource.k8s.io" in r["apiGroups"]]
         assert {k for r in dra for k in r["resources"]} == {
             "deviceclasses",
             "resourceslices",
             "resourceclaims",
+            "devicetaintrules",
         }
         assert {v for r in dra for v in r["verbs"]} == {"get", "list", "watch"}
 

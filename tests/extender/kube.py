@@ -172,12 +172,14 @@ def fed_cache(
     classes: Sequence[dict[str, Any]] = (),
     slices: Sequence[dict[str, Any]] = (),
     claims: Sequence[dict[str, Any]] = (),
+    rules: Sequence[dict[str, Any]] = (),
     **kwargs: Any,
 ) -> ClusterCache:
     cache = ClusterCache(**kwargs)
     cache.replace(Kind.DEVICECLASSES, list(classes), "1")
     cache.replace(Kind.RESOURCESLICES, list(slices), "1")
     cache.replace(Kind.RESOURCECLAIMS, list(claims), "1")
+    cache.replace(Kind.DEVICETAINTRULES, list(rules), "1")
     cache.replace(Kind.NODES, list(nodes), "1")
     cache.replace(Kind.PODS, list(pods), "1")
     cache.replace(Kind.TRAININGJOBS, list(jobs), "1")

@@ -266,3 +266,23 @@ def test_a_pod_with_an_allocated_claim_is_placed_before_its_binding_shows() -> N
     pod = cache.pod("team-a", "w0")
     assert pod is not None and cache.placed_node(pod) == "dra-v" and cache.free["dra-v"] == 6
     assert cache.dra.claimed_node("nobody") == ""
+
+
+def test_device_taint_rules_take_the_devices_they_select_out_of_the_extenders_free_gpus() -> None:
+    from scheduler.k8s.cache import Kind
+    from tests.operator.test_device_taints import taint_rule
+
+    cache = dra_cache(V100, T4)
+    # a NoExecute rule on one device of dra-v, a NoSchedule one on all of dra-t, a None one on every device
+    rule = taint_rule("xid", {"driver": "gpu.nvidia.com", "pool": "dra-v", "device": "gpu-2"})
+    cache.apply(Kind.DEVICETAINTRULES, "ADDED", rule)
+    cache.apply(Kind.DEVICETAINTRULES, "ADDED", taint_rule("drain-t", {"pool": "dra-t"}, effect="NoSchedule"))
+    cache.apply(Kind.DEVICETAINTRULES, "ADDED", taint_rule("info", {}, effect="None"))
+    assert cache.free == {"dra-v": 7, "dra-t": 0}
+    assert cache.dra.node_gpus("dra-v").taints == {"gpu-2": "gpu.nvidia.com/xid=48:NoExecute"}  # type: ignore[union-attr]
+    # a change that makes the rule unreadable drops it; a deleted rule gives its devices back
+    broken = taint_rule("xid", {"pool": 3})
+    cache.apply(Kind.DEVICETAINTRULES, "MODIFIED", broken)
+    assert cache.free["dra-v"] == 8
+    cache.apply(Kind.DEVICETAINTRULES, "DELETED", taint_rule("drain-t", {}))
+    assert cache.free == {"dra-v": 8, "dra-t": 4}
