@@ -7,7 +7,9 @@ JobSet and Kubeflow Trainer controllers (their tests are skipped otherwise). ``p
 1 GPU labelled ``perfsched.dev/queue``; KWOK runs its pods for a few seconds, then they succeed. The test
 checks what a user sees: the job suspended at creation, admitted on the policy's GPU type (its pods on
 nodes of that type), completed by its own controller, and perfsched's status and Events on it; and that a
-higher-priority Job preempts a running one through their TrainingQueue, which then resumes.
+higher-priority Job preempts a running one through their TrainingQueue, which then resumes. A Job whose
+pods mount a claim that does not exist is suspended again at its start timeout, saying why in its pods'
+words.
 """
 
 from __future__ import annotations
@@ -248,6 +250,7 @@ def test_batch_job_that_cannot_start_is_suspended_again_saying_why(
     st = wait_until(lambda: (s := status()).get("requeueCount") and s, 40, "stuck suspended again")
     waited = time.monotonic() - admitted
     print(f"stuck Job: suspended again {waited:.1f} s after its admission was seen (timeout 8 s)")
+    print(f"stuck Job: {st['message']}")
     assert batch.read_namespaced_job("stuck", ns).spec.suspend is True
     assert st["phase"] == "Waiting" and st["requeueCount"] == 1, st
     assert 'persistentvolumeclaim "no-such-claim" not found' in st["message"], st
