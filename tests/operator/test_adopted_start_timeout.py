@@ -253,3 +253,29 @@ def test_decode_reads_the_start_timeout() -> None:
     ok = batch_job("ok", ann={**MODEL, "perfsched.dev/start-timeout-seconds": "86400"})
     assert decode(JOB, ok).start_timeout_s == 86400 and not decode(JOB, ok).problem
     assert decode(JOB, batch_job("plain")).start_timeout_s is None
+
+
+def test_at_the_timeout_a_pod_that_runs_keeps_its_gpus_and_one_that_never_ran_does_not() -> None:
+    """Half a gang runs, the other half cannot pull its image: at the timeout the round counts the running
+    pod's GPU as held (its controller gives it its grace period to checkpoint), the other one's as free."""
+    h, wapi, op = setup()
+    wapi.add(JOB, batch_job("train"))
+    h.policy.want["job/ml/train"] = alloc("job/ml/train", "A100", 1, a1=2)
+    op.run_round()
+    del h.policy.want["job/ml/train"]
+    pending_pods(h, wapi, "train", 2, reason=PULL)
+    h.api.pods[("ml", "train-0")]["status"] = {"phase": "Running"}
+    h.clock.advance(61)
+    seen = len(h.policy.seen)
+    op.run_round()
+    snap, jobs = h.policy.seen[seen]
+    assert jobs == ()
+    assert sorted(snap.allocations) == ["ml/train-0#held"]
+    assert "1/2 pods running" in status(wapi, "train")["message"]
+    # while its controller deletes them, the same: the never-ran pod holds nothing, the running one does
+    for pod in h.api.pods.values():
+        pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    h.clock.advance(1)
+    seen = len(h.policy.seen)
+    op.run_round()
+    assert sorted(h.policy.seen[seen][0].allocations) == ["ml/train-0#held"]
