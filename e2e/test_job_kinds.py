@@ -248,6 +248,7 @@ def test_batch_job_that_cannot_start_is_suspended_again_saying_why(
     wait_until(lambda: status().get("phase") == "Running", 30, "stuck admitted")
     admitted = time.monotonic()
     st = wait_until(lambda: (s := status()).get("requeueCount") and s, 40, "stuck suspended again")
+    assert isinstance(st, dict)
     waited = time.monotonic() - admitted
     print(f"stuck Job: suspended again {waited:.1f} s after its admission was seen (timeout 8 s)")
     print(f"stuck Job: {st['message']}")
