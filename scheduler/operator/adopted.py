@@ -10,7 +10,12 @@ operator calls it at two points of its round (``scheduler.operator.reconcile``):
   is suspended; one whose label was removed is released), and turns the rest into core ``Job``s: waiting
   (suspended) ones and running ones, whose allocation is read from their bound pods. An admitted one whose
   pods are not all bound yet is held by a reservation on nodes of its GPU type, as a TrainingJob's gang is
-  while kube-scheduler places it.
+  while kube-scheduler places it. An admitted one whose pods are not all Running its start timeout after
+  the admission (``perfsched.dev/start-timeout-seconds``, default the operator's TrainingJob default) is
+  suspended again there, its GPUs released in that round, and requeued after an exponential backoff
+  (``requeueCount``, ``nextAttemptTime`` in its status; outside the round meanwhile), or, past the backoff
+  limit, left suspended (phase ``Stopped``); its status and Event quote its pods' own reasons
+  (``scheduler.operator.observe.pod_problems``), as a TrainingJob's do (decision 0104).
 - ``Adopter.apply`` (after the policy) turns the round's actions into writes: START admits (placement and
   size while suspended, then unsuspend), PREEMPT and RESIZE re-suspend (the controller deletes the pods with
   their grace period; a resized job is admitted again at its new size), and every job's
