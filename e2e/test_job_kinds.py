@@ -7,7 +7,9 @@ JobSet and Kubeflow Trainer controllers (their tests are skipped otherwise). ``p
 1 GPU labelled ``perfsched.dev/queue``; KWOK runs its pods for a few seconds, then they succeed. The test
 checks what a user sees: the job suspended at creation, admitted on the policy's GPU type (its pods on
 nodes of that type), completed by its own controller, and perfsched's status and Events on it; and that a
-higher-priority Job preempts a running one through their TrainingQueue, which then resumes.
+higher-priority Job preempts a running one through their TrainingQueue, which then resumes. A Job whose
+pods mount a claim that does not exist is suspended again at its start timeout, saying why in its pods'
+words.
 """
 
 from __future__ import annotations
@@ -205,6 +207,65 @@ def test_batch_job_suspended_admitted_completed(jk_cluster: tuple[KubeCluster, b
     )
     assert "asks for no nvidia.com/gpu" in st["message"]
     assert batch.read_namespaced_job("nogpu", ns).spec.suspend is True
+
+
+def test_batch_job_that_cannot_start_is_suspended_again_saying_why(
+    jk_cluster: tuple[KubeCluster, bool],
+) -> None:
+    """A Job whose pods mount a claim that does not exist (kube-scheduler cannot place them) and says
+    ``perfsched.dev/start-timeout-seconds: 8``: admitted, then suspended again once 8 s passed with its
+    pods not running, requeued with backoff, the pods' own reason quoted in its status and Event."""
+    from kubernetes import client as k8s
+
+    from perfsched_dev.k8s import bootstrap
+
+    kube, _ = jk_cluster
+    ns = "stuck-e2e"
+    bootstrap.create_namespace(kube.api, ns)
+    batch = k8s.BatchV1Api(kube.api)
+    spec = json.loads(json.dumps(POD_SPEC))
+    spec["volumes"] = [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "no-such-claim"}}]
+    spec["containers"][0]["volumeMounts"] = [{"name": "ckpt", "mountPath": "/ckpt"}]
+    body = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "stuck",
+            "labels": LABEL,
+            "annotations": {"perfsched.dev/start-timeout-seconds": "8"},
+        },
+        "spec": {
+            "parallelism": 2,
+            "completions": 2,
+            "template": {"metadata": {"annotations": RUN}, "spec": spec},
+        },
+    }
+    batch.create_namespaced_job(ns, body)
+
+    def status() -> dict[str, Any]:
+        return _status(kube.api.sanitize_for_serialization(batch.read_namespaced_job("stuck", ns)))
+
+    wait_until(lambda: status().get("phase") == "Running", 30, "stuck admitted")
+    admitted = time.monotonic()
+    st = wait_until(lambda: (s := status()).get("requeueCount") and s, 40, "stuck suspended again")
+    assert isinstance(st, dict)
+    waited = time.monotonic() - admitted
+    print(f"stuck Job: suspended again {waited:.1f} s after its admission was seen (timeout 8 s)")
+    print(f"stuck Job: {st['message']}")
+    assert batch.read_namespaced_job("stuck", ns).spec.suspend is True
+    assert st["phase"] == "Waiting" and st["requeueCount"] == 1, st
+    assert 'persistentvolumeclaim "no-such-claim" not found' in st["message"], st
+    assert "start timeout 1 of backoff limit" in st["message"] and "next attempt at" in st["message"]
+    assert any(r == "StartTimeout" and "no-such-claim" in m for r, m in _events(kube, ns, "stuck"))
+    # its controller deletes its pods: nothing of it stays on the cluster while it backs off
+    wait_until(
+        lambda: (
+            not kube.core.list_namespaced_pod(ns, label_selector="batch.kubernetes.io/job-name=stuck").items
+        ),
+        30,
+        "stuck's pods gone",
+    )
+    batch.delete_namespaced_job("stuck", ns, propagation_policy="Background")
 
 
 def test_jobset_and_trainjob(jk_cluster: tuple[KubeCluster, bool]) -> None:

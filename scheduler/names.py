@@ -87,6 +87,9 @@ ANNOTATION_MIN_REPLICAS = "perfsched.dev/min-replicas"
 ANNOTATION_MAX_REPLICAS = "perfsched.dev/max-replicas"
 #: The replicated job of a TrainJob's runtime that perfsched's runtime patch targets (default ``node``).
 ANNOTATION_TRAINER_JOB = "perfsched.dev/trainer-replicated-job"
+#: On an adopted job: seconds its pods have to be all running after an admission (1..86400; default the
+#: operator's TrainingJob start timeout), else it is suspended and requeued with backoff.
+ANNOTATION_START_TIMEOUT = "perfsched.dev/start-timeout-seconds"
 
 # -- Dynamic Resource Allocation (``resource.k8s.io/v1``, ``scheduler/k8s/dra.py``) -----------------
 DRA_GROUP = "resource.k8s.io"

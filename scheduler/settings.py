@@ -67,10 +67,11 @@ class Settings(BaseSettings):
     #: a running job is not resized or moved again sooner than this after its last change
     operator_min_resize_interval_seconds: float = Field(default=60.0, ge=0)
     #: worker crashes, and separately start timeouts, a job may have before it is marked Failed
-    #: (``spec.backoffLimit`` overrides it per job)
+    #: (``spec.backoffLimit`` overrides it per job); an adopted job past it stays suspended
     operator_backoff_limit: int = Field(default=3, ge=0, le=100)
     #: a gang whose replicas are not all Running this long after it started is stopped, its GPUs released,
-    #: and requeued with exponential backoff (0: never; ``spec.startTimeoutSeconds`` overrides it per job)
+    #: and requeued with exponential backoff (0: never; ``spec.startTimeoutSeconds`` overrides it per job);
+    #: an adopted job's pods get as long from its admission (``perfsched.dev/start-timeout-seconds``)
     operator_gang_start_timeout_seconds: float = Field(default=300.0, ge=0, le=86400)
     #: the first wait after a start timeout; each further one doubles, up to the maximum
     operator_requeue_backoff_seconds: float = Field(default=30.0, ge=0)

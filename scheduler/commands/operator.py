@@ -132,6 +132,10 @@ def _adopter(
         instance=identity,
         known_model=lambda m: zoo.lookup_model(m) is not None,
         namespace=settings.namespace,
+        start_timeout_s=settings.operator_gang_start_timeout_seconds,
+        backoff_limit=settings.operator_backoff_limit,
+        requeue_backoff_s=settings.operator_requeue_backoff_seconds,
+        requeue_backoff_max_s=settings.operator_requeue_backoff_max_seconds,
     )
 
 

@@ -39,6 +39,7 @@ from scheduler.names import (
     ANNOTATION_MODEL,
     ANNOTATION_PLANNED_NODE,
     ANNOTATION_PRECISION,
+    ANNOTATION_START_TIMEOUT,
     ANNOTATION_STATUS,
     ANNOTATION_TOTAL_WORK,
     ANNOTATION_TRAINER_JOB,
@@ -128,6 +129,8 @@ class Workload:
     agnostic: str
     status: Mapping[str, Any] = field(default_factory=dict)
     dataset: str = ""
+    #: ``perfsched.dev/start-timeout-seconds`` (None: the operator's default)
+    start_timeout_s: int | None = None
 
     @property
     def key(self) -> str:
@@ -353,6 +356,17 @@ def decode(
             problems.append(f"annotation {ANNOTATION_TOTAL_WORK}={work_raw!r} is not a positive number")
             total = 1.0
 
+    timeout_raw = ann.get(ANNOTATION_START_TIMEOUT)
+    start_timeout: int | None = None
+    if timeout_raw is not None:
+        start_timeout = _int(timeout_raw, 0)
+        if not 1 <= start_timeout <= crd.MAX_START_TIMEOUT_S:
+            problems.append(
+                f"annotation {ANNOTATION_START_TIMEOUT}={timeout_raw!r} is not a whole number of seconds "
+                f"from 1 to {crd.MAX_START_TIMEOUT_S}"
+            )
+            start_timeout = None
+
     progress: float | None = None
     eta: float | None = None
     trainer_status = (obj.get("status") or {}).get("trainerStatus") or {}
@@ -390,6 +404,7 @@ def decode(
         agnostic=agnostic,
         status=parse_status(ann.get(ANNOTATION_STATUS)),
         dataset=str(ann.get(ANNOTATION_DATASET) or ""),
+        start_timeout_s=start_timeout,
     )
 
 

@@ -10,7 +10,12 @@ operator calls it at two points of its round (``scheduler.operator.reconcile``):
   is suspended; one whose label was removed is released), and turns the rest into core ``Job``s: waiting
   (suspended) ones and running ones, whose allocation is read from their bound pods. An admitted one whose
   pods are not all bound yet is held by a reservation on nodes of its GPU type, as a TrainingJob's gang is
-  while kube-scheduler places it.
+  while kube-scheduler places it. An admitted one whose pods are not all Running its start timeout after
+  the admission (``perfsched.dev/start-timeout-seconds``, default the operator's TrainingJob default) is
+  suspended again there, its GPUs released in that round, and requeued after an exponential backoff
+  (``requeueCount``, ``nextAttemptTime`` in its status; outside the round meanwhile), or, past the backoff
+  limit, left suspended (phase ``Stopped``); its status and Event quote its pods' own reasons
+  (``scheduler.operator.observe.pod_problems``), as a TrainingJob's do (decision 0104).
 - ``Adopter.apply`` (after the policy) turns the round's actions into writes: START admits (placement and
   size while suspended, then unsuspend), PREEMPT and RESIZE re-suspend (the controller deletes the pods with
   their grace period; a resized job is admitted again at its new size), and every job's
@@ -34,10 +39,13 @@ from scheduler.core.types import Allocation, Job, Node, WorkUnit
 from scheduler.k8s import adopt, crd
 from scheduler.k8s.adopt import Obj, Workload, WorkloadApi
 from scheduler.k8s.errors import Forbidden
-from scheduler.names import ANNOTATION_MODEL, LABEL_QUEUE
-from scheduler.operator.observe import PodView, pod_view
+from scheduler.names import ANNOTATION_MODEL, ANNOTATION_STATUS, LABEL_QUEUE
+from scheduler.operator.observe import PROBLEM_AFTER_S, PodView, pod_problems, pod_view
 
 log = logging.getLogger(__name__)
+
+#: The start of an admitted workload's status message while its pods say why they do not run.
+_NOT_STARTING = "pods not running yet"
 
 #: A running workload's status annotation (attained service, progress) is rewritten at most this often.
 STATUS_REFRESH_S = 30.0
@@ -53,6 +61,10 @@ class Adoption:
     allocations: dict[str, Allocation] = field(default_factory=dict)
     accounted: set[str] = field(default_factory=set)
     placing: list[Workload] = field(default_factory=list)
+    #: admitted workloads whose pods have said for a while why they do not run (their own reasons)
+    problems: dict[str, str] = field(default_factory=dict)
+    #: admitted workloads whose pods all ran for the first time this round
+    started: set[str] = field(default_factory=set)
 
 
 def _bound_allocation(
@@ -98,8 +110,19 @@ class Adopter:
         kinds: Sequence[adopt.WorkloadKind] = tuple(adopt.WORKLOAD_KINDS.values()),
         known_model: Callable[[str], bool] | None = None,
         namespace: str = "",
+        start_timeout_s: float = 300.0,
+        backoff_limit: int = 3,
+        requeue_backoff_s: float = 30.0,
+        requeue_backoff_max_s: float = 1800.0,
     ) -> None:
         self.api = api
+        #: the start timeout of a workload without ``perfsched.dev/start-timeout-seconds`` (0: none)
+        self.start_timeout_s = start_timeout_s
+        #: start timeouts a workload may have; the next one leaves it suspended
+        self.backoff_limit = backoff_limit
+        #: first wait after a start timeout; each further one doubles, up to ``requeue_backoff_max_s``
+        self.requeue_backoff_s = requeue_backoff_s
+        self.requeue_backoff_max_s = requeue_backoff_max_s
         self.known_model = known_model
         #: only this namespace's workloads ("" = all), as the operator's PERFSCHED_NAMESPACE
         self.namespace = namespace
@@ -224,10 +247,20 @@ class Adopter:
             last_change_time=crd.parse_time(w.status.get("admittedTime")) if w.admitted else None,
             user=w.namespace,
         )
-        out.workloads[w.key] = w
         if w.suspended:
+            # pods that never ran, deleted by its controller, hold no GPUs a new gang must wait for
+            out.accounted.update(p.info.key for p in pods if p.info.phase == "Pending")
+            if phase == "Stopped":
+                return  # past its backoff limit: suspended until its owner acts
+            due = crd.parse_time(w.status.get("nextAttemptTime"))
+            if due is not None and now < due:
+                return  # backing off after a start timeout: outside the round
+            out.workloads[w.key] = w
             out.jobs.append(job)
             return
+        if self._timed_out(w, pods, now, out, errors):
+            return
+        out.workloads[w.key] = w
         alloc = _bound_allocation(w, pods, node_types)
         bound = sum(1 for p in pods if p.info.holds_gpus)
         if alloc is None or bound < replicas:
@@ -239,6 +272,70 @@ class Adopter:
         out.jobs.append(job)
         out.allocations[w.key] = alloc
         out.accounted.update(p.info.key for p in pods)
+
+    def _timed_out(
+        self, w: Workload, pods: Sequence[PodView], now: float, out: Adoption, errors: list[str]
+    ) -> bool:
+        """Whether admitted ``w`` missed its start timeout: not every pod Running the timeout after its
+        admission, whatever the pods say. Then it is suspended again in this round (its pods that never
+        ran are released at once; those that run get their grace period from its controller) and requeued
+        after an exponential backoff, or, past the backoff limit, left suspended. Before that, the pods'
+        own reasons are noted once they have lasted (``PROBLEM_AFTER_S``, at most half the timeout);
+        pods Pending with no reason (being bound, containers being created) are never a problem."""
+        if w.status.get("startedTime"):
+            return False  # it ran: its pods' later failures and restarts are its controller's
+        replicas = int(w.status.get("replicas") or w.replicas)
+        live = [p for p in pods if p.unfinished and not p.deleting]
+        # its GPU pods (a JobSet's launcher is not one of its replicas)
+        running = sum(1 for p in live if p.info.phase == "Running" and p.info.gpus > 0) + sum(
+            1 for p in pods if p.info.phase == "Succeeded" and p.info.gpus > 0
+        )
+        if running >= replicas:
+            out.started.add(w.key)
+            return False
+        admitted = crd.parse_time(w.status.get("admittedTime"))
+        timeout = float(w.start_timeout_s) if w.start_timeout_s is not None else self.start_timeout_s
+        if admitted is None or timeout <= 0:
+            return False
+        problems = pod_problems(live)
+        if now - admitted <= timeout:
+            if problems and now - admitted >= min(PROBLEM_AFTER_S, timeout / 2):
+                out.problems[w.key] = problems
+            return False
+        count = int(w.status.get("requeueCount") or 0) + 1
+        detail = f"{running}/{replicas} pods running {timeout:.0f} s after its admission"
+        if problems:
+            detail = f"{detail}: {problems}"
+        self._write(w, adopt.suspend_patch(), errors)
+        out.accounted.update(p.info.key for p in pods if p.info.phase == "Pending")
+        status: dict[str, Any] = {
+            k: w.status.get(k) for k in ("queue", "predictor", "restarts", "attainedService")
+        }
+        last = crd.parse_time(w.status.get("updated"))
+        if last is not None and now > last:
+            status["attainedService"] = round(
+                float(w.status.get("attainedService") or 0.0) + (now - last) * replicas * w.gpus_per_replica,
+                1,
+            )
+        status["requeueCount"] = count
+        limit = self.backoff_limit
+        if count > limit:
+            msg = (
+                f"backoff limit {limit} exceeded after {count} start timeouts: stays suspended (fix the job "
+                f"and remove the {ANNOTATION_STATUS} annotation to retry); last: {detail}"
+            )
+            self._status(w, {**status, "phase": "Stopped", "message": msg}, errors, now)
+            self._event(w, "Warning", "StartTimeoutExceeded", msg, now)
+            return True
+        wait = min(self.requeue_backoff_max_s, self.requeue_backoff_s * 2 ** (count - 1))
+        due = crd.rfc3339(now + wait)
+        msg = (
+            f"{detail}; suspended and requeued (start timeout {count} of backoff limit {limit}), "
+            f"next attempt at {due} (in {wait:.0f} s)"
+        )
+        self._status(w, {**status, "phase": "Waiting", "nextAttemptTime": due, "message": msg}, errors, now)
+        self._event(w, "Warning", "StartTimeout", msg, now)
+        return True
 
     def reserve(
         self, adoption: Adoption, nodes: Sequence[Node], taken: Mapping[str, Allocation]
@@ -300,6 +397,8 @@ class Adopter:
                     predicted.get(key),
                     now,
                     report_actions,
+                    problems=adoption.problems.get(key, ""),
+                    started=key in adoption.started,
                 )
             except PerfschedError as exc:
                 log.warning(
@@ -316,6 +415,9 @@ class Adopter:
         predicted: float | None,
         now: float,
         report_actions: dict[str, list[str]],
+        *,
+        problems: str = "",
+        started: bool = False,
     ) -> None:
         status: dict[str, Any] = {
             "queue": w.queue,
@@ -338,6 +440,8 @@ class Adopter:
         restarts = int(w.status.get("restarts") or 0)
         if restarts:
             status["restarts"] = restarts
+        if w.status.get("requeueCount"):
+            status["requeueCount"] = w.status["requeueCount"]  # start timeouts so far, against the limit
         kind = act.kind if act is not None else None
         if kind is ActionKind.START and act is not None and act.after is not None:
             after = act.after
@@ -358,6 +462,7 @@ class Adopter:
                 replicas=after.replicas,
                 plannedNode=planned,
                 admittedTime=crd.rfc3339(now),
+                admittedMessage=act.reason,
                 message=act.reason,
             )
             report_actions.setdefault("start", []).append(w.key)
@@ -382,19 +487,28 @@ class Adopter:
             )
             return
         if w.admitted:
+            message = w.status.get("message")
+            if problems:
+                message = f"{_NOT_STARTING}: {problems}"
+            elif str(message or "").startswith(_NOT_STARTING):
+                message = w.status.get("admittedMessage") or message
             status.update(
                 phase="Running",
                 gpuType=w.status.get("gpuType"),
                 replicas=w.status.get("replicas"),
                 plannedNode=w.status.get("plannedNode"),
                 admittedTime=w.status.get("admittedTime"),
-                message=w.status.get("message"),
+                admittedMessage=w.status.get("admittedMessage"),
+                startedTime=w.status.get("startedTime") or (crd.rfc3339(now) if started else None),
+                message=message,
             )
             if w.eta_seconds is not None:
                 status["etaSeconds"] = w.eta_seconds
             if w.progress_fraction is not None:
                 status["progressPercent"] = round(100.0 * w.progress_fraction, 1)
             self._put_status(w, status)
+            if problems and not str(w.status.get("message") or "").startswith(_NOT_STARTING):
+                self._event(w, "Warning", "PodsNotStarting", str(message), now)
             return
         message = why_waiting or "waiting for the next round"
         status.update(phase="Waiting", message=message)
