@@ -148,6 +148,21 @@ def test_a_stream_of_jobs_keeps_the_extenders_free_gpus_equal_to_what_dynamicres
         assert got["persistent_partial"] == 0, json.dumps(got)
 
 
+def _dra_gpu_types(custom: Any) -> list[str]:
+    """The GPU types of the cluster's DRA devices (their ResourceSlices' ``productName``)."""
+    from scheduler.k8s.codec import gpu_type_of_product
+    from scheduler.k8s.dra import decode_slice, product_label
+
+    types = {
+        gpu_type_of_product(product_label(dev.attributes.get("productName", "")))
+        for obj in custom.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices")["items"]
+        for dev in decode_slice(obj).devices
+        if dev.attributes.get("productName")
+    }
+    assert types, "no DRA GPU device with a productName in the cluster's ResourceSlices"
+    return sorted(types)
+
+
 def test_a_device_taint_rule_on_a_gpu_a_running_gang_holds_restarts_the_gang_elsewhere(
     kube_cluster: KubeCluster, cluster: Cluster, stack: Any
 ) -> None:
@@ -159,7 +174,10 @@ def test_a_device_taint_rule_on_a_gpu_a_running_gang_holds_restarts_the_gang_els
 
     stack("fifo")
     api, custom = kube_cluster.api, cluster.custom
-    cluster.submit(tj("big", replicas=2, gpus=2, iterations=50_000_000))
+    # on a mixed cluster only some GPU types are DRA devices: the gang must run on one of them
+    cluster.submit(
+        tj("big", replicas=2, gpus=2, iterations=50_000_000, allowedGPUTypes=_dra_gpu_types(custom))
+    )
     cluster.wait_phase("big", {"Running"}, 90)
     pods = {
         p.metadata.uid: p.metadata.name for p in cluster.pods("big") if p.metadata.deletion_timestamp is None
