@@ -127,6 +127,8 @@ class Filter:
             reason = f"perfsched: TrainingJob {ctx.pod.job} cannot be scheduled: {ctx.job_problem}"
             return FilterOutcome([], {}, dict.fromkeys(names, reason), {R_JOB: len(names)} if names else {})
         keys, per_name, counts = self._verdicts(ctx, names, node_objects)
+        if ctx.gang_key is not None:
+            self._own_holds(ctx, names, per_name, counts)
         cats: dict[str, int] = {}
         for v, n in counts.items():
             if v is not None:
@@ -172,6 +174,27 @@ class Filter:
             failed.update(dict.fromkeys(outside, reason))
             cats[R_GANG] = cats.get(R_GANG, 0) + len(outside)
         return FilterOutcome(list(filter(in_plan, fits)), failed, unres, cats)
+
+    def _own_holds(
+        self, ctx: PodContext, names: Sequence[str], per_name: list[Verdict], counts: Counter[Verdict]
+    ) -> None:
+        """Judge the nodes where the cache holds GPUs for the pod's own gang with those GPUs added back
+        (``free`` is net of every hold, the gang's own included)."""
+        assert ctx.gang_key is not None
+        cache = self._index.cache
+        own = cache.holds_of(ctx.gang_key)
+        if not own:
+            return
+        for i, name in enumerate(names):
+            node = cache.nodes.get(name) if name in own else None
+            if node is None:
+                continue
+            verdict = class_verdict(ctx, node, cache.free_for(name, ctx.gang_key), self._memory)
+            counts[per_name[i]] -= 1
+            counts[verdict] += 1
+            per_name[i] = verdict
+        for v in [v for v, n in counts.items() if n <= 0]:
+            del counts[v]
 
     def _verdicts(
         self, ctx: PodContext, names: Sequence[str], node_objects: Sequence[Any] | None

@@ -1,19 +1,23 @@
 """Where a gang's unplaced replicas go: the plan filter keeps a gang's pods to.
 
-Shell-side logic without I/O over the ``ClusterCache`` (callers hold its lock). The plan is, in order:
-the operator's plan (the ``perfsched.dev/planned-node`` annotations of the gang's unplaced pods) while it
-still fits; else a plan this extender made earlier for the gang, minus the replicas placed since, while
-it still fits and one of its nodes is among kube-scheduler's candidates; else a fresh placement with the
-core's algorithm (``FreeIndex.place``, so the extender places gangs exactly as the policies and the
-simulator do) over the whole cache (replicas already bound count as ``prefer``) and, if none of those
-nodes is among kube-scheduler's candidates, over the candidates only (``FreeIndex.restricted``: the
-whole-cache index cut down to them, what ``place_gang`` over those nodes answers). kube-scheduler
-offers a sample of the nodes (10% of 5,000): a plan outside every sample would keep the gang waiting,
-so an earlier plan that still fits but is not offered is made again among the candidates only (the
-whole cache would prefer the same nodes again).
+Shell-side logic without I/O over the ``ClusterCache`` (callers hold its lock). The plan is, in order: the
+operator's plan (the TrainingJob's ``status.allocation`` for the pod's generation, less the replicas placed;
+else the ``perfsched.dev/planned-node`` annotations of the gang's unplaced pods) while it fits the GPUs free
+for the gang (``ClusterCache.free_for``: free plus what the cache holds for the gang's planned pods); while
+it does not fit yet and the cache still holds GPUs for the gang (its planned pods appeared less than
+``hold_ttl_s`` ago), the gang waits for it (a resolvable refusal naming the plan: GPUs of finished pods
+being released, or a watch behind the operator's view); else a plan this extender made earlier for the gang,
+minus the replicas placed since, while it still fits and one of its nodes is among kube-scheduler's
+candidates; else a fresh placement with the core's algorithm (``FreeIndex.place``, so the extender places
+gangs exactly as the policies and the simulator do) over the whole cache (replicas already bound count as
+``prefer``) and, if none of those nodes is among kube-scheduler's candidates, over the candidates only
+(``FreeIndex.restricted``: the whole-cache index cut down to them, what ``place_gang`` over those nodes
+answers). kube-scheduler offers a sample of the nodes (10% of 5,000): a plan outside every sample would keep
+the gang waiting, so an earlier plan that still fits but is not offered is made again among the candidates
+only (the whole cache would prefer the same nodes again).
 Memo: ``GangPlans`` keeps the last plan per gang; its one invalidation rule is that a plan is used only
-while it still fits the cache's free GPUs and is offered (checked on every use), and the oldest plans
-are dropped past 10,000 gangs.
+while it still fits the cache's free GPUs and is offered (checked on every use), and the oldest plans are
+dropped past 10,000 gangs.
 """
 
 from __future__ import annotations
@@ -126,15 +130,32 @@ class GangPlans:
             reason = Unschedulable(f"no candidate node of GPU type {ctx.gpu_type or 'any'} fits one replica")
         return reason
 
-    def _operator_plan(self, ctx: PodContext) -> Allocation | None:
-        """The operator's plan, if it covers every unplaced replica and still fits."""
+    def _operator_plan(self, ctx: PodContext) -> Allocation | Unschedulable | None:
+        """The operator's plan if it covers every unplaced replica and fits; a wait while it does not fit
+        yet and its GPUs are still held for the gang (a gang of more than one replica); else None."""
+        assert ctx.gang_key is not None
         nodes = self._cache.nodes
-        if not ctx.planned or sum(ctx.planned.values()) < ctx.unplaced:
+        planned = _remaining(ctx.intent, ctx.placed)
+        if sum(planned.values()) < ctx.unplaced:
+            planned = ctx.planned
+        if not planned or sum(planned.values()) < ctx.unplaced:
             return None
-        types = {nodes[n].gpu_type for n in ctx.planned if n in nodes}
-        if len(types) != 1 or not self._fits_now(ctx.planned, ctx.gpus, ctx.gpu_type):
+        types = {nodes[n].gpu_type for n in planned if n in nodes}
+        if len(types) != 1:
             return None
-        return Allocation.of(ctx.pod.job, types.pop(), ctx.gpus, ctx.planned)
+        gpu_type = types.pop()
+        if ctx.gpu_type is not None and gpu_type != ctx.gpu_type:
+            return None
+        if self._fits_now(planned, ctx.gpus, ctx.gpu_type, ctx.gang_key):
+            return Allocation.of(ctx.pod.job, gpu_type, ctx.gpus, planned)
+        if ctx.replicas > 1 and self._cache.holds_of(ctx.gang_key):
+            plan = Allocation.of(ctx.pod.job, gpu_type, ctx.gpus, planned)
+            free = sum(min(r * ctx.gpus, self._cache.free_for(n, ctx.gang_key)) for n, r in planned.items())
+            return Unschedulable(
+                f"waiting for the GPUs planned for it on {describe_plan(plan, nodes)} to be free "
+                f"({free} of {plan.total_gpus} free now)"
+            )
+        return None
 
     def _earlier_plan(self, ctx: PodContext) -> Allocation | None:
         """Our own earlier plan, minus the replicas placed since, if it still fits."""
@@ -148,20 +169,31 @@ class GangPlans:
             if name in left:
                 left[name] = max(0, left[name] - max(0, r - placed_then.get(name, 0)))
         left = {n: r for n, r in left.items() if r > 0}
-        if sum(left.values()) < ctx.unplaced or not self._fits_now(left, ctx.gpus, ctx.gpu_type):
+        if sum(left.values()) < ctx.unplaced or not self._fits_now(
+            left, ctx.gpus, ctx.gpu_type, ctx.gang_key
+        ):
             return None
         return Allocation.of(ctx.pod.job, old.gpu_type, ctx.gpus, left)
 
-    def _fits_now(self, per_node: Mapping[str, int], g: int, gpu_type: str | None) -> bool:
+    def _fits_now(
+        self, per_node: Mapping[str, int], g: int, gpu_type: str | None, gang: tuple[str, str]
+    ) -> bool:
+        """Whether ``per_node`` replicas of ``g`` GPUs fit the GPUs free for ``gang`` (its holds added)."""
         nodes = self._cache.nodes
-        free = self._cache.free
+        free_for = self._cache.free_for
         for name, r in per_node.items():
             node = nodes.get(name)
             if node is None or (gpu_type is not None and node.gpu_type != gpu_type):
                 return False
-            if free.get(name, 0) < r * g:
+            if free_for(name, gang) < r * g:
                 return False
         return True
+
+
+def _remaining(intent: Mapping[str, int], placed: Mapping[str, int]) -> dict[str, int]:
+    """The replicas of a plan not placed yet, per node."""
+    left = {n: r - placed.get(n, 0) for n, r in intent.items()}
+    return {n: r for n, r in left.items() if r > 0}
 
 
 def _candidate_types(ctx: PodContext, fits: Sequence[str], nodes: Mapping[str, Node]) -> list[str]:

@@ -271,16 +271,70 @@ def test_operator_plan_is_followed_while_it_fits(client_for: Callable[..., TestC
     assert body["NodeNames"] == ["m1", "m2"]
 
 
-def test_stale_operator_plan_falls_back_to_gang_placement(client_for: Callable[..., TestClient]) -> None:
+def test_stale_operator_plan_waits_while_held_then_falls_back_to_gang_placement(
+    client_for: Callable[..., TestClient],
+) -> None:
+    """A plan that does not fit waits while the cache holds its GPUs for the gang (a finished pod's claim
+    or a watch behind the operator clears within seconds); once the hold has ended, the gang is placed
+    afresh."""
+    t = [0.0]
     nodes, pods = gang_cluster(big_free=False)
     pods.append(kube_pod("squatter", 4, node="m1", namespace="other"))  # m1 planned but now full
     gang = [
         kube_pod(f"tj-w{i}", 2, job="tj", replica=i, gpu_type="A100", planned="m1" if i < 2 else "m2")
         for i in range(4)
     ]
-    cache = fed_cache(nodes, pods + gang, [kube_tj("tj", replicas=4, gpus=2)])
-    body = client_for(cache).post("/filter", json={"Pod": gang[0], "NodeNames": GANG_NAMES}).json()
+    cache = fed_cache(nodes, pods + gang, [kube_tj("tj", replicas=4, gpus=2)], clock=lambda: t[0])
+    client = client_for(cache)
+    body = client.post("/filter", json={"Pod": gang[0], "NodeNames": GANG_NAMES}).json()
+    assert body["NodeNames"] == []
+    assert body["FailedNodes"]["n1"] == (
+        "perfsched: gang team-a/tj: waiting for the GPUs planned for it on rack r2 (nodes m1, m2) to be free "
+        "(4 of 8 free now)"
+    )
+    t[0] = 31.0  # past the hold's 30 s
+    body = client.post("/filter", json={"Pod": gang[0], "NodeNames": GANG_NAMES}).json()
     assert body["NodeNames"] == ["n1", "n2"]  # the NVLink domain, as place_gang says
+
+
+def test_a_plan_the_watch_shows_in_part_is_read_from_the_jobs_status(
+    client_for: Callable[..., TestClient],
+) -> None:
+    """The operator writes the allocation into the TrainingJob's status before it creates the pods: with
+    one pod of the gang visible, the plan is still whole (not placed afresh elsewhere)."""
+    nodes, pods = gang_cluster(big_free=True)
+    gang = [
+        kube_pod(f"tj-w{i}", 2, job="tj", replica=i, gpu_type="A100", planned="m1" if i < 2 else "m2")
+        for i in range(4)
+    ]
+    tj = kube_tj("tj", replicas=4, gpus=2, alloc_replicas=4, gpu_type="A100", alloc_nodes={"m1": 2, "m2": 2})
+    cache = fed_cache(nodes, pods + gang[:1], [tj])
+    body = client_for(cache).post("/filter", json={"Pod": gang[0], "NodeNames": GANG_NAMES}).json()
+    assert body["NodeNames"] == ["m1", "m2"]
+
+
+def test_gpus_planned_for_a_gang_are_held_from_other_pods(client_for: Callable[..., TestClient]) -> None:
+    """Another job's pod is kept off the GPUs planned for a gang whose pods are not bound yet, until the
+    hold ends; the gang's own pods still see them."""
+    t = [0.0]
+    nodes, pods = gang_cluster(big_free=True)
+    gang = gang_pods(planned="big-0")
+    lone = kube_pod("solo-w0", 2, job="solo", replica=0, gpu_type="A100")
+    cache = fed_cache(
+        nodes,
+        pods + gang + [lone],
+        [kube_tj("tj", replicas=4, gpus=2), kube_tj("solo", gpus=2)],
+        clock=lambda: t[0],
+    )
+    client = client_for(cache)
+    body = client.post("/filter", json={"Pod": lone, "NodeNames": ["big-0"]}).json()
+    assert body["NodeNames"] == []
+    assert "big-0" in body["FailedNodes"]
+    body = client.post("/filter", json={"Pod": gang[3], "NodeNames": GANG_NAMES}).json()
+    assert body["NodeNames"] == ["big-0"]
+    t[0] = 31.0
+    body = client.post("/filter", json={"Pod": lone, "NodeNames": ["big-0"]}).json()
+    assert body["NodeNames"] == ["big-0"]
 
 
 def test_a_gang_that_does_not_fit_waits_with_the_reason(client_for: Callable[..., TestClient]) -> None:
