@@ -40,7 +40,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Set
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -288,6 +288,16 @@ class ClusterCache:
             h.gpus for h in map(self._holds.__getitem__, keys) if h.gang != gang and self._holding(h)
         )
         return max(0, self._free_raw.get(node, 0) - others)
+
+    def held_nodes(self) -> Set[str]:
+        """Nodes where some planned pod holds GPUs (a live view; empty when nothing is held)."""
+        return self._holds_by_node.keys()
+
+    def held_from(self, node: str, gang: tuple[str, str]) -> int:
+        """GPUs on ``node`` that are free but held for other gangs' planned pods, as ``gang`` sees them."""
+        if node not in self._holds_by_node:
+            return 0
+        return self._free_raw.get(node, 0) - self.free_for(node, gang)
 
     def holds_of(self, gang: tuple[str, str]) -> dict[str, int]:
         """Node -> GPUs held there for ``gang``'s planned pods (empty when it holds nothing)."""
