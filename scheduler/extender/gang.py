@@ -1,20 +1,24 @@
 """Where a gang's unplaced replicas go: the plan filter keeps a gang's pods to.
 
-Shell-side logic without I/O over the ``ClusterCache`` (callers hold its lock). The plan is, in order: the
+Shell-side logic without I/O over the ``ClusterCache`` (callers hold its lock). The plan is, in order: a
+plan this extender made earlier for the gang, minus the replicas placed since, while it still fits and one
+of its nodes is among kube-scheduler's candidates (so every pod of a gang gets the same plan); else the
 operator's plan (the TrainingJob's ``status.allocation`` for the pod's generation, less the replicas placed;
 else the ``perfsched.dev/planned-node`` annotations of the gang's unplaced pods) while it fits the GPUs free
-for the gang (``ClusterCache.free_for``: free plus what the cache holds for the gang's planned pods); while
-it does not fit yet and the cache still holds GPUs for the gang (its planned pods appeared less than
-``hold_ttl_s`` ago), the gang waits for it (a resolvable refusal naming the plan: GPUs of finished pods
-being released, or a watch behind the operator's view); else a plan this extender made earlier for the gang,
-minus the replicas placed since, while it still fits and one of its nodes is among kube-scheduler's
-candidates; else a fresh placement with the core's algorithm (``FreeIndex.place``, so the extender places
-gangs exactly as the policies and the simulator do) over the whole cache (replicas already bound count as
-``prefer``) and, if none of those nodes is among kube-scheduler's candidates, over the candidates only
-(``FreeIndex.restricted``: the whole-cache index cut down to them, what ``place_gang`` over those nodes
-answers). kube-scheduler offers a sample of the nodes (10% of 5,000): a plan outside every sample would keep
-the gang waiting, so an earlier plan that still fits but is not offered is made again among the candidates
-only (the whole cache would prefer the same nodes again).
+for the gang (``ClusterCache.free_for``: free plus what the cache holds for the gang's own planned pods),
+except that a gang planned over several NVLink domains takes one domain of its type that is free now and
+held for nobody (``_tighter``); while the operator's plan does not fit, the gang waits for it for
+``PLAN_WAIT_S`` (5 s) from the first time it did not, as long as the cache still holds GPUs for it (a
+resolvable refusal naming the plan: the extender's watch catching up with the operator's view, finished
+pods' claims being released); else a fresh placement with the core's algorithm (``FreeIndex.place``, so the
+extender places gangs exactly as the policies and the simulator do) over the whole cache (replicas already
+bound count as ``prefer``) and, if none of those nodes is among kube-scheduler's candidates, over the
+candidates only (``FreeIndex.restricted``: the whole-cache index cut down to them, what ``place_gang`` over
+those nodes answers). kube-scheduler offers a sample of the nodes (10% of 5,000): a plan outside every
+sample would keep the gang waiting, so an earlier plan that still fits but is not offered is made again
+among the candidates only (the whole cache would prefer the same nodes again). Free GPUs are net of what the
+cache holds for other pods planned on a node, so no placement here takes GPUs the operator planned for
+another gang.
 Memo: ``GangPlans`` keeps the last plan per gang; its one invalidation rule is that a plan is used only
 while it still fits the cache's free GPUs and is offered (checked on every use), and the oldest plans are
 dropped past 10,000 gangs.
@@ -31,6 +35,9 @@ from scheduler.extender.context import PodContext
 from scheduler.k8s.cache import ClusterCache
 
 _MAX_PLANS = 10_000
+#: how long a gang waits for its operator's plan to fit (the watch catching up with the operator's view,
+#: finished pods' claims being released) before it is placed afresh
+PLAN_WAIT_S = 5.0
 #: kube-scheduler may offer other nodes on its next attempt
 _NOT_OFFERED = Unschedulable("its placement is on nodes kube-scheduler did not offer this time")
 
@@ -91,6 +98,8 @@ class GangPlans:
         self._indexes = FreeIndexes(cache)
         # gang -> (plan for its unplaced replicas, where its replicas were placed when it was made)
         self._plans: dict[tuple[str, str], tuple[Allocation, dict[str, int]]] = {}
+        #: gang -> when its operator's plan was first found not to fit
+        self._waiting: dict[tuple[str, str], float] = {}
 
     def plan(
         self, ctx: PodContext, fits: Sequence[str], is_fit: Callable[[str], bool]
@@ -99,7 +108,11 @@ class GangPlans:
         fits on (``is_fit`` answers membership)."""
         assert ctx.gang_key is not None
         earlier = self._earlier_plan(ctx)
-        kept = self._operator_plan(ctx) or (earlier if earlier and any(map(is_fit, earlier.nodes)) else None)
+        if earlier is not None and any(map(is_fit, earlier.nodes)):
+            return earlier
+        kept = self._operator_plan(ctx)
+        if isinstance(kept, Allocation):
+            return self._tighter(ctx, kept, is_fit) or kept
         if kept is not None:
             return kept
         # the whole-cluster reason (a candidates-only pool is smaller); with an earlier plan that still
@@ -118,10 +131,7 @@ class GangPlans:
                 )
                 if isinstance(result, Allocation):
                     if any(map(is_fit, result.nodes)):
-                        self._plans[ctx.gang_key] = (result, dict(ctx.placed))
-                        if len(self._plans) > _MAX_PLANS:
-                            self._plans.pop(next(iter(self._plans)))
-                        return result
+                        return self._remember(ctx, result)
                 elif reason is None:
                     reason = result
             if reason is None:  # the cluster has room, only not among these candidates
@@ -129,6 +139,30 @@ class GangPlans:
         if reason is None:
             reason = Unschedulable(f"no candidate node of GPU type {ctx.gpu_type or 'any'} fits one replica")
         return reason
+
+    def _remember(self, ctx: PodContext, plan: Allocation) -> Allocation:
+        assert ctx.gang_key is not None
+        self._plans[ctx.gang_key] = (plan, dict(ctx.placed))
+        if len(self._plans) > _MAX_PLANS:
+            self._plans.pop(next(iter(self._plans)))
+        return plan
+
+    def _tighter(self, ctx: PodContext, plan: Allocation, is_fit: Callable[[str], bool]) -> Allocation | None:
+        """A placement in one NVLink domain for a gang the operator planned over several, when one of its
+        type is free now and held for nobody (GPUs freed since the operator's round); None if none."""
+        nodes = self._cache.nodes
+        if ctx.placed or ctx.unplaced < 2 or locality_level(plan, nodes) is LocalityLevel.NVLINK_DOMAIN:
+            return None
+        result = self._indexes.get(plan.gpu_type).place(
+            replicas=ctx.unplaced, gpus_per_replica=ctx.gpus, gpu_type=plan.gpu_type, job=ctx.pod.job
+        )
+        if (
+            isinstance(result, Allocation)
+            and locality_level(result, nodes) is LocalityLevel.NVLINK_DOMAIN
+            and any(map(is_fit, result.nodes))
+        ):
+            return self._remember(ctx, result)
+        return None
 
     def _operator_plan(self, ctx: PodContext) -> Allocation | Unschedulable | None:
         """The operator's plan if it covers every unplaced replica and fits; a wait while it does not fit
@@ -148,7 +182,11 @@ class GangPlans:
             return None
         if self._fits_now(planned, ctx.gpus, ctx.gpu_type, ctx.gang_key):
             return Allocation.of(ctx.pod.job, gpu_type, ctx.gpus, planned)
-        if ctx.replicas > 1 and self._cache.holds_of(ctx.gang_key):
+        now = self._cache.now()
+        since = self._waiting.setdefault(ctx.gang_key, now)
+        if len(self._waiting) > _MAX_PLANS:
+            self._waiting.pop(next(iter(self._waiting)))
+        if ctx.replicas > 1 and now - since < PLAN_WAIT_S and self._cache.holds_of(ctx.gang_key):
             plan = Allocation.of(ctx.pod.job, gpu_type, ctx.gpus, planned)
             free = sum(min(r * ctx.gpus, self._cache.free_for(n, ctx.gang_key)) for n, r in planned.items())
             return Unschedulable(

@@ -279,6 +279,10 @@ class ClusterCache:
         with self.lock:
             return self._used.get(node, 0) + self._assumed_by_node.get(node, 0)
 
+    def now(self) -> float:
+        """The cache's clock (monotonic seconds)."""
+        return self._clock()
+
     def free_for(self, node: str, gang: tuple[str, str]) -> int:
         """Free GPUs on ``node`` for a pod of ``gang``: ``free`` plus what the gang itself holds there."""
         keys = self._holds_by_node.get(node)
