@@ -197,6 +197,9 @@ class ClusterCache:
         self._holds_by_node: dict[str, set[str]] = {}
         self._hold_ends: dict[str, float] = {}
         self._hold_heap: list[tuple[float, str]] = []
+        #: holds of started gangs none of whose pods exist yet: job -> hold keys; (job, generation) -> end
+        self._job_hold_keys: dict[str, list[str]] = {}
+        self._job_hold_ends: dict[tuple[str, str], float] = {}
         self._gangs: dict[tuple[str, str], set[str]] = {}  # (job, generation) -> pod keys
         self.jobs: dict[str, TrainingJobInfo] = {}
         self._synced: dict[Kind, bool] = {k: False for k in Kind}
@@ -304,13 +307,14 @@ class ClusterCache:
         return self._free_raw.get(node, 0) - self.free_for(node, gang)
 
     def holds_of(self, gang: tuple[str, str]) -> dict[str, int]:
-        """Node -> GPUs held there for ``gang``'s planned pods (empty when it holds nothing)."""
+        """Node -> GPUs held there for ``gang`` (its planned pods, its job's plan while they do not all
+        exist); empty when it holds nothing."""
         out: dict[str, int] = {}
         job, generation = gang
-        keys = self._gangs.get(gang, ()) if job else (generation,)
+        keys = [*self._gangs.get(gang, ()), *self._job_hold_keys.get(job, ())] if job else [generation]
         for key in keys:
             h = self._holds.get(key)
-            if h is not None and self._holding(h):
+            if h is not None and h.gang == gang and self._holding(h):
                 out[h.node] = out.get(h.node, 0) + h.gpus
         return out
 
@@ -418,6 +422,47 @@ class ClusterCache:
         self._holds_by_node.setdefault(pod.planned_node, set()).add(pod.key)
         self._refresh_free(pod.planned_node)
 
+    def _job_holds(self, job: str) -> None:
+        """Hold a started gang's GPUs, as its TrainingJob's ``status.allocation`` plans them, while the pods
+        of its generation do not all exist yet (the operator creates them once pods exiting on its nodes have
+        gone): per node, less the GPUs of its pods there (which hold for themselves), until all its pods
+        exist, the job ends or changes generation, or ``hold_ttl_s`` has passed."""
+        for key in self._job_hold_keys.pop(job, ()):
+            self._drop_hold(key)
+        info = self.jobs.get(job)
+        alloc = info.status.allocation if info is not None else None
+        if info is None or alloc is None or alloc.gpus_per_replica <= 0:
+            return
+        if info.status.phase in crd.TERMINAL_PHASES:
+            return
+        gang = (job, str(info.status.gang_generation))
+        members = [self._pods[k] for k in self._gangs.get(gang, ()) if k in self._pods]
+        if len(members) >= alloc.replicas:
+            return  # its pods exist: they hold for it
+        theirs: dict[str, int] = {}
+        for p in members:
+            where = p.node_name or p.planned_node
+            theirs[where] = theirs.get(where, 0) + p.gpus
+        now = self._clock()
+        end = self._job_hold_ends.get(gang)
+        if end is None:
+            end = self._job_hold_ends[gang] = now + self._hold_ttl
+        if end <= now:
+            return
+        keys = []
+        for node, r in sorted(alloc.replicas_per_node.items()):
+            gpus = r * alloc.gpus_per_replica - theirs.get(node, 0)
+            if gpus <= 0:
+                continue
+            key = f"{job}@{gang[1]}#{node}"
+            self._holds[key] = _Hold(key, node, gpus, "", gang, end)
+            self._holds_by_node.setdefault(node, set()).add(key)
+            heapq.heappush(self._hold_heap, (end, key))
+            keys.append(key)
+            self._refresh_free(node)
+        if keys:
+            self._job_hold_keys[job] = keys
+
     def _drop_hold(self, key: str) -> None:
         h = self._holds.pop(key, None)
         if h is None:
@@ -500,16 +545,23 @@ class ClusterCache:
                         self._add_pod(pod)
                 for key in [k for k in self._hold_ends if k not in self._pods]:
                     del self._hold_ends[key]
+                self._job_hold_keys = {}
+                for job in self.jobs:
+                    self._job_holds(job)
                 for key in [k for k in self._assumed if self._pods.get(k, None) is not None]:
                     if self._pods[key].node_name or self._pods[key].terminal:
                         self._drop_assumed(key)
                 for name in self.nodes:
                     self._refresh_free(name)
             else:
+                gone = set(self.jobs)
                 self.jobs = {}
                 for obj in items:
                     info = _decode_trainingjob(obj)
                     self.jobs[info.key] = info
+                for job in gone | set(self.jobs):
+                    self._job_holds(job)
+                self._job_hold_ends = {g: t for g, t in self._job_hold_ends.items() if g[0] in self.jobs}
             self._rv[kind] = resource_version
             self._synced[kind] = True
             self._last_event[kind] = self._clock()
@@ -536,8 +588,11 @@ class ClusterCache:
                 info = _decode_trainingjob(obj)
                 if deleted:
                     self.jobs.pop(info.key, None)
+                    for gang in [g for g in self._job_hold_ends if g[0] == info.key]:
+                        del self._job_hold_ends[gang]
                 else:
                     self.jobs[info.key] = info
+                self._job_holds(info.key)
             self.version += 1
 
     def _decode_node(self, obj: Mapping[str, Any]) -> Node | None:
@@ -655,6 +710,8 @@ class ClusterCache:
             self._used[pod.node_name] = self._used.get(pod.node_name, 0) + pod.gpus
             self._holders.setdefault(pod.node_name, {})[pod.key] = (pod.uid, pod.gpus)
             self._refresh_free(pod.node_name)
+        if pod.job in self._job_hold_keys:
+            self._job_holds(pod.job)  # the first pod of its generation: the pods hold from now on
         if pod.planned_node and pod.gpus > 0 and not pod.node_name and not pod.terminal:
             self._add_hold(pod)
         elif pod.key in self._hold_ends:
