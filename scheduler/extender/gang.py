@@ -26,6 +26,7 @@ dropped past 10,000 gangs.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 
 from scheduler.core.decisions import Unschedulable
@@ -33,6 +34,8 @@ from scheduler.core.placement import FreeIndex, LocalityLevel, locality_level
 from scheduler.core.types import Allocation, Node
 from scheduler.extender.context import PodContext
 from scheduler.k8s.cache import ClusterCache
+
+log = logging.getLogger(__name__)
 
 _MAX_PLANS = 10_000
 #: how long a gang waits for its operator's plan to fit (the watch catching up with the operator's view,
@@ -115,6 +118,13 @@ class GangPlans:
             return self._tighter(ctx, kept, is_fit) or kept
         if kept is not None:
             return kept
+        why = (
+            "its earlier plan is not among the nodes offered"
+            if earlier is not None
+            else "the operator's plan did not fit within 5 s"
+            if ctx.gang_key in self._waiting
+            else "no plan of the operator's covers it"
+        )
         # the whole-cluster reason (a candidates-only pool is smaller); with an earlier plan that still
         # fits but is not offered, a whole-cluster placement would prefer the same nodes: candidates only
         reason = _NOT_OFFERED if earlier is not None else None
@@ -131,7 +141,7 @@ class GangPlans:
                 )
                 if isinstance(result, Allocation):
                     if any(map(is_fit, result.nodes)):
-                        return self._remember(ctx, result)
+                        return self._remember(ctx, result, why)
                 elif reason is None:
                     reason = result
             if reason is None:  # the cluster has room, only not among these candidates
@@ -140,8 +150,12 @@ class GangPlans:
             reason = Unschedulable(f"no candidate node of GPU type {ctx.gpu_type or 'any'} fits one replica")
         return reason
 
-    def _remember(self, ctx: PodContext, plan: Allocation) -> Allocation:
+    def _remember(self, ctx: PodContext, plan: Allocation, why: str) -> Allocation:
+        """Keep ``plan`` for the gang's later pods, and log it (the extender places a gang itself rarely:
+        each line says why the operator's plan was not followed)."""
         assert ctx.gang_key is not None
+        where = describe_plan(plan, self._cache.nodes)
+        log.info("gang %s generation %s placed on %s: %s", ctx.pod.job, ctx.gang_key[1], where, why)
         self._plans[ctx.gang_key] = (plan, dict(ctx.placed))
         if len(self._plans) > _MAX_PLANS:
             self._plans.pop(next(iter(self._plans)))
@@ -161,7 +175,8 @@ class GangPlans:
             and locality_level(result, nodes) is LocalityLevel.NVLINK_DOMAIN
             and any(map(is_fit, result.nodes))
         ):
-            return self._remember(ctx, result)
+            where = describe_plan(plan, nodes)
+            return self._remember(ctx, result, f"one NVLink domain instead of the operator's plan on {where}")
         return None
 
     def _operator_plan(self, ctx: PodContext) -> Allocation | Unschedulable | None:
@@ -183,7 +198,15 @@ class GangPlans:
         if self._fits_now(planned, ctx.gpus, ctx.gpu_type, ctx.gang_key):
             return Allocation.of(ctx.pod.job, gpu_type, ctx.gpus, planned)
         now = self._cache.now()
-        since = self._waiting.setdefault(ctx.gang_key, now)
+        since = self._waiting.get(ctx.gang_key)
+        if since is None:
+            since = self._waiting[ctx.gang_key] = now
+            log.info(
+                "gang %s generation %s waits for the GPUs planned for it on %s",
+                ctx.pod.job,
+                ctx.gang_key[1],
+                describe_plan(Allocation.of(ctx.pod.job, gpu_type, ctx.gpus, planned), nodes),
+            )
         if len(self._waiting) > _MAX_PLANS:
             self._waiting.pop(next(iter(self._waiting)))
         if ctx.replicas > 1 and now - since < PLAN_WAIT_S and self._cache.holds_of(ctx.gang_key):

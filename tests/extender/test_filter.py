@@ -274,7 +274,7 @@ def test_operator_plan_is_followed_while_it_fits(client_for: Callable[..., TestC
 
 
 def test_a_gang_planned_over_several_nodes_takes_an_nvlink_domain_freed_since(
-    client_for: Callable[..., TestClient],
+    client_for: Callable[..., TestClient], caplog: pytest.LogCaptureFixture
 ) -> None:
     """The operator planned the gang over m1 + m2 (no domain was free at its round); NVLink domain d1 is
     free now and held for nobody: every pod of the gang gets d1. A domain held for another gang's planned
@@ -286,9 +286,15 @@ def test_a_gang_planned_over_several_nodes_takes_an_nvlink_domain_freed_since(
     ]
     cache = fed_cache(nodes, pods + gang, [kube_tj("tj", replicas=4, gpus=2)])
     client = client_for(cache)
-    for pod in gang:
-        body = client.post("/filter", json={"Pod": pod, "NodeNames": GANG_NAMES}).json()
-        assert body["NodeNames"] == ["n1", "n2"]
+    with caplog.at_level("INFO", logger="scheduler.extender.gang"):
+        for pod in gang:
+            body = client.post("/filter", json={"Pod": pod, "NodeNames": GANG_NAMES}).json()
+            assert body["NodeNames"] == ["n1", "n2"]
+    # one line per gang says where and why
+    assert [r.getMessage() for r in caplog.records if r.name == "scheduler.extender.gang"] == [
+        "gang team-a/tj generation 1 placed on NVLink domain d1 (nodes n1, n2): one NVLink domain instead "
+        "of the operator's plan on rack r2 (nodes m1, m2)"
+    ]
     other = [
         kube_pod(f"o-w{i}", 4, job="o", replica=i, gpu_type="A100", planned=f"n{i + 1}") for i in range(2)
     ]
