@@ -5,7 +5,8 @@ starts the control plane, the extender, the workload emulator and the operator; 
 the jobs (every fourth a gang of 8 x 1 GPU) and ``StreamSampler`` samples until they have all finished:
 
 - **Accounting, per DRA node and sample**: the extender's free GPUs (asked through its ``/filter`` verb: a
-  probe pod asking for all of a node's GPUs passes when all are free, else the reason says how many are)
+  probe pod asking for all of a node's GPUs passes when all are free, else the reason says how many are,
+  and how many more it holds for pods planned there)
   against what DynamicResources can allocate there (the node's devices in ResourceSlices minus the
   devices allocated ResourceClaims hold). The claims are listed before and after the extender is asked;
   a node where any claim came or went in between (compared claim by claim, device by device, not by
@@ -126,8 +127,9 @@ def dra_nodes(api: k8s.ApiClient) -> dict[str, int]:
 
 
 def extender_free(extender_url: str, nodes: dict[str, int]) -> dict[str, int | str]:
-    """The extender's free GPUs per node (one ``/filter`` call per device count); a reason that names no
-    count comes back as the reason's text."""
+    """The extender's free GPUs per node (one ``/filter`` call per device count), those it holds for pods
+    planned there included (its refusal names both); a reason that names no count comes back as the
+    reason's text."""
     out: dict[str, int | str] = {}
     by_count: dict[int, list[str]] = defaultdict(list)
     for node, devices in nodes.items():
@@ -147,8 +149,15 @@ def extender_free(extender_url: str, nodes: dict[str, int]) -> dict[str, int | s
             if node in (reply.get("NodeNames") or []):
                 out[node] = devices
                 continue
-            m = re.search(r"node has (\d+) free", failed.get(node, ""))
-            out[node] = int(m.group(1)) if m else failed.get(node, "neither passed nor failed")
+            reason = failed.get(node, "")
+            m = re.search(r"node has (\d+) free", reason)
+            held = re.search(r"; (\d+) more held for pods planned there", reason)
+            # GPUs held for planned pods are free devices the extender keeps for them
+            out[node] = (
+                int(m.group(1)) + (int(held.group(1)) if held else 0)
+                if m
+                else failed.get(node, "neither passed nor failed")
+            )
     return out
 
 

@@ -41,6 +41,8 @@ class PodContext:
     placed: dict[str, int] = field(default_factory=dict)
     #: node -> unplaced gang replicas (incl. this pod) the operator planned there
     planned: dict[str, int] = field(default_factory=dict)
+    #: node -> replicas of the gang the TrainingJob's status allocation puts there (this generation's plan)
+    intent: dict[str, int] = field(default_factory=dict)
 
     @property
     def unplaced(self) -> int:
@@ -139,6 +141,10 @@ def _gang_state(cache: ClusterCache, ctx: PodContext) -> None:
     same_generation = info is not None and str(info.status.gang_generation) == pod.generation
     if alloc is not None and (same_generation or not pod.generation):
         replicas = max(replicas, alloc.replicas)
+        if same_generation and alloc.gpus_per_replica == pod.gpus:
+            # the operator's plan as it wrote it before creating the pods: whole even while the watch
+            # has not shown every pod of the gang yet
+            ctx.intent = {n: r for n, r in alloc.replicas_per_node.items() if r > 0}
     ctx.replicas = replicas
     for m in members:
         if m.key == pod.key or m.terminal:

@@ -34,6 +34,7 @@ from scheduler.core.types import Node
 from scheduler.extender.context import PodContext, filter_signature
 from scheduler.extender.gang import GangPlans, describe_plan
 from scheduler.extender.nodes import FREE_BITS, FREE_MASK, NodeIndex, names_itself
+from scheduler.k8s.cache import gang_of
 from scheduler.k8s.codec import decode_node
 
 #: Rejection categories (the ``reason`` label of the rejections metric).
@@ -127,6 +128,8 @@ class Filter:
             reason = f"perfsched: TrainingJob {ctx.pod.job} cannot be scheduled: {ctx.job_problem}"
             return FilterOutcome([], {}, dict.fromkeys(names, reason), {R_JOB: len(names)} if names else {})
         keys, per_name, counts = self._verdicts(ctx, names, node_objects)
+        if self._index.cache.held_nodes():
+            self._holds(ctx, names, per_name, counts)
         cats: dict[str, int] = {}
         for v, n in counts.items():
             if v is not None:
@@ -172,6 +175,34 @@ class Filter:
             failed.update(dict.fromkeys(outside, reason))
             cats[R_GANG] = cats.get(R_GANG, 0) + len(outside)
         return FilterOutcome(list(filter(in_plan, fits)), failed, unres, cats)
+
+    def _holds(
+        self, ctx: PodContext, names: Sequence[str], per_name: list[Verdict], counts: Counter[Verdict]
+    ) -> None:
+        """Where the cache holds GPUs for planned pods (``free`` is net of every hold): judge the nodes the
+        pod's own gang holds with its GPUs added back, and say in a refusal how many GPUs are held for
+        other pods."""
+        cache = self._index.cache
+        held = cache.held_nodes()
+        gang = ctx.gang_key or gang_of(ctx.pod)
+        own = cache.holds_of(gang) if ctx.gang_key is not None else {}
+        for i in [i for i, name in enumerate(names) if name in held]:
+            name = names[i]
+            node = cache.nodes.get(name)
+            if node is None:
+                continue
+            verdict = per_name[i]
+            if name in own:
+                verdict = class_verdict(ctx, node, cache.free_for(name, gang), self._memory)
+            others = cache.held_from(name, gang)
+            if verdict is not None and verdict[2] == R_FREE and others > 0:
+                verdict = (f"{verdict[0]}; {others} more held for pods planned there", verdict[1], R_FREE)
+            if verdict != per_name[i]:
+                counts[per_name[i]] -= 1
+                counts[verdict] += 1
+                per_name[i] = verdict
+        for v in [v for v, n in counts.items() if n <= 0]:
+            del counts[v]
 
     def _verdicts(
         self, ctx: PodContext, names: Sequence[str], node_objects: Sequence[Any] | None

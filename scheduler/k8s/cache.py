@@ -8,7 +8,13 @@ incrementally on every event. Free GPUs are allocatable GPUs minus
 - GPUs of every non-terminal pod bound to the node (``spec.nodeName`` set), Running or not, and
 - GPUs of pods this extender has bound but whose binding the watch has not shown yet ("assumed" pods,
   added by ``assume`` before the Binding is created and dropped when the watch shows the pod bound, when
-  the bind fails (``forget``), or after a time-to-live).
+  the bind fails (``forget``), or after a time-to-live), and
+- GPUs *held* for pods the operator has planned on the node (``perfsched.dev/planned-node``) that are not
+  bound yet: a gang's planned GPUs are kept for it from the moment its pods appear until they bind, the
+  pod goes, or ``hold_ttl_s`` (30 s) has passed since the cache first saw the pod (a plan that has not
+  bound by then no longer holds anything). ``free`` is net of every hold; ``free_for(node, gang)`` adds
+  back the gang's own holds (what the gang itself may use), ``holds_of(gang)`` lists them. A held pod
+  that is assumed, or whose ResourceClaim is allocated, holds nothing: it is counted where it is.
 
 On a node whose GPUs are DRA devices (``scheduler.k8s.dra``: DeviceClasses, ResourceSlices, ResourceClaims
 and DeviceTaintRules are watched too), capacity is its healthy GPU devices and the pods' share becomes the
@@ -29,11 +35,12 @@ keeps what it holds and retries every kind with capped backoff (``max_backoff_s`
 
 from __future__ import annotations
 
+import heapq
 import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Set
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -116,6 +123,23 @@ class _Assumed:
     expires: float
 
 
+@dataclass(slots=True)
+class _Hold:
+    """GPUs held on a pod's planned node until it binds (see the module docstring)."""
+
+    key: str
+    node: str
+    gpus: int
+    uid: str
+    gang: tuple[str, str]
+    expires: float
+
+
+def gang_of(pod: PodInfo) -> tuple[str, str]:
+    """The gang a pod's holds belong to: (job, generation), or ("", pod key) for a pod of no job."""
+    return (pod.job, pod.generation) if pod.job else ("", pod.key)
+
+
 class ClusterCache:
     """Nodes, pods and TrainingJobs, with free GPUs per node kept current. Thread-safe.
 
@@ -128,6 +152,7 @@ class ClusterCache:
         source: ListWatchSource | None = None,
         *,
         assume_ttl_s: float = 60.0,
+        hold_ttl_s: float = 30.0,
         watch_timeout_s: int = 300,
         retry_backoff_s: float = 1.0,
         max_backoff_s: float = 5.0,
@@ -137,6 +162,7 @@ class ClusterCache:
         self.lock = threading.RLock()
         self._source = source
         self._assume_ttl = assume_ttl_s
+        self._hold_ttl = hold_ttl_s
         self._watch_timeout = watch_timeout_s
         self._backoff = retry_backoff_s
         self._max_backoff = max_backoff_s
@@ -145,8 +171,10 @@ class ClusterCache:
         self._clock = clock
         self.version = 0
         self.nodes: dict[str, Node] = {}
-        #: free GPUs per node (allocatable - bound pods - assumed pods), never below 0
+        #: free GPUs per node (allocatable - bound pods - assumed pods - held GPUs), never below 0
         self.free: dict[str, int] = {}
+        #: free GPUs per node before holds
+        self._free_raw: dict[str, int] = {}
         #: increases whenever a node is added, changed or removed (not on pod events, unlike ``version``)
         self.nodes_version = 0
         #: called (under ``lock``) with a node's name whenever that node or its free GPUs change or it goes
@@ -163,6 +191,15 @@ class ClusterCache:
         self._assumed_by_node: dict[str, int] = {}
         self._pods: dict[str, PodInfo] = {}  # by namespace/name
         self._assumed: dict[str, _Assumed] = {}  # by namespace/name
+        #: planned pods' holds (by pod key), the pod keys holding on each node, when each pod's hold ends
+        #: (kept across the pod's updates) and a heap of those ends
+        self._holds: dict[str, _Hold] = {}
+        self._holds_by_node: dict[str, set[str]] = {}
+        self._hold_ends: dict[str, float] = {}
+        self._hold_heap: list[tuple[float, str]] = []
+        #: holds of started gangs none of whose pods exist yet: job -> hold keys; (job, generation) -> end
+        self._job_hold_keys: dict[str, list[str]] = {}
+        self._job_hold_ends: dict[tuple[str, str], float] = {}
         self._gangs: dict[tuple[str, str], set[str]] = {}  # (job, generation) -> pod keys
         self.jobs: dict[str, TrainingJobInfo] = {}
         self._synced: dict[Kind, bool] = {k: False for k in Kind}
@@ -245,6 +282,46 @@ class ClusterCache:
         with self.lock:
             return self._used.get(node, 0) + self._assumed_by_node.get(node, 0)
 
+    def now(self) -> float:
+        """The cache's clock (monotonic seconds)."""
+        return self._clock()
+
+    def free_for(self, node: str, gang: tuple[str, str]) -> int:
+        """Free GPUs on ``node`` for a pod of ``gang``: ``free`` plus what the gang itself holds there."""
+        keys = self._holds_by_node.get(node)
+        if not keys:
+            return self.free.get(node, 0)
+        others = sum(
+            h.gpus for h in map(self._holds.__getitem__, keys) if h.gang != gang and self._holding(h)
+        )
+        return max(0, self._free_raw.get(node, 0) - others)
+
+    def held_nodes(self) -> Set[str]:
+        """Nodes where some planned pod holds GPUs (a live view; empty when nothing is held)."""
+        return self._holds_by_node.keys()
+
+    def held_from(self, node: str, gang: tuple[str, str]) -> int:
+        """GPUs on ``node`` that are free but held for other gangs' planned pods, as ``gang`` sees them."""
+        if node not in self._holds_by_node:
+            return 0
+        return self._free_raw.get(node, 0) - self.free_for(node, gang)
+
+    def holds_of(self, gang: tuple[str, str]) -> dict[str, int]:
+        """Node -> GPUs held there for ``gang`` (its planned pods, its job's plan while they do not all
+        exist); empty when it holds nothing."""
+        out: dict[str, int] = {}
+        job, generation = gang
+        keys = [*self._gangs.get(gang, ()), *self._job_hold_keys.get(job, ())] if job else [generation]
+        for key in keys:
+            h = self._holds.get(key)
+            if h is not None and h.gang == gang and self._holding(h):
+                out[h.node] = out.get(h.node, 0) + h.gpus
+        return out
+
+    def _holding(self, h: _Hold) -> bool:
+        """Whether a hold still counts: its pod is neither assumed nor holding an allocated claim."""
+        return h.key not in self._assumed and not (h.uid and self.dra.claimed_node(h.uid))
+
     # --- assumed pods (bind reservations) ---------------------------------------------------------
     def assume(self, namespace: str, name: str, uid: str, node: str, gpus: int) -> None:
         """Reserve ``gpus`` on ``node`` for a pod about to be bound (replacing an earlier reservation)."""
@@ -257,6 +334,7 @@ class ClusterCache:
             self._assumed[key] = _Assumed(node, gpus, uid, self._clock() + self._assume_ttl)
             self._assumed_by_node[node] = self._assumed_by_node.get(node, 0) + gpus
             self._refresh_free(node)
+            self._refresh_hold(key, node)
             self.version += 1
 
     def reserve(self, namespace: str, name: str, uid: str, node: str, gpus: int) -> str | None:
@@ -296,9 +374,18 @@ class ClusterCache:
         else:
             self._assumed_by_node.pop(a.node, None)
         self._refresh_free(a.node)
+        self._refresh_hold(key, a.node)
         return True
 
+    def _refresh_hold(self, key: str, done: str) -> None:
+        """Refresh the node ``key``'s hold is on, unless it is ``done`` (already refreshed)."""
+        h = self._holds.get(key)
+        if h is not None and h.node != done:
+            self._refresh_free(h.node)
+
     def _expire_assumed(self) -> None:
+        if self._hold_heap:
+            self._expire_holds()
         if not self._assumed:
             return
         now = self._clock()
@@ -309,8 +396,86 @@ class ClusterCache:
         if expired:
             self.version += 1
 
+    def _expire_holds(self) -> None:
+        now = self._clock()
+        heap = self._hold_heap
+        expired = False
+        while heap and heap[0][0] <= now:
+            end, key = heapq.heappop(heap)
+            h = self._holds.get(key)
+            if h is not None and h.expires == end:
+                self._drop_hold(key)
+                expired = True
+        if expired:
+            self.version += 1
+
+    def _add_hold(self, pod: PodInfo) -> None:
+        """Hold a planned, unbound pod's GPUs on its planned node, until its hold ends."""
+        now = self._clock()
+        end = self._hold_ends.get(pod.key)
+        if end is None:
+            end = self._hold_ends[pod.key] = now + self._hold_ttl
+            heapq.heappush(self._hold_heap, (end, pod.key))
+        if end <= now:
+            return
+        self._holds[pod.key] = _Hold(pod.key, pod.planned_node, pod.gpus, pod.uid, gang_of(pod), end)
+        self._holds_by_node.setdefault(pod.planned_node, set()).add(pod.key)
+        self._refresh_free(pod.planned_node)
+
+    def _job_holds(self, job: str) -> None:
+        """Hold a started gang's GPUs, as its TrainingJob's ``status.allocation`` plans them, while the pods
+        of its generation do not all exist yet (the operator creates them once pods exiting on its nodes have
+        gone): per node, less the GPUs of its pods there (which hold for themselves), until all its pods
+        exist, the job ends or changes generation, or ``hold_ttl_s`` has passed."""
+        for key in self._job_hold_keys.pop(job, ()):
+            self._drop_hold(key)
+        info = self.jobs.get(job)
+        alloc = info.status.allocation if info is not None else None
+        if info is None or alloc is None or alloc.gpus_per_replica <= 0:
+            return
+        if info.status.phase in crd.TERMINAL_PHASES:
+            return
+        gang = (job, str(info.status.gang_generation))
+        members = [self._pods[k] for k in self._gangs.get(gang, ()) if k in self._pods]
+        if len(members) >= alloc.replicas:
+            return  # its pods exist: they hold for it
+        theirs: dict[str, int] = {}
+        for p in members:
+            where = p.node_name or p.planned_node
+            theirs[where] = theirs.get(where, 0) + p.gpus
+        now = self._clock()
+        end = self._job_hold_ends.get(gang)
+        if end is None:
+            end = self._job_hold_ends[gang] = now + self._hold_ttl
+        if end <= now:
+            return
+        keys = []
+        for node, r in sorted(alloc.replicas_per_node.items()):
+            gpus = r * alloc.gpus_per_replica - theirs.get(node, 0)
+            if gpus <= 0:
+                continue
+            key = f"{job}@{gang[1]}#{node}"
+            self._holds[key] = _Hold(key, node, gpus, "", gang, end)
+            self._holds_by_node.setdefault(node, set()).add(key)
+            heapq.heappush(self._hold_heap, (end, key))
+            keys.append(key)
+            self._refresh_free(node)
+        if keys:
+            self._job_hold_keys[job] = keys
+
+    def _drop_hold(self, key: str) -> None:
+        h = self._holds.pop(key, None)
+        if h is None:
+            return
+        keys = self._holds_by_node.get(h.node)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._holds_by_node[h.node]
+        self._refresh_free(h.node)
+
     def expire_assumed(self) -> None:
-        """Drop reservations older than the time-to-live (called by the watch loop and by readers)."""
+        """Drop reservations and holds past their time-to-live (called by the watch loop and by readers)."""
         with self.lock:
             self._expire_assumed()
 
@@ -325,9 +490,11 @@ class ClusterCache:
         node = self.nodes.get(name)
         if node is None:
             self.free.pop(name, None)
+            self._free_raw.pop(name, None)
         else:
             cap = node.gpus if node.schedulable else 0
             used = self._used.get(name, 0) + self._assumed_by_node.get(name, 0)
+            owners: frozenset[str] = frozenset()
             if node.gpu_api == "dra":
                 # kube-scheduler creates a pod's claim in PreBind, before the Binding: an assumed or bound
                 # pod whose claim is visible is counted by the claim alone
@@ -337,7 +504,11 @@ class ClusterCache:
                 if self._assumed_by_node.get(name):
                     assumed = (a for a in self._assumed.values() if a.node == name)
                     used += sum(a.gpus for a in assumed if not a.uid or a.uid not in owners)
-            self.free[name] = max(0, cap - used)
+            raw = self._free_raw[name] = max(0, cap - used)
+            keys = self._holds_by_node.get(name)
+            if keys:
+                raw -= sum(h.gpus for h in map(self._holds.__getitem__, keys) if self._holding(h))
+            self.free[name] = max(0, raw)
         for listener in self._node_listeners:
             listener(name)
 
@@ -366,20 +537,31 @@ class ClusterCache:
                 self._gangs = {}
                 self._used = {}
                 self._holders = {}
+                self._holds = {}
+                self._holds_by_node = {}
                 for obj in items:
                     pod = self._decode_pod(obj)
                     if pod is not None:
                         self._add_pod(pod)
+                for key in [k for k in self._hold_ends if k not in self._pods]:
+                    del self._hold_ends[key]
+                self._job_hold_keys = {}
+                for job in self.jobs:
+                    self._job_holds(job)
                 for key in [k for k in self._assumed if self._pods.get(k, None) is not None]:
                     if self._pods[key].node_name or self._pods[key].terminal:
                         self._drop_assumed(key)
                 for name in self.nodes:
                     self._refresh_free(name)
             else:
+                gone = set(self.jobs)
                 self.jobs = {}
                 for obj in items:
                     info = _decode_trainingjob(obj)
                     self.jobs[info.key] = info
+                for job in gone | set(self.jobs):
+                    self._job_holds(job)
+                self._job_hold_ends = {g: t for g, t in self._job_hold_ends.items() if g[0] in self.jobs}
             self._rv[kind] = resource_version
             self._synced[kind] = True
             self._last_event[kind] = self._clock()
@@ -406,8 +588,11 @@ class ClusterCache:
                 info = _decode_trainingjob(obj)
                 if deleted:
                     self.jobs.pop(info.key, None)
+                    for gang in [g for g in self._job_hold_ends if g[0] == info.key]:
+                        del self._job_hold_ends[gang]
                 else:
                     self.jobs[info.key] = info
+                self._job_holds(info.key)
             self.version += 1
 
     def _decode_node(self, obj: Mapping[str, Any]) -> Node | None:
@@ -467,6 +652,9 @@ class ClusterCache:
                 self.nodes[name] = node
                 changed = True
             self._refresh_free(name)
+        # an allocated claim of a held pod (PreBind) ends its hold, wherever the claim is
+        for name in set(self._holds_by_node) - names:
+            self._refresh_free(name)
         if changed:
             self.nodes_version += 1
 
@@ -507,6 +695,7 @@ class ClusterCache:
             self._remove_pod(old)
         if deleted:
             self._drop_assumed(pod.key)
+            self._hold_ends.pop(pod.key, None)
             return
         self._add_pod(pod)
         if pod.node_name or pod.terminal:
@@ -521,9 +710,16 @@ class ClusterCache:
             self._used[pod.node_name] = self._used.get(pod.node_name, 0) + pod.gpus
             self._holders.setdefault(pod.node_name, {})[pod.key] = (pod.uid, pod.gpus)
             self._refresh_free(pod.node_name)
+        if pod.job in self._job_hold_keys:
+            self._job_holds(pod.job)  # the first pod of its generation: the pods hold from now on
+        if pod.planned_node and pod.gpus > 0 and not pod.node_name and not pod.terminal:
+            self._add_hold(pod)
+        elif pod.key in self._hold_ends:
+            del self._hold_ends[pod.key]  # bound or finished: it holds nothing again
 
     def _remove_pod(self, pod: PodInfo) -> None:
         self._pods.pop(pod.key, None)
+        self._drop_hold(pod.key)
         if pod.job:
             members = self._gangs.get((pod.job, pod.generation))
             if members is not None:

@@ -138,6 +138,7 @@ def kube_tj(
     gpu_type: str = "",
     generation: int = 1,
     placement: dict[str, str] | None = None,
+    alloc_nodes: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "model": model,
@@ -153,6 +154,8 @@ def kube_tj(
     status: dict[str, Any] = {"gangGeneration": generation}
     if alloc_replicas:
         status["allocation"] = {"replicas": alloc_replicas, "gpuType": gpu_type, "gpusPerReplica": gpus}
+        if alloc_nodes:
+            status["allocation"]["replicasPerNode"] = dict(alloc_nodes)
     if placement:
         status["placement"] = placement
     return {

@@ -261,7 +261,9 @@ def test_an_earlier_plan_outside_kube_schedulers_sample_is_made_again_among_it(
 
 def test_operator_plan_is_followed_while_it_fits(client_for: Callable[..., TestClient]) -> None:
     nodes, pods = gang_cluster(big_free=False)
-    # the operator planned two replicas on m1 and two on m2 (rack r2): followed, although d1 is tighter
+    pods.append(kube_pod("half", 2, node="n1", namespace="other"))  # no NVLink domain holds the gang
+    # the operator planned two replicas on m1 and two on m2 (rack r2): followed, although n1 + n2 + n3
+    # would be a tighter fit
     gang = [
         kube_pod(f"tj-w{i}", 2, job="tj", replica=i, gpu_type="A100", planned="m1" if i < 2 else "m2")
         for i in range(4)
@@ -271,16 +273,104 @@ def test_operator_plan_is_followed_while_it_fits(client_for: Callable[..., TestC
     assert body["NodeNames"] == ["m1", "m2"]
 
 
-def test_stale_operator_plan_falls_back_to_gang_placement(client_for: Callable[..., TestClient]) -> None:
+def test_a_gang_planned_over_several_nodes_takes_an_nvlink_domain_freed_since(
+    client_for: Callable[..., TestClient], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The operator planned the gang over m1 + m2 (no domain was free at its round); NVLink domain d1 is
+    free now and held for nobody: every pod of the gang gets d1. A domain held for another gang's planned
+    pods is not taken."""
+    nodes, pods = gang_cluster(big_free=False)
+    gang = [
+        kube_pod(f"tj-w{i}", 2, job="tj", replica=i, gpu_type="A100", planned="m1" if i < 2 else "m2")
+        for i in range(4)
+    ]
+    cache = fed_cache(nodes, pods + gang, [kube_tj("tj", replicas=4, gpus=2)])
+    client = client_for(cache)
+    with caplog.at_level("INFO", logger="scheduler.extender.gang"):
+        for pod in gang:
+            body = client.post("/filter", json={"Pod": pod, "NodeNames": GANG_NAMES}).json()
+            assert body["NodeNames"] == ["n1", "n2"]
+    # one line per gang says where and why
+    assert [r.getMessage() for r in caplog.records if r.name == "scheduler.extender.gang"] == [
+        "gang team-a/tj generation 1 placed on NVLink domain d1 (nodes n1, n2): one NVLink domain instead "
+        "of the operator's plan on rack r2 (nodes m1, m2)"
+    ]
+    other = [
+        kube_pod(f"o-w{i}", 4, job="o", replica=i, gpu_type="A100", planned=f"n{i + 1}") for i in range(2)
+    ]
+    cache = fed_cache(
+        nodes, pods + gang + other, [kube_tj("tj", replicas=4, gpus=2), kube_tj("o", replicas=2, gpus=4)]
+    )
+    body = client_for(cache).post("/filter", json={"Pod": gang[0], "NodeNames": GANG_NAMES}).json()
+    assert body["NodeNames"] == ["m1", "m2"]
+
+
+def test_stale_operator_plan_waits_while_held_then_falls_back_to_gang_placement(
+    client_for: Callable[..., TestClient],
+) -> None:
+    """A plan that does not fit is waited for (a finished pod's claim or a watch behind the operator
+    clears within seconds) for 5 s; then the gang is placed afresh."""
+    t = [0.0]
     nodes, pods = gang_cluster(big_free=False)
     pods.append(kube_pod("squatter", 4, node="m1", namespace="other"))  # m1 planned but now full
     gang = [
         kube_pod(f"tj-w{i}", 2, job="tj", replica=i, gpu_type="A100", planned="m1" if i < 2 else "m2")
         for i in range(4)
     ]
-    cache = fed_cache(nodes, pods + gang, [kube_tj("tj", replicas=4, gpus=2)])
-    body = client_for(cache).post("/filter", json={"Pod": gang[0], "NodeNames": GANG_NAMES}).json()
+    cache = fed_cache(nodes, pods + gang, [kube_tj("tj", replicas=4, gpus=2)], clock=lambda: t[0])
+    client = client_for(cache)
+    body = client.post("/filter", json={"Pod": gang[0], "NodeNames": GANG_NAMES}).json()
+    assert body["NodeNames"] == []
+    assert body["FailedNodes"]["n1"] == (
+        "perfsched: gang team-a/tj: waiting for the GPUs planned for it on rack r2 (nodes m1, m2) to be free "
+        "(4 of 8 free now)"
+    )
+    t[0] = 4.0
+    body = client.post("/filter", json={"Pod": gang[1], "NodeNames": GANG_NAMES}).json()
+    assert body["NodeNames"] == []
+    t[0] = 5.5  # past the 5 s a plan is waited for
+    body = client.post("/filter", json={"Pod": gang[0], "NodeNames": GANG_NAMES}).json()
     assert body["NodeNames"] == ["n1", "n2"]  # the NVLink domain, as place_gang says
+
+
+def test_a_plan_the_watch_shows_in_part_is_read_from_the_jobs_status(
+    client_for: Callable[..., TestClient],
+) -> None:
+    """The operator writes the allocation into the TrainingJob's status before it creates the pods: with
+    one pod of the gang visible, the plan (NVLink domain d1) is still whole, not placed afresh on big-0."""
+    nodes, pods = gang_cluster(big_free=True)
+    gang = [
+        kube_pod(f"tj-w{i}", 2, job="tj", replica=i, gpu_type="A100", planned="n1" if i < 2 else "n2")
+        for i in range(4)
+    ]
+    tj = kube_tj("tj", replicas=4, gpus=2, alloc_replicas=4, gpu_type="A100", alloc_nodes={"n1": 2, "n2": 2})
+    cache = fed_cache(nodes, pods + gang[:1], [tj])
+    body = client_for(cache).post("/filter", json={"Pod": gang[0], "NodeNames": GANG_NAMES}).json()
+    assert body["NodeNames"] == ["n1", "n2"]
+
+
+def test_gpus_planned_for_a_gang_are_held_from_other_pods(client_for: Callable[..., TestClient]) -> None:
+    """Another job's pod is kept off the GPUs planned for a gang whose pods are not bound yet, until the
+    hold ends; the gang's own pods still see them."""
+    t = [0.0]
+    nodes, pods = gang_cluster(big_free=True)
+    gang = gang_pods(planned="big-0")
+    lone = kube_pod("solo-w0", 2, job="solo", replica=0, gpu_type="A100")
+    cache = fed_cache(
+        nodes,
+        pods + gang + [lone],
+        [kube_tj("tj", replicas=4, gpus=2), kube_tj("solo", gpus=2)],
+        clock=lambda: t[0],
+    )
+    client = client_for(cache)
+    body = client.post("/filter", json={"Pod": lone, "NodeNames": ["big-0"]}).json()
+    assert body["NodeNames"] == []
+    assert body["FailedNodes"]["big-0"].endswith("node has 0 free; 8 more held for pods planned there")
+    body = client.post("/filter", json={"Pod": gang[3], "NodeNames": GANG_NAMES}).json()
+    assert body["NodeNames"] == ["big-0"]
+    t[0] = 31.0
+    body = client.post("/filter", json={"Pod": lone, "NodeNames": ["big-0"]}).json()
+    assert body["NodeNames"] == ["big-0"]
 
 
 def test_a_gang_that_does_not_fit_waits_with_the_reason(client_for: Callable[..., TestClient]) -> None:

@@ -252,3 +252,66 @@ def test_an_api_outage_keeps_the_cache_logs_once_and_resumes_the_watch(caplog: A
     messages = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
     assert sum("API server unavailable" in m for m in messages) == 1
     assert not any("watch of nodes failed" in m for m in messages)  # not once per retry
+
+
+def test_a_planned_unbound_pod_holds_its_gpus_until_it_binds_goes_or_its_hold_ends() -> None:
+    t = [0.0]
+    cache = fed_cache([kube_node("a", "A100", 8), kube_node("b", "A100", 8)], clock=lambda: t[0])
+    gang = ("team-a/tj", "1")
+    p0 = kube_pod("tj-w0", 2, job="tj", replica=0, planned="a", uid="u0")
+    cache.apply(Kind.PODS, "ADDED", p0)
+    cache.apply(Kind.PODS, "ADDED", kube_pod("tj-w1", 2, job="tj", replica=1, planned="a", uid="u1"))
+    assert cache.free == {"a": 4, "b": 8}  # held from every other pod
+    assert cache.free_for("a", gang) == 8 and cache.holds_of(gang) == {"a": 4}
+    assert cache.free_for("a", ("team-a/other", "1")) == 4
+    # bound elsewhere than planned: it holds nothing on a, and is counted on b
+    cache.apply(
+        Kind.PODS, "MODIFIED", kube_pod("tj-w0", 2, job="tj", replica=0, planned="a", node="b", uid="u0")
+    )
+    assert cache.free == {"a": 6, "b": 6} and cache.holds_of(gang) == {"a": 2}
+    # an assumed pod (this extender's bind in flight) is counted where it is assumed, not held
+    assert cache.reserve("team-a", "tj-w1", "u1", "b", 2) is None
+    assert cache.free == {"a": 8, "b": 4} and cache.holds_of(gang) == {}
+    cache.forget("team-a", "tj-w1")
+    assert cache.free == {"a": 6, "b": 6}
+    # an update of the pod keeps the hold's end; past it, nothing is held
+    cache.apply(Kind.PODS, "MODIFIED", kube_pod("tj-w1", 2, job="tj", replica=1, planned="a", uid="u1"))
+    t[0] = 30.5
+    cache.expire_assumed()
+    assert cache.free == {"a": 8, "b": 6} and cache.holds_of(gang) == {}
+    cache.apply(Kind.PODS, "MODIFIED", kube_pod("tj-w1", 2, job="tj", replica=1, planned="a", uid="u1"))
+    assert cache.free["a"] == 8
+    # a deleted pod holds nothing
+    cache.apply(Kind.PODS, "ADDED", kube_pod("solo", 3, planned="b", uid="u2"))
+    assert cache.free["b"] == 3
+    cache.apply(Kind.PODS, "DELETED", kube_pod("solo", 3, planned="b", uid="u2"))
+    assert cache.free["b"] == 6
+
+
+def test_a_started_gang_holds_its_planned_gpus_before_its_pods_exist() -> None:
+    """The operator writes a START's allocation into the status and creates the pods once pods exiting on
+    its nodes have gone: from the status on, the planned GPUs are held for the gang (less what its pods
+    that exist hold themselves), until all its pods exist, the job ends, or the hold's 30 s pass."""
+    t = [0.0]
+    tj = kube_tj("tj", replicas=2, gpus=2, alloc_replicas=2, gpu_type="A100", alloc_nodes={"a": 2})
+    cache = fed_cache([kube_node("a", "A100", 8), kube_node("b", "A100", 8)], [], [tj], clock=lambda: t[0])
+    gang = ("team-a/tj", "1")
+    assert cache.free == {"a": 4, "b": 8} and cache.holds_of(gang) == {"a": 4}
+    assert cache.free_for("a", gang) == 8
+    cache.apply(Kind.PODS, "ADDED", kube_pod("tj-w0", 2, job="tj", replica=0, planned="a", uid="u0"))
+    assert cache.free["a"] == 4 and cache.holds_of(gang) == {"a": 4}  # 2 by the pod, 2 by the plan
+    cache.apply(Kind.PODS, "ADDED", kube_pod("tj-w1", 2, job="tj", replica=1, planned="a", uid="u1"))
+    cache.apply(Kind.PODS, "MODIFIED", kube_pod("tj-w0", 2, job="tj", replica=0, planned="a", node="a"))
+    cache.apply(Kind.PODS, "MODIFIED", kube_pod("tj-w1", 2, job="tj", replica=1, planned="a", node="a"))
+    assert cache.free["a"] == 4 and cache.holds_of(gang) == {}  # bound: counted, not held
+    # a job whose pods never come holds for 30 s only; a finished job holds nothing
+    other = kube_tj("o", replicas=1, gpus=4, alloc_replicas=1, gpu_type="A100", alloc_nodes={"b": 1})
+    cache.apply(Kind.TRAININGJOBS, "ADDED", other)
+    assert cache.free["b"] == 4
+    t[0] = 30.5
+    cache.expire_assumed()
+    assert cache.free["b"] == 8
+    done = kube_tj("d", replicas=1, gpus=4, alloc_replicas=1, gpu_type="A100", alloc_nodes={"b": 1})
+    done["status"]["phase"] = "Succeeded"
+    cache.apply(Kind.TRAININGJOBS, "ADDED", done)
+    assert cache.free["b"] == 8

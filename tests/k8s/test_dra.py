@@ -286,3 +286,13 @@ def test_device_taint_rules_take_the_devices_they_select_out_of_the_extenders_fr
     assert cache.free["dra-v"] == 8
     cache.apply(Kind.DEVICETAINTRULES, "DELETED", taint_rule("drain-t", {}))
     assert cache.free == {"dra-v": 8, "dra-t": 4}
+
+
+def test_a_held_pod_whose_claim_is_allocated_is_counted_by_the_claim_alone() -> None:
+    """kube-scheduler allocates a pod's claim in PreBind: from then on the pod is where its claim is, and
+    its hold on the planned node ends (wherever the claim is)."""
+    v2 = Node("dra-v2", "V100", 8, gpu_product="Tesla-V100-SXM2-16GB", rack="r1")
+    cache = dra_cache(V100, v2, pods=[kube_pod("w0", 2, job="tj", replica=0, planned="dra-v", uid="u0")])
+    assert cache.free == {"dra-v": 6, "dra-v2": 8}
+    cache.apply(Kind.RESOURCECLAIMS, "ADDED", gpu_claim("w0-gpu", "dra-v2", [0, 1], owner_uid="u0"))
+    assert cache.free == {"dra-v": 8, "dra-v2": 6}
