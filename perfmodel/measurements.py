@@ -13,7 +13,9 @@ batch (all GPUs), ``iters_per_s`` counts global iterations of the whole job and 
   1 / step_time and global batch = GPUs x local_bsz.
 - ElasticFlow: rows are global batch sizes, values iterations/s.
 - Zeus: epochs/s at the default (highest) power limit, median over optimizers, times the dataset's
-  training-set size from ``perfmodel.zoo`` -> samples/s.
+  training-set size from ``perfmodel.zoo`` -> samples/s. Its NSDI'23 artifact ran PyTorch 1.10.1 (the
+  Dockerfile at ml-energy/zeus@9703b31), whose defaults run matmuls and convolutions in TF32 on the A40;
+  the rows keep the ``fp32`` and ``research`` their job asked for (decision 0123).
 
 Rows with the same configuration (model, dataset, global batch, GPU type, GPUs, nodes, GPUs per node) from
 several files (Gavel's simulation and physical tables, Shockwave's re-measurements) are merged into their
