@@ -473,6 +473,12 @@ def _llm(name: str, aliases: tuple[str, ...], arch: LLMArch, source: str) -> Mod
 # parameter count. ``default_sequence``: the pre-training sequence length for MPT and GPT-NeoX (2048),
 # else 4096 (shorter than the longest context these models support; a job training longer sequences
 # says so in ``sequenceLength``).
+# MosaicML's MPT family as llm-foundry trains and benchmarks it (Apache-2.0):
+# ``scripts/train/yamls/pretrain/<name>.yaml`` (d_model, n_layers, n_heads, expansion_ratio 4, GeLU MLP,
+# tied embeddings, 2048-token sequences) and ``scripts/train/benchmarking/README.md``, whose parameter count
+# at 2048 tokens, less its 2048 x hidden learned position embedding, is ``params_card``.
+_MPT_SOURCE = "llm-foundry scripts/train/yamls/pretrain/{}.yaml; benchmarking README's parameter count"
+
 LLMS: tuple[ModelInfo, ...] = (
     _llm(
         "llama3-8b",
@@ -519,6 +525,36 @@ LLMS: tuple[ModelInfo, ...] = (
         "Qwen/Qwen2.5-72B config.json and model card (72.7B)",
     ),
     _llm(
+        "mpt-125m",
+        ("mosaicml-mpt-125m",),
+        LLMArch(12, 768, 12, 12, 3072, 50432, 2048, 0.1237e9, gated_mlp=False, tied_embeddings=True),
+        _MPT_SOURCE.format("mpt-125m"),
+    ),
+    _llm(
+        "mpt-350m",
+        ("mosaicml-mpt-350m",),
+        LLMArch(24, 1024, 16, 16, 4096, 50432, 2048, 0.3539e9, gated_mlp=False, tied_embeddings=True),
+        _MPT_SOURCE.format("mpt-350m"),
+    ),
+    _llm(
+        "mpt-760m",
+        ("mosaicml-mpt-760m",),
+        LLMArch(24, 1536, 12, 12, 6144, 50432, 2048, 0.7573e9, gated_mlp=False, tied_embeddings=True),
+        _MPT_SOURCE.format("mpt-760m"),
+    ),
+    _llm(
+        "mpt-1b",
+        ("mosaicml-mpt-1b",),
+        LLMArch(24, 2048, 16, 16, 8192, 50432, 2048, 1.312e9, gated_mlp=False, tied_embeddings=True),
+        _MPT_SOURCE.format("mpt-1b"),
+    ),
+    _llm(
+        "mpt-3b",
+        ("mosaicml-mpt-3b",),
+        LLMArch(32, 2560, 20, 20, 10240, 50432, 2048, 2.647e9, gated_mlp=False, tied_embeddings=True),
+        _MPT_SOURCE.format("mpt-3b"),
+    ),
+    _llm(
         "mpt-7b",
         ("mosaicml-mpt-7b", "mpt-7b-base"),
         # expansion_ratio 4 (GeLU MLP, two matrices), no biases, tied embeddings, 2048-token pre-training.
@@ -530,6 +566,18 @@ LLMS: tuple[ModelInfo, ...] = (
         ("mosaicml-mpt-30b",),
         LLMArch(48, 7168, 64, 64, 28672, 50432, 2048, 29.96e9, gated_mlp=False, tied_embeddings=True),
         "mosaicml/mpt-30b config.json and model card (30B); llm-foundry benchmark table (29.96B at 2048)",
+    ),
+    _llm(
+        "mpt-13b",
+        ("mosaicml-mpt-13b",),
+        LLMArch(40, 5120, 40, 40, 20480, 50432, 2048, 12.84e9, gated_mlp=False, tied_embeddings=True),
+        _MPT_SOURCE.format("mpt-13b"),
+    ),
+    _llm(
+        "mpt-70b",
+        ("mosaicml-mpt-70b",),
+        LLMArch(80, 8192, 64, 64, 32768, 50432, 2048, 64.85e9, gated_mlp=False, tied_embeddings=True),
+        _MPT_SOURCE.format("mpt-70b"),
     ),
     _llm(
         "gpt-neox-20b",

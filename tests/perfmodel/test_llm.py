@@ -118,6 +118,27 @@ def test_llm_rows_go_to_the_llm_model_and_others_to_the_learned_one() -> None:
     assert mixed.low[1] < mixed.samples_per_s[1] < mixed.high[1]
 
 
+def test_every_llm_foundry_mpt_size_is_an_llm_job_with_the_shape_its_runs_trained() -> None:
+    """llm-foundry's MPT 125M-70B rows are answered by the LLM scaling model, not the learned one (which
+    reads them 1.9-2.8x too fast with the source held out: docs/decisions/0125), and the zoo's shape for
+    each size gives the parameter count the benchmark table states, less its learned position embedding."""
+    from importlib import resources
+    from pathlib import Path
+
+    from perfmodel.llm import question_of
+    from perfmodel.measurements import read_table
+
+    table = read_table(Path(str(resources.files("perfmodel") / "data" / "measurements.csv.gz")))
+    rows = [m for m in table if m.source.split("+")[0] == "llm_foundry"]
+    assert {m.model for m in rows} >= {f"mpt-{s}" for s in ("125m", "350m", "760m", "1b", "3b", "13b", "70b")}
+    for m in rows:
+        job, _ = question_of(m)
+        assert isinstance(job, LLMJobFeatures) and is_llm_job(job), m.model
+        arch = llm_arch(m.model)
+        assert arch is not None
+        assert arch.params_total == pytest.approx(m.params - m.seq_len * arch.hidden, rel=0.002), m.model
+
+
 def test_scaling_model_physics() -> None:
     def tokens_per_s(job: LLMJobFeatures, hw: HardwareFeatures) -> float:
         pl = plan(job, hw)

@@ -282,6 +282,63 @@ def test_measured_v100_rows_carry_the_memory_their_runs_had(tmp_path: Path) -> N
     assert specs["sia_azure"].variant == "V100-SXM2-32GB"
 
 
+def test_sia_azure_rows_carry_the_links_their_runs_used_and_its_ncf_rows_are_left_out(tmp_path: Path) -> None:
+    """Sia's Azure V100s ran one pod per GPU without InfiniBand: in-node traffic over PCIe, cross-node over
+    24 Gb/s Ethernet. Its NCF rows (8-13x slower than the same harness elsewhere) are not read; another
+    cluster's NCF and Azure's other models are."""
+    one = {"source": "pollux_sia", "batch_size": "64", "local_batch_size": "32", "num_gpus": "2"}
+    _write_tidy(
+        tmp_path / "throughput_isolated_tidy.csv.gz",
+        [
+            {
+                **one,
+                "source_file": "imagenet/placements-azure.csv",
+                "model": "imagenet",
+                "gpu_type": "V100-32GB",
+                "num_nodes": "1",
+                "placement": "2",
+                "iters_per_s": "3",
+            },
+            {
+                **one,
+                "source_file": "imagenet/placements-azure.csv",
+                "model": "imagenet",
+                "gpu_type": "V100-32GB",
+                "num_nodes": "2",
+                "placement": "11",
+                "iters_per_s": "4",
+            },
+            {
+                **one,
+                "source_file": "ncf/placements-azure.csv",
+                "model": "ncf",
+                "gpu_type": "V100-32GB",
+                "num_nodes": "1",
+                "placement": "2",
+                "iters_per_s": "9",
+            },
+            {
+                **one,
+                "source_file": "ncf/placements-aws.csv",
+                "model": "ncf",
+                "gpu_type": "T4",
+                "num_nodes": "1",
+                "placement": "2",
+                "iters_per_s": "90",
+            },
+        ],
+    )
+    rows = read_shared_tidy(tmp_path)
+    got = {(m.source, m.model, m.num_nodes): (m.interconnect, m.network_gbps) for m in rows}
+    assert got == {
+        ("sia_azure", "resnet50", 1): ("pcie", 24.0),
+        ("sia_azure", "resnet50", 2): ("pcie", 24.0),
+        ("pollux_aws", "ncf", 1): ("pcie", 50.0),
+    }
+    in_node = next(m for m in rows if m.source == "sia_azure" and m.num_nodes == 1)
+    assert resolve(*question_of(in_node)).spec.variant == "V100-SXM2-32GB"
+
+
 def test_the_truth_of_a_gpu_type_is_its_default_variant_where_that_was_measured() -> None:
     """Zeus measured ResNet-50 on a 32 GB PCIe V100 at batches Gavel measured on the 16 GB SXM2 default:
     the simulated V100 runs at Gavel's speed there (a second variant must not move the median), and Zeus's
