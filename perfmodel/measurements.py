@@ -360,31 +360,45 @@ def write_table(measurements: Sequence[Measurement], path: Path) -> None:
         gz.write(buf.getvalue().encode())
 
 
+def _bool_cell(text: str) -> bool:
+    return text == "True"
+
+
+#: each column's conversion from its CSV text, by the field's declared type
+_CONVERT = {"bool": _bool_cell, "int": int, "float": float, "str": str}
+
+
 def read_table(path: Path) -> list[Measurement]:
-    """Read a table written by ``write_table``; ``ModelFileError`` naming the file and row on bad content."""
+    """Read a table written by ``write_table``; ``ModelFileError`` naming the file and row on bad content.
+
+    Each column's converter is chosen once from the header (the shipped table has some 5,000 rows of
+    26 columns, read on every simulator start); a column the file lacks takes the field's default."""
     try:
         with gzip.open(path, "rt", newline="") as fh:
-            rows = list(csv.DictReader(fh))
+            reader = csv.reader(fh)
+            header = next(reader, [])
+            rows = [r for r in reader if r]
     except (OSError, EOFError, csv.Error) as exc:
         raise ModelFileError(f"cannot read measured table {path}: {exc}") from exc
+    col = {name: i for i, name in enumerate(header)}
     types = {f.name: f.type for f in fields(Measurement)}
+    plan = [(name, col.get(name), _CONVERT.get(str(types[name]), str)) for name in _COLUMNS]
+    width = len(header)
     out = []
     for i, r in enumerate(rows, start=2):
         try:
-            values: dict[str, object] = {}
-            for name in _COLUMNS:
-                text = r.get(name)
+            if len(r) < width:  # a short row: its missing cells read as absent
+                r = r + [None] * (width - len(r))  # type: ignore[list-item]
+            values: list[object] = []
+            for name, idx, convert in plan:
+                text = r[idx] if idx is not None else None
                 if text is None:
-                    if name not in _DEFAULTS or _DEFAULTS[name] is MISSING:
+                    if _DEFAULTS.get(name, MISSING) is MISSING:
                         raise KeyError(name)
-                    values[name] = _DEFAULTS[name]
-                    continue
-                kind = types[name]
-                if kind == "bool":
-                    values[name] = text == "True"
-                    continue
-                values[name] = int(text) if kind == "int" else float(text) if kind == "float" else text
-            out.append(Measurement(**values))  # type: ignore[arg-type]
+                    values.append(_DEFAULTS[name])
+                else:
+                    values.append(convert(text))
+            out.append(Measurement(*values))  # type: ignore[arg-type]
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelFileError(f"{path}: line {i}: bad row ({exc})") from exc
     return out
