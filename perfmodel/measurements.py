@@ -33,7 +33,7 @@ import logging
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 
@@ -365,7 +365,7 @@ def _bool_cell(text: str) -> bool:
 
 
 #: each column's conversion from its CSV text, by the field's declared type
-_CONVERT = {"bool": _bool_cell, "int": int, "float": float, "str": str}
+_CONVERT: dict[str, Callable[[str], object]] = {"bool": _bool_cell, "int": int, "float": float, "str": str}
 
 
 def read_table(path: Path) -> list[Measurement]:
