@@ -86,30 +86,32 @@ def _active_integral(result: EngineResult) -> tuple[list[float], list[float], li
     return t, n, area
 
 
-def _integral_at(t: Sequence[float], n: Sequence[float], area: Sequence[float], at: float) -> float:
-    """The integral of the step series ``n`` over ``t`` up to time ``at``."""
-    k = min(max(bisect.bisect_right(t, at) - 1, 0), max(0, len(t) - 1))
-    d = at - t[k]
-    return area[k] + n[k] * (d if d > 0.0 else 0.0)
-
-
 def _fairness(result: EngineResult, done: Sequence[JobRecord]) -> tuple[float, float, float]:
     """Finish-time fairness of the finished jobs (module docstring): rho's mean, maximum and the share
-    of jobs with rho <= 1; NaN where no job has an ideal duration."""
+    of jobs with rho <= 1; NaN where no job has an ideal duration.
+
+    N (the jobs in the system while the job was) is the integral of the step series between the job's
+    submit and finish times over that span, read off the running integral at the sample before each."""
     t, act, area = _active_integral(result)
     total = result.total_gpus
+    last = max(0, len(t) - 1)
+    right = bisect.bisect_right
     rho: list[float] = []
     for r in done:
         ideal = r.ideal_duration
         if not (math.isfinite(ideal) and ideal > 0):
             continue
         sub, fin = r.submit_time, r.finish if r.finish is not None else math.nan
+        k = min(max(right(t, fin) - 1, 0), last)
+        d = fin - t[k]
+        at_fin = area[k] + act[k] * (d if d > 0.0 else 0.0)
+        k = min(max(right(t, sub) - 1, 0), last)
+        d = sub - t[k]
+        at_sub = area[k] + act[k] * (d if d > 0.0 else 0.0)
         span = fin - sub
-        span = span if span > 1e-9 else 1e-9
-        n_avg = (_integral_at(t, act, area, fin) - _integral_at(t, act, area, sub)) / span
-        n_avg = n_avg if n_avg > 1.0 else 1.0
-        share = float(r.gpus) * n_avg / total
-        rho.append((fin - sub) / (ideal * (share if share > 1.0 else 1.0)))
+        n_avg = (at_fin - at_sub) / (span if span > 1e-9 else 1e-9)
+        share = float(r.gpus) * (n_avg if n_avg > 1.0 else 1.0) / total
+        rho.append(span / (ideal * (share if share > 1.0 else 1.0)))
     if not rho:
         return math.nan, math.nan, math.nan
     fair = sum(1 for v in rho if v <= 1.0 + 1e-9) / len(rho)
