@@ -36,6 +36,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 
 from perfmodel.errors import ModelFileError
 from perfmodel.zoo import canonical_dataset, dataset_info
@@ -360,12 +361,13 @@ def write_table(measurements: Sequence[Measurement], path: Path) -> None:
         gz.write(buf.getvalue().encode())
 
 
-def _bool_cell(text: str) -> bool:
-    return text == "True"
-
-
 #: each column's conversion from its CSV text, by the field's declared type
-_CONVERT: dict[str, Callable[[str], object]] = {"bool": _bool_cell, "int": int, "float": float, "str": str}
+_CONVERT: dict[str, Callable[[str], object]] = {"bool": "True".__eq__, "int": int, "float": float, "str": str}
+
+
+def _default(value: object) -> object:
+    """A column the file lacks: its cell (placed after the row's own) holds the field's default."""
+    return value
 
 
 def read_table(path: Path) -> list[Measurement]:
@@ -381,24 +383,50 @@ def read_table(path: Path) -> list[Measurement]:
     except (OSError, EOFError, csv.Error) as exc:
         raise ModelFileError(f"cannot read measured table {path}: {exc}") from exc
     col = {name: i for i, name in enumerate(header)}
-    types = {f.name: f.type for f in fields(Measurement)}
-    plan = [(name, col.get(name), _CONVERT.get(str(types[name]), str)) for name in _COLUMNS]
     width = len(header)
+    types = {f.name: f.type for f in fields(Measurement)}
+    # per field: its cell's index and converter; the defaults of absent columns go after the row's
+    # cells (index -1: absent and without a default, so every row is bad)
+    plan: list[tuple[int, Callable[[Any], object]]] = []
+    tail: list[object] = []
+    for name in _COLUMNS:
+        idx = col.get(name)
+        if idx is not None:
+            plan.append((idx, _CONVERT.get(str(types[name]), str)))
+        elif _DEFAULTS.get(name, MISSING) is MISSING:
+            plan.append((-1, _default))
+        else:
+            plan.append((width + len(tail), _default))
+            tail.append(_DEFAULTS[name])
+    regular = all(idx >= 0 for idx, _ in plan)
     out = []
     for i, r in enumerate(rows, start=2):
         try:
-            if len(r) < width:  # a short row: its missing cells read as absent
-                r = r + [None] * (width - len(r))  # type: ignore[list-item]
-            values: list[object] = []
-            for name, idx, convert in plan:
-                text = r[idx] if idx is not None else None
-                if text is None:
-                    if _DEFAULTS.get(name, MISSING) is MISSING:
-                        raise KeyError(name)
-                    values.append(_DEFAULTS[name])
-                else:
-                    values.append(convert(text))
+            if regular and len(r) == width:
+                cells = r + tail
+                values = [convert(cells[idx]) for idx, convert in plan]
+            else:
+                values = _irregular_row(r, width, plan, tail)
             out.append(Measurement(*values))  # type: ignore[arg-type]
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelFileError(f"{path}: line {i}: bad row ({exc})") from exc
     return out
+
+
+def _irregular_row(
+    row: list[str], width: int, plan: Sequence[tuple[int, Callable[[Any], object]]], tail: list[object]
+) -> list[object]:
+    """A row with fewer or more cells than the header, or of a table lacking a column without a default:
+    a missing cell takes its field's default (``KeyError`` naming the field where it has none), extra
+    cells are ignored; fields in column order, so the first bad one is named."""
+    cells: list[object] = [*row[:width], *([None] * (width - len(row))), *tail]
+    values: list[object] = []
+    for name, (idx, convert) in zip(_COLUMNS, plan, strict=True):
+        text = cells[idx] if idx >= 0 else None
+        if text is None:
+            if _DEFAULTS.get(name, MISSING) is MISSING:
+                raise KeyError(name)
+            values.append(_DEFAULTS[name])
+        else:
+            values.append(convert(text))
+    return values

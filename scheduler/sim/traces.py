@@ -130,6 +130,7 @@ def parse_trace_csv(text: str, source: str, name: str = "") -> Trace:
     )
     jobs: list[TraceJob] = []
     seen: set[str] = set()
+    isfinite = math.isfinite
     for line, row in enumerate(reader, start=2):
         if not row or (len(row) == 1 and not row[0].strip()):
             continue
@@ -141,15 +142,23 @@ def parse_trace_csv(text: str, source: str, name: str = "") -> Trace:
         if job_id in seen:
             raise ConfigError(f"{source}: line {line}: field 'job_id': duplicate id {job_id!r}")
         seen.add(job_id)
-        submit = _parse_float(source, line, "submit_time", row[i_sub])
+        try:  # the common case at once; any bad number is named by the checks below, field by field
+            submit, gpus_f, duration = float(row[i_sub]), float(row[i_g]), float(row[i_d])
+            numbers = isfinite(submit) and isfinite(gpus_f) and isfinite(duration)
+        except ValueError:
+            numbers = False
+        if not numbers:
+            submit = _parse_float(source, line, "submit_time", row[i_sub])
         if submit < 0:
             raise ConfigError(f"{source}: line {line}: field 'submit_time': must be >= 0, got {row[i_sub]!r}")
-        gpus_f = _parse_float(source, line, "num_gpus", row[i_g])
+        if not numbers:
+            gpus_f = _parse_float(source, line, "num_gpus", row[i_g])
         if gpus_f != int(gpus_f) or gpus_f < 1:
             raise ConfigError(
                 f"{source}: line {line}: field 'num_gpus': must be a whole number >= 1, got {row[i_g]!r}"
             )
-        duration = _parse_float(source, line, "duration", row[i_d])
+        if not numbers:
+            duration = _parse_float(source, line, "duration", row[i_d])
         if duration <= 0:
             raise ConfigError(
                 f"{source}: line {line}: field 'duration': must be > 0 seconds, got {row[i_d]!r}"

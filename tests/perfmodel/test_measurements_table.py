@@ -76,3 +76,19 @@ def test_bad_rows_name_the_file_and_line(
     with pytest.raises(ModelFileError) as err:
         read_table(path)
     assert needle in str(err.value) and str(path) in str(err.value)
+
+
+def test_short_and_long_rows_read_as_before(tmp_path: Path) -> None:
+    """A row with fewer cells than the header takes the defaults of its missing optional columns; one
+    with more has its extra cells ignored; a short row missing a required cell is a bad row."""
+    path = tmp_path / "ragged.csv.gz"
+    cols = ["source", "model", "dataset", "batch_size", "gpu_type", "num_gpus", "num_nodes", "gpus_per_node",
+            "interconnect", "network_gbps", "iters_per_s", "precision", "seq_len"]  # fmt: skip
+    base = ["gavel", "resnet50", "imagenet", "64", "V100", "2", "1", "8", "nvlink", "100", "3.5"]
+    _write_csv(path, [cols, base, [*base, "fp16", "128", "surplus"]])
+    short, long = read_table(path)
+    assert (short.precision, short.seq_len) == ("fp32", 0)
+    assert (long.precision, long.seq_len) == ("fp16", 128)
+    _write_csv(path, [cols, base[:5]])
+    with pytest.raises(ModelFileError, match=r"line 2: bad row \('num_gpus'\)"):
+        read_table(path)
