@@ -63,7 +63,22 @@ def plugin_registrars() -> list[tuple[str, Callable[[typer.Typer], None]]]:
     return found
 
 
-def _command_names(app: typer.Typer) -> set[str]:
+#: the ``scheduler.commands`` module that registers each built-in command or command group, so that a
+#: command line naming one imports that module alone (``tests/test_cli.py`` checks this against what
+#: every module registers)
+COMMAND_MODULES = {
+    "experiment": "simulate",
+    "extender": "extender",
+    "jobs": "jobs",
+    "operator": "operator",
+    "perfmodel": "perfmodel",
+    "predict": "perfmodel",
+    "profile": "profile",
+    "simulate": "simulate",
+}
+
+
+def command_names(app: typer.Typer) -> set[str]:
     """The names of the commands and command groups registered on ``app`` so far."""
     names = {
         c.name or (c.callback.__name__.replace("_", "-") if c.callback else "")
@@ -81,9 +96,10 @@ def _first_command(argv: Sequence[str]) -> str | None:
 def build_app(argv: Sequence[str] | None = None) -> typer.Typer:
     """Create the CLI app with the commands of every ``scheduler.commands`` module and plugin.
 
-    With ``argv`` naming one of ``scheduler.commands``' own commands (``perfsched simulate ...``), the
-    plugins are not looked up: that command runs the same without them, and reading the installed
-    packages' entry points costs a short command's start-up time."""
+    With ``argv`` naming one of ``scheduler.commands``' own commands (``perfsched simulate ...``), only
+    the module that registers it is imported and the plugins are not looked up: that command runs the
+    same without the others, whose imports and the installed packages' entry points would cost a short
+    command's start-up time."""
     app = typer.Typer(
         name="perfsched",
         help="perfsched: performance-model-driven scheduling of deep-learning training jobs on Kubernetes.",
@@ -100,11 +116,13 @@ def build_app(argv: Sequence[str] | None = None) -> typer.Typer:
     ) -> None:
         """perfsched command line."""
 
+    command = _first_command(argv) if argv is not None else None
+    if command in COMMAND_MODULES:
+        importlib.import_module(f"{commands_pkg.__name__}.{COMMAND_MODULES[command]}").register(app)
+        return app
     for info in sorted(pkgutil.iter_modules(commands_pkg.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"{commands_pkg.__name__}.{info.name}")
         module.register(app)
-    if argv is not None and _first_command(argv) in _command_names(app):
-        return app
     for _name, register in plugin_registrars():
         register(app)
     return app
