@@ -3,7 +3,8 @@
 - ``perfmodel._forest`` (C): the predictor's tree walk. Without it the predictor walks its trees with
   numpy (same leaves, about 3x slower on the speed benchmark's batches).
 - The scheduling core's hot modules (``NATIVE`` below), compiled with mypyc from the same source: the
-  round's types and placement, the planner, the policies' incremental round and the simulator's engine.
+  round's types and placement, the planner, the greedy placement and preemption, the policies'
+  incremental round and SRSF's ranks for it, the table oracle and the simulator's engine.
   Without them the same modules run as Python (same results, the Philly 10k replay's rounds about
   2x slower).
   mypyc comes with mypy (the ``dev`` extra); ``PERFSCHED_NO_MYPYC=1`` builds without it.
@@ -26,7 +27,10 @@ NATIVE = [
     "scheduler/core/placement.py",
     "scheduler/core/planner.py",
     "scheduler/core/types.py",
+    "scheduler/oracles/table.py",
+    "scheduler/policies/greedy.py",
     "scheduler/policies/incremental.py",
+    "scheduler/policies/srsf_rounds.py",
     "scheduler/sim/engine.py",
 ]
 #: the shared library of the compiled modules (inside the package, so an editable install finds it)

@@ -6,7 +6,7 @@ its imports, trace parsing, rounds, table, report and plots (``perfsched simulat
 ``shared/bench/refsim.py TRACE --gpus 64 --load 0.8 --policies srsf:0`` (an independent event-driven
 simulator of a homogeneous pool, numpy and pandas), alternately, ``--repeat`` times each. Prints each
 one's median and best wall time and CPU time (user + system of the child process) and the ratio
-perfsched / reference of the medians; the target is a ratio <= 1.0. The machine is shared: the two run
+perfsched / reference of the medians; the target is a CPU ratio <= 1.0. The machine is shared: the two run
 interleaved so that both see the same load, and CPU time says more than wall time there. Each command
 runs once untimed first, and perfsched's runs may write bytecode (to a private ``PYTHONPYCACHEPREFIX``,
 whatever ``PYTHONDONTWRITEBYTECODE`` says), so that neither side pays for compiling its modules, as
@@ -163,10 +163,11 @@ def main() -> None:
             f"{name:<24}{s['wall_median_s']:>11.2f}s{s['wall_best_s']:>10.2f}s"
             f"{s['cpu_median_s']:>11.2f}s{s['cpu_best_s']:>9.2f}s"
         )
-    verdict = "met" if wall_ratio <= 1.0 else "MISSED"
+    # the target is judged on CPU time: on a shared machine wall time also measures the other work
+    verdict = "met" if cpu_ratio <= 1.0 else "MISSED"
     print(
         f"ratio perfsched / reference: wall {wall_ratio:.2f}x, CPU {cpu_ratio:.2f}x "
-        f"(target <= 1.0x: {verdict})"
+        f"(target CPU <= 1.0x: {verdict})"
     )
     if base:
         b = _stats(base)

@@ -36,9 +36,10 @@ import logging
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 
 from perfmodel.errors import ModelFileError
 from perfmodel.zoo import canonical_dataset, dataset_info
@@ -386,31 +387,72 @@ def write_table(measurements: Sequence[Measurement], path: Path) -> None:
         gz.write(buf.getvalue().encode())
 
 
+#: each column's conversion from its CSV text, by the field's declared type
+_CONVERT: dict[str, Callable[[str], object]] = {"bool": "True".__eq__, "int": int, "float": float, "str": str}
+
+
+def _default(value: object) -> object:
+    """A column the file lacks: its cell (placed after the row's own) holds the field's default."""
+    return value
+
+
 def read_table(path: Path) -> list[Measurement]:
-    """Read a table written by ``write_table``; ``ModelFileError`` naming the file and row on bad content."""
+    """Read a table written by ``write_table``; ``ModelFileError`` naming the file and row on bad content.
+
+    Each column's converter is chosen once from the header (the shipped table has some 5,000 rows of
+    26 columns, read on every simulator start); a column the file lacks takes the field's default."""
     try:
         with gzip.open(path, "rt", newline="") as fh:
-            rows = list(csv.DictReader(fh))
+            reader = csv.reader(fh)
+            header = next(reader, [])
+            rows = [r for r in reader if r]
     except (OSError, EOFError, csv.Error) as exc:
         raise ModelFileError(f"cannot read measured table {path}: {exc}") from exc
+    col = {name: i for i, name in enumerate(header)}
+    width = len(header)
     types = {f.name: f.type for f in fields(Measurement)}
+    # per field: its cell's index and converter; the defaults of absent columns go after the row's
+    # cells (index -1: absent and without a default, so every row is bad)
+    plan: list[tuple[int, Callable[[Any], object]]] = []
+    tail: list[object] = []
+    for name in _COLUMNS:
+        idx = col.get(name)
+        if idx is not None:
+            plan.append((idx, _CONVERT.get(str(types[name]), str)))
+        elif _DEFAULTS.get(name, MISSING) is MISSING:
+            plan.append((-1, _default))
+        else:
+            plan.append((width + len(tail), _default))
+            tail.append(_DEFAULTS[name])
+    regular = all(idx >= 0 for idx, _ in plan)
     out = []
     for i, r in enumerate(rows, start=2):
         try:
-            values: dict[str, object] = {}
-            for name in _COLUMNS:
-                text = r.get(name)
-                if text is None:
-                    if name not in _DEFAULTS or _DEFAULTS[name] is MISSING:
-                        raise KeyError(name)
-                    values[name] = _DEFAULTS[name]
-                    continue
-                kind = types[name]
-                if kind == "bool":
-                    values[name] = text == "True"
-                    continue
-                values[name] = int(text) if kind == "int" else float(text) if kind == "float" else text
-            out.append(Measurement(**values))  # type: ignore[arg-type]
+            if regular and len(r) == width:
+                cells = r + tail
+                values = [convert(cells[idx]) for idx, convert in plan]
+            else:
+                values = _irregular_row(r, width, plan, tail)
+            out.append(Measurement(*values))  # type: ignore[arg-type]
         except (KeyError, TypeError, ValueError) as exc:
             raise ModelFileError(f"{path}: line {i}: bad row ({exc})") from exc
     return out
+
+
+def _irregular_row(
+    row: list[str], width: int, plan: Sequence[tuple[int, Callable[[Any], object]]], tail: list[object]
+) -> list[object]:
+    """A row with fewer or more cells than the header, or of a table lacking a column without a default:
+    a missing cell takes its field's default (``KeyError`` naming the field where it has none), extra
+    cells are ignored; fields in column order, so the first bad one is named."""
+    cells: list[object] = [*row[:width], *([None] * (width - len(row))), *tail]
+    values: list[object] = []
+    for name, (idx, convert) in zip(_COLUMNS, plan, strict=True):
+        text = cells[idx] if idx >= 0 else None
+        if text is None:
+            if _DEFAULTS.get(name, MISSING) is MISSING:
+                raise KeyError(name)
+            values.append(_DEFAULTS[name])
+        else:
+            values.append(convert(text))
+    return values

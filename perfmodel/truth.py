@@ -191,6 +191,11 @@ class _Group:
         return ratio / p.iters_per_s
 
 
+def _median(values: list[float]) -> float:
+    """``statistics.median``, with a single value (most configurations' case) returned as it is."""
+    return values[0] if len(values) == 1 else statistics.median(values)
+
+
 class GroundTruth:
     """Measured throughput with a deterministic extrapolation; see the module docstring for the rules."""
 
@@ -214,9 +219,9 @@ class GroundTruth:
         for k, rows in exact_rows.items():
             exact_rows[k] = [m for m in rows if _default_variant(m)] or rows
             groups[(k[0], k[1], k[3])].extend(exact_rows[k])
-        self._exact = {k: statistics.median(m.iters_per_s for m in v) for k, v in exact_rows.items()}
+        self._exact = {k: _median([m.iters_per_s for m in v]) for k, v in exact_rows.items()}
         # the link (Gb/s) each measured configuration ran on, for rule 1 asked at another network
-        self._exact_link = {k: statistics.median(m.network_gbps for m in v) for k, v in exact_rows.items()}
+        self._exact_link = {k: _median([m.network_gbps for m in v]) for k, v in exact_rows.items()}
         self._groups: dict[tuple[str, str, str], _Group] = {}
         for (model, dataset, gpu), rows in groups.items():
             info = lookup_model(model)

@@ -89,3 +89,29 @@ def test_the_product_cli_without_the_dev_tooling_has_no_dev_commands(tmp_path: P
         assert product in out.stdout
     for dev in ("dev-cluster", "demo", "emulate"):
         assert f" {dev} " not in out.stdout
+
+
+def test_command_modules_names_what_each_command_module_registers() -> None:
+    """``perfsched <command>`` imports only the module ``COMMAND_MODULES`` names for it: the map must list
+    every built-in command with the module that registers it, and nothing else."""
+    import importlib
+    import pkgutil
+
+    import typer
+
+    import scheduler.commands as commands_pkg
+    from scheduler.cli import COMMAND_MODULES, command_names
+
+    registered: dict[str, str] = {}
+    for info in pkgutil.iter_modules(commands_pkg.__path__):
+        app = typer.Typer()
+        importlib.import_module(f"{commands_pkg.__name__}.{info.name}").register(app)
+        registered.update(dict.fromkeys(command_names(app), info.name))
+    assert registered == COMMAND_MODULES
+
+
+def test_a_command_line_naming_a_built_in_command_registers_its_module_only() -> None:
+    from scheduler.cli import build_app, command_names
+
+    assert command_names(build_app(["simulate", "--jobs", "5"])) == {"simulate", "experiment"}
+    assert command_names(build_app(["--version"])) >= {"simulate", "operator", "extender", "predict"}

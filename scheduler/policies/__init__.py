@@ -21,6 +21,7 @@ contain ``;``. ``DEFAULT_POLICY_SPEC`` is the one default every entry point read
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -29,24 +30,30 @@ from typing import Any
 
 from scheduler.core.errors import ConfigError
 from scheduler.core.protocols import Policy
-from scheduler.policies.deadline import DeadlinePolicy
-from scheduler.policies.elastic import ElasticPolicy
-from scheduler.policies.fifo import FifoPolicy
-from scheduler.policies.ftf import FtfPolicy
-from scheduler.policies.hetero import HeteroPolicy
-from scheduler.policies.las import LasPolicy
-from scheduler.policies.srsf import SrsfPolicy
 
 PolicyFactory = Callable[[Mapping[str, Any] | None], Policy]
 
+
+def _factory(module: str, cls: str) -> PolicyFactory:
+    """``scheduler.policies.<module>.<cls>.from_config``, the module imported when a policy is first
+    built: a process that runs one policy (``perfsched simulate --policy srsf``) imports that one's
+    module and what it uses, not every policy's."""
+
+    def make(config: Mapping[str, Any] | None = None) -> Policy:
+        policy: Policy = getattr(importlib.import_module(f"{__name__}.{module}"), cls).from_config(config)
+        return policy
+
+    return make
+
+
 POLICIES: dict[str, PolicyFactory] = {
-    "fifo": FifoPolicy.from_config,
-    "las": LasPolicy.from_config,
-    "srsf": SrsfPolicy.from_config,
-    "ftf": FtfPolicy.from_config,
-    "hetero": HeteroPolicy.from_config,
-    "elastic": ElasticPolicy.from_config,
-    "deadline": DeadlinePolicy.from_config,
+    "fifo": _factory("fifo", "FifoPolicy"),
+    "las": _factory("las", "LasPolicy"),
+    "srsf": _factory("srsf", "SrsfPolicy"),
+    "ftf": _factory("ftf", "FtfPolicy"),
+    "hetero": _factory("hetero", "HeteroPolicy"),
+    "elastic": _factory("elastic", "ElasticPolicy"),
+    "deadline": _factory("deadline", "DeadlinePolicy"),
 }
 
 #: The policy the operator, Helm chart (``operator.policy`` empty) and ``perfsched demo`` run when none is

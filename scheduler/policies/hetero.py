@@ -39,15 +39,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
-
-import numpy as np
-from numpy.typing import NDArray
+from typing import TYPE_CHECKING, Any, Literal
 
 from scheduler.core.decisions import Decision
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.types import ClusterSnapshot, Job
 from scheduler.policies.base import replica_options, type_infos
+
+if TYPE_CHECKING:  # numpy is imported where the policy solves (the simulator's other policies need none)
+    import numpy as np
+    from numpy.typing import NDArray
 from scheduler.policies.config import parse_config, require
 from scheduler.policies.elastic_shares import PredictedThroughputs, size_bounds
 from scheduler.policies.greedy import Request, greedy_allocate
@@ -83,6 +84,8 @@ def solve_fractional(
     are symmetric in such jobs and the LP is convex, so giving each member the class's share is
     optimal, and the LP shrinks from jobs to distinct (row, size) classes.
     """
+    import numpy as np
+
     n, m = throughput.shape
     if n == 0 or m == 0:
         return np.zeros((n, m))
@@ -101,6 +104,7 @@ def _solve_classes(
     capacity: NDArray[np.float64],
     objective: Objective,
 ) -> NDArray[np.float64]:
+    import numpy as np
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
 
@@ -171,6 +175,8 @@ class HeteroPolicy:
     def allocate(
         self, snapshot: ClusterSnapshot, jobs: Sequence[Job], oracle: ThroughputOracle
     ) -> Mapping[str, Decision]:
+        import numpy as np
+
         infos = type_infos(snapshot)
         types = list(infos)
         live = [j for j in jobs if j.remaining_work > 0]

@@ -47,6 +47,7 @@ from scheduler.policies.elastic_sizing import planning_table, size_elastic, sizi
 from scheduler.policies.greedy import Request, greedy_allocate, restart_leases
 from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_type
 from scheduler.policies.ordered import baseline_order, check_type_order
+from scheduler.policies.srsf_rounds import SrsfRanks
 from scheduler.policies.type_planner import DEFAULT_HORIZON_S, aware_orders
 
 
@@ -169,54 +170,15 @@ class SrsfPolicy:
         gpu_type = single_type(nodes)
         if gpu_type is None or not simple_jobs(jobs, gpu_type):
             return None
-        infos = type_infos(ClusterSnapshot(now=0.0, nodes=tuple(nodes)))
-        peak: dict[str, tuple[int, float]] = {}
-
-        def learn_peaks(new: Sequence[Job]) -> None:
-            table = PredictedThroughputs(oracle, new, infos, size_bounds)
-            for j in new:
-                peaks = {t: table.peak(j, t) for t in allowed_types(j, infos)}
-                speeds = sorted(((v, t) for t, (_, v) in peaks.items()), key=lambda x: (-x[0], x[1]))
-                types = tuple(t for v, t in speeds if v > 0)
-                if types:
-                    peak[j.name] = peaks[types[0]]
-
-        # every job the run will see, asked in one batch now (cheaper than a batch per round; the same
-        # answers, since they must not depend on the batch); a job added later is asked on arrival
-        learn_peaks(jobs)
-        asked = {j.name for j in jobs}
-
-        def key_of(
-            job: Job, progress: float, attained: float
-        ) -> tuple[tuple[float, float, str], float] | None:
-            del attained
-            got = peak.get(job.name)
-            if got is None:
-                return None
-            replicas, best = got
-            remaining_s = max(0.0, job.total_work - progress) / best  # ``remaining_work / best``
-            svc = replicas * job.gpus_per_replica * remaining_s
-            return (svc, job.submit_time, job.name), svc
-
-        def rank_of(job: Job, progress: float, attained: float) -> float:
-            replicas, best = peak[job.name]  # running jobs were asked for, so they have one
-            return replicas * job.gpus_per_replica * (max(0.0, job.total_work - progress) / best)
-
-        def batch_keys(new: Sequence[Job]) -> list[tuple[tuple[float, float, str], float] | None]:
-            unasked = [j for j in new if j.name not in asked]
-            if unasked:
-                learn_peaks(unasked)
-                asked.update(j.name for j in unasked)
-            return [key_of(j, j.progress, j.attained_service) for j in new]
-
+        ranks = SrsfRanks(oracle, type_infos(ClusterSnapshot(now=0.0, nodes=tuple(nodes))), jobs)
         return GreedyRounds(
             nodes,
             gpu_type,
-            key_of,
+            ranks.key_of,
             preemptive=self.config.preemptive,
             margin=self.config.preempt_margin_gpu_s,
-            batch_keys=batch_keys,
-            rank_of=rank_of,
+            batch_keys=ranks.batch_keys,
+            rank_of=ranks.rank_of,
             # remaining service only falls while a job runs (progress never goes back while it runs)
             falling_ranks=True,
         )

@@ -107,8 +107,6 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from scheduler.core.placement import spread_of
 from scheduler.core.protocols import IntervalOracle, ThroughputOracle
 from scheduler.core.types import ClusterSnapshot, Job, PlacementShape
@@ -610,6 +608,7 @@ def _assign(
             cap_coef.append(g)
     if not obj:
         return {}, {}
+    import numpy as np  # with scipy, only where a round solves the LP (imports stay light elsewhere)
     from scipy.optimize import linprog
     from scipy.sparse import coo_matrix
 

@@ -17,8 +17,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from scheduler.core.errors import ConfigError
 from scheduler.core.queues import ANY_GPU_TYPE, DEFAULT_QUEUE, FairShare, QueueSpec, Quota
 from scheduler.core.types import Interconnect, Node
@@ -313,6 +311,8 @@ def load_cluster_spec(path_or_name: str | Path) -> ClusterSpec:
             f"{source}: no such cluster spec file or shipped spec "
             f"(shipped: {', '.join(shipped_cluster_names())})"
         )
+    import yaml  # here, not at the top: a homogeneous cluster (``--gpus N``) needs no YAML parser
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

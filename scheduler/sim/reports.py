@@ -17,6 +17,7 @@ fair; we report its mean, its maximum and the share of jobs with rho <= 1.
 
 from __future__ import annotations
 
+import bisect
 import csv
 import json
 import logging
@@ -25,9 +26,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from scheduler.sim.engine import EngineResult
+from scheduler.sim import stats
+from scheduler.sim.engine import EngineResult, JobRecord
 from scheduler.sim.svgplot import Series, chart_svg
 
 log = logging.getLogger(__name__)
@@ -73,29 +73,59 @@ SUMMARY_FIELDS = (
 )
 
 
-def _pct(values: np.ndarray, q: float) -> float:
-    return float(np.percentile(values, q)) if values.size else math.nan
-
-
-def _active_integral(result: EngineResult) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    t = np.asarray(result.series_t, dtype=float)
-    n = np.asarray(result.series_waiting, dtype=float) + np.asarray(result.series_running, dtype=float)
-    area = np.concatenate(([0.0], np.cumsum(n[:-1] * np.diff(t)))) if t.size else np.zeros(0)
+def _active_integral(result: EngineResult) -> tuple[list[float], list[float], list[float]]:
+    """The series' times, jobs in the system (waiting + running) after each sample, and the integral
+    of the latter up to each sample time (numpy's ``cumsum`` order: one running sum)."""
+    t = result.series_t
+    n = [float(w + r) for w, r in zip(result.series_waiting, result.series_running, strict=True)]
+    area = [0.0] if t else []
+    acc = 0.0
+    for i in range(len(t) - 1):
+        acc += n[i] * (t[i + 1] - t[i])
+        area.append(acc)
     return t, n, area
 
 
-def _integral_at(t: np.ndarray, n: np.ndarray, area: np.ndarray, at: np.ndarray) -> np.ndarray:
-    k = np.clip(np.searchsorted(t, at, side="right") - 1, 0, max(0, t.size - 1))
-    out: np.ndarray = area[k] + n[k] * np.maximum(0.0, at - t[k])
-    return out
+def _fairness(result: EngineResult, done: Sequence[JobRecord]) -> tuple[float, float, float]:
+    """Finish-time fairness of the finished jobs (module docstring): rho's mean, maximum and the share
+    of jobs with rho <= 1; NaN where no job has an ideal duration.
+
+    N (the jobs in the system while the job was) is the integral of the step series between the job's
+    submit and finish times over that span, read off the running integral at the sample before each."""
+    t, act, area = _active_integral(result)
+    total = result.total_gpus
+    last = max(0, len(t) - 1)
+    right = bisect.bisect_right
+    rho: list[float] = []
+    for r in done:
+        ideal = r.ideal_duration
+        if not (math.isfinite(ideal) and ideal > 0):
+            continue
+        sub, fin = r.submit_time, r.finish if r.finish is not None else math.nan
+        k = min(max(right(t, fin) - 1, 0), last)
+        d = fin - t[k]
+        at_fin = area[k] + act[k] * (d if d > 0.0 else 0.0)
+        k = min(max(right(t, sub) - 1, 0), last)
+        d = sub - t[k]
+        at_sub = area[k] + act[k] * (d if d > 0.0 else 0.0)
+        span = fin - sub
+        n_avg = (at_fin - at_sub) / (span if span > 1e-9 else 1e-9)
+        share = float(r.gpus) * (n_avg if n_avg > 1.0 else 1.0) / total
+        rho.append(span / (ideal * (share if share > 1.0 else 1.0)))
+    if not rho:
+        return math.nan, math.nan, math.nan
+    fair = sum(1 for v in rho if v <= 1.0 + 1e-9) / len(rho)
+    return stats.mean(rho), max(rho), fair
 
 
 def summarize(result: EngineResult, **labels: Any) -> dict[str, Any]:
-    """Flat metrics of one run; ``labels`` (policy, mre, cluster, trace, load) are copied in front."""
+    """Flat metrics of one run; ``labels`` (policy, mre, cluster, trace, load) are copied in front.
+
+    Means and percentiles are numpy's, computed without it (``scheduler.sim.stats``)."""
     recs = result.records
     done = [r for r in recs if r.finish is not None]
-    jct = np.array([r.finish - r.submit_time for r in done if r.finish is not None], dtype=float)
-    queue = np.array([r.queueing_delay for r in done if r.queueing_delay is not None], dtype=float)
+    jct = [r.finish - r.submit_time for r in done if r.finish is not None]
+    queue = [q for q in (r.queueing_delay for r in done) if q is not None]
     first = min((r.submit_time for r in recs), default=0.0)
     makespan = max((r.finish for r in done if r.finish is not None), default=first) - first
     gpu_s = sum(r.gpu_seconds for r in recs)
@@ -106,18 +136,7 @@ def summarize(result: EngineResult, **labels: Any) -> dict[str, Any]:
 
     rho_avg = rho_max = fair = math.nan
     if done and result.series_t:
-        t, act, area = _active_integral(result)
-        sub = np.array([r.submit_time for r in done], dtype=float)
-        fin = np.array([r.finish for r in done], dtype=float)
-        span = np.maximum(fin - sub, 1e-9)
-        n_avg = np.maximum(1.0, (_integral_at(t, act, area, fin) - _integral_at(t, act, area, sub)) / span)
-        g = np.array([r.gpus for r in done], dtype=float)
-        ideal = np.array([r.ideal_duration for r in done], dtype=float)
-        ok = np.isfinite(ideal) & (ideal > 0)
-        if ok.any():
-            t_fair = ideal[ok] * np.maximum(1.0, g[ok] * n_avg[ok] / result.total_gpus)
-            rho = (fin[ok] - sub[ok]) / t_fair
-            rho_avg, rho_max, fair = float(rho.mean()), float(rho.max()), float((rho <= 1.0 + 1e-9).mean())
+        rho_avg, rho_max, fair = _fairness(result, done)
 
     out: dict[str, Any] = {k: labels.get(k) for k in ("policy", "mre", "cluster", "trace", "load")}
     out.update(
@@ -125,18 +144,16 @@ def summarize(result: EngineResult, **labels: Any) -> dict[str, Any]:
         jobs_total=len(recs),
         unfinished=sum(1 for r in recs if r.finish is None and not r.failed),
         failed=sum(1 for r in recs if r.failed),
-        avg_jct_s=float(jct.mean()) if jct.size else math.nan,
-        p50_jct_s=_pct(jct, 50),
-        p99_jct_s=_pct(jct, 99),
-        avg_queueing_s=float(queue.mean()) if queue.size else math.nan,
-        p50_queueing_s=_pct(queue, 50),
-        p99_queueing_s=_pct(queue, 99),
+        avg_jct_s=stats.mean(jct),
+        p50_jct_s=stats.percentile(jct, 50),
+        p99_jct_s=stats.percentile(jct, 99),
+        avg_queueing_s=stats.mean(queue),
+        p50_queueing_s=stats.percentile(queue, 50),
+        p99_queueing_s=stats.percentile(queue, 99),
         # all the time without GPUs, also after preemptions (a preemptive policy starts each job at once)
-        avg_waiting_s=float(
-            np.mean([max(0.0, (r.finish or 0.0) - r.submit_time - r.held_seconds) for r in done])
-        )
-        if done
-        else math.nan,
+        avg_waiting_s=stats.mean(
+            [max(0.0, (r.finish or 0.0) - r.submit_time - r.held_seconds) for r in done]
+        ),
         makespan_s=makespan,
         utilization=util,
         preemptions=sum(r.preemptions for r in recs),
@@ -214,7 +231,9 @@ def write_reports(
     return written
 
 
-def _thin(t: Sequence[float], y: Any, limit: int = 4000) -> tuple[np.ndarray, np.ndarray]:
+def _thin(t: Sequence[float], y: Any, limit: int = 4000) -> tuple[Any, Any]:
+    import numpy as np  # only for the PNG plots, which import matplotlib (and so numpy) anyway
+
     ta, ya = np.asarray(t, dtype=float), np.asarray(y, dtype=float)
     if ta.size > limit:
         idx = np.linspace(0, ta.size - 1, limit).astype(int)

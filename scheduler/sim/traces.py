@@ -125,9 +125,12 @@ def parse_trace_csv(text: str, source: str, name: str = "") -> Trace:
         )
     col = {h: i for i, h in enumerate(header)}
     i_id, i_sub, i_g, i_d = (col[c] for c in REQUIRED_COLUMNS)
-    opt = {k: col.get(k) for k in ("status", "user", "group", "model", "batch_size")}
+    i_status, i_user, i_group, i_model, i_batch = (
+        col.get(k) for k in ("status", "user", "group", "model", "batch_size")
+    )
     jobs: list[TraceJob] = []
     seen: set[str] = set()
+    isfinite = math.isfinite
     for line, row in enumerate(reader, start=2):
         if not row or (len(row) == 1 and not row[0].strip()):
             continue
@@ -139,40 +142,48 @@ def parse_trace_csv(text: str, source: str, name: str = "") -> Trace:
         if job_id in seen:
             raise ConfigError(f"{source}: line {line}: field 'job_id': duplicate id {job_id!r}")
         seen.add(job_id)
-        submit = _parse_float(source, line, "submit_time", row[i_sub])
+        try:  # the common case at once; any bad number is named by the checks below, field by field
+            submit, gpus_f, duration = float(row[i_sub]), float(row[i_g]), float(row[i_d])
+            numbers = isfinite(submit) and isfinite(gpus_f) and isfinite(duration)
+        except ValueError:
+            numbers = False
+        if not numbers:
+            submit = _parse_float(source, line, "submit_time", row[i_sub])
         if submit < 0:
             raise ConfigError(f"{source}: line {line}: field 'submit_time': must be >= 0, got {row[i_sub]!r}")
-        gpus_f = _parse_float(source, line, "num_gpus", row[i_g])
+        if not numbers:
+            gpus_f = _parse_float(source, line, "num_gpus", row[i_g])
         if gpus_f != int(gpus_f) or gpus_f < 1:
             raise ConfigError(
                 f"{source}: line {line}: field 'num_gpus': must be a whole number >= 1, got {row[i_g]!r}"
             )
-        duration = _parse_float(source, line, "duration", row[i_d])
+        if not numbers:
+            duration = _parse_float(source, line, "duration", row[i_d])
         if duration <= 0:
             raise ConfigError(
                 f"{source}: line {line}: field 'duration': must be > 0 seconds, got {row[i_d]!r}"
             )
-        extra = {k: (row[i].strip() if i is not None else "") for k, i in opt.items()}
+        batch_text = row[i_batch].strip() if i_batch is not None else ""
         batch = 0
-        if extra["batch_size"]:
-            b = _parse_float(source, line, "batch_size", extra["batch_size"])
+        if batch_text:
+            b = _parse_float(source, line, "batch_size", batch_text)
             if b != int(b) or b < 1:
                 raise ConfigError(
                     f"{source}: line {line}: field 'batch_size': must be a whole number >= 1, "
-                    f"got {extra['batch_size']!r}"
+                    f"got {batch_text!r}"
                 )
             batch = int(b)
         jobs.append(
             TraceJob(
-                job_id=job_id,
-                submit_time=submit,
-                num_gpus=int(gpus_f),
-                duration=duration,
-                status=extra["status"],
-                user=extra["user"],
-                group=extra["group"],
-                model=extra["model"],
-                batch_size=batch,
+                job_id,
+                submit,
+                int(gpus_f),
+                duration,
+                row[i_status].strip() if i_status is not None else "",
+                row[i_user].strip() if i_user is not None else "",
+                row[i_group].strip() if i_group is not None else "",
+                row[i_model].strip() if i_model is not None else "",
+                batch,
             )
         )
     if not jobs:
@@ -237,6 +248,21 @@ class LoadScaling:
     factor: float
 
 
+def _at(job: TraceJob, submit_time: float) -> TraceJob:
+    """``replace(job, submit_time=submit_time)``, field by field (a third of ``replace``'s time)."""
+    return TraceJob(
+        job.job_id,
+        submit_time,
+        job.num_gpus,
+        job.duration,
+        job.status,
+        job.user,
+        job.group,
+        job.model,
+        job.batch_size,
+    )
+
+
 def rescale_load(
     jobs: Sequence[TraceJob], cluster_gpus: int, load: float | None
 ) -> tuple[tuple[TraceJob, ...], LoadScaling]:
@@ -253,13 +279,13 @@ def rescale_load(
     work = sum(j.num_gpus * j.duration for j in jobs)
     raw = work / (cluster_gpus * span) if span > 0 else math.inf
     if load is None:
-        return tuple(replace(j, submit_time=j.submit_time - t0) for j in jobs), LoadScaling(raw, None, 1.0)
+        return tuple(_at(j, j.submit_time - t0) for j in jobs), LoadScaling(raw, None, 1.0)
     if not (load > 0 and math.isfinite(load)):
         raise ConfigError(f"--load: must be a positive number or 'raw', got {load!r}")
     if span <= 0:
         raise ConfigError("--load: every job arrives at the same time; use --load raw")
     factor = raw / load
-    scaled = tuple(replace(j, submit_time=(j.submit_time - t0) * factor) for j in jobs)
+    scaled = tuple(_at(j, (j.submit_time - t0) * factor) for j in jobs)
     return scaled, LoadScaling(raw, load, factor)
 
 

@@ -120,3 +120,17 @@ def test_parse_load() -> None:
         with pytest.raises(ConfigError, match="--load"):
             parse_load(bad)
     assert math.isinf(rescale_load(_jobs((0, 1, 1)), 1, None)[1].raw_load)
+
+
+def test_rescale_load_keeps_every_other_field() -> None:
+    """Rescaling rebuilds each job field by field: every field but the submit time comes through."""
+    import dataclasses
+
+    job = TraceJob("a", 10.0, 2, 50.0, "Pass", "u1", "vc7", "resnet50", 64)
+    later = TraceJob("b", 20.0, 1, 50.0)
+    for load in (0.5, None):
+        scaled, _ = rescale_load((job, later), 4, load)
+        assert scaled[0] == dataclasses.replace(job, submit_time=0.0)
+        assert [f.name for f in dataclasses.fields(TraceJob)] == [
+            "job_id", "submit_time", "num_gpus", "duration", "status", "user", "group", "model", "batch_size"
+        ]  # fmt: skip
