@@ -47,7 +47,7 @@ from scheduler.policies.elastic_sizing import planning_table, size_elastic, sizi
 from scheduler.policies.greedy import Request, greedy_allocate, restart_leases
 from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_type
 from scheduler.policies.ordered import baseline_order, check_type_order
-from scheduler.policies.type_planner import DEFAULT_HORIZON_S, aware_orders
+from scheduler.policies.type_planner import DEFAULT_HORIZON_S, PlacementMovePrice, aware_orders
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +158,11 @@ class SrsfPolicy:
             extra=extra,
             no_cascade=self.config.heterogeneity == "aware",
             leased=leased,
+            spread_move=(
+                PlacementMovePrice(snapshot, oracle, self.config.horizon_s)
+                if self.config.heterogeneity == "aware"
+                else None
+            ),
         )
 
     def incremental(

@@ -111,7 +111,7 @@ import numpy as np
 
 from scheduler.core.placement import spread_of
 from scheduler.core.protocols import IntervalOracle, ThroughputOracle
-from scheduler.core.types import ClusterSnapshot, Job, PlacementShape
+from scheduler.core.types import Allocation, ClusterSnapshot, Job, PlacementShape
 from scheduler.policies.base import FreeByType, TypeInfo, allowed_types, batch_throughput
 from scheduler.policies.elastic_shares import PredictedThroughputs, size_bounds
 from scheduler.policies.ordered import TypePreference
@@ -324,6 +324,30 @@ class EvictionPrice:
             restart_cost_s=self._restart_s,
             horizon_s=self._horizon_s,
         )
+
+
+class PlacementMovePrice:
+    """Whether moving a running job from its placement to another pays, each priced on its real spread
+    (the oracle's speed on ``spread_of`` each placement, ``move_pays`` with the job's restarts so far).
+
+    ``greedy_allocate``'s ``consolidate`` (LAS: a spread gang to fewer nodes of its type) and
+    ``spread_move`` (a move to another type that lands on more nodes than the compact shape the type
+    planner priced it on)."""
+
+    def __init__(self, snapshot: ClusterSnapshot, oracle: ThroughputOracle, horizon_s: float) -> None:
+        self._nodes = snapshot.node_map()
+        self._oracle = oracle
+        self._restart_s = snapshot.restart_cost_s
+        self._horizon_s = horizon_s
+
+    def __call__(self, job: Job, current: Allocation, new: Allocation) -> bool:
+        cur, to = batch_throughput(
+            self._oracle, [(job, spread_of(current, self._nodes)), (job, spread_of(new, self._nodes))]
+        )
+        pays, _ = move_pays(
+            job, cur, to, restart_cost_s=self._restart_s, horizon_s=self._horizon_s, restarts=job.restarts
+        )
+        return pays
 
 
 class TypePlanner:
