@@ -486,7 +486,12 @@ class TypePlanner:
     ) -> None:
         """Leave out of a waiting job's row the types where its gang would span several nodes and run,
         even at its upper bound, under ``MIN_SPREAD_SHARE`` of its best type's lower bound (among the
-        types with a node that holds one of its replicas, so that the job has somewhere to wait for)."""
+        types with a node that holds one of its replicas, so that the job has somewhere to wait for).
+
+        The bounds are the widened ones (``_bounds``: the running gangs' measured spread included). With
+        the shipped predictor, whose gang predictions across nodes err 2-8x by type, that keeps the rule
+        from firing; on the oracle's own interval alone it fired for gangs that do well on the slow type
+        and the multi-node mix on modern-mix lost 8-9% (decision 0118)."""
         gpr = job.gpus_per_replica
         fits = [low[t] for t in low if self.infos[t].node_gpus >= gpr]
         if not fits:
