@@ -491,7 +491,7 @@ class TypePlanner:
         The bounds are the widened ones (``_bounds``: the running gangs' measured spread included). With
         the shipped predictor, whose gang predictions across nodes err 2-8x by type, that keeps the rule
         from firing; on the oracle's own interval alone it fired for gangs that do well on the slow type
-        and the multi-node mix on modern-mix lost 8-9% (decision 0118)."""
+        and the multi-node mix on modern-mix lost 5-8% (decision 0118)."""
         gpr = job.gpus_per_replica
         fits = [low[t] for t in low if self.infos[t].node_gpus >= gpr]
         if not fits:
