@@ -30,7 +30,7 @@ from scheduler.policies.elastic_sizing import planning_table, size_elastic, sizi
 from scheduler.policies.greedy import Request, greedy_allocate
 from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_type
 from scheduler.policies.ordered import baseline_order, check_type_order
-from scheduler.policies.type_planner import DEFAULT_HORIZON_S, aware_orders
+from scheduler.policies.type_planner import DEFAULT_HORIZON_S, PlacementMovePrice, aware_orders
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +92,18 @@ class FifoPolicy:
                 horizon_s=self.config.horizon_s,
                 table=table,
             )
-        return greedy_allocate(snapshot, jobs, requests, preemptive=False, strict=not self.config.backfill)
+        return greedy_allocate(
+            snapshot,
+            jobs,
+            requests,
+            preemptive=False,
+            strict=not self.config.backfill,
+            spread_move=(
+                PlacementMovePrice(snapshot, oracle, self.config.horizon_s)
+                if self.config.heterogeneity == "aware"
+                else None
+            ),
+        )
 
     def incremental(
         self, nodes: Sequence[Node], oracle: ThroughputOracle, jobs: Sequence[Job]

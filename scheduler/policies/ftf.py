@@ -32,7 +32,7 @@ from scheduler.policies.elastic_shares import PredictedThroughputs, size_bounds
 from scheduler.policies.elastic_sizing import planning_table, size_elastic, sizing_counts
 from scheduler.policies.greedy import Request, greedy_allocate
 from scheduler.policies.ordered import baseline_order, check_type_order
-from scheduler.policies.type_planner import DEFAULT_HORIZON_S, aware_orders
+from scheduler.policies.type_planner import DEFAULT_HORIZON_S, PlacementMovePrice, aware_orders
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,4 +144,9 @@ class FtfPolicy:
             preemptive=self.config.preemptive,
             preempt_margin=self.config.preempt_margin,
             extra=extra,
+            spread_move=(
+                PlacementMovePrice(snapshot, oracle, self.config.horizon_s)
+                if self.config.heterogeneity == "aware"
+                else None
+            ),
         )

@@ -58,7 +58,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler.core.decisions import Decision
-from scheduler.core.placement import spread_of
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.core.round import IncrementalRound
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node
@@ -68,7 +67,12 @@ from scheduler.policies.elastic_sizing import planning_table, size_elastic, sizi
 from scheduler.policies.greedy import Request, Reservation, greedy_allocate
 from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_type
 from scheduler.policies.ordered import baseline_order, check_type_order
-from scheduler.policies.type_planner import DEFAULT_HORIZON_S, EvictionPrice, aware_orders, move_pays
+from scheduler.policies.type_planner import (
+    DEFAULT_HORIZON_S,
+    EvictionPrice,
+    PlacementMovePrice,
+    aware_orders,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +184,7 @@ class LasPolicy:
             )
         consolidate = None
         if self.config.consolidate:
-            consolidate = _Consolidation(snapshot, oracle, self.config.horizon_s)
+            consolidate = PlacementMovePrice(snapshot, oracle, self.config.horizon_s)
         evict_pays = None
         if orders:  # aware, several GPU types: an eviction must pay its victims' restarts
             evict_pays = EvictionPrice(snapshot, jobs, horizon_s=self.config.horizon_s)
@@ -193,6 +197,7 @@ class LasPolicy:
             consolidate=consolidate,
             no_cascade=self.config.heterogeneity == "aware",
             evict_pays=evict_pays,
+            spread_move=PlacementMovePrice(snapshot, oracle, self.config.horizon_s) if orders else None,
         )
 
     def incremental(
@@ -200,7 +205,7 @@ class LasPolicy:
     ) -> IncrementalRound | None:
         """The simulator's fast path (``scheduler.policies.incremental``): one GPU type, rigid preemptible
         jobs, no promote knob and no starvation rule (whose queues move with the clock); None otherwise.
-        ``consolidate`` runs in it with the same rule (``_Consolidation``)."""
+        ``consolidate`` runs in it with the same rule (``type_planner.PlacementMovePrice``)."""
         gpu_type = single_type(nodes)
         if self.config.starvation_factor is not None:
             return None
@@ -215,8 +220,8 @@ class LasPolicy:
 
         horizon_s = self.config.horizon_s
 
-        def consolidation(snapshot: ClusterSnapshot) -> _Consolidation:  # ``allocate``'s rule
-            return _Consolidation(snapshot, oracle, horizon_s)
+        def consolidation(snapshot: ClusterSnapshot) -> PlacementMovePrice:  # ``allocate``'s rule
+            return PlacementMovePrice(snapshot, oracle, horizon_s)
 
         def rank_of(job: Job, progress: float, attained: float) -> float:
             return float(bisect.bisect_right(bounds, attained))
@@ -239,26 +244,6 @@ class LasPolicy:
             steady_until=steady_until,
             consolidate=consolidation if self.config.consolidate else None,
         )
-
-
-class _Consolidation:
-    """``greedy_allocate``'s ``consolidate``: whether moving a running gang to a tighter placement pays
-    (the oracle's speed on each placement's real spread, priced by ``type_planner.move_pays``)."""
-
-    def __init__(self, snapshot: ClusterSnapshot, oracle: ThroughputOracle, horizon_s: float) -> None:
-        self._nodes = {n.name: n for n in snapshot.nodes}
-        self._oracle = oracle
-        self._restart_s = snapshot.restart_cost_s
-        self._horizon_s = horizon_s
-
-    def __call__(self, job: Job, current: Allocation, tighter: Allocation) -> bool:
-        cur, new = batch_throughput(
-            self._oracle, [(job, spread_of(current, self._nodes)), (job, spread_of(tighter, self._nodes))]
-        )
-        pays, _ = move_pays(
-            job, cur, new, restart_cost_s=self._restart_s, horizon_s=self._horizon_s, restarts=job.restarts
-        )
-        return pays
 
 
 class _Runtimes:

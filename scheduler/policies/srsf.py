@@ -48,7 +48,7 @@ from scheduler.policies.greedy import Request, greedy_allocate, restart_leases
 from scheduler.policies.incremental import GreedyRounds, simple_jobs, single_type
 from scheduler.policies.ordered import baseline_order, check_type_order
 from scheduler.policies.srsf_rounds import SrsfRanks
-from scheduler.policies.type_planner import DEFAULT_HORIZON_S, aware_orders
+from scheduler.policies.type_planner import DEFAULT_HORIZON_S, PlacementMovePrice, aware_orders
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +159,11 @@ class SrsfPolicy:
             extra=extra,
             no_cascade=self.config.heterogeneity == "aware",
             leased=leased,
+            spread_move=(
+                PlacementMovePrice(snapshot, oracle, self.config.horizon_s)
+                if self.config.heterogeneity == "aware"
+                else None
+            ),
         )
 
     def incremental(

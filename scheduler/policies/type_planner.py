@@ -109,7 +109,7 @@ from dataclasses import dataclass, field
 
 from scheduler.core.placement import spread_of
 from scheduler.core.protocols import IntervalOracle, ThroughputOracle
-from scheduler.core.types import ClusterSnapshot, Job, PlacementShape
+from scheduler.core.types import Allocation, ClusterSnapshot, Job, PlacementShape
 from scheduler.policies.base import FreeByType, TypeInfo, allowed_types, batch_throughput
 from scheduler.policies.elastic_shares import PredictedThroughputs, size_bounds
 from scheduler.policies.ordered import TypePreference
@@ -324,6 +324,30 @@ class EvictionPrice:
         )
 
 
+class PlacementMovePrice:
+    """Whether moving a running job from its placement to another pays, each priced on its real spread
+    (the oracle's speed on ``spread_of`` each placement, ``move_pays`` with the job's restarts so far).
+
+    ``greedy_allocate``'s ``consolidate`` (LAS: a spread gang to fewer nodes of its type) and
+    ``spread_move`` (a move to another type that lands on more nodes than the compact shape the type
+    planner priced it on)."""
+
+    def __init__(self, snapshot: ClusterSnapshot, oracle: ThroughputOracle, horizon_s: float) -> None:
+        self._nodes = snapshot.node_map()
+        self._oracle = oracle
+        self._restart_s = snapshot.restart_cost_s
+        self._horizon_s = horizon_s
+
+    def __call__(self, job: Job, current: Allocation, new: Allocation) -> bool:
+        cur, to = batch_throughput(
+            self._oracle, [(job, spread_of(current, self._nodes)), (job, spread_of(new, self._nodes))]
+        )
+        pays, _ = move_pays(
+            job, cur, to, restart_cost_s=self._restart_s, horizon_s=self._horizon_s, restarts=job.restarts
+        )
+        return pays
+
+
 class TypePlanner:
     """Per-round GPU type lists for jobs in a policy's rank order (see the module docstring)."""
 
@@ -460,7 +484,12 @@ class TypePlanner:
     ) -> None:
         """Leave out of a waiting job's row the types where its gang would span several nodes and run,
         even at its upper bound, under ``MIN_SPREAD_SHARE`` of its best type's lower bound (among the
-        types with a node that holds one of its replicas, so that the job has somewhere to wait for)."""
+        types with a node that holds one of its replicas, so that the job has somewhere to wait for).
+
+        The bounds are the widened ones (``_bounds``: the running gangs' measured spread included). With
+        the shipped predictor, whose gang predictions across nodes err 2-8x by type, that keeps the rule
+        from firing; on the oracle's own interval alone it fired for gangs that do well on the slow type
+        and the multi-node mix on modern-mix lost 5-8% (decision 0118)."""
         gpr = job.gpus_per_replica
         fits = [low[t] for t in low if self.infos[t].node_gpus >= gpr]
         if not fits:

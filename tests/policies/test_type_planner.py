@@ -160,6 +160,46 @@ def test_a_move_must_gain_beyond_what_the_other_jobs_measurements_say_is_unknown
         assert kinds["j"] == ((ActionKind.RESIZE, "V100") if moves else (ActionKind.KEEP, "K80")), v100
 
 
+@pytest.mark.parametrize("name", ORDERING)
+@pytest.mark.parametrize(
+    ("penalty", "moves"),
+    [
+        # "j" runs on one 4-GPU K80 node at 1/s per GPU (4/s, measured). On P100 it is predicted 3/s per
+        # GPU, 12/s on one node: the planner moves it. But the P100s free are 2 + 1 + 1 on three nodes,
+        # where the gang runs at 12 x 0.3 = 3.6/s: under 1.25 x 4 = 5/s, so it keeps its K80 node (moved,
+        # it ran slower than priced and the move back paid: a 4-GPU job went K80 -> P100 -> K80 18 times)
+        (0.3, False),
+        # at 12 x 0.5 = 6/s on the three nodes the move still pays (6 > 5, gain (6 - 4) x 3600 s > 6 x 30)
+        (0.5, True),
+    ],
+)
+def test_a_move_to_another_type_is_priced_on_the_spread_it_would_get(
+    name: str, penalty: float, moves: bool
+) -> None:
+    nodes = [node("k").gpus(4, "K80").build(), *(node(f"p{i}").gpus(4, "P100").build() for i in (1, 2, 3))]
+    j = with_(job("j").replicas(4).work(1e7).progress(1000, checkpoint=1000).build(), observed_throughput=4.0)
+    blockers = [
+        job(f"b{i}").replicas(g).work(1e7).non_preemptible().build() for i, g in ((1, 2), (2, 3), (3, 3))
+    ]
+    snap = snapshot(
+        nodes,
+        now=100,
+        allocations=[
+            alloc("j", "K80", 1, {"k": 4}),
+            *(alloc(b.name, "P100", 1, {f"p{b.name[1]}": b.max_replicas}) for b in blockers),
+        ],
+    )
+    speed = {("j", "K80"): 1.0, ("j", "P100"): 3.0, **{(b.name, "K80"): 0.0 for b in blockers}}
+    oracle = FakeOracle(speed=speed, cross_node_penalty=penalty)
+    res = run_round(snap, [j, *blockers], make_policy(name), oracle, costs=RoundCosts(restart_cost_s=30))
+    got = next(
+        (a.kind, a.after.gpu_type if a.after else None, a.after.num_nodes if a.after else 0)
+        for a in res.actions
+        if a.job == "j"
+    )
+    assert got == ((ActionKind.RESIZE, "P100", 3) if moves else (ActionKind.KEEP, "K80", 1))
+
+
 def test_a_running_job_near_its_end_is_never_moved() -> None:
     # 1/s on its K80, the V100 predicted 2x faster. With 250 units left it finishes in 250 s where it
     # is, under 10 restart costs (300 s): it stays, though on the V100 it would save 125 s for 30
