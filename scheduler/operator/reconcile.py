@@ -56,6 +56,7 @@ from scheduler.core.slow_nodes import (
     node_slowdown,
     single_node,
 )
+from scheduler.core.spread import ALTHOUGH, spread_notes
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node, PlacementShape
 from scheduler.k8s import crd
 from scheduler.k8s.actuator import Actuator, NotLeader, replica_nodes
@@ -724,6 +725,11 @@ class Operator:
         deferred = _deferred_starts(result.actions, {view.key for view, _ in round_jobs}, room)
         node_map = snapshot.node_map()
         predicted = self._predict([*round_jobs, *placing], actions, node_map)
+        spread = spread_notes(snapshot, result.decisions, result.actions)
+        for key, note in spread.items():
+            # a domain that had room and was not taken is a placement miss (or a backfill reservation)
+            level = logging.WARNING if ALTHOUGH in note else logging.INFO
+            log.log(level, "gang started spread over NVLink domains", extra={"job": key, "why": note})
         self._learned.clear()
         for view, _job in placing:
             alloc = view.allocation or intended_allocation(view.key, view.status)
@@ -732,7 +738,13 @@ class Operator:
             )
 
         def apply(view: JobView, job: Job) -> None:
-            step = Planned(job, actions.get(view.key), result.waiting.get(view.key), predicted.get(view.key))
+            step = Planned(
+                job,
+                actions.get(view.key),
+                result.waiting.get(view.key),
+                predicted.get(view.key),
+                spread.get(view.key, ""),
+            )
             try:
                 self._apply(view, step, node_map, now, report, deferred.get(view.key, ""))
             except NotLeader:
