@@ -729,7 +729,7 @@ class Operator:
         for key, note in spread.items():
             # a domain that had room and was not taken is a placement miss (or a backfill reservation)
             level = logging.WARNING if ALTHOUGH in note else logging.INFO
-            log.log(level, "gang started spread over NVLink domains", extra={"job": key, "why": note})
+            log.log(level, "gang %s started %s", key, note, extra={"job": key, "why": note})
         self._learned.clear()
         for view, _job in placing:
             alloc = view.allocation or intended_allocation(view.key, view.status)
