@@ -38,7 +38,7 @@ from kubernetes import client as k8s
 
 from e2e.harness import gpu_capacity, gpu_products
 from perfmodel.gpus import canonical_gpu_type
-from scheduler.core.spread import ALTHOUGH
+from scheduler.core.spread import ALTHOUGH, UNLESS_STOPPED
 
 DRIVER = "gpu.nvidia.com"
 GANG = 8
@@ -164,14 +164,15 @@ def extender_free(extender_url: str, nodes: dict[str, int]) -> dict[str, int | s
     return out
 
 
-def judge_decision(message: str) -> tuple[str, bool]:
+def judge_decision(message: str) -> tuple[str, bool | None]:
     """(why the gang is spread, "" when it is not; whether one domain of its type had room at the
-    decision) from a Started Event's message."""
+    decision, None when that depends on when the round's preemptions freed GPUs) from a Started
+    Event's message."""
     at = message.find(SPREAD)
     if at < 0:
         return "", True
     note = message[at + 2 :]
-    return note, ALTHOUGH in note
+    return note, None if UNLESS_STOPPED in note else ALTHOUGH in note
 
 
 @dataclass
