@@ -18,8 +18,10 @@ is the whole lifecycle loop, in numbered phases:
    With ``move_off_slow_nodes``, the nodes flagged slow (phase 6 of earlier rounds) go with it, and a
    gang there whose predicted gain pays its restart is moved off (``scheduler.core.slow_nodes``).
 5. **Apply** the actions: START writes the intent (``status.allocation``, a new ``gangGeneration``) then
-   creates the gang; RESIZE and PREEMPT write the intent (no gang) then delete the pods with the job's
-   checkpoint grace period, and the job restarts from its checkpoint once they are gone; COMPLETE.
+   creates the gang (a gang spread over several NVLink domains says why, judged on the round's view at
+   its decision: ``scheduler.core.spread``); RESIZE and PREEMPT write the intent (no gang) then delete
+   the pods with the job's checkpoint grace period, and the job restarts from its checkpoint once they
+   are gone; COMPLETE.
 6. **Report**: status (phase, conditions saying why, allocation, predicted and observed throughput,
    progress, ETA, counts), Events, metrics; observed throughput feeds the online correction of the
    predictor.
