@@ -175,6 +175,14 @@ def _print(r: dict[str, Any]) -> None:
         f"({_pct(r['planned_one_domain_and_kept'], r['planned_one_domain'])})"
     )
     print(
+        "    one domain of the gang's GPU type had 8 free at the operator's decision (its own view, after "
+        f"the round's earlier starts; {r['judged_at_decision']} gangs judged by their Started Event): "
+        f"{r['fits_at_decision']}, of them in one domain: {r['fits_at_decision_and_one_domain']} "
+        f"({_pct(r['fits_at_decision_and_one_domain'], r['fits_at_decision'])}); started spread although "
+        f"a domain had room: {r['spread_although_fitted']}"
+    )
+    print("    secondary, judged by the bench's own 1 s samples:")
+    print(
         "    one domain of the gang's GPU type had 8 free when its pods appeared: "
         f"{r['one_of_its_type_fits']}, "
         f"of them in one domain: {r['one_of_its_type_fits_and_one_domain']} "

@@ -38,9 +38,12 @@ from kubernetes import client as k8s
 
 from e2e.harness import gpu_capacity, gpu_products
 from perfmodel.gpus import canonical_gpu_type
+from scheduler.core.spread import ALTHOUGH, UNLESS_STOPPED
 
 DRIVER = "gpu.nvidia.com"
 GANG = 8
+#: where the operator's Started message says why a gang is spread
+SPREAD = "; spread over "
 #: (replicas, GPUs per replica), cycled: every fourth job is a gang of 8 x 1 GPU
 SHAPES = [(GANG, 1), (1, 1), (1, 2), (2, 2)]
 #: (model, dataset, global batch, iterations): a few emulated minutes each, seconds at the e2e time scale
@@ -161,6 +164,17 @@ def extender_free(extender_url: str, nodes: dict[str, int]) -> dict[str, int | s
     return out
 
 
+def judge_decision(message: str) -> tuple[str, bool | None]:
+    """(why the gang is spread, "" when it is not; whether one domain of its type had room at the
+    decision, None when that depends on when the round's preemptions freed GPUs) from a Started
+    Event's message."""
+    at = message.find(SPREAD)
+    if at < 0:
+        return "", True
+    note = message[at + 2 :]
+    return note, None if UNLESS_STOPPED in note else ALTHOUGH in note
+
+
 @dataclass
 class GangRecord:
     gpu_type: str = ""
@@ -174,6 +188,12 @@ class GangRecord:
     #: one of those domains was left for this gang after the gangs of its type admitted in the same
     #: second and ahead of it in the FIFO order had each taken one
     fits_type_at_start: bool | None = None
+    #: the operator's record of the decision (its Started Event): "" when it started the gang in one
+    #: NVLink domain, else why it is spread (``scheduler.core.spread``); None: no Started Event read
+    decision_note: str | None = None
+    #: one domain of its type had room for it in the operator's own view at the decision (planned in
+    #: one domain, or spread "although" a domain had room: a placement miss); None: not judged
+    fits_at_decision: bool | None = None
     planned: tuple[str, ...] = ()  # the domains of its planned nodes
     domains: tuple[str, ...] = ()  # the domains of its nodes once all 8 were bound
     partial_samples: int = 0
@@ -352,6 +372,24 @@ class StreamSampler:
             self.admissions()
         except (k8s.ApiException, OSError, ValueError, KeyError) as exc:
             self.errors.append(f"admissions: {type(exc).__name__}: {exc}")
+        try:
+            self.decisions()
+        except (k8s.ApiException, OSError, ValueError, KeyError) as exc:
+            self.errors.append(f"decisions: {type(exc).__name__}: {exc}")
+
+    def decisions(self) -> None:
+        """For each first-generation gang, the operator's own judgement at its decision: its ``Started``
+        Event's message ends with why the gang is spread when it is (``scheduler.core.spread``)."""
+        events = self.core.list_namespaced_event(self.namespace, field_selector="reason=Started").items
+        started = {
+            e.involved_object.name: e.message or ""
+            for e in events
+            if e.involved_object is not None and e.involved_object.kind == "TrainingJob"
+        }
+        for key, rec in self.records.items():
+            job, _, generation = key.partition("/")
+            if generation == "g1" and job in started:
+                rec.decision_note, rec.fits_at_decision = judge_decision(started[job])
 
     def admissions(self) -> None:
         """For each first-generation gang: was a domain of its type with 8 free GPUs left for it at the last
@@ -398,6 +436,7 @@ class StreamSampler:
         fit = [r for r in placed if r.fits]
         fit_type = [r for r in placed if r.fits_type]
         fit_start = [r for r in placed if r.fits_type_at_start]
+        fit_decision = [r for r in placed if r.fits_at_decision]
         planned_one = [r for r in placed if len(r.planned) == 1]
         return {
             "gangs_placed": len(placed),
@@ -410,6 +449,12 @@ class StreamSampler:
             "judged_at_start": sum(r.fits_type_at_start is not None for r in placed),
             "one_of_its_type_fits_at_start": len(fit_start),
             "one_of_its_type_fits_at_start_and_one_domain": sum(len(r.domains) == 1 for r in fit_start),
+            "judged_at_decision": sum(r.fits_at_decision is not None for r in placed),
+            "fits_at_decision": len(fit_decision),
+            "fits_at_decision_and_one_domain": sum(len(r.domains) == 1 for r in fit_decision),
+            "spread_although_fitted": sum(
+                r.decision_note is not None and ALTHOUGH in r.decision_note for r in placed
+            ),
             "planned_one_domain": len(planned_one),
             "planned_one_domain_and_kept": sum(r.domains == r.planned for r in planned_one),
             "partial_samples": sum(r.partial_samples for r in self.records.values()),

@@ -18,8 +18,10 @@ is the whole lifecycle loop, in numbered phases:
    With ``move_off_slow_nodes``, the nodes flagged slow (phase 6 of earlier rounds) go with it, and a
    gang there whose predicted gain pays its restart is moved off (``scheduler.core.slow_nodes``).
 5. **Apply** the actions: START writes the intent (``status.allocation``, a new ``gangGeneration``) then
-   creates the gang; RESIZE and PREEMPT write the intent (no gang) then delete the pods with the job's
-   checkpoint grace period, and the job restarts from its checkpoint once they are gone; COMPLETE.
+   creates the gang (a gang spread over several NVLink domains says why, judged on the round's view at
+   its decision: ``scheduler.core.spread``); RESIZE and PREEMPT write the intent (no gang) then delete
+   the pods with the job's checkpoint grace period, and the job restarts from its checkpoint once they
+   are gone; COMPLETE.
 6. **Report**: status (phase, conditions saying why, allocation, predicted and observed throughput,
    progress, ETA, counts), Events, metrics; observed throughput feeds the online correction of the
    predictor.
@@ -56,6 +58,7 @@ from scheduler.core.slow_nodes import (
     node_slowdown,
     single_node,
 )
+from scheduler.core.spread import ALTHOUGH, spread_notes
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, Node, PlacementShape
 from scheduler.k8s import crd
 from scheduler.k8s.actuator import Actuator, NotLeader, replica_nodes
@@ -724,6 +727,11 @@ class Operator:
         deferred = _deferred_starts(result.actions, {view.key for view, _ in round_jobs}, room)
         node_map = snapshot.node_map()
         predicted = self._predict([*round_jobs, *placing], actions, node_map)
+        spread = spread_notes(snapshot, result.decisions, result.actions)
+        for key, note in spread.items():
+            # a domain that had room and was not taken is a placement miss (or a backfill reservation)
+            level = logging.WARNING if ALTHOUGH in note else logging.INFO
+            log.log(level, "gang %s started %s", key, note, extra={"job": key, "why": note})
         self._learned.clear()
         for view, _job in placing:
             alloc = view.allocation or intended_allocation(view.key, view.status)
@@ -732,7 +740,13 @@ class Operator:
             )
 
         def apply(view: JobView, job: Job) -> None:
-            step = Planned(job, actions.get(view.key), result.waiting.get(view.key), predicted.get(view.key))
+            step = Planned(
+                job,
+                actions.get(view.key),
+                result.waiting.get(view.key),
+                predicted.get(view.key),
+                spread.get(view.key, ""),
+            )
             try:
                 self._apply(view, step, node_map, now, report, deferred.get(view.key, ""))
             except NotLeader:

@@ -92,6 +92,8 @@ class Planned:
     action: Action | None
     why: Unschedulable | None = None
     predicted: float | None = None
+    #: for a START spread over several NVLink domains, why (``scheduler.core.spread``); else ""
+    spread: str = ""
 
 
 Step = Observed | Planned
@@ -142,7 +144,7 @@ def transition(
         return _wait(spec, view, step.why, now)
     kind = action.kind
     if kind is ActionKind.START:
-        return _start(spec, view, job, action, step.predicted, now)
+        return _start(spec, view, job, action, step.predicted, now, step.spread)
     if kind is ActionKind.RESIZE or kind is ActionKind.PREEMPT:
         return _stop(spec, view, job, action, now)
     if kind is ActionKind.COMPLETE:
@@ -459,9 +461,16 @@ def _resumed(view: JobView) -> tuple[Event, ...]:
 
 
 def _start(
-    spec: crd.TrainingJobSpec, view: JobView, job: Job, action: Action, predicted: float | None, now: float
+    spec: crd.TrainingJobSpec,
+    view: JobView,
+    job: Job,
+    action: Action,
+    predicted: float | None,
+    now: float,
+    spread: str = "",
 ) -> Outcome:
-    """START: write the intent (allocation, a new gang generation), then create the gang."""
+    """START: write the intent (allocation, a new gang generation), then create the gang. ``spread``:
+    why the gang spans several NVLink domains, ending the message (Event, Admitted condition)."""
     old = view.status
     alloc = action.after
     assert alloc is not None
@@ -476,6 +485,8 @@ def _start(
     if predicted:
         what += f", predicted {predicted:.3g} {unit}/s"
     message = f"{what}: {action.reason}" if action.reason else what
+    if spread:
+        message += f"; {spread}"
     reason = "Restarted" if ran_before else "Started"
     conds = with_condition(old.conditions, "Admitted", True, reason, message, now=now)
     conds = with_condition(
