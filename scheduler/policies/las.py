@@ -161,7 +161,6 @@ class LasPolicy:
             orders = aware_orders(
                 snapshot, infos, oracle, ranked, horizon_s=self.config.horizon_s, table=planning
             )
-            orders = _spare_only_type(orders, [j for _, j in keyed], running, infos)
         notes = [f"LAS queue {q}" for q in range(len(self._bounds) + 1)]
         requests = [
             Request(
@@ -312,38 +311,3 @@ def _starving(
         if lost > factor * j.total_work / best:
             out.add(j.name)
     return frozenset(out)
-
-
-def _spare_only_type(
-    orders: Mapping[str, tuple[str, ...]],
-    ranked: Sequence[Job],
-    running: Mapping[str, Allocation],
-    infos: Mapping[str, TypeInfo],
-) -> dict[str, tuple[str, ...]]:
-    """Aware orders with the GPU type kept for a big waiting gang: the first waiting job in LAS's order
-    that only one GPU type is large enough to hold (on modern-mix a 32-GPU job fits only the 32 V100s)
-    makes every other job that is not already running on that type try it last. They still take it when
-    no other type has room, so no GPU idles for the gang (an EASY reservation, ``starvation_factor``,
-    idled them and cost more than the gang's wait); without it the smaller gangs of its queue took that
-    type's GPUs as they freed and the big gang waited for all of them at once."""
-    out = dict(orders)
-    gang: Job | None = None
-    only = ""
-    for j in ranked:
-        if j.name in running or j.remaining_work <= 0:
-            continue
-        holds = [t for t, info in infos.items() if j.allows(t) and info.capacity >= j.min_gpus]
-        if len(holds) == 1 and len(infos) > 1:
-            gang, only = j, holds[0]
-            break
-    if gang is None:
-        return out
-    for j in ranked:
-        order = out.get(j.name)
-        cur = running.get(j.name)
-        if j is gang or not order or len(order) < 2 or only not in order:
-            continue
-        if cur is not None and cur.gpu_type == only:
-            continue
-        out[j.name] = (*(t for t in order if t != only), only)
-    return out

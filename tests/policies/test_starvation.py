@@ -91,37 +91,3 @@ def test_a_long_gang_starts_while_small_jobs_keep_arriving() -> None:
     assert _first_start_of_big({}) > 1_900
     # with it, big starts soon after it has waited its own run time (100 s): no starvation
     assert _first_start_of_big({"starvation_factor": 1.0}) < 300
-
-
-class _Uncertain(FakeOracle):
-    """``FakeOracle`` whose every answer is known within 1.5x either way (``IntervalOracle``): too wide
-    for the type planner to trade types between jobs, so waiting jobs ask as ``ordered`` would."""
-
-    def throughput_interval(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[tuple[float, float]]:
-        return [(x / 1.5, x * 1.5) for x in self.throughput(queries)]
-
-
-def _only_type_round(names: Sequence[str]) -> dict[str, str]:
-    # V100: one 8-GPU node, 4 GPUs taken by r; T4: one 4-GPU node, free. big (8 GPUs) fits only the
-    # V100 node and waits for r; small (4 GPUs) comes behind it, and is faster on V100
-    nodes = [node("v").gpus(8, "V100").build(), node("t").gpus(4, "T4").build()]
-    jobs = [
-        job("r").replicas(4).work(4_000).submitted(0).build(),
-        job("big").replicas(8).work(80_000).submitted(1).build(),
-        job("small").replicas(4).work(40_000).submitted(2).build(),
-    ]
-    snap = snapshot(nodes, now=100, allocations=[alloc("r", "V100", 1, {"v": 4})])
-    res = run_round(
-        snap,
-        [j for j in jobs if j.name in names],
-        make_policy("las"),
-        _Uncertain(speed={"V100": 2.0, "T4": 1.0}),
-    )
-    return {d.job: (d.allocation.gpu_type if d.allocation else "waits") for d in res.decisions.values()}
-
-
-def test_aware_las_leaves_the_only_type_that_holds_a_waiting_gang_to_it() -> None:
-    # asking as ``ordered`` would (V100 first), small would take the 4 free V100 GPUs and big would wait
-    # for r and small; small runs on the T4s instead, and with no big gang waiting it takes the V100s
-    assert _only_type_round(["r", "big", "small"]) == {"r": "V100", "big": "waits", "small": "T4"}
-    assert _only_type_round(["r", "small"]) == {"r": "V100", "small": "V100"}
