@@ -141,23 +141,6 @@ def _dle_gpu(heading: str) -> tuple[str, str, float] | None:
     return None
 
 
-# BERT pre-training directories whose tables ran NVIDIA's LDDL data loader (NVIDIA/LDDL): PyTorch's
-# tables ran ``scripts/run_pretraining.sh`` in the pytorch:21.11-py3 container (its README at
-# COMMITS["nvidia_dle"]), whose phase 2 reads ``pretrain/phase2/bin_size_64/parquet`` with ``--bin-size 64``
-# ("Binned pretraining for phase2 with LDDL using a bin size of 64", January 2022 changelog); PaddlePaddle's
-# ``scripts/configs/pretrain_config.sh`` sets ``phase2_bin_size=64`` on the same data. LDDL pads each batch
-# only to its longest sequence (``lddl/torch/bert.py``, ``_to_encoded_inputs``: rounded up to a multiple
-# of 8) and a binned loader draws every batch from one 64-token bin, so a phase-2 sequence costs its bin's
-# width, not 512 tokens. Wikipedia's phase-2 sequences are half padding at 512 (Krell et al. 2021,
-# arXiv:2107.02027; the 256 tokens of ``_MLPERF_BENCH``), and a batch runs to the top of its bin: 256 + 32
-# = 288 tokens of work per sequence. At 512, PyTorch's DGX-1 FP32 rows (19 and 149.6 sequences/s on 1 and 8
-# V100s) ran 1.20-1.22x the V100's FP32 peak, and every binned phase-2 row ran a larger share of the peak
-# than the same table's unbinned 128-token rows (A100 TF32 0.71 against 0.48). TensorFlow's and
-# TensorFlow2's BERT pad to the full 512 (their 512 and 128 rows run the same share of the peak).
-_DLE_BINNED_BERT = frozenset({"PyTorch/LanguageModeling/BERT", "PaddlePaddle/LanguageModeling/BERT"})
-_DLE_BINNED_PHASE2_TOKENS = 288
-
-
 def _dle_gpus_per_node(product: str) -> int:
     """GPUs in one DGX of the product ``_dle_gpu`` names: 16 in a DGX-2 (V100-SXM3-32GB), 8 otherwise."""
     return 16 if product == "V100-SXM3-32GB" else 8
@@ -272,8 +255,7 @@ def parse_dle(rows: Iterable[dict[str, str]]) -> list[Measurement]:
                 is_pretrain = "pre-training" in heading.lower() or seq is not None
                 if is_pretrain:
                     s = int(seq or 512)
-                    work = _DLE_BINNED_PHASE2_TOKENS if s == 512 and dirname in _DLE_BINNED_BERT else s
-                    ds, flops = f"wikipedia-seq{s}", _tokens(302e6, 24, 1024, work)
+                    ds, flops = f"wikipedia-seq{s}", _tokens(302e6, 24, 1024, s)
                 elif "squad" not in heading.lower() and "fine-tuning" in heading.lower():
                     # PyTorch BERT's fine-tuning table is SQuAD v1.1 at sequence length 384 (its README).
                     ds = "squad"

@@ -368,33 +368,3 @@ def test_dle_multi_node_tables_without_a_per_node_column_count_the_dgx_named_in_
     # a DGX-1 / DGX A100 node is 8 GPUs
     dgx1 = dict(dgx2, heading_path="BERT > Training performance: NVIDIA DGX-1 (8x V100 32GB) > multi-node")
     assert {(m.num_gpus, m.gpus_per_node) for m in parse_dle([dgx1])} == {(32, 8)}
-
-
-def test_dle_bert_phase_2_on_lddl_bins_costs_a_binned_sequence_and_tensorflow_the_full_512() -> None:
-    # PyTorch and PaddlePaddle BERT read phase 2 through LDDL in 64-token bins, each batch padded to its
-    # longest sequence; TensorFlow's BERT pads every sequence to 512.
-    head = (
-        "GPUs | Batch size / GPU (FP32 and FP16) | Accumulation steps (FP32 and FP16) | Sequence length | "
-        "Throughput - FP32(sequences/sec) | Throughput - mixed precision(sequences/sec)"
-    )
-    heading = "BERT > Training performance: NVIDIA DGX-1 (8x V100 32G) > Pre-training NVIDIA DGX-1 With 32G"
-    row = "1 | 2048 and 2048 | 512 and 256 | 512 | 19 | 75"
-    torch = _dle("PyTorch/LanguageModeling/BERT/README.md", heading, row, head)
-    tf = _dle("TensorFlow/LanguageModeling/BERT/README.md", heading, row, head)
-    binned = {m.precision: m for m in parse_dle([torch])}
-    padded = {m.precision: m for m in parse_dle([tf])}
-    assert binned["fp32"].dataset == padded["fp32"].dataset == "wikipedia-seq512"
-    assert padded["fp32"].flops_per_sample == pytest.approx(6 * 302e6 * 512 + 12 * 24 * 512**2 * 1024)
-    assert binned["fp32"].flops_per_sample == pytest.approx(6 * 302e6 * 288 + 12 * 24 * 288**2 * 1024)
-    # 19 sequences/s on one V100 in FP32: within its 15.7 TFLOP/s only as binned sequences
-    assert 19 * padded["fp32"].flops_per_sample > 15.7e12 > 19 * binned["fp32"].flops_per_sample
-    # phase 1 (128 tokens) is not binned
-    short = _dle(
-        "PyTorch/LanguageModeling/BERT/README.md",
-        heading,
-        "1 | 4096 and 4096 | 128 and 64 | 128 | 50 | 224",
-        head,
-    )
-    assert [m.flops_per_sample for m in parse_dle([short])] == pytest.approx(
-        [6 * 302e6 * 128 + 12 * 24 * 128**2 * 1024] * 2
-    )
