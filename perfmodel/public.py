@@ -141,6 +141,11 @@ def _dle_gpu(heading: str) -> tuple[str, str, float] | None:
     return None
 
 
+def _dle_gpus_per_node(product: str) -> int:
+    """GPUs in one DGX of the product ``_dle_gpu`` names: 16 in a DGX-2 (V100-SXM3-32GB), 8 otherwise."""
+    return 16 if product == "V100-SXM3-32GB" else 8
+
+
 # GPU types of DeepLearningExamples' tables whose FP32 columns really ran on FP32 CUDA cores.
 _PRE_AMPERE = frozenset({"V100", "P100", "T4", "K80"})
 
@@ -190,7 +195,14 @@ def parse_dle(rows: Iterable[dict[str, str]]) -> list[Measurement]:
             nodes = 1.0
         if "nodes" in col or "num nodes" in col:
             nodes = _number(cells[col.get("nodes", col.get("num nodes", 0))])
-            per = _number(cells[col["gpus / node"]]) if "gpus / node" in col else 8.0
+            # A table without a "GPUs / node" column counts whole DGX nodes: 16 GPUs on a DGX-2 / DGX-2H
+            # (TensorFlow and TensorFlow2 BERT's "Pre-training training performance: multi-node on
+            # DGX-2H 32GB" tables, whose heading names "16x V100 32GB" and whose one-node row repeats the
+            # 16-GPU row of the single-node table: 3081.69 / 761.92 sequences/s in TensorFlow's README at
+            # COMMITS["nvidia_dle"]), 8 on every other DGX. Read at 8 per node, those rows ran 1.05-1.53x
+            # the V100's FP32 peak per GPU.
+            per_node = float(_dle_gpus_per_node(gpu[1]))
+            per = _number(cells[col["gpus / node"]]) if "gpus / node" in col else per_node
             if nodes is not None and per is not None:
                 n = nodes * per
         if not n or not nodes or n <= 0:
@@ -257,7 +269,7 @@ def parse_dle(rows: Iterable[dict[str, str]]) -> list[Measurement]:
                     gpu[0],
                     nn,
                     int(nodes),
-                    min(nn, 8 if gpu[1] != "V100-SXM3-32GB" else 16),
+                    min(nn, _dle_gpus_per_node(gpu[1])),
                     "nvlink",
                     gpu[2],
                     value / (local * nn),

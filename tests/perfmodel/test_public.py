@@ -345,3 +345,26 @@ def test_an_llm_row_is_asked_with_the_micro_batch_and_checkpointing_its_run_used
     (row,) = rows_of([back])
     got = Predictor.load(anchors=False).predict([row]).samples_per_s[0]
     assert got / m.samples_per_s == pytest.approx(1.0, abs=0.25)
+
+
+def test_dle_multi_node_tables_without_a_per_node_column_count_the_dgx_named_in_the_heading() -> None:
+    # TensorFlow BERT's DGX-2H multi-node table: one node is the 16 GPUs of the single-node table's last row
+    head = (
+        "Num Nodes | Sequence Length | Batch size / GPU: mixed precision, FP32 | "
+        "Gradient Accumulation: mixed precision, FP32 | Global Batch Size | Throughput - mixed precision | "
+        "Throughput - FP32"
+    )
+    dgx2 = _dle(
+        "TensorFlow/LanguageModeling/BERT/README.md",
+        "BERT > Training performance: NVIDIA DGX-2 (16x V100 32GB) > Pre-training training performance: "
+        "multi-node on DGX-2H 32GB",
+        "4 | 512 | 8 , 8 | 64 , 64 | 32768 | 2284.23 | 765.04",
+        head,
+    )
+    ms = parse_dle([dgx2])
+    assert {(m.num_gpus, m.num_nodes, m.gpus_per_node) for m in ms} == {(64, 4, 16)}
+    fp32 = next(m for m in ms if m.precision == "fp32")
+    assert fp32.iters_per_s == pytest.approx(765.04 / (64 * 8))
+    # a DGX-1 / DGX A100 node is 8 GPUs
+    dgx1 = dict(dgx2, heading_path="BERT > Training performance: NVIDIA DGX-1 (8x V100 32GB) > multi-node")
+    assert {(m.num_gpus, m.gpus_per_node) for m in parse_dle([dgx1])} == {(32, 8)}
