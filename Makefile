@@ -75,14 +75,15 @@ tools-e2e: venv
 	PERFSCHED_WITH_JOBSETS=1 bash e2e/install-tools.sh
 
 lint: venv
-	ruff check scheduler perfmodel perfsched_dev tests e2e bench
-	ruff format --check scheduler perfmodel perfsched_dev tests e2e bench
+	ruff check scheduler perfmodel perfsched_dev tests e2e bench deploy
+	ruff format --check scheduler perfmodel perfsched_dev tests e2e bench deploy
 	mypy
+	mypy e2e deploy
 	lint-imports
 
 fmt: venv
-	ruff format scheduler perfmodel perfsched_dev tests e2e bench
-	ruff check --fix scheduler perfmodel perfsched_dev tests e2e bench
+	ruff format scheduler perfmodel perfsched_dev tests e2e bench deploy
+	ruff check --fix scheduler perfmodel perfsched_dev tests e2e bench deploy
 
 unit: venv
 	pytest tests -q

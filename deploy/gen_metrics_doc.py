@@ -112,7 +112,7 @@ def main() -> None:
             sys.exit(f"{OUT} is out of date: run deploy/gen_metrics_doc.py")
         return
     OUT.write_text(text)
-    print(f"wrote {OUT}")  # noqa: T201
+    print(f"wrote {OUT}")
 
 
 if __name__ == "__main__":

@@ -42,10 +42,10 @@ try:
     from packaging.utils import canonicalize_name
     from packaging.version import Version
 except ImportError:  # a bare venv before the lock is installed has pip, which vendors packaging
-    from pip._vendor.packaging.markers import Marker  # type: ignore[no-redef]
-    from pip._vendor.packaging.requirements import Requirement  # type: ignore[no-redef]
-    from pip._vendor.packaging.utils import canonicalize_name  # type: ignore[no-redef]
-    from pip._vendor.packaging.version import Version  # type: ignore[no-redef]
+    from pip._vendor.packaging.markers import Marker  # type: ignore[assignment]
+    from pip._vendor.packaging.requirements import Requirement  # type: ignore[assignment]
+    from pip._vendor.packaging.utils import canonicalize_name  # type: ignore[assignment]
+    from pip._vendor.packaging.version import Version  # type: ignore[assignment]
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = ROOT / "pyproject.toml"
@@ -91,18 +91,24 @@ def conflicts(pyproject_text: str, lock_text: str) -> list[str]:
         key = canonicalize_name(req.name)
         versions = pins.get(key)
         if not versions:
-            out.append(f"uv.lock pins no {req.name}, which pyproject.toml's {where} requires ({spec!r}): run `make lock`")
+            out.append(
+                f"uv.lock pins no {req.name}, which pyproject.toml's {where} requires ({spec!r}): "
+                "run `make lock`"
+            )
             continue
         bad = [v for v in versions if not req.specifier.contains(v, prereleases=True)]
         if bad:
             out.append(
-                f"uv.lock pins {req.name} {', '.join(bad)}, outside pyproject.toml's {where} {spec!r}: run `make lock`"
+                f"uv.lock pins {req.name} {', '.join(bad)}, outside pyproject.toml's {where} {spec!r}: "
+                "run `make lock`"
             )
     return out
 
 
 def _uv() -> str:
-    found = shutil.which("uv", path=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    found = shutil.which(
+        "uv", path=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
+    )
     if not found:
         raise LockError("uv is not installed: run `make venv` (it installs the locked uv) and retry")
     return found
@@ -124,10 +130,20 @@ def _run_uv(args: list[str], what: str) -> str:
 def export_text() -> str:
     """The image's pin list: runtime packages of uv.lock, exact versions, environment markers kept."""
     out = _run_uv(
-        ["export", "--frozen", "--no-dev", "--no-emit-project", "--no-hashes", "--no-header", "--no-annotate"],
+        [
+            "export",
+            "--frozen",
+            "--no-dev",
+            "--no-emit-project",
+            "--no-hashes",
+            "--no-header",
+            "--no-annotate",
+        ],
         "uv export",
     )
-    return IMAGE_HEADER + "".join(ln + "\n" for ln in out.splitlines() if ln.strip() and not ln.startswith("#"))
+    return IMAGE_HEADER + "".join(
+        ln + "\n" for ln in out.splitlines() if ln.strip() and not ln.startswith("#")
+    )
 
 
 def selection(extras: Iterable[str] = ("dev",)) -> dict[str, str]:
@@ -193,13 +209,16 @@ def main(argv: list[str] | None = None) -> int:
                 uv_args += ["--upgrade-package", pkg]
             _run_uv(uv_args, "uv lock")
             IMAGE_LOCK.write_text(export_text())
-            print(f"lock: wrote uv.lock and {IMAGE_LOCK.relative_to(ROOT)}")  # noqa: T201
+            print(f"lock: wrote uv.lock and {IMAGE_LOCK.relative_to(ROOT)}")
             return 0
         if args.cmd == "export":
             text = export_text()
             if args.check:
                 if not IMAGE_LOCK.exists() or IMAGE_LOCK.read_text() != text:
-                    print(f"lock: {IMAGE_LOCK.relative_to(ROOT)} differs from uv.lock: run `make lock`", file=sys.stderr)
+                    print(
+                        f"lock: {IMAGE_LOCK.relative_to(ROOT)} differs from uv.lock: run `make lock`",
+                        file=sys.stderr,
+                    )
                     return 1
                 return 0
             IMAGE_LOCK.write_text(text)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import httpx
 from kubernetes import client as k8s
@@ -78,14 +78,16 @@ def gpu_capacity(api: k8s.ApiClient) -> dict[str, int]:
 T = TypeVar("T")
 
 
-def wait_until(check: Callable[[], T], timeout: float, what: str, interval: float = 0.2) -> T:
+def wait_until(
+    check: Callable[[], T | Literal[False] | None], timeout: float, what: str, interval: float = 0.2
+) -> T:
     """Poll ``check`` until it returns something truthy; fail the test naming ``what`` on timeout."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while True:
         last = check()
         if last:
-            return last
+            return cast(T, last)
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what} (last: {last!r})")
         time.sleep(interval)

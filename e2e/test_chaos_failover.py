@@ -364,7 +364,7 @@ def test_operator_killed_at_random_steps_and_failed_nodes_lose_nothing(
             name = rng.choice(elastic)
             now_max = running[name]["replicas"]["max"]
             new_max = rng.choice([m for m in (1, 2, 3, 4) if m != now_max])
-            patch = {"spec": {"replicas": {"max": new_max}}}
+            patch: dict[str, Any] = {"spec": {"replicas": {"max": new_max}}}
         elif what == "move" and running:
             name = rng.choice(sorted(running))
             at = cluster.status(name).get("allocation", {}).get("gpuType", "A100")
@@ -416,7 +416,7 @@ def test_operator_killed_at_random_steps_and_failed_nodes_lose_nothing(
                 ops[i] = operator(i)
                 arms[i].unlink()
         print(f"kills: {len(crashes)} in {kill_s:.0f} s; user changes {dict(changes)}")
-        by = defaultdict(int)
+        by: defaultdict[tuple[str, str], int] = defaultdict(int)
         for c in crashes:
             by[(c["kind"], c["step"])] += 1
         print("kills by (change, step):", dict(sorted(by.items())))
@@ -482,7 +482,7 @@ def test_operator_killed_at_random_steps_and_failed_nodes_lose_nothing(
     worst, late = sampler.late_orphans([t for t, _ in kills], takeovers)
     # a leader whose round outlasted its Lease may reach an armed step after another process took over:
     # that kill hands nothing over; count such kills, and require a leader to start after every kill
-    deposed = [k for k, pid in kills if ([p for t, p in leaders if t <= k] or [None])[-1] != pid]
+    deposed = [k for k, pid in kills if next((p for t, p in reversed(leaders) if t <= k), None) != pid]
     print(
         f"{len(submitted)} jobs, {len(crashes)} kills ({len(deposed)} of a process that had lost the "
         f"Lease), {len(takeovers)} leaders, {sampler.samples} samples, {len(sampler.episodes)} moments with "

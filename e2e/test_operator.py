@@ -145,9 +145,9 @@ class Watcher:
         for key, gens in gangs.items():
             if len(gens) > 1:
                 self.violations.append(f"job {key}: live pods of generations {sorted(gens)}")
-        for key, n in replicas.items():
+        for rkey, n in replicas.items():
             if n > 1:
-                self.violations.append(f"replica {key} exists {n} times")
+                self.violations.append(f"replica {rkey} exists {n} times")
         self.samples += 1
 
     def _run(self) -> None:

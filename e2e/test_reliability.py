@@ -185,7 +185,7 @@ def test_bad_start_timeout_or_backoff_is_refused_naming_the_field(
     cluster: Cluster, field: str, value: int
 ) -> None:
     with pytest.raises(ApiException) as info:
-        cluster.submit(tj("bad", **{field: value}))
+        cluster.submit(tj("bad", **dict[str, Any]({field: value})))
     assert info.value.status == 422 and f"spec.{field}" in info.value.body, info.value.body
 
 
@@ -253,8 +253,13 @@ def test_an_emulated_slow_node_is_flagged_and_its_peer_is_not(
     core = cluster.core
     core.patch_node(slow, {"metadata": {"labels": {LABEL_EMULATED_SPEED: "0.6"}}})
     try:
-        r50 = {"model": "resnet50", "dataset": "imagenet", "batch": 256, "allowedGPUTypes": ["A100"]}
-        bert = {"model": "bert", "dataset": "squad", "batch": 32, "allowedGPUTypes": ["A100"]}
+        r50: dict[str, Any] = {
+            "model": "resnet50",
+            "dataset": "imagenet",
+            "batch": 256,
+            "allowedGPUTypes": ["A100"],
+        }
+        bert: dict[str, Any] = {"model": "bert", "dataset": "squad", "batch": 32, "allowedGPUTypes": ["A100"]}
         # 6 + 6 GPUs cannot share a node: one ResNet-50 gang per node, a BERT gang beside each
         cluster.submit(tj("r50-a", iterations=10_000_000, gpus=6, **r50))
         cluster.submit(tj("r50-b", iterations=10_000_000, gpus=6, **r50))

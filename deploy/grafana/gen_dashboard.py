@@ -139,7 +139,8 @@ ROWS: list[tuple[str, list[Panel]]] = [
                 "percentunit",
                 [
                     (
-                        "sum by (gpu_type) (rate(perfsched_operator_throughput_relative_error_ratio_sum[$__rate_interval]))"
+                        "sum by (gpu_type) "
+                        "(rate(perfsched_operator_throughput_relative_error_ratio_sum[$__rate_interval]))"
                         " / sum by (gpu_type) "
                         "(rate(perfsched_operator_throughput_relative_error_ratio_count[$__rate_interval]))",
                         "{{gpu_type}}",
@@ -309,7 +310,7 @@ def main() -> None:
             sys.exit(f"{OUT} is out of date: run python deploy/grafana/gen_dashboard.py")
         return
     OUT.write_text(text)
-    print(f"wrote {OUT}")  # noqa: T201
+    print(f"wrote {OUT}")
 
 
 if __name__ == "__main__":
