@@ -37,6 +37,11 @@ class Settings(BaseSettings):
     extender_max_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
     #: how long GPUs reserved by a bind stay counted if the watch never shows the pod bound
     extender_assume_ttl_seconds: float = Field(default=60.0, gt=0)
+    #: how long the GPUs the operator planned for a gang stay held for it (other pods are filtered off
+    #: them) if the gang does not bind; and how long a gang waits for a plan that does not fit yet before
+    #: it is placed afresh (no longer than the hold: the wait needs the held GPUs)
+    extender_plan_hold_seconds: float = Field(default=30.0, gt=0, le=3600)
+    extender_plan_wait_seconds: float = Field(default=5.0, ge=0, le=3600)
     #: server-side timeout of each watch request (the cache resumes from its resourceVersion after it)
     extender_watch_timeout_seconds: int = Field(default=300, ge=10)
     #: (job, placement) predictions memoised by prioritize
@@ -171,6 +176,11 @@ class Settings(BaseSettings):
         if sum(weights) <= 0:
             raise ValueError(
                 "PERFSCHED_EXTENDER_WEIGHT_THROUGHPUT, _LOCALITY and _PACKING are all 0: one must be > 0"
+            )
+        if self.extender_plan_wait_seconds > self.extender_plan_hold_seconds:
+            raise ValueError(
+                "PERFSCHED_EXTENDER_PLAN_WAIT_SECONDS must not exceed PERFSCHED_EXTENDER_PLAN_HOLD_SECONDS "
+                "(a gang waits for its plan only while its GPUs are held)"
             )
         if bool(self.extender_tls_cert_file) != bool(self.extender_tls_key_file):
             raise ValueError(

@@ -141,6 +141,7 @@ def register(app: typer.Typer) -> None:
         cache = ClusterCache(
             KubeListWatch(api, settings.namespace),
             assume_ttl_s=settings.extender_assume_ttl_seconds,
+            hold_ttl_s=settings.extender_plan_hold_seconds,
             watch_timeout_s=settings.extender_watch_timeout_seconds,
         )
         from scheduler.oracles.predictor import PredictorOracle

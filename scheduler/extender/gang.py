@@ -1,27 +1,27 @@
 """Where a gang's unplaced replicas go: the plan filter keeps a gang's pods to.
 
-Shell-side logic without I/O over the ``ClusterCache`` (callers hold its lock). The plan is, in order: a
-plan this extender made earlier for the gang, minus the replicas placed since, while it still fits and one
-of its nodes is among kube-scheduler's candidates (so every pod of a gang gets the same plan); else the
-operator's plan (the TrainingJob's ``status.allocation`` for the pod's generation, less the replicas placed;
-else the ``perfsched.dev/planned-node`` annotations of the gang's unplaced pods) while it fits the GPUs free
-for the gang (``ClusterCache.free_for``: free plus what the cache holds for the gang's own planned pods),
-except that a gang planned over several NVLink domains takes one domain of its type that is free now and
-held for nobody (``_tighter``); while the operator's plan does not fit, the gang waits for it for
-``PLAN_WAIT_S`` (5 s) from the first time it did not, as long as the cache still holds GPUs for it (a
-resolvable refusal naming the plan: the extender's watch catching up with the operator's view, finished
-pods' claims being released); else a fresh placement with the core's algorithm (``FreeIndex.place``, so the
-extender places gangs exactly as the policies and the simulator do) over the whole cache (replicas already
-bound count as ``prefer``) and, if none of those nodes is among kube-scheduler's candidates, over the
-candidates only (``FreeIndex.restricted``: the whole-cache index cut down to them, what ``place_gang`` over
-those nodes answers). kube-scheduler offers a sample of the nodes (10% of 5,000): a plan outside every
-sample would keep the gang waiting, so an earlier plan that still fits but is not offered is made again
-among the candidates only (the whole cache would prefer the same nodes again). Free GPUs are net of what the
-cache holds for other pods planned on a node, so no placement here takes GPUs the operator planned for
-another gang.
-Memo: ``GangPlans`` keeps the last plan per gang; its one invalidation rule is that a plan is used only
-while it still fits the cache's free GPUs and is offered (checked on every use), and the oldest plans are
-dropped past 10,000 gangs.
+Shell-side logic without I/O over the ``ClusterCache`` (callers hold its lock). The plan is, in order: a plan
+this extender made earlier for the gang, minus the replicas placed since, while it still fits and one of its
+nodes is among kube-scheduler's candidates (so every pod of a gang gets the same plan); else the operator's
+plan (the TrainingJob's ``status.allocation`` for the pod's generation, less the replicas placed; else the
+``perfsched.dev/planned-node`` annotations of the gang's unplaced pods) while it fits the GPUs free for the
+gang (``ClusterCache.free_for``: free plus what the cache holds for the gang's own planned pods), except that
+a gang planned over several NVLink domains takes one domain of its type that is free now and held for nobody
+(``_tighter``); while the operator's plan does not fit, the gang waits for it for ``wait_s``
+(``PERFSCHED_EXTENDER_PLAN_WAIT_SECONDS``, 5 s) from the first time it did not, as long as the cache still
+holds GPUs for it (a resolvable refusal naming the plan: the extender's watch catching up with the operator's
+view, finished pods' claims being released); else a fresh placement with the core's algorithm
+(``FreeIndex.place``, so the extender places gangs exactly as the policies and the simulator do) over the
+whole cache (replicas already bound count as ``prefer``) and, if none of those nodes is among kube-scheduler's
+candidates, over the candidates only (``FreeIndex.restricted``: the whole-cache index cut down to them, what
+``place_gang`` over those nodes answers). kube-scheduler offers a sample of the nodes (10% of 5,000): a plan
+outside every sample would keep the gang waiting, so an earlier plan that still fits but is not offered is
+made again among the candidates only (the whole cache would prefer the same nodes again). Free GPUs are net of
+what the cache holds for other pods planned on a node, so no placement here takes GPUs the operator planned
+for another gang.
+Memo: ``GangPlans`` keeps the last plan per gang; its one invalidation rule is that a plan
+is used only while it still fits the cache's free GPUs and is offered (checked on every use), and the oldest
+plans are dropped past 10,000 gangs.
 """
 
 from __future__ import annotations
@@ -96,8 +96,9 @@ class FreeIndexes:
 class GangPlans:
     """The gang plan of a pod (see the module docstring), with the plans made so far."""
 
-    def __init__(self, cache: ClusterCache) -> None:
+    def __init__(self, cache: ClusterCache, wait_s: float = PLAN_WAIT_S) -> None:
         self._cache = cache
+        self._wait_s = wait_s
         self._indexes = FreeIndexes(cache)
         # gang -> (plan for its unplaced replicas, where its replicas were placed when it was made)
         self._plans: dict[tuple[str, str], tuple[Allocation, dict[str, int]]] = {}
@@ -121,7 +122,7 @@ class GangPlans:
         why = (
             "its earlier plan is not among the nodes offered"
             if earlier is not None
-            else "the operator's plan did not fit within 5 s"
+            else f"the operator's plan did not fit within {self._wait_s:g} s"
             if ctx.gang_key in self._waiting
             else "no plan of the operator's covers it"
         )
@@ -209,7 +210,7 @@ class GangPlans:
             )
         if len(self._waiting) > _MAX_PLANS:
             self._waiting.pop(next(iter(self._waiting)))
-        if ctx.replicas > 1 and now - since < PLAN_WAIT_S and self._cache.holds_of(ctx.gang_key):
+        if ctx.replicas > 1 and now - since < self._wait_s and self._cache.holds_of(ctx.gang_key):
             plan = Allocation.of(ctx.pod.job, gpu_type, ctx.gpus, planned)
             free = sum(min(r * ctx.gpus, self._cache.free_for(n, ctx.gang_key)) for n, r in planned.items())
             return Unschedulable(

@@ -88,7 +88,7 @@ class ExtenderService:
         self._sent: dict[tuple[str, str], str] = {}
         index = NodeIndex(cache)
         memory = oracle if isinstance(oracle, MemoryOracle) else None
-        self._filter = Filter(index, GangPlans(cache), memory)
+        self._filter = Filter(index, GangPlans(cache, wait_s=settings.extender_plan_wait_seconds), memory)
         self._score = Scorer(index, oracle, settings)
         # every verb's series from the start (a dashboard shows 0, not "no data", before the first call),
         # resolved once: looking the labels up on every call costs more than the observation itself

@@ -10,11 +10,12 @@ incrementally on every event. Free GPUs are allocatable GPUs minus
   added by ``assume`` before the Binding is created and dropped when the watch shows the pod bound, when
   the bind fails (``forget``), or after a time-to-live), and
 - GPUs *held* for pods the operator has planned on the node (``perfsched.dev/planned-node``) that are not
-  bound yet: a gang's planned GPUs are kept for it from the moment its pods appear until they bind, the
-  pod goes, or ``hold_ttl_s`` (30 s) has passed since the cache first saw the pod (a plan that has not
-  bound by then no longer holds anything). ``free`` is net of every hold; ``free_for(node, gang)`` adds
-  back the gang's own holds (what the gang itself may use), ``holds_of(gang)`` lists them. A held pod
-  that is assumed, or whose ResourceClaim is allocated, holds nothing: it is counted where it is.
+  bound yet: a gang's planned GPUs are kept for it from the moment its pods appear until they bind, the pod
+  goes, or ``hold_ttl_s`` (``PERFSCHED_EXTENDER_PLAN_HOLD_SECONDS``, 30 s) has passed since the cache first
+  saw the pod (a plan that has not bound by then no longer holds anything). ``free`` is net of every hold;
+  ``free_for(node, gang)`` adds back the gang's own holds (what the gang itself may use), ``holds_of(gang)``
+  lists them. A held pod that is assumed, or whose ResourceClaim is allocated, holds nothing: it is counted
+  where it is.
 
 On a node whose GPUs are DRA devices (``scheduler.k8s.dra``: DeviceClasses, ResourceSlices, ResourceClaims
 and DeviceTaintRules are watched too), capacity is its healthy GPU devices and the pods' share becomes the

@@ -333,6 +333,31 @@ def test_stale_operator_plan_waits_while_held_then_falls_back_to_gang_placement(
     assert body["NodeNames"] == ["n1", "n2"]  # the NVLink domain, as place_gang says
 
 
+def test_the_plan_wait_and_hold_are_settings(client_for: Callable[..., TestClient]) -> None:
+    """``PERFSCHED_EXTENDER_PLAN_WAIT_SECONDS`` sets how long a plan that does not fit is waited for (here
+    1 s, not 5), and the cache's hold (``hold_ttl_s``) how long the gang's GPUs stay held for it."""
+    t = [0.0]
+    nodes, pods = gang_cluster(big_free=False)
+    pods.append(kube_pod("squatter", 4, node="m1", namespace="other"))
+    gang = [
+        kube_pod(f"tj-w{i}", 2, job="tj", replica=i, gpu_type="A100", planned="m1" if i < 2 else "m2")
+        for i in range(4)
+    ]
+    cache = fed_cache(
+        nodes, pods + gang, [kube_tj("tj", replicas=4, gpus=2)], clock=lambda: t[0], hold_ttl_s=2.0
+    )
+    client = client_for(cache, extender_plan_wait_seconds=1.0, extender_plan_hold_seconds=2.0)
+    body = client.post("/filter", json={"Pod": gang[0], "NodeNames": GANG_NAMES}).json()
+    assert body["NodeNames"] == [] and "waiting for the GPUs planned" in body["FailedNodes"]["n1"]
+    t[0] = 1.5  # past the 1 s wait, within the 2 s hold: placed afresh
+    body = client.post("/filter", json={"Pod": gang[0], "NodeNames": GANG_NAMES}).json()
+    assert body["NodeNames"] == ["n1", "n2"]
+    assert cache.holds_of(("team-a/tj", "1"))  # the unbound pods still hold their planned GPUs
+    t[0] = 2.5  # past the 2 s hold
+    cache.expire_assumed()  # what the watch loop and every reader do
+    assert cache.holds_of(("team-a/tj", "1")) == {}
+
+
 def test_a_plan_the_watch_shows_in_part_is_read_from_the_jobs_status(
     client_for: Callable[..., TestClient],
 ) -> None:

@@ -30,3 +30,10 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("PERFSCHED_EXTENDER_PORT", "0")
     with pytest.raises(ValidationError, match="extender_port"):
         Settings()
+
+
+def test_plan_wait_may_not_outlast_the_hold() -> None:
+    with pytest.raises(ValidationError, match="PERFSCHED_EXTENDER_PLAN_WAIT_SECONDS must not exceed"):
+        Settings(extender_plan_wait_seconds=40, extender_plan_hold_seconds=30)
+    ok = Settings(extender_plan_wait_seconds=10, extender_plan_hold_seconds=60)
+    assert (ok.extender_plan_wait_seconds, ok.extender_plan_hold_seconds) == (10, 60)
