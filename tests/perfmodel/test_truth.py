@@ -364,3 +364,22 @@ def test_the_truth_of_a_gpu_type_is_its_default_variant_where_that_was_measured(
     assert GroundTruth(rows[1::2] + rows[4:]).throughput("resnet50", 32, "V100", 1, dataset="imagenet") == (
         pytest.approx(9.9)
     )
+
+
+def test_spreading_a_gang_over_nodes_never_makes_it_faster(truth: GroundTruth) -> None:
+    # Rule 5: the cross-node sync, measured at 10 Gb/s and scaled to a fast network, no longer falls
+    # below the measured in-node sync (LSTM on 8 H100s read 1.6x faster over 2 nodes at 400 Gb/s).
+    one = truth.throughput("lstm", 80, "H100", 8, 1, "wikitext-2")
+    two = truth.throughput("lstm", 80, "H100", 8, 2, "wikitext-2", network_gbps=400.0)
+    assert one is not None and two is not None and two <= one
+    checked = 0
+    for jt in truth.catalogue():
+        for gpu in ("K80", "V100", "T4", "A100", "H100"):
+            for n, nodes in ((4, 2), (8, 2), (8, 4)):
+                base = truth.throughput(jt.model, jt.batch_size, gpu, n, 1, jt.dataset)
+                for gbps in (10.0, 100.0, 400.0):
+                    spread = truth.throughput(jt.model, jt.batch_size, gpu, n, nodes, jt.dataset, gbps)
+                    if base is not None and spread is not None:
+                        checked += 1
+                        assert spread <= base * (1 + 1e-12), (jt, gpu, n, nodes, gbps)
+    assert checked > 1000

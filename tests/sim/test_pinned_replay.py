@@ -40,14 +40,14 @@ PINNED: dict[str, tuple[float, float, float, int, float, int, int, str]] = {
         "7a6128804116f0f6ba728cd6c93f3fa90cf9cff51307b28f8fc81e296ccd3fcf",
     ),
     "fifo:backfill=true": (
-        21655.18252049136,
+        21740.281129667514,
         582320.4899999999,
         1615253.0380728515,
         0,
-        0.33451623377861506,
+        0.3358333433455112,
         796,
         948,
-        "0f763ca59497ac884a8270d8292c212caef350ace68295e439636fcd6d41e082",
+        "5afe8da073506814da1fa8e1fe25e5b17be758cb469e38429e8bd9cf542d80f9",
     ),
 }
 
