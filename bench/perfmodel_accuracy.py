@@ -64,12 +64,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: t
 
 from bench import llm_fit
 from perfmodel.anchor import Anchors
+from perfmodel.envelope import MeasuredInNode
 from perfmodel.features import design_of, resolve
 from perfmodel.gpus import GPUSpec
 from perfmodel.llm import LLMFit, is_llm_job
 from perfmodel.measurements import Measurement
 from perfmodel.online import OnlineCorrector
-from perfmodel.predictor import MeasuredInNode
 from perfmodel.train import DEFAULT_ROUNDS, fit, fit_forest, fit_physics, rows_of, training_table
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -34,7 +34,8 @@ from perfmodel.features import parse_row
 from perfmodel.kernels import default_cost_model
 from perfmodel.llm import question_of
 from perfmodel.measurements import Measurement, read_table
-from perfmodel.predictor import MODEL_FILE, Predictions, Predictor
+from perfmodel.predictions import Predictions
+from perfmodel.predictor import MODEL_FILE, Predictor
 from perfmodel.profile import dump_profile
 from perfmodel.profiling import profile_zoo
 from perfmodel.truth import TABLE_NAME

@@ -64,12 +64,12 @@ from typing import TYPE_CHECKING
 from perfmodel.errors import InvalidInputError
 from perfmodel.features import HardwareFeatures, HardwarePart, JobFeatures, allreduce_latency_s, resolve_hw
 from perfmodel.gpus import GPUSpec, fp8_tflops
+from perfmodel.predictions import Predictions
 from perfmodel.profile import profile_fingerprint
 from perfmodel.zoo import LLMArch, llm_arch, lookup_model
 
 if TYPE_CHECKING:
     from perfmodel.measurements import Measurement
-    from perfmodel.predictor import Predictions
 
 SHARDING_KINDS = ("ddp", "fsdp", "tp")
 #: The sharding spec grammar (the CRD's ``spec.sharding`` pattern is the same, case-insensitive here).
@@ -574,7 +574,6 @@ def step_time(p: LLMPlan, fit: LLMFit = FIT) -> StepTime:
 
 def predict(rows: Sequence[tuple[JobFeatures, HardwareFeatures]], fit: LLMFit = FIT) -> Predictions:
     """Predictions for LLM rows (``InvalidInputError`` naming the row and field on bad input)."""
-    from perfmodel.predictor import Predictions
 
     s: list[float] = []
     lo: list[float] = []
@@ -615,7 +614,6 @@ def predict_mixed(
 ) -> Predictions:
     """Predictions for a batch in which some rows are LLM jobs: those here (under ``fit``), the others by
     ``learned`` (the predictor's own path), merged back in row order."""
-    from perfmodel.predictor import Predictions
 
     llm_at = [i for i, (job, _) in enumerate(rows) if is_llm_job(job)]
     other_at = [i for i, (job, _) in enumerate(rows) if not is_llm_job(job)]

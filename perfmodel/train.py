@@ -3,7 +3,7 @@
 ``train(shared_dir, out_dir)`` reads ``throughput_isolated_tidy.csv.gz`` from the shared throughput
 directory, keeps the permissively licensed sources (``perfmodel.measurements.SHIPPABLE``), writes the merged
 table (``measurements.csv.gz``) and the model file (``predictor.json``) into ``out_dir`` (by default the
-package's ``data/``). ``fit_model`` fits the forest of ``perfmodel.predictor.LearnedModel``: XGBoost on
+package's ``data/``). ``fit_model`` fits the forest of ``perfmodel.learned.LearnedModel``: XGBoost on
 ``log(measured iteration time / scaling-model time)`` over every measured configuration.
 
 The interval's 10th/90th percentile error ratios come from 5-fold out-of-fold predictions. ``fit`` and
@@ -40,9 +40,11 @@ from perfmodel.features import (
     design_of,
     resolve,
 )
+from perfmodel.forest import Forest
+from perfmodel.learned import LearnedModel, ModelMeta
 from perfmodel.llm import question_of
 from perfmodel.measurements import SHIPPABLE, Measurement, merge, read_shared_tidy, write_table
-from perfmodel.predictor import MODEL_FILE, Forest, LearnedModel, ModelMeta, Predictor
+from perfmodel.predictor import MODEL_FILE, Predictor
 from perfmodel.public import read_public, shippable
 from perfmodel.truth import TABLE_NAME
 from perfmodel.zoo import Family

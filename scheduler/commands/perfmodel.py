@@ -25,7 +25,7 @@ from scheduler.core.errors import ConfigError
 if TYPE_CHECKING:
     from perfmodel.features import HardwareFeatures, JobFeatures
     from perfmodel.online import OnlineCorrector
-    from perfmodel.predictor import Predictions
+    from perfmodel.predictions import Predictions
 
 #: Columns (and flags) of an LLM job beyond ``perfmodel.features.ROW_COLUMNS``.
 LLM_COLUMNS = ("sequence_length", "sharding", "micro_batch", "activation_checkpointing")

@@ -10,10 +10,11 @@ import math
 import numpy as np
 import pytest
 
+from perfmodel.envelope import MeasuredInNode
 from perfmodel.features import STACKS, HardwareFeatures, JobFeatures, model_terms
 from perfmodel.gpus import CANONICAL_TYPES
 from perfmodel.measurements import Measurement
-from perfmodel.predictor import MeasuredInNode, Predictor
+from perfmodel.predictor import Predictor
 
 
 @pytest.fixture(scope="module")

@@ -22,8 +22,9 @@ from perfmodel.features import (
     feature_matrix,
     resolve,
 )
+from perfmodel.forest import Forest
 from perfmodel.gpus import CANONICAL_TYPES
-from perfmodel.predictor import MODEL_FILE, Forest, Predictor
+from perfmodel.predictor import MODEL_FILE, Predictor
 from perfmodel.zoo import llm_arch, model_names
 
 SHIPPED = Path(__file__).resolve().parents[2] / "perfmodel" / "data" / MODEL_FILE
