@@ -36,9 +36,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
 
-from perfmodel.features import FEATURE_NAMES, HardwareFeatures, JobFeatures
+from perfmodel.features import HardwareFeatures, JobFeatures
 from perfmodel.forest import Forest
 from perfmodel.predictor import Predictor
+from perfmodel.scaling import FEATURE_NAMES
 
 # The machine this runs on is shared: CPU time of this process (CLOCK_PROCESS_CPUTIME_ID) is what one
 # core spends, wall time includes waiting for a core. Both are printed; targets are about the former.

@@ -51,9 +51,11 @@ import numpy.typing as npt
 
 from perfmodel import llm
 from perfmodel.errors import InvalidInputError
-from perfmodel.features import JOB_COLUMNS, STACKS, Resolved, effective_tflops, family_hint, fp32_in_tf32
+from perfmodel.features import Resolved, effective_tflops, family_hint, fp32_in_tf32
 from perfmodel.gpus import CANONICAL_TYPES, gpu_spec
+from perfmodel.llm_fit import FIT, LLMFit
 from perfmodel.measurements import Measurement
+from perfmodel.scaling import JOB_COLUMNS, STACKS
 from perfmodel.zoo import canonical_dataset, lookup_model
 
 # Weight of the anchor in log space when it applies (the benchmark's best blend: 0.75; on the development
@@ -90,7 +92,7 @@ _FALLBACK = {"fp8": ("fp8", "bf16", "fp16", "amp")}
 
 
 def stack_of(r: Resolved) -> str:
-    """The software stack of a resolved row (``features.STACKS`` name)."""
+    """The software stack of a resolved row (``scaling.STACKS`` name)."""
     return _STACK_NAMES[int(r.nums[JOB_COLUMNS.index("stack")])]
 
 
@@ -150,7 +152,7 @@ def _median_by(pairs: Sequence[tuple[float, float]]) -> tuple[list[float], list[
     return keys, [statistics.median(by[k]) for k in keys]
 
 
-def at_default_plan(m: Measurement, fit: llm.LLMFit = llm.FIT) -> Measurement:
+def at_default_plan(m: Measurement, fit: LLMFit = FIT) -> Measurement:
     """A zoo LLM's row as if run at the default memory plan (no activation checkpointing, the whole
     per-rank batch in one micro-batch): its speed times the scaling model's ratio between that plan and
     the one it ran with. An anchor knows only the work per GPU per step, so an LLM row's anchor is
@@ -172,7 +174,7 @@ def at_default_plan(m: Measurement, fit: llm.LLMFit = llm.FIT) -> Measurement:
 class Anchors:
     """Smooth measured anchors per (model, dataset); see the module docstring."""
 
-    def __init__(self, measurements: Sequence[Measurement], llm_fit: llm.LLMFit = llm.FIT) -> None:
+    def __init__(self, measurements: Sequence[Measurement], llm_fit: LLMFit = FIT) -> None:
         measurements = [at_default_plan(m, llm_fit) for m in measurements]
         by: dict[tuple[str, str, str, str], dict[str, list[Measurement]]] = defaultdict(
             lambda: defaultdict(list)

@@ -24,9 +24,9 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from perfmodel.features import STACKS
 from perfmodel.gpus import CANONICAL_TYPES, gpu_spec
 from perfmodel.measurements import Measurement
+from perfmodel.scaling import STACKS
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -26,17 +26,16 @@ import numpy.typing as npt
 
 from perfmodel.anchor import ANCHOR_WEIGHT
 from perfmodel.errors import ModelFileError
-from perfmodel.features import (
+from perfmodel.features import Resolved, design_of
+from perfmodel.forest import Forest
+from perfmodel.scaling import (
     DEFAULT_PHYSICS,
     FEATURE_NAMES,
     FEATURE_SCHEMA_VERSION,
     LINK_NVLINK,
     Design,
     Physics,
-    Resolved,
-    design_of,
 )
-from perfmodel.forest import Forest
 
 FloatArray = npt.NDArray[np.float64]
 

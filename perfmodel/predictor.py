@@ -46,26 +46,22 @@ from perfmodel.anchor import ANCHOR_WEIGHT, Anchors
 from perfmodel.envelope import ENVELOPE_MODES, FALL_RATIO, MeasuredInNode
 from perfmodel.errors import InvalidInputError
 from perfmodel.features import (
-    HW_COLUMNS,
-    JOB_COLUMNS,
-    LINK_NVLINK,
-    NUM_COLUMNS,
-    Design,
     HardwareFeatures,
     HardwarePart,
     JobFeatures,
     JobPart,
     Resolved,
     combine,
-    design_of_nums,
     resolve_hw,
     resolve_job,
 )
 from perfmodel.learned import LearnedModel, ModelMeta, read_model
+from perfmodel.llm_fit import FIT
 from perfmodel.measurements import read_table
 
 # ``Predictor.predict``'s answer type, importable from here as from its own module
 from perfmodel.predictions import Predictions as Predictions
+from perfmodel.scaling import HW_COLUMNS, JOB_COLUMNS, LINK_NVLINK, NUM_COLUMNS, Design, design_of_nums
 from perfmodel.truth import TABLE_NAME
 
 log = logging.getLogger(__name__)
@@ -144,9 +140,9 @@ class Predictor:
         self.model = model
         self.meta = meta
         self.anchors = anchors
-        # The LLM scaling model's constants (the shipped ``llm.FIT``; the accuracy benchmark refits them on
-        # each split's training rows).
-        self.llm_fit = llm.FIT
+        # The LLM scaling model's constants (the shipped ``llm_fit.FIT``; the accuracy benchmark refits them
+        # on each split's training rows).
+        self.llm_fit = FIT
         # Without ``measured`` every row extrapolates: "auto" then applies the envelope to every row on
         # several GPUs of one node, like "always".
         self.measured = measured
@@ -451,7 +447,7 @@ class Predictor:
     ) -> tuple[FloatArray, FloatArray]:
         """(samples/s, 1-GPU iteration time at the per-GPU batch) of rows given as their owner's batch row
         ``o`` (of the gathered job and placement tables ``jt``/``ht``) on ``g`` GPUs, ``nodes`` nodes,
-        ``gpn`` GPUs per node: the rows' ``Resolved.nums`` matrix, then ``features.design_of_nums`` and
+        ``gpn`` GPUs per node: the rows' ``Resolved.nums`` matrix, then ``scaling.design_of_nums`` and
         ``LearnedModel.times`` -- the functions training evaluates, guards and anchor blend included."""
         e = o.size
         m = np.empty((e, _NUM_WIDTH))

@@ -25,27 +25,22 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from perfmodel.features import (
-    DEFAULT_PHYSICS,
-    FEATURE_NAMES,
-    FEATURE_SCHEMA_VERSION,
-    STACKS,
-    Design,
-    HardwareFeatures,
-    JobFeatures,
-    Physics,
-    Resolved,
-    _nums,
-    _terms,
-    design_of,
-    resolve,
-)
+from perfmodel.features import HardwareFeatures, JobFeatures, Resolved, _nums, design_of, resolve
 from perfmodel.forest import Forest
 from perfmodel.learned import LearnedModel, ModelMeta
 from perfmodel.llm import question_of
 from perfmodel.measurements import SHIPPABLE, Measurement, merge, read_shared_tidy, write_table
 from perfmodel.predictor import MODEL_FILE, Predictor
 from perfmodel.public import read_public, shippable
+from perfmodel.scaling import (
+    DEFAULT_PHYSICS,
+    FEATURE_NAMES,
+    FEATURE_SCHEMA_VERSION,
+    STACKS,
+    Design,
+    Physics,
+    terms_of_nums,
+)
 from perfmodel.truth import TABLE_NAME
 from perfmodel.zoo import Family
 
@@ -196,7 +191,7 @@ def fit_physics(measurements: Sequence[Measurement], resolved: Sequence[Resolved
     pull[6 + nf + ns] = 1e3
 
     def residual(theta: FloatArray) -> FloatArray:
-        c, s_, _ = _terms(m, _physics_of(theta))
+        c, s_, _ = terms_of_nums(m, _physics_of(theta))
         return np.concatenate((w * (np.log(c + s_) - log_t), pull * (theta - theta0)))
 
     fit = least_squares(residual, theta0, method="trf", x_scale=1.0, max_nfev=200)
