@@ -45,8 +45,10 @@ FloatArray = npt.NDArray[np.float64]
 FEATURE_SCHEMA_VERSION = "perfmodel-features-v5"
 
 
-# Software stacks (how far the job's code is tuned; see ``perfmodel.public``): the feature's codes.
-# ``research`` is what a typical user's PyTorch job is and the default.
+# Software stacks: how far a job's code is tuned, and the feature's codes. ``research`` = the scheduler
+# papers' jobs and plain PyTorch (what a typical user runs; the default); ``vendor`` = NVIDIA's tuned
+# example code (DALI, fused kernels, NHWC); ``mlperf`` = MLPerf submissions; ``llm`` = LLM training
+# frameworks (FSDP/Megatron, fused attention).
 STACKS: dict[str, int] = {"research": 0, "vendor": 1, "mlperf": 2, "llm": 3}
 
 
