@@ -50,13 +50,14 @@ import numpy as np
 import numpy.typing as npt
 
 from perfmodel import llm
+from perfmodel.datasets import canonical_dataset
 from perfmodel.errors import InvalidInputError
 from perfmodel.features import Resolved, effective_tflops, family_hint, fp32_in_tf32
 from perfmodel.gpus import CANONICAL_TYPES, gpu_spec
 from perfmodel.llm_fit import FIT, LLMFit
 from perfmodel.measurements import Measurement
 from perfmodel.scaling import JOB_COLUMNS, STACKS
-from perfmodel.zoo import canonical_dataset, lookup_model
+from perfmodel.zoo import lookup_model
 
 # Weight of the anchor in log space when it applies (the benchmark's best blend: 0.75; on the development
 # splits (``bench/perfmodel_accuracy.py --dev``) too).

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from perfmodel.datasets import canonical_dataset
 from perfmodel.errors import InvalidInputError
 from perfmodel.gpus import (
     FP8_GEMM_SHARE,
@@ -71,7 +72,7 @@ from perfmodel.scaling import (
     features_of_nums,
     terms_of_nums,
 )
-from perfmodel.zoo import Family, canonical_dataset, lookup_model
+from perfmodel.zoo import Family, lookup_model
 
 # Peak-rate columns of a placement: one per precision, then fp32 run in TF32 (``fp32_in_tf32``).
 _FP32_CONV = len(PRECISIONS)
