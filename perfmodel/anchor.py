@@ -15,10 +15,9 @@ benchmark's leave-one-GPU-type-out split shows it). The anchor of such a row has
   scaled to the question's GPU by the same spec. Above its largest measured work a curve stays flat
   (FLOP/s saturate); below its smallest it goes on with its own measured trend there (``_slope_below``:
   the slope to the first point at twice the work, held between 0, FLOP/s held, and 1, step time held;
-  0.5 for a single point). Held flat below, a job at a per-GPU batch far under the measured ones would
-  keep the FLOP/s of the smallest: per sample as fast as there, so 8 K80s at per-GPU batch 1 came out
-  at 0.85 of 8 V100s (the simulator's truth: 0.26), and the scheduler kept such a job on K80s
-  (docs/decisions/0003-measured-anchors.md). A type measured only on
+  0.5 for a single point): held flat, a job at a per-GPU batch far under the measured ones would keep
+  the FLOP/s of the smallest, per sample as fast as there (docs/decisions/0003-measured-anchors.md).
+  A type measured only on
   several GPUs uses its smallest GPU count, per GPU. An fp8 job never measured in fp8 takes the group
   of its 16-bit runs, scaled to the GPU's effective FP8 rate (``gpus.fp8_tflops``: FP8 speeds up the
   GEMMs only, so not the FP8 peak; ``Anchors.group_index``).
@@ -30,9 +29,8 @@ benchmark's leave-one-GPU-type-out split shows it). The anchor of such a row has
   1-GPU time is anchored).
 
 So the anchor moves smoothly with the per-GPU batch and the GPU count, while keeping the model's measured
-speed and scaling. (A nearest-measurement anchor jumps between measured sites, with other GPUs and
-clusters behind them, which makes predictions jump as GPUs are added; a curve of the single closest GPU
-type only loses accuracy on held-out GPU types: docs/decisions/0003-measured-anchors.md.)
+speed and scaling (a nearest-measurement anchor would jump between measured sites as GPUs are added; the
+alternatives and their figures: docs/decisions/0003-measured-anchors.md).
 ``times_of`` answers rows given as arrays with two ``numpy.interp`` calls over all curves and tables.
 
 Pure: built from a list of measurements.

@@ -1,37 +1,14 @@
-"""Job and hardware features of a throughput question, the physical scaling model, and the feature vector.
+"""Job and hardware features of a throughput question: what the job and the placement are, checked.
 
 ``JobFeatures`` describes the job (zoo model or explicit parameters and FLOPs per sample, dataset, global
 batch, precision, software stack); ``HardwareFeatures`` the placement (GPU type or product label, GPUs,
 GPUs per node, nodes, interconnect inside a node, network between nodes). ``resolve`` checks both and
-turns them into numbers; ``model_terms`` is the data-parallel scaling model the learned predictor
-corrects, the same vectorised function for training and serving:
-
-    iteration time = compute(per-GPU batch) + sync(parameter bytes, slowest link of the placement)
-
-- compute = the FLOP-bound time (per-GPU batch x FLOPs per sample / (peak FLOP/s x efficiency)) and the
-  memory-bound time (the same FLOPs x bytes factor / (arithmetic intensity of the family x memory
-  bandwidth)) combined as ``(flop^p + memory^p)^(1/p)`` (p fitted by ``perfmodel.train``; held at 1, a sum,
-  it costs leave-one-model-out 6 points of MRE with anchors carrying the held-out generations,
-  ``bench/perfmodel_accuracy.py``), plus weight traffic
-  (12 x parameters over memory bandwidth) and a fixed step overhead, divided by the software stack's
-  speed factor. The peak is the GPU's dense rate at the job's precision (``GPUSpec.tflops``: for fp32 on
-  Ampere and newer TF32 where the job's stack runs its maths in TF32, ``fp32_in_tf32``; tensor cores for
-  amp/bf16; for fp8 the Amdahl blend of the FP8 and BF16 peaks, ``effective_tflops``); the bytes
-  factor is 1 for fp32/tf32 and 1/2 for 16-bit and fp8 activations. A GPU the model never saw gets a
-  time from its datasheet figures.
-- sync = all-reduce of the gradients: 2 (n-1)/n x parameter bytes (fp32 gradients) / slowest link
-  bandwidth, at 70% efficiency, plus the all-reduce's latency as NCCL runs it (hierarchical: the cheaper
-  of a ring, 2 (n - N) hops inside the N nodes and 2 (N - 1) across them, and a tree, 2 (g - 1) hops
-  inside a node of g GPUs and 2 log2(N) across, at a slightly lower bandwidth; ``_allreduce_latencies``),
-  times the share not hidden behind the backward pass. The slowest link is the network
-  (``network_gbps``) when the job spans nodes, else NVLink (per-direction half of the GPU's total) or PCIe.
-
-The efficiencies, per-family intensities, overhead and stack factors are ``Physics``: fitted by
-``perfmodel.train`` on the measured table (a dozen numbers, least squares in log time) and stored in the
-model file; ``Physics()`` holds round priors for use without a model file.
-
-``FEATURE_SCHEMA_VERSION`` names this feature layout; a trained model file records the version it was
-trained on and ``perfmodel.predictor`` refuses another one. Pure module.
+turns them into numbers (``Resolved``; its ``nums`` columns are ``scaling.NUM_COLUMNS``); ``model_terms``,
+``design_of`` and ``feature_matrix`` run the scaling model and the learned correction's features
+(``perfmodel.scaling``) on resolved rows. ``parse_row`` reads a question from CSV-style columns
+(``ROW_COLUMNS``). The peak a job's FLOPs run at is the GPU's dense rate at its precision
+(``effective_tflops``: for fp32 on Ampere and newer TF32 where the job's stack runs its maths in TF32,
+``fp32_in_tf32``; tensor cores for amp/bf16; for fp8 the Amdahl blend of the FP8 and BF16 peaks). Pure.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ _native_walk = _load_native_walk()
 
 # Lanes (rows x trees) per forest pass: the walk's index arrays stay below glibc's 128 KiB mmap threshold
 # (12,800 x 8 bytes = 100 KiB; 320 rows of 40 trees), so its temporaries come from the heap instead of
-# fresh, page-faulting mappings (525 rows of the speed benchmark: 1.05 ms in one pass, 0.78 ms in two).
+# fresh, page-faulting mappings (``bench/perfmodel_speed.py`` times the walk).
 _FOREST_LANES = 12_800
 
 

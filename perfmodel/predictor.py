@@ -218,13 +218,11 @@ class Predictor:
 
         ``anchors`` (default on) blends the measured anchors (``perfmodel.anchor``) in where a model was
         measured at the job's precision and software stack but never on the question's GPU type: its
-        measured speed carried over by the spec ratio, which gives a GPU generation the model never saw the
-        physics answer where the learned correction would extrapolate (leave-one-generation-out, cold:
-        Ampere 33.4% -> 27.7% MRE, Hopper 38.1% -> 30.4%; ``bench/perfmodel_accuracy.py``). They are kept
-        per stack and precision: pooled over both and normalised by FP32 specs they send tuned-code and
-        half-precision speeds to other GPUs (Ampere 75.7%); and below the smallest measured batch they
-        follow the measured trend: held flat there they sent a job at per-GPU batch 1 to K80s in the
-        simulator (docs/decisions/0003-measured-anchors.md).
+        measured speed carried over by the spec ratio, so a GPU generation the model never saw gets the
+        physics answer where the learned correction would extrapolate. Anchors are kept per stack and
+        precision (tuned-code and half-precision speeds do not carry over to other stacks and precisions)
+        and follow the measured trend below the smallest measured batch (the measurements behind both:
+        docs/decisions/0003-measured-anchors.md).
         """
         with_anchors = anchors
         if path is None:

@@ -140,9 +140,8 @@ def parse_megatron(rows: Iterable[dict[str, str]]) -> list[Measurement]:
     """Megatron-Bridge performance-summary rows of dense Llama models -> measurements.
 
     A table without a Precision column (the 25.09 release's) is skipped: its precision is not stated, and
-    its figures are the FP8 ones of later tables (Llama 3 8B on 8 H100s: 725 model TFLOP/s per GPU, 73% of
-    the BF16 peak, where the later FP8 row reads the same); read as BF16, as they once were, they taught
-    the predictor BF16 runs as fast as FP8."""
+    its figures are the FP8 ones of later tables (Llama 3 8B on 8 H100s: 725 model TFLOP/s per GPU, where
+    the later FP8 row reads the same), so read as BF16 they would claim BF16 runs as fast as FP8."""
     out: list[Measurement] = []
     for r in rows:
         head = [h.strip() for h in r["header"].split("|")]
