@@ -317,7 +317,7 @@ def features_of_nums(m: FloatArray, phys: Physics) -> tuple[FloatArray, FloatArr
 
 @dataclass(frozen=True, slots=True)
 class Design:
-    """What the predictor's learned part reads for a batch of rows (see ``perfmodel.predictor``).
+    """What the predictor's learned part reads for a batch of rows (see ``perfmodel.learned``).
 
     ``x_single`` are the features of the same job on one GPU at the same per-GPU batch; ``x`` those of
     the real placement; ``compute``/``sync`` the scaling model's times; ``link_class`` the slowest link
