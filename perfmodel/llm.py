@@ -20,8 +20,8 @@ F_dense = 6 N_matmul and F_attention = 12 L h S are the two terms of the zoo's F
 matmuls run at a fraction of peak that grows with their width, attention at its own (FlashAttention
 reaches less of peak than a GEMM), and the memory-bound element-wise work between them (norms,
 activations, residual adds) costs bytes over bandwidth: what makes one GPU's MFU differ from another's.
-Both fractions are of the datasheet peak at the job's precision (a measured per-product achievable
-fraction of it cost accuracy on every split: docs/llm.md); FP8 runs only the dense matmuls at the FP8 rate and
+Both fractions are of the datasheet peak at the job's precision (not of a measured per-product
+achievable fraction; docs/llm.md compares the two); FP8 runs only the dense matmuls at the FP8 rate and
 the rest at BF16 (``compute_seconds_per_token``, ``gpus.fp8_tflops``).
 
 Data-parallel traffic per GPU (bf16, ring collectives, 2 bytes a value, overlapped with compute): DDP
@@ -45,7 +45,7 @@ measured bus bandwidth across DGX nodes is about the node's line rate).
 collective and kernel-launch latencies) and the link efficiency are fitted (``bench/llm_fit.py``) on the
 public LLM rows in ``../shared/throughput/public``: MosaicML llm-foundry's benchmark table (Apache-2.0;
 ``scripts/train/benchmarking/README.md``; MPT 125M-70B on A100 40/80 GB and H100, 8-512 GPUs, BF16,
-FSDP) -- see ``FIT`` for the figures and docs/llm.md for what they measure. Tensor/pipeline parallelism
+FSDP) -- ``llm_fit.FIT``; docs/llm.md has the fit's figures. Tensor/pipeline parallelism
 and DDP are physics only (the table has FSDP rows alone). Pure module (memoised pure functions).
 """
 
