@@ -1,4 +1,4 @@
-"""Fit the LLM scaling model's constants (``perfmodel.llm.FIT``) on public LLM rows, and check memory fit.
+"""Fit the LLM scaling model's constants (``perfmodel.llm_fit.FIT``) on public LLM rows, and check memory fit.
 
 Data: ``../shared/throughput/public/mosaic_llmfoundry_benchmarks.tsv.gz`` -- MosaicML llm-foundry's
 benchmark table (``scripts/train/benchmarking/README.md``, Apache-2.0): MPT 125M-70B, BF16 (the 7 FP8
@@ -38,7 +38,8 @@ from scipy.optimize import least_squares
 
 import perfmodel.llm
 from perfmodel.features import HardwareFeatures
-from perfmodel.llm import FIT, LLMFit, LLMJobFeatures, LLMPlan, plan, step_time
+from perfmodel.llm import LLMJobFeatures, LLMPlan, plan, step_time
+from perfmodel.llm_fit import FIT, LLMFit
 from perfmodel.memory import estimate
 from perfmodel.zoo import LLMArch
 
@@ -352,7 +353,7 @@ def main() -> int:
         )
         > 0.01
     ):
-        print("note: the shipped FIT differs from this fit: update perfmodel.llm.FIT")
+        print("note: the shipped FIT differs from this fit: update perfmodel.llm_fit.FIT")
     # memory: every row ran, so each must fit
     bad = 0
     worst = 0.0

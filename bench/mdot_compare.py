@@ -76,13 +76,14 @@ from bench.opmodel_accuracy import (
 )
 from bench.perfmodel_accuracy import Data, fit_ours, rel_err
 from perfmodel.compose import dtypes_for
-from perfmodel.features import allreduce_latency_s, slowest_link_gbs
+from perfmodel.features import slowest_link_gbs
 from perfmodel.gpus import GPUSpec
 from perfmodel.kernels import default_cost_model, read_kernel_rows
 from perfmodel.measurements import Measurement
 from perfmodel.opcost import fit as fit_opcost
 from perfmodel.opcost import peak_flops
 from perfmodel.profile import BYTES_PER_ELEMENT, OpClass, Operator, OperatorProfile, Phase
+from perfmodel.scaling import allreduce_latency_s
 from perfmodel.train import training_table
 
 ROOT = Path(__file__).resolve().parents[1]

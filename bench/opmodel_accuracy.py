@@ -50,13 +50,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.perfmodel_accuracy import Data, fit_ours, rel_err
 from perfmodel.compose import compose
+from perfmodel.datasets import canonical_dataset
 from perfmodel.errors import PerfModelError
 from perfmodel.kernels import default_cost_model, read_kernel_rows
 from perfmodel.measurements import Measurement
 from perfmodel.opcost import CostModel, fit
 from perfmodel.profile import OperatorProfile, Phase
 from perfmodel.train import training_table
-from perfmodel.zoo import canonical_dataset, lookup_model
+from perfmodel.zoo import lookup_model
 
 ROOT = Path(__file__).resolve().parents[1]
 Idx = np.ndarray

@@ -64,12 +64,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: t
 
 from bench import llm_fit
 from perfmodel.anchor import Anchors
+from perfmodel.envelope import MeasuredInNode
 from perfmodel.features import design_of, resolve
 from perfmodel.gpus import GPUSpec
-from perfmodel.llm import LLMFit, is_llm_job
+from perfmodel.llm import is_llm_job
+from perfmodel.llm_fit import LLMFit
 from perfmodel.measurements import Measurement
 from perfmodel.online import OnlineCorrector
-from perfmodel.predictor import MeasuredInNode
 from perfmodel.train import DEFAULT_ROUNDS, fit, fit_forest, fit_physics, rows_of, training_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,7 +112,7 @@ def rel_err(pred_t: np.ndarray, true_t: np.ndarray) -> np.ndarray:
 
 def fit_llm(d: Data, train: Idx) -> LLMFit:
     """``perfmodel.llm``'s constants refitted (``llm_fit.fit_on``, as ``bench/llm_fit.py`` fits the
-    shipped ones) on the llm-foundry BF16 rows of the training part only: the shipped ``llm.FIT`` was
+    shipped ones) on the llm-foundry BF16 rows of the training part only: the shipped ``llm_fit.FIT`` was
     fitted on all of them, A100 and H100, so a held-out generation's LLM rows would not be held out."""
     keep = {
         (m.model, m.seq_len, m.num_gpus, m.batch_size, m.gpu_product)

@@ -31,10 +31,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from perfmodel.datasets import canonical_dataset
 from perfmodel.gpus import canonical_gpu_type
 from perfmodel.predictor import Predictor
 from perfmodel.truth import GroundTruth
-from perfmodel.zoo import canonical_dataset, canonical_model
+from perfmodel.zoo import canonical_model
 from scheduler.core.types import Job, PlacementShape
 from scheduler.oracles.predictor import PredictorOracle
 from scheduler.oracles.table import TableOracle

@@ -5,7 +5,7 @@ Figures (median of repeated runs after warm-up, one thread):
   target <= 1 s; baseline in the same run: loading the same trees into ``xgboost`` (import + Booster)
   as a server that used xgboost directly would.
 - 100 rows: ``predict`` of the shipped predictor as the scheduler builds it (``Predictor.load()``: the
-  in-node envelope where it extrapolates, see ``perfmodel.predictor.MeasuredInNode``) on 100 (job,
+  in-node envelope where it extrapolates, see ``perfmodel.envelope.MeasuredInNode``) on 100 (job,
   placement) rows not in the result cache (their job and placement sides were seen before, as in a
   scheduling round), target <= 2 ms; baselines, interleaved with ours on the same batches (the shared
   machine's load moves all alike): the same predictor with the envelope on every one-node row
@@ -36,8 +36,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
 
-from perfmodel.features import FEATURE_NAMES, HardwareFeatures, JobFeatures
-from perfmodel.predictor import Forest, Predictor
+from perfmodel.features import HardwareFeatures, JobFeatures
+from perfmodel.forest import Forest
+from perfmodel.predictor import Predictor
+from perfmodel.scaling import FEATURE_NAMES
 
 # The machine this runs on is shared: CPU time of this process (CLOCK_PROCESS_CPUTIME_ID) is what one
 # core spends, wall time includes waiting for a core. Both are printed; targets are about the former.

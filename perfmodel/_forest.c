@@ -1,4 +1,4 @@
-/* Compiled tree-ensemble walk for perfmodel.predictor.Forest (optional: without it the predictor walks
+/* Compiled tree-ensemble walk for perfmodel.forest.Forest (optional: without it the predictor walks
  * the same flat arrays with numpy and gets the same leaves).
  *
  * walk(x, nf, roots, feature, threshold, child, value, depth, base, out): for every row r of x (float32,

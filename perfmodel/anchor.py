@@ -15,10 +15,9 @@ benchmark's leave-one-GPU-type-out split shows it). The anchor of such a row has
   scaled to the question's GPU by the same spec. Above its largest measured work a curve stays flat
   (FLOP/s saturate); below its smallest it goes on with its own measured trend there (``_slope_below``:
   the slope to the first point at twice the work, held between 0, FLOP/s held, and 1, step time held;
-  0.5 for a single point). Held flat below, a job at a per-GPU batch far under the measured ones would
-  keep the FLOP/s of the smallest: per sample as fast as there, so 8 K80s at per-GPU batch 1 came out
-  at 0.85 of 8 V100s (the simulator's truth: 0.26), and the scheduler kept such a job on K80s
-  (docs/decisions/0003-measured-anchors.md). A type measured only on
+  0.5 for a single point): held flat, a job at a per-GPU batch far under the measured ones would keep
+  the FLOP/s of the smallest, per sample as fast as there (docs/decisions/0003-measured-anchors.md).
+  A type measured only on
   several GPUs uses its smallest GPU count, per GPU. An fp8 job never measured in fp8 takes the group
   of its 16-bit runs, scaled to the GPU's effective FP8 rate (``gpus.fp8_tflops``: FP8 speeds up the
   GEMMs only, so not the FP8 peak; ``Anchors.group_index``).
@@ -30,9 +29,8 @@ benchmark's leave-one-GPU-type-out split shows it). The anchor of such a row has
   1-GPU time is anchored).
 
 So the anchor moves smoothly with the per-GPU batch and the GPU count, while keeping the model's measured
-speed and scaling. (A nearest-measurement anchor jumps between measured sites, with other GPUs and
-clusters behind them, which makes predictions jump as GPUs are added; a curve of the single closest GPU
-type only loses accuracy on held-out GPU types: docs/decisions/0003-measured-anchors.md.)
+speed and scaling (a nearest-measurement anchor would jump between measured sites as GPUs are added; the
+alternatives and their figures: docs/decisions/0003-measured-anchors.md).
 ``times_of`` answers rows given as arrays with two ``numpy.interp`` calls over all curves and tables.
 
 Pure: built from a list of measurements.
@@ -50,11 +48,14 @@ import numpy as np
 import numpy.typing as npt
 
 from perfmodel import llm
+from perfmodel.datasets import canonical_dataset
 from perfmodel.errors import InvalidInputError
-from perfmodel.features import JOB_COLUMNS, STACKS, Resolved, effective_tflops, family_hint, fp32_in_tf32
+from perfmodel.features import Resolved, effective_tflops, family_hint, fp32_in_tf32
 from perfmodel.gpus import CANONICAL_TYPES, gpu_spec
+from perfmodel.llm_fit import FIT, LLMFit
 from perfmodel.measurements import Measurement
-from perfmodel.zoo import canonical_dataset, lookup_model
+from perfmodel.scaling import JOB_COLUMNS, STACKS
+from perfmodel.zoo import lookup_model
 
 # Weight of the anchor in log space when it applies (the benchmark's best blend: 0.75; on the development
 # splits (``bench/perfmodel_accuracy.py --dev``) too).
@@ -90,7 +91,7 @@ _FALLBACK = {"fp8": ("fp8", "bf16", "fp16", "amp")}
 
 
 def stack_of(r: Resolved) -> str:
-    """The software stack of a resolved row (``features.STACKS`` name)."""
+    """The software stack of a resolved row (``scaling.STACKS`` name)."""
     return _STACK_NAMES[int(r.nums[JOB_COLUMNS.index("stack")])]
 
 
@@ -150,7 +151,7 @@ def _median_by(pairs: Sequence[tuple[float, float]]) -> tuple[list[float], list[
     return keys, [statistics.median(by[k]) for k in keys]
 
 
-def at_default_plan(m: Measurement, fit: llm.LLMFit = llm.FIT) -> Measurement:
+def at_default_plan(m: Measurement, fit: LLMFit = FIT) -> Measurement:
     """A zoo LLM's row as if run at the default memory plan (no activation checkpointing, the whole
     per-rank batch in one micro-batch): its speed times the scaling model's ratio between that plan and
     the one it ran with. An anchor knows only the work per GPU per step, so an LLM row's anchor is
@@ -172,7 +173,7 @@ def at_default_plan(m: Measurement, fit: llm.LLMFit = llm.FIT) -> Measurement:
 class Anchors:
     """Smooth measured anchors per (model, dataset); see the module docstring."""
 
-    def __init__(self, measurements: Sequence[Measurement], llm_fit: llm.LLMFit = llm.FIT) -> None:
+    def __init__(self, measurements: Sequence[Measurement], llm_fit: LLMFit = FIT) -> None:
         measurements = [at_default_plan(m, llm_fit) for m in measurements]
         by: dict[tuple[str, str, str, str], dict[str, list[Measurement]]] = defaultdict(
             lambda: defaultdict(list)

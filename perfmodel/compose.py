@@ -30,7 +30,7 @@ master weights at every precision (its bytes are never halved).
 **Data parallel** (``ddp``): the gradients (parameters x 4 bytes, FP32 as DDP keeps them under AMP) are
 all-reduced by a ring, ``2 (n-1)/n`` x bytes over the slowest link of the placement (NVLink or PCIe inside
 a node, the node network across nodes) at the link efficiency of the scaling model, plus NCCL's latency
-(``features.allreduce_latency_s``). DDP overlaps the all-reduce with the backward pass bucket by bucket
+(``scaling.allreduce_latency_s``). DDP overlaps the all-reduce with the backward pass bucket by bucket
 (25 MB buckets), so the exposed part is ``max(all-reduce - backward, all-reduce x last bucket share)``.
 **FSDP** (``fsdp``, ZeRO-3): per micro-batch an all-gather of the parameters for forward and for backward and
 a reduce-scatter of the gradients (``3 (n-1)/n`` x parameter bytes at the precision's width), overlapped
@@ -48,11 +48,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from perfmodel.errors import InvalidInputError
-from perfmodel.features import HW_COLUMNS, STACKS, HardwareFeatures, allreduce_latency_s, resolve_hw
+from perfmodel.features import HardwareFeatures, resolve_hw
 from perfmodel.gpus import PRECISIONS, GPUSpec, fp32_runs_tf32
-from perfmodel.llm import parse_sharding
 from perfmodel.opcost import CostModel, Kernel
 from perfmodel.profile import OpClass, Operator, OperatorProfile, Phase
+from perfmodel.scaling import HW_COLUMNS, STACKS, allreduce_latency_s
+from perfmodel.sharding import parse_sharding
 
 LINK_EFFICIENCY = 0.7  # achieved share of a link's line rate by NCCL rings (features._SYNC_EFFICIENCY)
 DDP_BUCKET_BYTES = 25 * 1024 * 1024  # torch.nn.parallel.DistributedDataParallel bucket_cap_mb default
@@ -200,7 +201,7 @@ def compose(
     memoises the operator sum per (profile, micro-batch, GPU variant, precision, cost model) for callers
     that ask many placements of the same job (the caller owns it; it must not outlive the objects).
     ``host_op_s``: the host's time per forward/backward operator (default ``HOST_OP_S``). ``stack``: the
-    job's software stack (``features.STACKS``), which decides how ``fp32`` runs (``dtypes_for``).
+    job's software stack (``scaling.STACKS``), which decides how ``fp32`` runs (``dtypes_for``).
     """
     host = HOST_OP_S if host_op_s is None else host_op_s
     hw = resolve_hw(hardware)

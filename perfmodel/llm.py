@@ -1,14 +1,11 @@
-"""Large language models as first-class jobs: sharding specs, the LLM plan, and the LLM scaling model.
+"""Large language models as first-class jobs: the LLM plan and the LLM scaling model.
 
 An LLM job is a ``JobFeatures`` whose model is a zoo LLM (``perfmodel.zoo.LLMS``), or an ``LLMJobFeatures``
 (a ``JobFeatures`` with the sequence length, the sharding, the micro-batch and activation checkpointing).
 Its batch is the global batch in sequences; a sample is one sequence, so tokens/s = samples/s x sequence
 length. ``Predictor.predict`` hands such rows to ``predict`` here (see ``is_llm_job``).
 
-Sharding spec (``parse_sharding``): ``ddp`` (every GPU holds the whole model), ``fsdp`` (PyTorch FSDP
-FULL_SHARD; ``zero3``/``zero-3`` are aliases: DeepSpeed ZeRO stage 3 shards the same three things), or
-Megatron-style model parallelism ``tp<N>xpp<M>`` (``tp<N>`` and ``pp<M>`` alone too), with an optional
-context-parallel degree ``xcp<K>``; the data-parallel degree is what is left: GPUs / (tp x pp x cp).
+The sharding spec (``ddp``, ``fsdp``, ``tp<N>xpp<M>[xcp<K>]``) is ``perfmodel.sharding``'s.
 
 Scaling model (one optimizer step of the global batch ``B`` sequences of ``S`` tokens on ``n`` GPUs)::
 
@@ -23,8 +20,8 @@ F_dense = 6 N_matmul and F_attention = 12 L h S are the two terms of the zoo's F
 matmuls run at a fraction of peak that grows with their width, attention at its own (FlashAttention
 reaches less of peak than a GEMM), and the memory-bound element-wise work between them (norms,
 activations, residual adds) costs bytes over bandwidth: what makes one GPU's MFU differ from another's.
-Both fractions are of the datasheet peak at the job's precision (a measured per-product achievable
-fraction of it cost accuracy on every split: docs/llm.md); FP8 runs only the dense matmuls at the FP8 rate and
+Both fractions are of the datasheet peak at the job's precision (not of a measured per-product
+achievable fraction; docs/llm.md compares the two); FP8 runs only the dense matmuls at the FP8 rate and
 the rest at BF16 (``compute_seconds_per_token``, ``gpus.fp8_tflops``).
 
 Data-parallel traffic per GPU (bf16, ring collectives, 2 bytes a value, overlapped with compute): DDP
@@ -36,7 +33,7 @@ gradients of their 1/(tp pp) of the model across the data-parallel group once a 
 distributed optimizer (reduce-scatter + all-gather, 2 (d-1)/d x 2 N / (tp pp)). Tensor parallelism adds
 4 all-reduces of the activations (micro-batch x S x hidden x 2 bytes) per layer and micro-batch, which are
 not overlapped. Each such collective also pays its latency, NCCL's hierarchical model
-(``features.allreduce_latency_s``, the same as a data-parallel job's gradient all-reduce): the gradient
+(``scaling.allreduce_latency_s``, the same as a data-parallel job's gradient all-reduce): the gradient
 all-reduce of DDP and tp/pp once a step, the tensor-parallel ones per call; FSDP's per-layer collectives'
 latencies are in the fitted per-layer cost ``T_LAYER``. Links: NVLink (half the GPU's total, per
 direction) or PCIe inside a node; across nodes the node's whole network (``network_gbps`` / 8): a ring
@@ -48,7 +45,7 @@ measured bus bandwidth across DGX nodes is about the node's line rate).
 collective and kernel-launch latencies) and the link efficiency are fitted (``bench/llm_fit.py``) on the
 public LLM rows in ``../shared/throughput/public``: MosaicML llm-foundry's benchmark table (Apache-2.0;
 ``scripts/train/benchmarking/README.md``; MPT 125M-70B on A100 40/80 GB and H100, 8-512 GPUs, BF16,
-FSDP) -- see ``FIT`` for the figures and docs/llm.md for what they measure. Tensor/pipeline parallelism
+FSDP) -- ``llm_fit.FIT``; docs/llm.md has the fit's figures. Tensor/pipeline parallelism
 and DDP are physics only (the table has FSDP rows alone). Pure module (memoised pure functions).
 """
 
@@ -62,70 +59,17 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from perfmodel.errors import InvalidInputError
-from perfmodel.features import HardwareFeatures, HardwarePart, JobFeatures, allreduce_latency_s, resolve_hw
+from perfmodel.features import HardwareFeatures, HardwarePart, JobFeatures, resolve_hw
 from perfmodel.gpus import GPUSpec, fp8_tflops
+from perfmodel.llm_fit import FIT, LLMFit, estimate_arch
+from perfmodel.predictions import Predictions
 from perfmodel.profile import profile_fingerprint
+from perfmodel.scaling import allreduce_latency_s
+from perfmodel.sharding import Sharding, parse_sharding
 from perfmodel.zoo import LLMArch, llm_arch, lookup_model
 
 if TYPE_CHECKING:
     from perfmodel.measurements import Measurement
-    from perfmodel.predictor import Predictions
-
-SHARDING_KINDS = ("ddp", "fsdp", "tp")
-#: The sharding spec grammar (the CRD's ``spec.sharding`` pattern is the same, case-insensitive here).
-SHARDING_PATTERN = r"^(ddp|fsdp|zero-?3|(tp[1-9][0-9]*(xpp[1-9][0-9]*)?|pp[1-9][0-9]*)(xcp[1-9][0-9]*)?)$"
-_MP = re.compile(
-    r"^(?:tp(?P<tp>[1-9]\d*)(?:xpp(?P<pp>[1-9]\d*))?|pp(?P<pp1>[1-9]\d*))(?:xcp(?P<cp>[1-9]\d*))?$"
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Sharding:
-    """How a model is split over GPUs: ``kind`` ddp | fsdp | tp (model parallel: ``tp`` x ``pp`` x ``cp``)."""
-
-    kind: str
-    tp: int = 1
-    pp: int = 1
-    cp: int = 1
-
-    @property
-    def model_parallel(self) -> int:
-        """GPUs one model replica spans (1 for ddp and fsdp)."""
-        return self.tp * self.pp * self.cp
-
-    def data_parallel(self, num_gpus: int) -> int:
-        """Data-parallel degree on ``num_gpus`` GPUs (``InvalidInputError`` when they do not divide)."""
-        mp = self.model_parallel
-        if num_gpus % mp:
-            raise InvalidInputError(
-                f"sharding: {self} splits the model over {mp} GPUs; "
-                f"{num_gpus} GPUs are not a multiple of {mp}"
-            )
-        return num_gpus // mp
-
-    def __str__(self) -> str:
-        if self.kind != "tp":
-            return self.kind
-        return f"tp{self.tp}xpp{self.pp}" + (f"xcp{self.cp}" if self.cp > 1 else "")
-
-
-def parse_sharding(text: str | None) -> Sharding:
-    """Parse a sharding spec (module docstring); empty means fsdp.
-
-    ``InvalidInputError`` names the ``sharding`` field."""
-    s = (text or "").strip().lower()
-    if not s or s in ("fsdp", "zero3", "zero-3", "full_shard"):
-        return Sharding("fsdp")
-    if s == "ddp":
-        return Sharding("ddp")
-    m = _MP.fullmatch(s)
-    if m is None:
-        raise InvalidInputError(
-            f"sharding: cannot parse {text!r}; use ddp, fsdp (or zero3), or tp<N>xpp<M> (e.g. tp4xpp2, "
-            "optionally xcp<K>)"
-        )
-    pp = m.group("pp") or m.group("pp1") or 1
-    return Sharding("tp", int(m.group("tp") or 1), int(pp), int(m.group("cp") or 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,25 +179,6 @@ def treat_as_llm(model: str, sequence_length: int | None, other_llm_fields: bool
     if model and lookup_model(model) is not None:
         return False
     return other_llm_fields
-
-
-def estimate_arch(params: float, layers: int | None = None, hidden: int | None = None) -> LLMArch:
-    """A Llama-like shape for ``params`` parameters when only the count is known (low confidence).
-
-    Dense decoders keep hidden / layers near 128 (Llama 3 8B 4096/32, 13B-class 5120/40) and have
-    N ~ 12 L h^2, so h ~ (128 N / 12)^(1/3), rounded to a multiple of 128; the feed-forward width is
-    8/3 h (SwiGLU), the vocabulary 32000.
-    """
-    if hidden is None:
-        if layers is not None:
-            h = math.sqrt(params / (12.0 * layers))
-        else:
-            h = (128.0 * params / 12.0) ** (1.0 / 3.0)
-        hidden = max(128, round(h / 128.0) * 128)
-    if layers is None:
-        layers = max(1, round(params / (12.0 * hidden * hidden)))
-    heads = max(1, hidden // 128)
-    return LLMArch(layers, hidden, heads, heads, int(8 * hidden / 3), 32000, 2048, params)
 
 
 def arch_of(job: JobFeatures) -> LLMArch | None:
@@ -378,56 +303,6 @@ def plan(job: JobFeatures, hw: HardwareFeatures | HardwarePart) -> LLMPlan:
     )
 
 
-# ----------------------------------------------------------------------------------- the fitted prior
-@dataclass(frozen=True, slots=True)
-class LLMFit:
-    """The scaling model's fitted constants and where they come from (``bench/llm_fit.py`` prints them).
-
-    ``gemm_efficiency`` x h'/(h' + ``hidden_half``): the fraction of peak the dense matmuls reach;
-    ``attention_efficiency``: the fraction the attention-score FLOPs reach; ``elementwise_bytes``: bytes
-    moved per token, layer and hidden unit by the memory-bound work between matmuls (norms, activations,
-    residuals, rotary; forward + backward); ``link_efficiency``: achieved fraction of link bandwidth.
-    ``layer_overhead_s``: fixed seconds per layer and micro-batch step (collective and kernel-launch
-    latencies that do not shrink with the work). ``log_q_low``/``log_q_high``: 10th/90th percentiles of
-    log(predicted / measured) in the fit.
-    """
-
-    gemm_efficiency: float
-    hidden_half: float
-    attention_efficiency: float
-    elementwise_bytes: float
-    layer_overhead_s: float
-    link_efficiency: float
-    log_q_low: float
-    log_q_high: float
-    rows: int
-    source: str
-
-
-# Fitted by ``bench/llm_fit.py`` on the 209 BF16 rows of llm-foundry's benchmark table (MosaicML
-# llm-foundry, scripts/train/benchmarking/README.md, Apache-2.0; extract in
-# ../shared/throughput/public/mosaic_llmfoundry_benchmarks.tsv.gz), matmuls against the datasheet peak.
-# In-sample relative error: mean 10.6%, median 8.5% (a constant 40% MFU: 17.6%, 18.2%); leave one model
-# size out 11.3%; fit on A100 rows and test on H100 29.6% (40% MFU: 9.8%), H100 -> A100 23.2% (21.5%):
-# docs/llm.md. With vidur's measured achievable matmul fractions (A100 0.80, H100 0.81) the fit loses
-# 0.2-1.3 points on every split, so they are not applied. hidden_half sits on its bound (the data does not
-# pin the width dependence down); link_efficiency is not fitted: with ring collectives over the node's
-# whole network no row here is bound by its traffic, so it stays at its prior 0.70 (NCCL's bus bandwidth
-# is typically 70-90% of the line rate).
-FIT = LLMFit(
-    gemm_efficiency=0.7394,
-    hidden_half=1.0,
-    attention_efficiency=0.5026,
-    elementwise_bytes=165.4,
-    layer_overhead_s=0.007294,
-    link_efficiency=0.70,
-    log_q_low=-0.1414,
-    log_q_high=0.1635,
-    rows=209,
-    source="llm-foundry benchmark table (Apache-2.0), BF16 rows, fitted by bench/llm_fit.py",
-)
-
-
 def _bus_gbs(p: LLMPlan, group: int, spans_nodes: bool) -> float:
     """Per-GPU bandwidth (GB/s, one direction) of a collective over ``group`` GPUs."""
     spec = p.hw.spec
@@ -480,32 +355,6 @@ def compute_seconds_per_token(p: LLMPlan, fit: LLMFit = FIT) -> float:
     return t16 * peak / rate + cast
 
 
-# Share of a transformer's 16-bit step time outside attention that its GEMMs take, for jobs whose
-# element-wise work and overheads the scaling model does not break down (the learned path's
-# ``fp8_gemm_share``): torchao's float8 runs on H100 (pytorch/ao README, docs.pytorch.org/ao "Pre-training
-# with float8") read 1.25x for Llama 3.1 8B and 1.43-1.51x for 70B at 8,192 tokens; with attention's
-# share of their matmul time from ``FIT`` (0.31 and 0.19) that is a share of 0.58 and 0.82: the middle,
-# 0.7. Not fitted on any measured row.
-DENSE_GEMM_SHARE = 0.7
-
-
-def fp8_gemm_share(params: float, flops_per_sample: float, fit: LLMFit = FIT) -> float:
-    """Share of a transformer's 16-bit step time in GEMMs (what FP8 speeds up), from its parameter count
-    and training FLOPs per sample (a sample = one sequence) when nothing else is known: with the shape
-    ``estimate_arch`` gives the count (12 L h = N / h) the FLOPs per sample are 6 N S + (N / h) S^2, which
-    fixes the sequence length S; the dense matmuls (6 N S at ``gemm_efficiency``) against attention
-    ((N / h) S^2 at ``attention_efficiency``) split the matmul time, of which ``DENSE_GEMM_SHARE`` of
-    the rest of the step is GEMMs. A long sequence is mostly attention, which Transformer Engine keeps in
-    BF16: llm-foundry's FP8 MPT-1B runs 1.35x its BF16 twin at 512 tokens and 1.05x at 32,768."""
-    if not (params > 0 and flops_per_sample > 0):
-        return DENSE_GEMM_SHARE
-    h = float(estimate_arch(params).hidden)
-    seq = h * (math.sqrt(36.0 + 4.0 * flops_per_sample / (params * h)) - 6.0) / 2.0
-    dense = 6.0 * params * seq / fit.gemm_efficiency
-    attention = params / h * seq * seq / fit.attention_efficiency
-    return DENSE_GEMM_SHARE * dense / (dense + attention)
-
-
 def mfu(p: LLMPlan, fit: LLMFit = FIT) -> float:
     """Model-FLOPs utilisation of the compute part (no communication, no bubble, no recomputation)."""
     peak = p.spec.tflops(p.precision) * 1e12
@@ -554,7 +403,7 @@ def step_time(p: LLMPlan, fit: LLMFit = FIT) -> StepTime:
     dp_time = traffic / (_bus_gbs(p, p.data_parallel if sh.kind != "fsdp" else n, dp_spans) * 1e9 * eff)
     if sh.kind != "fsdp" and p.data_parallel > 1:
         # the gradient all-reduce's latency once a step, NCCL's hierarchical model as for data-parallel
-        # jobs (``features.allreduce_latency_s``); FSDP's per-layer collectives' latencies are in the
+        # jobs (``scaling.allreduce_latency_s``); FSDP's per-layer collectives' latencies are in the
         # fitted per-layer cost (``LLMFit.layer_overhead_s``, fitted on FSDP rows)
         d_nodes = nodes if dp_spans else 1
         dp_time += allreduce_latency_s(p.data_parallel, d_nodes, -(-p.data_parallel // d_nodes))
@@ -574,7 +423,6 @@ def step_time(p: LLMPlan, fit: LLMFit = FIT) -> StepTime:
 
 def predict(rows: Sequence[tuple[JobFeatures, HardwareFeatures]], fit: LLMFit = FIT) -> Predictions:
     """Predictions for LLM rows (``InvalidInputError`` naming the row and field on bad input)."""
-    from perfmodel.predictor import Predictions
 
     s: list[float] = []
     lo: list[float] = []
@@ -615,7 +463,6 @@ def predict_mixed(
 ) -> Predictions:
     """Predictions for a batch in which some rows are LLM jobs: those here (under ``fit``), the others by
     ``learned`` (the predictor's own path), merged back in row order."""
-    from perfmodel.predictor import Predictions
 
     llm_at = [i for i, (job, _) in enumerate(rows) if is_llm_job(job)]
     other_at = [i for i, (job, _) in enumerate(rows) if not is_llm_job(job)]

@@ -41,8 +41,8 @@ from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from perfmodel.datasets import canonical_dataset, dataset_info
 from perfmodel.errors import ModelFileError
-from perfmodel.zoo import canonical_dataset, dataset_info
 
 log = logging.getLogger(__name__)
 

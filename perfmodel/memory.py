@@ -41,7 +41,8 @@ from dataclasses import dataclass
 
 from perfmodel.errors import InvalidInputError
 from perfmodel.features import HardwareFeatures, HardwarePart, JobFeatures, resolve_hw
-from perfmodel.llm import LLMJobFeatures, LLMPlan, is_llm_job, parse_sharding, plan
+from perfmodel.llm import LLMJobFeatures, LLMPlan, is_llm_job, plan
+from perfmodel.sharding import parse_sharding
 
 GIB = float(1 << 30)
 ADAM_BYTES = 16.0

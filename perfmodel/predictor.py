@@ -1,74 +1,39 @@
-"""The throughput predictor: fitted scaling model x learned correction, physical guards, batch API, cache.
+"""The throughput predictor: batch API, result cache, routes and the in-node envelope.
 
-For a job on ``n`` GPUs at per-GPU batch ``b`` (global batch / n), the predicted iteration time is
+For a job on ``n`` GPUs at per-GPU batch ``b`` (global batch / n) the learned route predicts
 
     time = (compute time at b + ring all-reduce time) x exp(forest(features))
 
-where the first factor is ``perfmodel.features``' scaling model under the model file's fitted ``Physics``
-(a GPU is seen through its datasheet: peak FLOP/s at the job's precision, memory bandwidth, links) and
-``forest`` is a gradient-boosted tree ensemble (XGBoost, trained by ``perfmodel.train``) on
-``log(measured / modelled time)``. The trees learn a correction factor rather than the time itself, so
-unseen GPUs, GPU counts and placements follow the scaling model's physics instead of a tree's flat
-extrapolation. Physical guards then hold for multi-GPU rows, with ``t1`` the prediction for the
-same job on one GPU at the same per-GPU batch: data parallelism never scales better than linearly
-(``time >= t1``); an iteration never takes less than its gradient all-reduce at the slowest link's line
-rate (``time >= Design.sync_floor``: the learned correction cannot cancel a slow network it never saw,
-which sent 8-GPU jobs over two servers of the simulator's K80 pool to 13x their true speed); and a job
-inside one NVLink node is never slower in total than on one of its GPUs (``time <= n x t1``), except
-inside a measured in-node curve that falls (``MeasuredInNode.follows``, where the in-node envelope does
-not apply either): the table measured such drops, and holding the guard there cost the benchmark's
-random hold-out about a point of MRE.
-Cross-node correction: a row across nodes gets the forests' correction of the same row at the nearest
-node network (in log) that the measured table ran its GPU type and software stack across nodes on
-(``MeasuredInNode.reference_links``; its own network where it ran none), times the scaling model at its
-own network. The trees see the network only through the all-reduce's modelled time and share, and on a
-network its GPU type and stack never ran on they answer from other clusters' rows: the research stack's
-V100s ran across nodes at 10 Gb/s only, and the trees' slow-down of BERT over two V100 servers grew from
-x1.7 at 10 Gb/s to x3.2 at 100 Gb/s, so a faster network barely helped (the simulator's questions,
-``bench/perfmodel_sim_rows.py``: the K80/V100 speed ratio of its > 4-GPU jobs off x2.33 from the truth,
-P100/V100 x1.65; read at the measured network x1.29 and x1.06). On every training row the rule is the
-identity, so training is unchanged.
-Serving evaluates exactly the functions training does: each batch of rows becomes a matrix of
-``Resolved.nums``, then ``features.design_of_nums`` and ``LearnedModel.times`` (scaling model,
-features, forests, the measured-anchor blend of ``perfmodel.anchor`` where a predictor has anchors --
-``Predictor.load`` builds them from the shipped table; ``anchors=False`` leaves them out -- and the
-guards); there is no second copy of any of them here.
+the scaling model of ``perfmodel.scaling`` under the model file's fitted ``Physics`` (a GPU is seen
+through its datasheet: peak FLOP/s at the job's precision, memory bandwidth, links) times the learned
+correction of ``perfmodel.learned`` (trees on ``log(measured / modelled time)``, so unseen GPUs, GPU counts
+and placements follow the scaling model's physics rather than a tree's flat extrapolation), blended with
+the measured anchors of ``perfmodel.anchor`` and bounded by the physical guards of
+``LearnedModel.times``. LLM jobs take the LLM step model (``perfmodel.llm``), anchored to measured rows of
+the same model where the table has them. Rows on several GPUs of one node get the in-node envelope and
+rows across nodes the cross-node correction (``perfmodel.envelope``). Samples/s = iterations/s x global
+batch.
 
-In-node envelope: a row on ``n`` > 1 GPUs of one node to which the rule applies is computed together
-with the same job (same global batch) on 1 .. n-1 GPUs of the same GPU, interconnect and node, and gets the
-highest of those throughputs, capped by linear scaling from the lowest 1-GPU time among per-GPU batches
-B/n .. B/1; so there more GPUs never predict a lower total throughput. The rule (``Predictor(envelope=
-"auto")``, the default; ``MeasuredInNode``): the envelope is a prior for extrapolation. Where the training
-table measured the job's model on that GPU type and link inside one node on ``n`` GPUs or more, and those
-measurements themselves fall as GPUs are added at a fixed global batch (by >= 10% somewhere), the learned
-model has seen the real curve and answers as it is, drops included; every other row on several GPUs of
-one node gets the envelope. ``envelope="always"`` applies it to every such row, ``"never"`` nowhere.
-Across nodes there is no envelope: a slow network may make more GPUs slower, and the scaling model says
-so. Samples/s = iterations/s x global batch.
+Serving evaluates exactly the functions training does: each batch of rows becomes a matrix of
+``Resolved.nums``, then ``scaling.design_of_nums`` and ``LearnedModel.times``; there is no second copy
+of any of them here. ``Predictor.predict`` caches results per (job features, placement) in a bounded
+LRU; uncached rows are computed together, in one numpy pass over numeric tables of the checked job and
+placement sides, and the envelope's extra rows that coincide with each other or with rows of the batch
+are computed once.
 
 The interval ``[low, high]`` is the prediction times the 10th / 90th percentile of out-of-fold error
 ratios from training, widened 2x (in log space) for low-confidence rows (model or GPU not in the zoo or
-catalogue) and placements larger than any training row. The model file (``perfmodel/data/predictor.json``)
-holds the feature-schema version, the fitted physics, the trees as flat arrays and the quantiles; the
-trees are walked here (``Forest``), so serving needs neither xgboost's import time nor its per-call
-overhead. A file of another schema, or a corrupt one, is refused with ``ModelFileError``.
-``Predictor.predict`` caches results per (job features, placement) in a bounded LRU; uncached rows are
-computed together, in one numpy pass over numeric tables of the checked job and placement sides. The
-envelope's extra rows that coincide (same job, node class and GPU count) with each other or with rows of
-the batch are computed once.
-
-Pure apart from ``Predictor.load`` (reads the model file).
+catalogue) and placements larger than any training row. Pure apart from ``Predictor.load`` (reads the
+model file and the shipped measured table).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -78,471 +43,33 @@ import numpy.typing as npt
 
 from perfmodel import llm
 from perfmodel.anchor import ANCHOR_WEIGHT, Anchors
-from perfmodel.errors import InvalidInputError, ModelFileError
+from perfmodel.envelope import ENVELOPE_MODES, FALL_RATIO, MeasuredInNode
+from perfmodel.errors import InvalidInputError
 from perfmodel.features import (
-    DEFAULT_PHYSICS,
-    FEATURE_NAMES,
-    FEATURE_SCHEMA_VERSION,
-    HW_COLUMNS,
-    JOB_COLUMNS,
-    LINK_NVLINK,
-    NUM_COLUMNS,
-    STACKS,
-    Design,
     HardwareFeatures,
     HardwarePart,
     JobFeatures,
     JobPart,
-    Physics,
     Resolved,
     combine,
-    design_of,
-    design_of_nums,
     resolve_hw,
     resolve_job,
 )
-from perfmodel.gpus import CANONICAL_TYPES, gpu_spec
-from perfmodel.measurements import Measurement, read_table
+from perfmodel.learned import LearnedModel, ModelMeta, read_model
+from perfmodel.llm_fit import FIT
+from perfmodel.measurements import read_table
+
+# ``Predictor.predict``'s answer type, importable from here as from its own module
+from perfmodel.predictions import Predictions as Predictions
+from perfmodel.scaling import HW_COLUMNS, JOB_COLUMNS, LINK_NVLINK, NUM_COLUMNS, Design, design_of_nums
 from perfmodel.truth import TABLE_NAME
 
 log = logging.getLogger(__name__)
 
 
-def _load_native_walk() -> Callable[..., None] | None:
-    """The compiled tree walk (``perfmodel/_forest.c``, built by setup.py where a C compiler is
-    available), or None: then ``Forest`` walks its trees with numpy."""
-    try:
-        from perfmodel._forest import walk
-    except ImportError:  # pragma: no cover - depends on how the package was built
-        log.info("perfmodel._forest is not built: the predictor walks its trees with numpy")
-        return None
-    return walk
-
-
-_native_walk = _load_native_walk()
-
 MODEL_FILE = "predictor.json"
 FloatArray = npt.NDArray[np.float64]
 _Key = tuple[object, ...]
-# Where the in-node envelope applies (``Predictor.envelope``): "auto" = wherever a row on several GPUs of
-# one node is not inside a measured in-node curve that falls (``MeasuredInNode.follows``), "always" =
-# every row on several GPUs of one node, "never" = nowhere.
-ENVELOPE_MODES = ("auto", "always", "never")
-# A measured in-node curve "falls" when, at one global batch, some GPU count's measured throughput is
-# below this fraction of the best on fewer GPUs (10%: above measurement noise; the shipped table's
-# falling cells drop to 0.47-0.89, its rising ones stay >= 0.99).
-FALL_RATIO = 0.9
-
-
-class MeasuredInNode:
-    """What the training table measured inside one node, per cell = (model, dataset, GPU type, NVLink or
-    not): the largest GPU count measured in one node (``largest``, 0 where none), and the deepest fall
-    (``floor``): over the cell's global batches measured on several GPU counts, the lowest ratio of a
-    count's throughput to the best on fewer GPUs at that batch (1.0 when it never falls).
-
-    The in-node envelope's rule (``follows``): a one-node row on ``n`` GPUs whose cell was measured in one
-    node on ``n`` GPUs or more, and whose measurements fall (``floor < FALL_RATIO``), is inside a measured
-    curve that really drops as GPUs are added; the learned model, trained on it, answers such a row as it
-    is, drops included. Every other row on several GPUs of one node -- an unmeasured model x GPU type, a
-    parameters/FLOPs-only job, an unknown GPU, more GPUs than measured, or a cell whose measurements only
-    rise -- gets the envelope (there a fall can only be the learned model's noise). "NVLink" is the link
-    the row really uses: ``nvlink`` on a GPU type without NVLink counts as PCIe, as in
-    ``features.resolve_hw``.
-
-    Across nodes it records the node networks each GPU type's rows ran on, per software stack
-    (``links``), for ``reference_links``: the link at which the learned correction of a cross-node row is
-    read (the module docstring's "cross-node correction"). Pure.
-    """
-
-    def __init__(self, measurements: Sequence[Measurement]) -> None:
-        groups: dict[tuple[str, str], int] = {}
-        types = {t: i for i, t in enumerate(CANONICAL_TYPES)}
-        cells: dict[tuple[int, int, int], int] = {}
-        sweeps: dict[tuple[int, int, int, int], dict[int, list[float]]] = {}
-        links: dict[tuple[int, int], set[float]] = {}
-        for m in measurements:
-            col = types.get(m.gpu_type)
-            if col is not None and m.num_nodes > 1:
-                links.setdefault((col, STACKS[m.stack]), set()).add(math.log(m.network_gbps / 8.0))
-            if m.num_nodes != 1 or col is None:
-                continue
-            g = groups.setdefault((m.model, m.dataset), len(groups))
-            nvl = int(m.interconnect == "nvlink" and gpu_spec(m.gpu_type).nvlink_gbs > 0)
-            cells[(g, col, nvl)] = max(cells.get((g, col, nvl), 0), m.num_gpus)
-            sweeps.setdefault((g, col, nvl, m.batch_size), {}).setdefault(m.num_gpus, []).append(
-                m.samples_per_s
-            )
-        self._groups = groups
-        self._types = types
-        # Per (type column, stack code): the log link bandwidths (GB/s) its cross-node rows ran on.
-        self.links = {key: np.asarray(sorted(v)) for key, v in links.items()}
-        # Rows: groups, then one for anything else; columns: catalogued types, then anything else.
-        self.largest = np.zeros((len(groups) + 1, len(types) + 1, 2), dtype=np.float64)
-        self.floor = np.ones_like(self.largest)
-        for (g, col, nvl), n in cells.items():
-            self.largest[g, col, nvl] = n
-        for (g, col, nvl, _), by_n in sweeps.items():
-            # Several sources may measure one configuration: their median.
-            vals = [float(np.median(by_n[n])) for n in sorted(by_n)]
-            for k in range(1, len(vals)):
-                self.floor[g, col, nvl] = min(self.floor[g, col, nvl], vals[k] / max(vals[:k]))
-
-    def group_index(self, model: str, dataset: str) -> int:
-        """Row of the tables for a (model, dataset); the last row (nothing measured) when never measured."""
-        return self._groups.get((model, dataset), len(self._groups))
-
-    def type_index(self, gpu_type: str, low_confidence: bool = False) -> int:
-        """Column of the tables for a GPU type; the last column (nothing measured) for an uncatalogued or
-        low-confidence one."""
-        return len(self._types) if low_confidence else self._types.get(gpu_type, len(self._types))
-
-    def follows(
-        self,
-        group: npt.NDArray[np.intp],
-        type_col: npt.NDArray[np.intp],
-        nvlink: npt.NDArray[np.bool_],
-        num_gpus: FloatArray,
-    ) -> npt.NDArray[np.bool_]:
-        """Per one-node row: inside a measured in-node curve that falls (the model answers it as it is)?"""
-        cell = (group, type_col, nvlink.astype(np.intp))
-        out: npt.NDArray[np.bool_] = (num_gpus <= self.largest[cell]) & (self.floor[cell] < FALL_RATIO)
-        return out
-
-    def reference_links(
-        self, type_col: npt.NDArray[np.intp], stack: FloatArray, log_link: FloatArray
-    ) -> FloatArray:
-        """Per cross-node row (type column, stack code, log link GB/s): the log link its learned correction is
-        read at -- the nearest (in log) that the table measured that GPU type and stack across nodes on, or
-        the row's own where it measured none."""
-        out = log_link.copy()
-        for (col, code), measured in self.links.items():
-            rows = np.flatnonzero((type_col == col) & (stack == code))
-            if rows.size:
-                near = np.abs(log_link[rows, None] - measured[None, :]).argmin(axis=1)
-                out[rows] = measured[near]
-        return out
-
-    def cell(self, model: str, dataset: str, gpu_type: str, nvlink: bool) -> tuple[int, float]:
-        """(largest GPU count measured in one node, deepest fall) of a cell; (0, 1.0) when unmeasured."""
-        at = (self.group_index(model, dataset), self.type_index(gpu_type), int(nvlink))
-        return int(self.largest[at]), float(self.floor[at])
-
-
-@dataclass(frozen=True, slots=True)
-class Predictions:
-    """Predictions for a batch of rows, in row order (plain lists, one entry per row).
-
-    ``low``/``high`` bound ``samples_per_s`` (the ~80% interval); ``iters_low``/``iters_high`` bound
-    ``iters_per_s``. ``low_confidence`` marks rows whose model or GPU was not known to the zoo/catalogue.
-    """
-
-    samples_per_s: list[float]
-    iters_per_s: list[float]
-    low: list[float]
-    high: list[float]
-    iters_low: list[float]
-    iters_high: list[float]
-    low_confidence: list[bool]
-
-    def __len__(self) -> int:
-        return len(self.samples_per_s)
-
-
-# Lanes (rows x trees) per forest pass: the walk's index arrays stay below glibc's 128 KiB mmap threshold
-# (12,800 x 8 bytes = 100 KiB; 320 rows of 40 trees), so its temporaries come from the heap instead of
-# fresh, page-faulting mappings (525 rows of the speed benchmark: 1.05 ms in one pass, 0.78 ms in two).
-_FOREST_LANES = 12_800
-
-
-class Forest:
-    """A tree ensemble as flat arrays, evaluated for many rows at once with numpy.
-
-    Every node has a global index; the two children of an inner node sit side by side (``child`` is the
-    left one, the right one is ``child + 1``), and a leaf is its own child with a NaN threshold (no
-    value compares ``>=`` NaN, not even an infinite one), so
-    ``depth`` steps of ``node = child + (x[feature] >= threshold)`` reach every row's leaf in every tree
-    (XGBoost goes left when ``x < threshold``; features here are never missing).
-    """
-
-    def __init__(
-        self,
-        roots: npt.NDArray[np.intp],
-        feature: npt.NDArray[np.intp],
-        threshold: npt.NDArray[np.float32],
-        child: npt.NDArray[np.intp],
-        value: FloatArray,
-        depth: int,
-        base: float,
-    ) -> None:
-        # Contiguous arrays of exactly these item types: the compiled walk reads their raw buffers.
-        self.roots = roots = np.ascontiguousarray(roots, dtype=np.intp)
-        self.feature = feature = np.ascontiguousarray(feature, dtype=np.intp)
-        self.threshold = threshold = np.ascontiguousarray(threshold, dtype=np.float32)
-        self.child = child = np.ascontiguousarray(child, dtype=np.intp)
-        self.value = value = np.ascontiguousarray(value, dtype=np.float64)
-        self.depth = depth
-        self.base = base
-        # The compiled walk trusts the node arrays: check them once (roots, every inner node's child pair
-        # and every leaf's self-reference inside the arrays, non-negative features; the feature count is
-        # checked per call).
-        n = feature.size
-        if not (threshold.size == child.size == value.size == n) or (
-            roots.size and (roots.min() < 0 or roots.max() >= n)
-        ):
-            raise ValueError("forest node arrays of different lengths")
-        inner = ~np.isnan(threshold)
-        if n and (
-            child.min() < 0 or child.max() >= n or (child[inner] + 1).max(initial=0) >= n or feature.min() < 0
-        ):
-            raise ValueError("forest child or feature index out of range")
-        self._features = int(feature.max(initial=-1)) + 1
-        self.native = _native_walk is not None
-
-    @staticmethod
-    def from_trees(trees: Sequence[dict[str, list[Any]]], base: float) -> Forest:
-        """Build from per-tree dicts with ``left``, ``right``, ``feature``, ``threshold``, ``value``
-        (``left[i] == -1`` marks a leaf); raises ``ValueError`` on inconsistent arrays."""
-        roots: list[int] = []
-        feat: list[int] = []
-        thr: list[float] = []
-        child: list[int] = []
-        val: list[float] = []
-        depth = 0
-        for t in trees:
-            n = len(t["left"])
-            if not (len(t["right"]) == len(t["feature"]) == len(t["threshold"]) == len(t["value"]) == n):
-                raise ValueError("tree arrays of different lengths")
-            if n == 0:
-                raise ValueError("empty tree")
-            # Renumber breadth-first so that siblings are adjacent: (old index, new index, depth).
-            roots.append(len(feat))
-            queue = [(0, len(feat), 0)]
-            feat.append(0)
-            thr.append(0.0)
-            child.append(0)
-            val.append(0.0)
-            seen = 1
-            while queue:
-                nxt = []
-                for old, new, d in queue:
-                    li, ri = int(t["left"][old]), int(t["right"][old])
-                    val[new] = float(t["value"][old])
-                    depth = max(depth, d)
-                    if li == -1:
-                        feat[new], thr[new], child[new] = 0, math.nan, new
-                        continue
-                    if not (0 <= li < n and 0 <= ri < n):
-                        raise ValueError("child index out of range")
-                    seen += 2
-                    if seen > n:
-                        raise ValueError("tree is not a tree (a node reached twice)")
-                    feat[new], thr[new], child[new] = (
-                        int(t["feature"][old]),
-                        float(t["threshold"][old]),
-                        len(feat),
-                    )
-                    for c in (li, ri):
-                        nxt.append((c, len(feat), d + 1))
-                        feat.append(0)
-                        thr.append(0.0)
-                        child.append(0)
-                        val.append(0.0)
-                queue = nxt
-        return Forest(
-            np.asarray(roots, dtype=np.intp),
-            np.asarray(feat, dtype=np.intp),
-            # XGBoost compares float32 features with float32 thresholds: do the same.
-            np.asarray(thr, dtype=np.float32),
-            np.asarray(child, dtype=np.intp),
-            np.asarray(val, dtype=np.float64),
-            depth,
-            base,
-        )
-
-    def predict(self, x: FloatArray) -> FloatArray:
-        """Sum of leaf values plus the base, for each row of ``x`` (rows x features).
-
-        Walked by the compiled ``perfmodel._forest`` when it was built and ``native`` is on, else by
-        ``predict_numpy``: the same leaves (both compare float32 features with float32 thresholds); the
-        sums may differ in the last bits (summation order).
-        """
-        if not self.native or _native_walk is None:
-            return self.predict_numpy(x)
-        rows, nf = x.shape
-        if nf < self._features:
-            raise ValueError(f"forest needs {self._features} features, got {nf}")
-        xf = np.ascontiguousarray(x, dtype=np.float32)
-        out: FloatArray = np.empty(rows, dtype=np.float64)
-        _native_walk(
-            xf,
-            nf,
-            self.roots,
-            self.feature,
-            self.threshold,
-            self.child,
-            self.value,
-            self.depth,
-            self.base,
-            out,
-        )
-        return out
-
-    def predict_numpy(self, x: FloatArray) -> FloatArray:
-        """``predict`` walked with numpy (the fallback where the compiled walk is not built)."""
-        step = max(16, _FOREST_LANES // max(1, self.roots.size))
-        if x.shape[0] > step:
-            return np.concatenate([self._predict(x[i : i + step]) for i in range(0, x.shape[0], step)])
-        return self._predict(x)
-
-    def _predict(self, x: FloatArray) -> FloatArray:
-        rows, nf = x.shape
-        flat = x.astype(np.float32).ravel()
-        # One lane per (row, tree), row-major, as flat arrays (no broadcasting inside the loop).
-        node = np.tile(self.roots, rows)
-        row_off = np.repeat(np.arange(0, rows * nf, nf, dtype=np.intp), self.roots.size)
-        feature, threshold, child = self.feature, self.threshold, self.child
-        for _ in range(self.depth):
-            at = feature.take(node)
-            at += row_off
-            right = flat.take(at) >= threshold.take(node)
-            node = child.take(node)
-            node += right
-        out: FloatArray = self.value.take(node).reshape(rows, self.roots.size).sum(axis=1) + self.base
-        return out
-
-
-@dataclass(frozen=True, slots=True)
-class LearnedModel:
-    """The learned part: the scaling model's fitted ``Physics`` and one forest correcting it (see the
-    module docstring)."""
-
-    forest: Forest
-    physics: Physics = DEFAULT_PHYSICS
-    # Second correction, for GPU types the training table measured (``seen_types``): it may read the GPU's
-    # datasheet figures, so it only applies where it has seen the GPU (elsewhere it would extrapolate).
-    gpu_forest: Forest | None = None
-    seen_types: frozenset[str] = frozenset()
-
-    def seen_of(self, rows: Sequence[Resolved]) -> npt.NDArray[np.bool_]:
-        """Per row: was its GPU type measured in training (``gpu_forest`` applies)?"""
-        return np.asarray(
-            [not r.spec.low_confidence and r.spec.gpu_type in self.seen_types for r in rows], dtype=np.bool_
-        )
-
-    def times_of(
-        self, rows: Sequence[Resolved], anchored: tuple[FloatArray, FloatArray] | None = None
-    ) -> tuple[FloatArray, FloatArray]:
-        """``times`` of resolved rows, row by row: their ``Design`` under this model's physics."""
-        return self.times(design_of(rows, self.physics), anchored, self.seen_of(rows))
-
-    def times(
-        self,
-        d: Design,
-        anchored: tuple[FloatArray, FloatArray] | None = None,
-        seen: npt.NDArray[np.bool_] | None = None,
-        follows: npt.NDArray[np.bool_] | None = None,
-    ) -> tuple[FloatArray, FloatArray]:
-        """(predicted iteration time, predicted 1-GPU time at the same per-GPU batch) per row.
-
-        ``anchored`` (from ``perfmodel.anchor.Anchors``) gives measured-anchor times for the rows and their
-        1-GPU twins (NaN where none applies); they are blended in log space before the guards. ``seen``
-        marks the rows whose GPU type was measured (``gpu_forest`` applies); None = every row.
-        ``follows`` marks the rows inside a measured in-node curve that falls (``MeasuredInNode.follows``):
-        there the NVLink guard (never slower than one GPU) is left out, as the measurements break it.
-        """
-        multi = d.num_gpus > 1
-        k = d.x.shape[0]
-        # One forest pass over the rows and the 1-GPU twins of the multi-GPU rows.
-        any_multi = bool(multi.any())
-        x = np.concatenate((d.x, d.x_single[multi])) if any_multi else d.x
-        corr = self.forest.predict(x)
-        if self.gpu_forest is not None:
-            on = np.ones(k, dtype=np.bool_) if seen is None else seen
-            on = np.concatenate((on, on[multi])) if any_multi else on
-            if on.all():
-                corr += self.gpu_forest.predict(x)
-            elif on.any():
-                corr[on] += self.gpu_forest.predict(x[on])
-        t = (d.compute + d.sync) * np.exp(corr[:k])
-        t1 = t.copy()
-        if any_multi:
-            t1[multi] = d.compute[multi] * np.exp(corr[k:])
-        if anchored is not None:
-            for ours, anchor in ((t, anchored[0]), (t1, anchored[1])):
-                ok = ~np.isnan(anchor)
-                ours[ok] = np.exp((1 - ANCHOR_WEIGHT) * np.log(ours[ok]) + ANCHOR_WEIGHT * np.log(anchor[ok]))
-        if any_multi:
-            t[multi] = np.maximum(t[multi], np.maximum(t1[multi], d.sync_floor[multi]))
-            nvl = multi & (d.link_class == LINK_NVLINK)
-            if follows is not None:
-                nvl &= ~follows
-            t[nvl] = np.minimum(t[nvl], d.num_gpus[nvl] * t1[nvl])
-        return t, t1
-
-
-@dataclass(frozen=True, slots=True)
-class ModelMeta:
-    """What a model file says about itself besides the learned parts."""
-
-    schema: str
-    feature_names: tuple[str, ...]
-    q_low: float
-    q_high: float
-    max_gpus_seen: int
-    trained_on: str
-    created_by: str
-
-
-def _forest_of(raw: Any, path: Path, what: str) -> Forest:
-    if not isinstance(raw, dict):
-        raise ModelFileError(f"model file {path}: {what} is not an object")
-    forest = Forest.from_trees(raw["trees"], float(raw["base_score"]))
-    if forest.feature.size and int(forest.feature.max()) >= len(FEATURE_NAMES):
-        raise ModelFileError(f"model file {path}: {what} splits on a feature index out of range")
-    return forest
-
-
-def _read_model(path: Path) -> tuple[LearnedModel, ModelMeta]:
-    try:
-        raw = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ModelFileError(f"model file {path} not found; run `perfsched perfmodel train`") from None
-    except (OSError, ValueError) as exc:
-        raise ModelFileError(f"model file {path} is not valid JSON ({exc}); retrain it") from exc
-    if not isinstance(raw, dict):
-        raise ModelFileError(f"model file {path} is not a perfmodel predictor file")
-    schema = raw.get("feature_schema")
-    if schema != FEATURE_SCHEMA_VERSION:
-        raise ModelFileError(
-            f"model file {path} was trained for feature schema {schema!r} but this perfmodel uses "
-            f"{FEATURE_SCHEMA_VERSION!r}; retrain it with `perfsched perfmodel train`"
-        )
-    try:
-        names = tuple(raw["feature_names"])
-        if names != FEATURE_NAMES:
-            raise ModelFileError(f"model file {path}: feature names differ from schema {schema}")
-        physics = Physics.from_json(raw["physics"]) if "physics" in raw else DEFAULT_PHYSICS
-        gpu_forest = _forest_of(raw["gpu_forest"], path, "gpu_forest") if raw.get("gpu_forest") else None
-        model = LearnedModel(
-            _forest_of(raw["forest"], path, "forest"),
-            physics,
-            gpu_forest,
-            frozenset(str(t) for t in raw.get("seen_types", ())),
-        )
-        meta = ModelMeta(
-            schema=str(schema),
-            feature_names=names,
-            q_low=float(raw["quantiles"]["low"]),
-            q_high=float(raw["quantiles"]["high"]),
-            max_gpus_seen=int(raw["max_gpus_seen"]),
-            trained_on=str(raw.get("trained_on", "")),
-            created_by=str(raw.get("created_by", "")),
-        )
-    except ModelFileError:
-        raise
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise ModelFileError(f"model file {path} is corrupt ({exc!r}); retrain it") from exc
-    return model, meta
 
 
 class _Table:
@@ -613,9 +140,9 @@ class Predictor:
         self.model = model
         self.meta = meta
         self.anchors = anchors
-        # The LLM scaling model's constants (the shipped ``llm.FIT``; the accuracy benchmark refits them on
-        # each split's training rows).
-        self.llm_fit = llm.FIT
+        # The LLM scaling model's constants (the shipped ``llm_fit.FIT``; the accuracy benchmark refits them
+        # on each split's training rows).
+        self.llm_fit = FIT
         # Without ``measured`` every row extrapolates: "auto" then applies the envelope to every row on
         # several GPUs of one node, like "always".
         self.measured = measured
@@ -691,20 +218,18 @@ class Predictor:
 
         ``anchors`` (default on) blends the measured anchors (``perfmodel.anchor``) in where a model was
         measured at the job's precision and software stack but never on the question's GPU type: its
-        measured speed carried over by the spec ratio, which gives a GPU generation the model never saw the
-        physics answer where the learned correction would extrapolate (leave-one-generation-out, cold:
-        Ampere 33.4% -> 27.7% MRE, Hopper 38.1% -> 30.4%; ``bench/perfmodel_accuracy.py``). They are kept
-        per stack and precision: pooled over both and normalised by FP32 specs they send tuned-code and
-        half-precision speeds to other GPUs (Ampere 75.7%); and below the smallest measured batch they
-        follow the measured trend: held flat there they sent a job at per-GPU batch 1 to K80s in the
-        simulator (docs/decisions/0003-measured-anchors.md).
+        measured speed carried over by the spec ratio, so a GPU generation the model never saw gets the
+        physics answer where the learned correction would extrapolate. Anchors are kept per stack and
+        precision (tuned-code and half-precision speeds do not carry over to other stacks and precisions)
+        and follow the measured trend below the smallest measured batch (the measurements behind both:
+        docs/decisions/0003-measured-anchors.md).
         """
         with_anchors = anchors
         if path is None:
             with resources.as_file(resources.files("perfmodel") / "data" / MODEL_FILE) as p:
-                model, meta = _read_model(Path(p))
+                model, meta = read_model(Path(p))
         else:
-            model, meta = _read_model(path)
+            model, meta = read_model(path)
         # The measured table (beside a given model file, else the shipped one) tells the in-node envelope's
         # rule which in-node curves were measured (and anchors GPU types a model was never measured on,
         # when asked); without it the predictor still works, with the envelope on every one-node row.
@@ -920,7 +445,7 @@ class Predictor:
     ) -> tuple[FloatArray, FloatArray]:
         """(samples/s, 1-GPU iteration time at the per-GPU batch) of rows given as their owner's batch row
         ``o`` (of the gathered job and placement tables ``jt``/``ht``) on ``g`` GPUs, ``nodes`` nodes,
-        ``gpn`` GPUs per node: the rows' ``Resolved.nums`` matrix, then ``features.design_of_nums`` and
+        ``gpn`` GPUs per node: the rows' ``Resolved.nums`` matrix, then ``scaling.design_of_nums`` and
         ``LearnedModel.times`` -- the functions training evaluates, guards and anchor blend included."""
         e = o.size
         m = np.empty((e, _NUM_WIDTH))

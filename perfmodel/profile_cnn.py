@@ -9,7 +9,8 @@ source of every table is named in ``perfmodel.profile_zoo``. Pure module.
 
 from __future__ import annotations
 
-from perfmodel.profile_net import Net, T
+from perfmodel.profile_net import Net
+from perfmodel.profile_record import T
 
 # ------------------------------------------------------------------ torchvision classifiers
 

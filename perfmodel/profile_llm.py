@@ -21,7 +21,8 @@ from typing import Any
 
 from perfmodel.errors import ProfileError
 from perfmodel.profile import OperatorProfile, Sample, Source
-from perfmodel.profile_net import Net, T
+from perfmodel.profile_net import Net
+from perfmodel.profile_record import T
 from perfmodel.zoo import LLMArch
 
 

@@ -31,7 +31,8 @@ from perfmodel.errors import ProfileError
 from perfmodel.opcount import OPTIMIZERS
 from perfmodel.profile import OperatorProfile, Sample, Source, load_profile
 from perfmodel.profile_llm import TransformerSpec, load_config, seq2seq_profile, transformer_profile
-from perfmodel.profile_net import Net, T
+from perfmodel.profile_net import Net
+from perfmodel.profile_record import T
 from perfmodel.zoo import lookup_model, model_names
 
 DEFAULT_TORCH_PYTHON = "/usr/bin/python3"

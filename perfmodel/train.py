@@ -3,7 +3,7 @@
 ``train(shared_dir, out_dir)`` reads ``throughput_isolated_tidy.csv.gz`` from the shared throughput
 directory, keeps the permissively licensed sources (``perfmodel.measurements.SHIPPABLE``), writes the merged
 table (``measurements.csv.gz``) and the model file (``predictor.json``) into ``out_dir`` (by default the
-package's ``data/``). ``fit_model`` fits the forest of ``perfmodel.predictor.LearnedModel``: XGBoost on
+package's ``data/``). ``fit_model`` fits the forest of ``perfmodel.learned.LearnedModel``: XGBoost on
 ``log(measured iteration time / scaling-model time)`` over every measured configuration.
 
 The interval's 10th/90th percentile error ratios come from 5-fold out-of-fold predictions. ``fit`` and
@@ -25,25 +25,22 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from perfmodel.features import (
+from perfmodel.features import HardwareFeatures, JobFeatures, Resolved, _nums, design_of, resolve
+from perfmodel.forest import Forest
+from perfmodel.learned import LearnedModel, ModelMeta
+from perfmodel.llm import question_of
+from perfmodel.measurements import SHIPPABLE, Measurement, merge, read_shared_tidy, write_table
+from perfmodel.predictor import MODEL_FILE, Predictor
+from perfmodel.public import read_public, shippable
+from perfmodel.scaling import (
     DEFAULT_PHYSICS,
     FEATURE_NAMES,
     FEATURE_SCHEMA_VERSION,
     STACKS,
     Design,
-    HardwareFeatures,
-    JobFeatures,
     Physics,
-    Resolved,
-    _nums,
-    _terms,
-    design_of,
-    resolve,
+    terms_of_nums,
 )
-from perfmodel.llm import question_of
-from perfmodel.measurements import SHIPPABLE, Measurement, merge, read_shared_tidy, write_table
-from perfmodel.predictor import MODEL_FILE, Forest, LearnedModel, ModelMeta, Predictor
-from perfmodel.public import read_public, shippable
 from perfmodel.truth import TABLE_NAME
 from perfmodel.zoo import Family
 
@@ -194,7 +191,7 @@ def fit_physics(measurements: Sequence[Measurement], resolved: Sequence[Resolved
     pull[6 + nf + ns] = 1e3
 
     def residual(theta: FloatArray) -> FloatArray:
-        c, s_, _ = _terms(m, _physics_of(theta))
+        c, s_, _ = terms_of_nums(m, _physics_of(theta))
         return np.concatenate((w * (np.log(c + s_) - log_t), pull * (theta - theta0)))
 
     fit = least_squares(residual, theta0, method="trf", x_scale=1.0, max_nfev=200)

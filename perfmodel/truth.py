@@ -58,11 +58,12 @@ from functools import cached_property
 from importlib import resources
 from pathlib import Path
 
+from perfmodel.datasets import canonical_dataset
 from perfmodel.errors import InvalidInputError
 from perfmodel.gpus import CANONICAL_TYPES, canonical_gpu_type, gpu_spec, spec_for_product, spec_ratio
 from perfmodel.measurements import Measurement, read_table
 from perfmodel.public import PUBLIC_SOURCES
-from perfmodel.zoo import canonical_dataset, canonical_model, lookup_model
+from perfmodel.zoo import canonical_model, lookup_model
 
 TABLE_NAME = "measurements.csv.gz"
 # Links assumed where the table has no multi-GPU measurement of a model on a GPU type (GB/s).

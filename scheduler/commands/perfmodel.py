@@ -25,7 +25,7 @@ from scheduler.core.errors import ConfigError
 if TYPE_CHECKING:
     from perfmodel.features import HardwareFeatures, JobFeatures
     from perfmodel.online import OnlineCorrector
-    from perfmodel.predictor import Predictions
+    from perfmodel.predictions import Predictions
 
 #: Columns (and flags) of an LLM job beyond ``perfmodel.features.ROW_COLUMNS``.
 LLM_COLUMNS = ("sequence_length", "sharding", "micro_batch", "activation_checkpointing")
@@ -96,7 +96,8 @@ def _parse(row: dict[str, str]) -> tuple[JobFeatures, HardwareFeatures]:
     zoo model that is not an LLM stays a data-parallel job. ``InvalidInputError`` names the column."""
     from perfmodel.errors import InvalidInputError
     from perfmodel.features import parse_row
-    from perfmodel.llm import LLMJobFeatures, parse_sharding, treat_as_llm
+    from perfmodel.llm import LLMJobFeatures, treat_as_llm
+    from perfmodel.sharding import parse_sharding
     from perfmodel.zoo import llm_arch
 
     text = {c: (row.get(c) or "").strip() for c in LLM_COLUMNS}

@@ -25,8 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.alias_generators import to_camel
 
 from perfmodel.gpus import CANONICAL_TYPES
-from perfmodel.llm import SHARDING_PATTERN
 from perfmodel.profile import OperatorProfile
+from perfmodel.sharding import SHARDING_PATTERN
 from scheduler.core.decisions import Unschedulable
 from scheduler.core.errors import ConfigError
 from scheduler.core.queues import FairShare, QueueSpec, Quota

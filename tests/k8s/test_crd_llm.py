@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from perfmodel.errors import InvalidInputError
-from perfmodel.llm import SHARDING_PATTERN, parse_sharding
+from perfmodel.sharding import SHARDING_PATTERN, parse_sharding
 from scheduler.core.decisions import Unschedulable
 from scheduler.core.types import Job
 from scheduler.k8s.crd import parse_time, trainingjob_to_job

@@ -201,7 +201,8 @@ def test_an_llm_measured_on_other_gpus_is_held_near_its_measured_speed_on_a_new_
     from importlib import resources
 
     from perfmodel.features import HardwareFeatures
-    from perfmodel.llm import FIT, LLMJobFeatures
+    from perfmodel.llm import LLMJobFeatures
+    from perfmodel.llm_fit import FIT
     from perfmodel.measurements import read_table
     from perfmodel.predictor import Predictor
 

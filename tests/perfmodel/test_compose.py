@@ -6,7 +6,7 @@ import pytest
 
 from perfmodel.compose import DDP_BUCKET_BYTES, LINK_EFFICIENCY, compose, compose_interval, dtypes_for
 from perfmodel.errors import InvalidInputError
-from perfmodel.features import HardwareFeatures, allreduce_latency_s
+from perfmodel.features import HardwareFeatures
 from perfmodel.gpus import gpu_spec
 from perfmodel.opcost import ClassModel, CostModel
 from perfmodel.profile import (
@@ -20,6 +20,7 @@ from perfmodel.profile import (
     Source,
     make_profile,
 )
+from perfmodel.scaling import allreduce_latency_s
 
 # A cost model whose utilisation is exactly 1 and whose launch floor is 0: every kernel takes its roofline.
 ROOFLINE = CostModel(

@@ -10,10 +10,12 @@ import math
 import numpy as np
 import pytest
 
-from perfmodel.features import STACKS, HardwareFeatures, JobFeatures, model_terms
+from perfmodel.envelope import MeasuredInNode
+from perfmodel.features import HardwareFeatures, JobFeatures, model_terms
 from perfmodel.gpus import CANONICAL_TYPES
 from perfmodel.measurements import Measurement
-from perfmodel.predictor import MeasuredInNode, Predictor
+from perfmodel.predictor import Predictor
+from perfmodel.scaling import STACKS
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """The in-node envelope's rule: monotone where the predictor extrapolates, the learned model where the
-training table measured a falling in-node curve (``perfmodel.predictor.MeasuredInNode``)."""
+training table measured a falling in-node curve (``perfmodel.envelope.MeasuredInNode``)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import itertools
 
 import pytest
 
+from perfmodel.envelope import FALL_RATIO, MeasuredInNode
 from perfmodel.features import HardwareFeatures, JobFeatures
 from perfmodel.measurements import Measurement
 from perfmodel.online import OnlineCorrector
-from perfmodel.predictor import FALL_RATIO, MeasuredInNode, Predictor
+from perfmodel.predictor import Predictor
 
 
 @pytest.fixture(scope="module")

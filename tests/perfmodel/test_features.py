@@ -6,15 +6,8 @@ from __future__ import annotations
 import pytest
 
 from perfmodel.errors import InvalidInputError
-from perfmodel.features import (
-    HardwareFeatures,
-    JobFeatures,
-    allreduce_latency_s,
-    design_of,
-    model_terms,
-    parse_row,
-    resolve,
-)
+from perfmodel.features import HardwareFeatures, JobFeatures, design_of, model_terms, parse_row, resolve
+from perfmodel.scaling import allreduce_latency_s
 
 
 def test_defaults_and_node_count() -> None:

@@ -5,14 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfmodel import predictor as predictor_module
+from perfmodel import forest as forest_module
 from perfmodel.features import HardwareFeatures, JobFeatures, feature_matrix, resolve
+from perfmodel.forest import Forest
 from perfmodel.gpus import CANONICAL_TYPES
-from perfmodel.predictor import Forest, Predictor
+from perfmodel.predictor import Predictor
 from perfmodel.zoo import model_names
 
 native = pytest.mark.skipif(
-    predictor_module._native_walk is None, reason="perfmodel._forest not built (no C compiler)"
+    forest_module._native_walk is None, reason="perfmodel._forest not built (no C compiler)"
 )
 
 
@@ -24,7 +25,7 @@ def predictor() -> Predictor:
 def test_the_compiled_walk_is_built_and_used(predictor: Predictor) -> None:
     # `make venv` (pip install -e .) builds it; without it every prediction walks the trees with numpy,
     # about 3x slower on the speed benchmark's batches.
-    assert predictor_module._native_walk is not None, "perfmodel._forest was not built: is gcc installed?"
+    assert forest_module._native_walk is not None, "perfmodel._forest was not built: is gcc installed?"
     assert predictor.model.forest.native
 
 
@@ -72,7 +73,7 @@ def test_compiled_walk_equals_the_numpy_walk_on_odd_values(predictor: Predictor)
 
 @native
 def test_compiled_walk_refuses_buffers_that_do_not_match() -> None:
-    walk = predictor_module._native_walk
+    walk = forest_module._native_walk
     assert walk is not None
     f = Forest.from_trees(
         [

@@ -7,9 +7,12 @@ import itertools
 import pytest
 
 from perfmodel.errors import InvalidInputError
-from perfmodel.features import HardwareFeatures, JobFeatures, allreduce_latency_s
-from perfmodel.llm import FIT, LLMJobFeatures, Sharding, is_llm_job, parse_sharding, plan, predict, step_time
+from perfmodel.features import HardwareFeatures, JobFeatures
+from perfmodel.llm import LLMJobFeatures, is_llm_job, plan, predict, step_time
+from perfmodel.llm_fit import FIT
 from perfmodel.predictor import Predictor
+from perfmodel.scaling import allreduce_latency_s
+from perfmodel.sharding import Sharding, parse_sharding
 from perfmodel.zoo import LLMS, llm_arch, lookup_model
 
 

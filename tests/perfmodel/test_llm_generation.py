@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from perfmodel.features import HardwareFeatures
-from perfmodel.llm import FIT, LLMJobFeatures, plan, step_time
+from perfmodel.llm import LLMJobFeatures, plan, step_time
+from perfmodel.llm_fit import FIT
 from perfmodel.zoo import LLMArch
 
 H100 = "NVIDIA-H100-80GB-HBM3"

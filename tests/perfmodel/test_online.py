@@ -12,7 +12,8 @@ from perfmodel.errors import InvalidInputError
 from perfmodel.features import HardwareFeatures, JobFeatures, model_terms, resolve
 from perfmodel.llm import LLMJobFeatures
 from perfmodel.online import OnlineCorrector, remaining_time
-from perfmodel.predictor import Predictions, Predictor
+from perfmodel.predictions import Predictions
+from perfmodel.predictor import Predictor
 
 
 @pytest.fixture(scope="module")

@@ -13,17 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perfmodel.errors import InvalidInputError, ModelFileError
-from perfmodel.features import (
-    STACKS,
-    HardwareFeatures,
-    JobFeatures,
-    Resolved,
-    design_of,
-    feature_matrix,
-    resolve,
-)
+from perfmodel.features import HardwareFeatures, JobFeatures, Resolved, design_of, feature_matrix, resolve
+from perfmodel.forest import Forest
 from perfmodel.gpus import CANONICAL_TYPES
-from perfmodel.predictor import MODEL_FILE, Forest, Predictor
+from perfmodel.predictor import MODEL_FILE, Predictor
+from perfmodel.scaling import STACKS
 from perfmodel.zoo import llm_arch, model_names
 
 SHIPPED = Path(__file__).resolve().parents[2] / "perfmodel" / "data" / MODEL_FILE

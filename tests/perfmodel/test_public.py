@@ -7,15 +7,8 @@ from pathlib import Path
 import pytest
 
 from perfmodel.measurements import Measurement, read_table, write_table
-from perfmodel.public import (
-    mlperf_network_gbps,
-    parse_dle,
-    parse_llm_foundry,
-    parse_megatron,
-    parse_mlperf,
-    parse_neusight,
-    shippable,
-)
+from perfmodel.public import parse_llm_foundry, parse_megatron, parse_neusight, shippable
+from perfmodel.public_nvidia import mlperf_network_gbps, parse_dle, parse_mlperf
 
 _DLE_HEAD = (
     "GPUs | Batch size / GPU | Throughput - TF32 | Throughput  - mixed precision | "

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from perfmodel.features import FEATURE_SCHEMA_VERSION
 from perfmodel.measurements import read_table
 from perfmodel.predictor import Predictor
+from perfmodel.scaling import FEATURE_SCHEMA_VERSION
 from perfmodel.train import design, fit, fit_model, train
 from perfmodel.truth import TABLE_NAME
 

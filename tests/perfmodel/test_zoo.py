@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from perfmodel.zoo import canonical_dataset, lookup_model, model_names
+from perfmodel.datasets import canonical_dataset
+from perfmodel.zoo import lookup_model, model_names
 
 
 @pytest.mark.parametrize(
