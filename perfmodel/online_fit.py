@@ -151,7 +151,7 @@ def gauss_newton(
     them (a block of at most 2 x 2 per model) and solves a small system in the free shared ones:
     O(rows + models) a step, however many models a GPU type runs."""
     n = len(phi)
-    sync = len(rows[0][3]) if rows else 1
+    sync = n - 2 - 2 * models  # the log m_j
     fz = set(frozen)
     # Free shared unknowns (log A, the log m_j, k), and each model's free locals (d, log e).
     shared = [g for g in (0, *range(1 + 2 * models, n)) if g not in fz]

@@ -421,7 +421,7 @@ def test_one_run_measured_far_off_its_neighbours_does_not_move_the_models_other_
 ) -> None:
     # BERT on one A100 runs 1.3x the offline throughput at every batch; of its three observed runs one
     # was measured at 3x (a bad table row, a run that shared its GPU). Its other batches must stay within
-    # 8% of 1.3x (1.39x: the 3x run weighs 0.2 of the others' 1.4 each); weighing the three runs alike
+    # 8% of 1.3x (1.39x: the 3x run weighs 0.24 against 1.38 each); weighing the three runs alike
     # puts them at 1.70x (31% off).
     c = OnlineCorrector(predictor)
 
