@@ -15,8 +15,12 @@ Figures (median of repeated runs after warm-up, one thread):
   feature rows (tree evaluation only). Printed with them: how many of the rows get the envelope and how
   many rows the forest walks. Also printed: the same with every cache cold (a new predictor per batch).
 - cached: the same call repeated (every row a cache hit), and one cached row, target <= 20 us.
+- online correction (``perfmodel.online.OnlineCorrector``, as the operator holds it): 50 observed jobs
+  of 9 models on 8 GPU types held, then one more observation followed by ``predict`` of 100 rows (the
+  call that refits the correction's levels), with the offline result cache warm (a scheduling round)
+  and cold; and ``predict`` of the 100 rows with nothing new observed.
 
-Run: ``nice python bench/perfmodel_speed.py``.
+Run: ``nice python bench/perfmodel_speed.py`` (``--online``: the online correction's figures only).
 """
 
 from __future__ import annotations
@@ -211,7 +215,45 @@ def cold_call(q: Predictor, batch: list[tuple[JobFeatures, HardwareFeatures]]) -
     return CLOCK() - t
 
 
+def online_figures(p: Predictor) -> None:
+    """The online correction's figures (module docstring): observe then predict, 50 observations held."""
+    from perfmodel.online import OnlineCorrector
+
+    held, asked = rows(0)[:50], rows(1)
+    offline = p.predict(held).samples_per_s
+    corr = OnlineCorrector(p)
+    for k, ((job, hw), s) in enumerate(zip(held, offline, strict=True)):
+        # deterministic "measured" throughputs: each GPU type and model off in its own way
+        corr.observe(job, hw, s * (0.7 + 0.05 * (k % 13)), job_id=f"job-{k}")
+    corr.predict(asked)
+    warm, cold, clean = [], [], []
+    for k in range(40):
+        job, hw = held[k % 50]
+        new = offline[k % 50] * (0.9 + 0.01 * (k % 7))
+        t = CLOCK()
+        corr.observe(job, hw, new, job_id=f"job-{k % 50}")
+        corr.predict(asked)
+        warm.append(CLOCK() - t)
+        t = CLOCK()
+        corr.predict(asked)
+        clean.append(CLOCK() - t)
+        p.clear_cache()
+        t = CLOCK()
+        corr.observe(job, hw, new, job_id=f"job-{k % 50}")
+        corr.predict(asked)
+        cold.append(CLOCK() - t)
+    print(
+        "online correction, 50 observed jobs held: observe 1 + predict 100 rows "
+        f"median {statistics.median(warm) * 1e3:.2f} ms CPU (offline result cache warm), "
+        f"{statistics.median(cold) * 1e3:.2f} ms (cold); predict 100 rows, nothing new observed "
+        f"{statistics.median(clean) * 1e3:.2f} ms"
+    )
+
+
 def main() -> int:
+    if "--online" in sys.argv[1:]:
+        online_figures(Predictor.load())
+        return 0
     load_code = (
         "import time; t=time.process_time(); w=time.perf_counter(); "
         "from perfmodel.predictor import Predictor; "
@@ -335,6 +377,7 @@ def main() -> int:
         f"predict 1 row, cached: median {cached_1 * 1e6:.1f} us CPU, {cached_1_wall * 1e6:.1f} us wall"
         " (target <= 20 us)"
     )
+    online_figures(p)
 
     # Where the default call's time goes: the forest alone on the rows it walks, interleaved with the calls.
     inputs = forest_inputs(p, batches[10:])

@@ -1,58 +1,48 @@
 """Online correction of predictions from observed throughput, and remaining-time estimates.
 
 The offline predictor is wrong in systematic ways: a GPU generation it never saw, a software stack that
-is faster or slower than the measured one, one job's data loader. ``OnlineCorrector`` learns a
-multiplicative correction of the predictor's throughput in nested levels, each fitted to the
+is faster or slower than the measured one, a slow network, one job's data loader. ``OnlineCorrector``
+learns a multiplicative correction of the predictor's throughput in nested levels, each fitted to the
 ``log(observed / predicted)`` residuals left over by the level above it:
 
 1. per GPU type (``trend="structural"``, the default; ``_fit_structure``): how far the offline model's
-   compute time, its all-reduce time and its own multi-GPU correction are off on that type, three factors
-   fitted in log space with a ridge towards 1 (a slow network or a faster software stack on one type moves
-   every model on it). The all-reduce factor is learned only from how a model's error changes with its
-   placement, so one model's runs on 8, 16 and 32 GPUs carry a slow all-reduce to other models there.
-   Each prediction and observation also asks the predictor for its 1-GPU twin (cached there): ``T`` is the
-   offline iteration time of the row, ``T1`` that of the same job on one GPU at the same per-GPU batch,
-   ``S`` the scaling model's all-reduce time (``perfmodel.features.model_terms``). Two older variants
-   remain for the benchmark: ``trend="split"``, a shrunken mean plus ridge slopes on four placement
-   descriptors (log GPU count, "spans nodes", the sync share ``S / (T1 + S)`` and the departure
-   ``log(T / (T1 + S))``), clamped to the observed rows, and ``trend="placement"`` (log GPUs and node
-   span only);
-2. per model x GPU type, learned from any job of that model on that type and used by all of them: a
-   Bayesian linear fit of what the GPU level leaves, in log per-GPU batch, log GPU count and log
-   training FLOPs per sample (an LLM's sequence length) with an intercept (``_posterior_mean``; prior
-   sds ``MODEL_PRIOR_SD``, noise ``MODEL_NOISE_SD``). One run of a model on a type moves the whole
-   model there; a second at another batch, GPU count or sequence length tilts it within the prior
-   (small batches underuse a fast GPU; a model's error differs between its compute-bound and
-   overhead-bound regimes, and with attention's share of the work). The GPU-count and work slopes hold
-   only between the observed jobs (``_model_gpu_level``). The structural default has no placement trend
-   after the structural level (log GPUs, node span): fitted within the observed models, such a trend
-   misleads the others, and a model new to a GPU type reads worse than cold with it (alternatives and
-   their figures: docs/decisions/0004-online-correction.md). Even a per-(model, type) fit of intercept,
-   batch and GPU slopes to *every* row of a held-out generation leaves 11.4% / 13.9% (Ampere / Hopper, in
-   sample): the offline model's error there is not a few factors per (model, type), there is table noise
-   (one configuration measured twice 0.8 apart in log) and rows far outside what was observed (MLPerf's
-   512-3,584 GPU H100 runs);
+   compute time, its all-reduce time (within a node and across nodes apart) and its own multi-GPU
+   correction are off on that type, fitted in log space with a ridge towards 1, with per model a compute
+   factor and a factor on the type's all-reduce (a model's own collectives, shrunk towards the type's).
+   The type's all-reduce factors are learned only from how a model's error changes with its placement,
+   so one model's runs on 8, 16 and 32 GPUs carry a slow network to other models there, and 1-GPU runs
+   do not move multi-node rows through them. Each prediction and observation also asks the predictor
+   for its 1-GPU twin (cached there): ``T`` is the offline iteration time of the row, ``T1`` that of the
+   same job on one GPU at the same per-GPU batch, ``S`` the scaling model's all-reduce time
+   (``perfmodel.features.model_terms``). Two older variants remain as the accuracy benchmark's same-run
+   baselines: ``trend="split"`` (a shrunken mean plus ridge slopes on log GPU count, "spans nodes", the
+   sync share ``S / (T1 + S)`` and the departure ``log(T / (T1 + S))``) and ``trend="placement"`` (log
+   GPUs and node span only);
+2. per model x GPU type: a Bayesian linear fit of what the GPU level leaves, in log per-GPU batch, log
+   GPU count and log training FLOPs per sample with an intercept (``perfmodel.online_fit``). One run of
+   a model on a type moves the whole model there; a second at another batch, GPU count or sequence
+   length tilts it within the prior. The GPU-count and work slopes hold only between the observed jobs
+   (``_model_gpu_level``);
 3. per job (its own data loader, input sizes, ...).
 
-Beyond the largest GPU count observed on a GPU type, a model observed on that type is corrected no further
-than at its observed jobs (``_trend``, ``_correction``): the structural level stays within its values at
-the type's observed rows, and where the model ran at more than one GPU count the sum of the shared levels
-stays within its values at the model's own observed jobs (each level bounded alone does not bound the
-sum). The structural factors scale the offline model's all-reduce and departure, so wherever the offline
-curve over GPU count bends beyond the observed runs (a per-GPU speed rising from 64 to 512 GPUs) they
-would carry the bend into the correction: unbounded, two BERT runs on H100 at 8 and 64 GPUs corrected by
-1.40-1.57x read as 2.29x at 512 GPUs and 3.6x at 3,072. A model not observed on the type keeps the
-structural level's reach (bounded by perfect scaling of its corrected compute): held within the observed
-range too, the accuracy benchmark's Hopper "model new to its type" figure loses 0.9 points.
+A model's runs on a type that disagree weigh by how far each sits from their robust centre (found from
+the offline prediction: ``online_fit.agreement_weights``), so one run measured far off its neighbours does
+not move the model's other configurations. Beyond the largest GPU count observed on a GPU type, a model
+observed there is corrected no further than at its observed jobs (``_trend``, ``_correction``): the
+structural factors scale the offline model's all-reduce and departure, and wherever its curve over GPU
+count bends beyond the observed runs they would carry the bend into the correction. A model not observed
+on the type keeps the structural level's reach (bounded by perfect scaling of its corrected compute).
+Structure, priors and the figures they were chosen by: docs/decisions/0004-online-correction.md and
+0130-online-correction-sync-levels-and-agreement.md.
 
-Means are ``sum(residual) / (count + prior)``, with priors of 3 (GPU type) and 0.25 (job) observations, so
-one observation moves a level partly, and a few observations of a job make its predictions converge to what
-it really does. A job's observations count at most ``job_weight_cap`` times in the shared levels, so one
-long-running job reporting every round does not drown the others. ``decay`` < 1 forgets old observations of
-a job exponentially (throughput drifts). The interval of a corrected prediction narrows with the job's
+Means are ``sum(residual) / (count + prior)``, with priors of 3 (GPU type) and 0.25 (job) observations. A
+job's observations count at most ``job_weight_cap`` times in the shared levels, so one long-running job
+reporting every round does not drown the others. ``decay`` < 1 forgets old observations of a job
+exponentially (throughput drifts). The interval of a corrected prediction narrows with the job's
 observation count down to the spread of its own residuals. Corrected predictions keep the predictor's
-in-node envelope (more GPUs of one node never predict less; see ``perfmodel.predictor``) on the rows where the
-predictor applies it: per-placement corrections would otherwise break it.
+in-node envelope (more GPUs of one node never predict less; see ``perfmodel.predictor``) on the rows where
+the predictor applies it. An observation refits the shared levels of its GPU type only, at the next
+prediction; the same observations in the same order give the same predictions.
 
 ``remaining_time`` = remaining work / predicted throughput with the interval's bounds. The operator, the
 extender and ``perfsched predict --observed`` all use this class. Pure apart from the in-memory state
@@ -64,11 +54,24 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from perfmodel.errors import InvalidInputError
 from perfmodel.features import HardwareFeatures, JobFeatures, Resolved, model_terms
 from perfmodel.llm import is_llm_job
+from perfmodel.online_fit import (
+    MODEL_PRIOR_SD,
+    Point,
+    agreement_weights,
+    gauss_newton,
+    model_x,
+    posterior_mean,
+    sync_columns,
+    within_model_slopes,
+)
 from perfmodel.predictor import Predictions, Predictor
+
+_V = TypeVar("_V")
 
 PRIOR_GPU = 3.0
 PRIOR_MODEL_GPU = 1.0
@@ -79,26 +82,8 @@ PRIOR_JOB = 0.25
 # and 1 were 1-2.4 points worse; the smaller the penalty, the further a slope reaches from a few runs,
 # so the trend is also clamped to its values at the observed rows.
 RIDGE_GPU_SLOPES = 0.1
-# The per-(model, GPU type) level is a Bayesian linear fit of what the GPU level leaves, in
-# ``_model_x``: intercept, log per-GPU batch (from ``_BATCH_REF``), log GPUs and log training FLOPs per
-# sample (centred on the observed jobs' mean: ``_posterior_mean``). Prior sds of the four coefficients
-# and the noise sd of one observation's log error (run-to-run and table noise), all in log throughput:
-# a model may sit far from its GPU type (sd 0.5), its error changes slowly with the batch and the GPU
-# count (sd 0.2 and 0.1 per e-fold). On the benchmark's held-out generations (10 draws) noise sd
-# 0.15 / 0.25 / 0.35 were within a point of each other after 2 and 3 runs, 0.15 worst; batch sd 0.1 /
-# 0.2 alike, 0.3 two to four points worse. One observation moves the intercept most of the way (the
-# prior weighs (0.25 / 0.5)^2 = 1/4 observation); two at different batches or GPU counts tilt it.
-# The work per sample is the sequence length of an LLM job (or the input size of another: BERT at 128 or
-# 512 tokens), which changes the kernels (attention's share, memory per token) the way the per-GPU batch
-# changes the work per step: the same prior sd, 0.2 per e-fold.
-MODEL_PRIOR_SD = (0.5, 0.2, 0.1, 0.2)
-MODEL_NOISE_SD = 0.25
-_BATCH_REF = math.log(32.0)
 
-# Where a row sits, for the trend and the model level: (log per-GPU batch, log GPUs, spans nodes, sync
-# share, departure, log training FLOPs per sample); see the module docstring.
-_Point = tuple[float, float, float, float, float, float]
-_TREND = (1, 2, 3, 4)  # indices of _Point the per-GPU-type trend regresses on
+_TREND = (1, 2, 3, 4)  # indices of Point the per-GPU-type trend regresses on
 # A trend on log GPUs and node span only (ridge 1), kept as the benchmark's same-run
 # baseline (``OnlineCorrector(trend="placement")``).
 _TREND_PLACEMENT_ONLY = (1, 2)
@@ -110,9 +95,14 @@ TRENDS = ("structural", "split", "placement")
 # a cluster's network or all-reduce may be a few times off the datasheet's): (0.05 / 2)^2.
 RIDGE_STRUCTURE = (0.05 / 2.0) ** 2
 STRUCTURE_MAX = 16.0
+# Per (model, GPU type): a factor on the GPU type's all-reduce factors (``_fit_structure``), pulled
+# towards 1 with the weight of this many observations (in log); chosen on the development splits
+# (Kepler, Pascal, Turing, Volta held out, 10 draws): after 2 / 3 observed runs 30.4 / 25.2% at 1,
+# 30.2 / 25.2% at 0.3, 30.7 / 25.4% at 3, 31.1 / 25.6% without the factor.
+RIDGE_MODEL_SYNC = 1.0
 
 
-def _point(r: Resolved, t: float, t1: float, s: float, llm_job: bool = False) -> _Point:
+def _point(r: Resolved, t: float, t1: float, s: float, llm_job: bool = False) -> Point:
     """The row's descriptors from its offline iteration time ``t``, its 1-GPU twin's ``t1`` and the
     scaling model's all-reduce time ``s``. An LLM job (``perfmodel.llm.is_llm_job``) is predicted by
     perfmodel.llm with its own communication model, so the data-parallel split does not describe it:
@@ -164,8 +154,8 @@ class _JobStats:
     sum_r: float = 0.0
     sum_r2: float = 0.0
     count: int = 0
-    # Where the job ran last (``_Point``), for the trend and the similarity kernel.
-    point: _Point = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    # Where the job ran last (``Point``), for the trend and the similarity kernel.
+    point: Point = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,11 +183,13 @@ class OnlineCorrector:
     # Shared-level sums (weight, weighted mean residual) per GPU type and per (model, GPU type),
     # rebuilt lazily after observations: predictions cost O(rows), not O(rows x jobs).
     _gpu_sums: dict[str, tuple[float, float]] = field(default_factory=dict)
-    _mg_jobs: dict[tuple[str, str], list[tuple[float, float, _Point]]] = field(default_factory=dict)
+    _mg_jobs: dict[tuple[str, str], list[tuple[float, float, Point]]] = field(default_factory=dict)
     _dirty: bool = False
+    # The GPU types observed since the shared levels were last fitted (``_rebuild`` refits only them).
+    _dirty_types: set[str] = field(default_factory=set)
     # Per GPU type: the slopes of its trend, one per descriptor of ``_trend_descriptors``.
     _gpu_slopes: dict[str, tuple[float, ...]] = field(default_factory=dict)
-    # Per (model, GPU type): the coefficients of its level on ``_model_x`` (``_posterior_mean``), and per
+    # Per (model, GPU type): the coefficients of its level on ``model_x`` (``posterior_mean``), and per
     # regressor after the intercept the lowest and highest value at its observed jobs.
     _mg_coef: dict[tuple[str, str], tuple[float, ...]] = field(default_factory=dict)
     _mg_range: dict[tuple[str, str], tuple[tuple[float, float], ...]] = field(default_factory=dict)
@@ -213,8 +205,9 @@ class OnlineCorrector:
     _gpus_seen: dict[str, float] = field(default_factory=dict)
     # Per GPU type: the structural level's (all-reduce factor, departure factor) and per model its
     # compute factor (``_fit_structure``).
-    _gpu_struct: dict[str, tuple[float, float]] = field(default_factory=dict)
+    _gpu_struct: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     _model_compute: dict[tuple[str, str], float] = field(default_factory=dict)
+    _model_sync: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.trend not in TRENDS:
@@ -245,6 +238,8 @@ class OnlineCorrector:
         st = self._jobs.get(key)
         if st is None or st.model != _model_key(r) or st.gpu_type != r.spec.gpu_type:
             # A job moved to another GPU type starts a new record (its residual there is a new question).
+            if st is not None:
+                self._dirty_types.add(st.gpu_type)
             st = _JobStats(_model_key(r), r.spec.gpu_type)
             self._jobs[key] = st
         st.weight = st.weight * self.decay + 1.0
@@ -259,25 +254,41 @@ class OnlineCorrector:
             is_llm_job(job),
         )
         self._dirty = True
+        self._dirty_types.add(r.spec.gpu_type)
         return residual
 
     def observations(self) -> int:
         return sum(s.count for s in self._jobs.values())
 
     def _rebuild(self) -> None:
+        """Refit the shared levels of the GPU types observed since the last fit (each type's levels
+        depend on its own observations only)."""
+        types, self._dirty_types, self._dirty = self._dirty_types, set(), False
         gpu: dict[str, tuple[float, float]] = {}
-        mg: dict[tuple[str, str], list[tuple[float, float, _Point]]] = {}
+        mg: dict[tuple[str, str], list[tuple[float, float, Point]]] = {}
         for st in self._jobs.values():
-            if st.weight <= 0:
+            if st.weight <= 0 or st.gpu_type not in types:
                 continue
             cw = min(st.weight, self.job_weight_cap)
             mean = st.sum_r / st.weight
             w, sm = gpu.get(st.gpu_type, (0.0, 0.0))
             gpu[st.gpu_type] = (w + cw, sm + cw * mean)
             mg.setdefault((st.model, st.gpu_type), []).append((cw, mean, st.point))
-        self._gpu_sums, self._mg_jobs, self._dirty = gpu, mg, False
-        self._gpu_slopes, self._trend_range, self._gpu_struct, self._model_compute = {}, {}, {}, {}
-        self._spans_seen, self._gpus_seen = {}, {}
+        mg = {key: agreement_weights(jobs) for key, jobs in mg.items()}
+        _drop(self._gpu_sums, types)
+        _drop(self._gpu_slopes, types)
+        _drop(self._trend_range, types)
+        _drop(self._gpu_struct, types)
+        _drop(self._spans_seen, types)
+        _drop(self._gpus_seen, types)
+        _drop_models(self._model_compute, types)
+        _drop_models(self._model_sync, types)
+        _drop_models(self._mg_jobs, types)
+        _drop_models(self._mg_coef, types)
+        _drop_models(self._mg_range, types)
+        _drop_models(self._mg_seen, types)
+        self._gpu_sums.update(gpu)
+        self._mg_jobs.update(mg)
         for gpu_type in gpu:
             keys = [m for (m, g) in mg if g == gpu_type]
             models = [mg[(m, gpu_type)] for m in keys]
@@ -301,19 +312,17 @@ class OnlineCorrector:
             self._gpus_seen[gpu_type] = max(p[1] for jobs in models for _, _, p in jobs)
         # Per (model, GPU type): the posterior mean of its linear level on what the GPU level (bias and
         # trend) leaves of each job's residual (it does not depend on the question).
-        self._mg_coef, self._mg_range = {}, {}
         for (model, gpu_type), jobs in mg.items():
             bias = self._gpu_level(gpu_type)
             left = [(cw, mean - bias - self._trend(gpu_type, p, model), p) for cw, mean, p in jobs]
-            self._mg_coef[(model, gpu_type)] = _posterior_mean(left)
-            xs = [_model_x(p) for _, _, p in jobs]
+            self._mg_coef[(model, gpu_type)] = posterior_mean(left)
+            xs = [model_x(p) for _, _, p in jobs]
             self._mg_range[(model, gpu_type)] = tuple(
                 (min(x[i] for x in xs), max(x[i] for x in xs)) for i in range(1, len(MODEL_PRIOR_SD))
             )
         # Per (model, GPU type) observed at more than one GPU count (structural level only): the range of
         # the shared correction at its observed jobs (``_correction``). One GPU count leaves it to the
         # type's levels (an all-reduce seen on the type's other models carries to it).
-        self._mg_seen = {}
         for (model, gpu_type), jobs in mg.items():
             if (
                 self.trend != "structural"
@@ -324,45 +333,54 @@ class OnlineCorrector:
             self._mg_seen[(model, gpu_type)] = (min(seen), max(seen))
 
     def _fit_structure(
-        self, gpu_type: str, keys: Sequence[str], models: Sequence[Sequence[tuple[float, float, _Point]]]
+        self, gpu_type: str, keys: Sequence[str], models: Sequence[Sequence[tuple[float, float, Point]]]
     ) -> None:
         """Fit the GPU type's structural level to its observations (it replaces the bias level).
 
         In units of ``U = T1 + S`` a row's offline time is ``T / U = exp(departure)``; the structural
-        level says the GPU type really takes ``a x (1 - share) + m x share + k x (exp(departure) - 1)``:
-        ``a = A x exp(d_model)`` scales the compute (``A`` shared by the type's models, ``d_model`` per
-        model), ``m`` the scaling model's all-reduce, ``k`` the offline model's learned departure from
-        compute + all-reduce (A = m = k = 1, d = 0: the offline model). Least squares of the log error of
-        the observed times (``_gauss_newton``), in two steps: ``m`` and ``k`` with a free compute factor
-        per model, so that only how a model's error changes with its placement informs them (as the
-        trend's slopes are fitted within models: one run of each of several models says nothing about
-        the all-reduce), ridge-pulled by ``RIDGE_STRUCTURE``; then ``A`` and the ``d`` with ``m`` and
-        ``k`` fixed, pulled with the weights of the bias and model levels (``PRIOR_GPU`` observations
-        for ``log A``, ``PRIOR_MODEL_GPU`` for each ``d``). ``a`` and ``m`` are clamped to
-        [1/STRUCTURE_MAX, STRUCTURE_MAX], ``k`` to [0, STRUCTURE_MAX].
+        level says the GPU type really takes ``a x (1 - share) + m x e x share + k x (exp(departure) -
+        1)``: ``a = A x exp(d_model)`` scales the compute (``A`` shared by the type's models, ``d_model``
+        per model), ``m`` the scaling model's all-reduce (one factor within a node, one across nodes:
+        NVLink and the node network are off by different amounts), ``e`` per model on the type's ``m``
+        (its own collectives: FSDP's, an overlap the offline model does not see), ``k`` the offline
+        model's learned departure from compute + all-reduce (all 1, ``d = 0``: the offline model).
+        Least squares of the log error of the observed times (``gauss_newton``), in two steps: the two
+        ``m`` and ``k`` with a free compute factor per model and ``e = 1``, so that only how a model's
+        error changes with its placement informs them (one run of each of several models says nothing
+        about the all-reduce), ridge-pulled by ``RIDGE_STRUCTURE``; then ``A``, the ``d`` and the ``e``
+        with the type's factors fixed, pulled with the weights of ``PRIOR_GPU`` observations for ``log
+        A``, ``PRIOR_MODEL_GPU`` for each ``d`` and ``RIDGE_MODEL_SYNC`` for each ``log e``. ``a`` and
+        ``m x e`` are clamped to [1/STRUCTURE_MAX, STRUCTURE_MAX], ``k`` to [0, STRUCTURE_MAX].
         """
-        n = len(keys) + 3  # log A, one d per model, log m, k
+        nm = len(keys)
+        n = 2 * nm + 4  # log A, d per model, log e per model, log m within and across nodes, k
         rows = [
-            (1 + col, cw, (1.0 - p[3]) / y, p[3] / y, (math.exp(p[4]) - 1.0) / y)
+            (col, cw, (1.0 - p[3]) / y, sync_columns(p, y), (math.exp(p[4]) - 1.0) / y)
             for col, jobs in enumerate(models)
             for cw, mean, p in jobs
             # the observed time in units of U (residuals are log throughput: log(T / observed time))
             for y in (math.exp(p[4] - mean),)
         ]
+        type_factors = (n - 3, n - 2, n - 1)
+        per_model_sync = tuple(range(1 + nm, 1 + 2 * nm))
         centre = [0.0] * (n - 1) + [1.0]
-        within = [0.0, *([1e-9] * len(keys)), RIDGE_STRUCTURE, RIDGE_STRUCTURE]
-        phi = _gauss_newton(rows, within, centre, list(centre), frozen=(0,))
-        levels = [PRIOR_GPU, *([PRIOR_MODEL_GPU] * len(keys)), 0.0, 0.0]
-        phi = _gauss_newton(rows, levels, centre, [*centre[: n - 2], *phi[n - 2 :]], frozen=(n - 2, n - 1))
+        within = [0.0, *([1e-9] * nm), *([1.0] * nm), *([RIDGE_STRUCTURE] * 3)]
+        phi = gauss_newton(rows, nm, within, centre, list(centre), frozen=(0, *per_model_sync))
+        levels = [PRIOR_GPU, *([PRIOR_MODEL_GPU] * nm), *([RIDGE_MODEL_SYNC] * nm), 0.0, 0.0, 0.0]
+        phi = gauss_newton(rows, nm, levels, centre, [*centre[: n - 3], *phi[n - 3 :]], type_factors)
         lo, hi = 1.0 / STRUCTURE_MAX, STRUCTURE_MAX
         self._model_compute[("", gpu_type)] = min(hi, max(lo, math.exp(phi[0])))
-        for key, d in zip(keys, phi[1:], strict=False):
-            self._model_compute[(key, gpu_type)] = min(hi, max(lo, math.exp(phi[0] + d)))
-        self._gpu_struct[gpu_type] = (min(hi, max(lo, math.exp(phi[n - 2]))), min(hi, phi[n - 1]))
+        for j, key in enumerate(keys):
+            self._model_compute[(key, gpu_type)] = min(hi, max(lo, math.exp(phi[0] + phi[1 + j])))
+            self._model_sync[(key, gpu_type)] = math.exp(phi[1 + nm + j])
+        m_in, m_x = (min(hi, max(lo, math.exp(v))) for v in phi[n - 3 : n - 1])
+        self._gpu_struct[gpu_type] = (m_in, m_x, min(hi, phi[n - 1]))
 
-    def _structural(self, model: str, gpu_type: str, point: _Point) -> float:
+    def _structural(self, model: str, gpu_type: str, point: Point) -> float:
         """The structural level's log correction of a row's throughput (``_fit_structure``), unclamped."""
-        m, d = self._gpu_struct.get(gpu_type, (1.0, 1.0))
+        m_in, m_x, d = self._gpu_struct.get(gpu_type, (1.0, 1.0, 1.0))
+        m = (m_x if point[2] > 0 else m_in) * self._model_sync.get((model, gpu_type), 1.0)
+        m = min(STRUCTURE_MAX, max(1.0 / STRUCTURE_MAX, m))
         a = self._model_compute.get((model, gpu_type)) or self._model_compute.get(("", gpu_type), 1.0)
         share, dep = point[3], point[4]
         t = a * (1.0 - share) + m * share + d * (math.exp(dep) - 1.0)
@@ -375,36 +393,15 @@ class OnlineCorrector:
             return ()  # the structural level alone (module docstring, level 2)
         return _TREND if self.trend == "split" else _TREND_PLACEMENT_ONLY
 
-    def _dot(self, slopes: Sequence[float], point: _Point) -> float:
+    def _dot(self, slopes: Sequence[float], point: Point) -> float:
         return sum(b * point[f] for b, f in zip(slopes, self._trend_descriptors, strict=True))
 
     def _fit_slopes(
-        self, models: Sequence[Sequence[tuple[float, float, _Point]]], bias: float
+        self, models: Sequence[Sequence[tuple[float, float, Point]]], bias: float
     ) -> tuple[float, ...]:
-        """Weighted ridge slopes of residuals on the trend descriptors, within models.
-
-        Each model's jobs are centred on their own weighted means (the model level absorbs constants),
-        so only how the error changes with the placement inside a model is shared.
-        """
-        trend = self._trend_descriptors
+        """The trend's slopes (``online_fit.within_model_slopes``), none for the structural level."""
         ridge = RIDGE_GPU_SLOPES if self.trend == "split" else RIDGE_PLACEMENT_ONLY
-        k = len(trend)
-        xtx = [[ridge if i == j else 0.0 for j in range(k)] for i in range(k)]
-        xty = [0.0] * k
-        for jobs in models:
-            w = sum(cw for cw, _, _ in jobs)
-            if len(jobs) < 2 or w <= 0:
-                continue
-            mx = [sum(cw * p[f] for cw, _, p in jobs) / w for f in trend]
-            my = sum(cw * (mean - bias) for cw, mean, _ in jobs) / w
-            for cw, mean, p in jobs:
-                x = [p[f] - m for f, m in zip(trend, mx, strict=True)]
-                y = mean - bias - my
-                for i in range(k):
-                    xty[i] += cw * x[i] * y
-                    for j in range(k):
-                        xtx[i][j] += cw * x[i] * x[j]
-        return _solve(xtx, xty)
+        return within_model_slopes(models, bias, self._trend_descriptors, ridge)
 
     def _gpu_level(self, gpu_type: str) -> float:
         if self.trend == "structural":
@@ -412,7 +409,7 @@ class OnlineCorrector:
         w, s = self._gpu_sums.get(gpu_type, (0.0, 0.0))
         return s / (w + PRIOR_GPU)
 
-    def _trend(self, gpu_type: str, point: _Point, model: str) -> float:
+    def _trend(self, gpu_type: str, point: Point, model: str) -> float:
         """The GPU type's trend (or structural level) at ``point`` for ``model``, clamped to its values at
         the observed points (it comes from a few observations: it interpolates between them, it does not
         extrapolate)."""
@@ -441,21 +438,21 @@ class OnlineCorrector:
             return min(max(hi, s), max(lo, s + trend))
         return min(hi, max(lo, trend))
 
-    def _model_gpu_level(self, model: str, gpu_type: str, point: _Point) -> float:
+    def _model_gpu_level(self, model: str, gpu_type: str, point: Point) -> float:
         """The model's level on this GPU type at ``point``: its linear fit of what the GPU level (bias
-        and trend) leaves (``_posterior_mean``), shrunk to 0 where it has few observations.
+        and trend) leaves (``posterior_mean``), shrunk to 0 where it has few observations.
 
         A GPU-count or work-per-sample slope the model's jobs measured (they ran at more than one value
         of it) holds between them and stays flat beyond them, as the GPU type's trend does (``_trend``):
         two runs at 4 and 8 GPUs 0.1 apart in log error say little about 3,000 GPUs, where the line
         would put 0.9 (the held-out Hopper's 512-3,584 GPU MLPerf runs). A slope no run measured (all
         at one value: one run, or runs at one GPU count) is the prior's share of the intercept and goes
-        on with the distance from the reference (``_model_x``). The per-GPU batch slope goes on beyond
+        on with the distance from the reference (``model_x``). The per-GPU batch slope goes on beyond
         the observed batches (small batches underuse a fast GPU more and more; bounded by its prior)."""
         coef = self._mg_coef.get((model, gpu_type))
         if coef is None:
             return 0.0
-        x = _model_x(point)
+        x = model_x(point)
         out = coef[0] + coef[1] * x[1]
         for c, v, (lo, hi) in zip(coef[2:], x[2:], self._mg_range[(model, gpu_type)][1:], strict=True):
             out += c * (v if hi - lo < 1e-9 else min(hi, max(lo, v)))
@@ -477,12 +474,12 @@ class OnlineCorrector:
         )
         return self._correction(r, point, self._jobs.get(self._key_of(job, hw, job_id)))[0]
 
-    def _shared(self, model: str, gpu_type: str, point: _Point) -> float:
+    def _shared(self, model: str, gpu_type: str, point: Point) -> float:
         """The shared levels' log correction at ``point`` (GPU type and model x GPU type), unbounded."""
         g = self._gpu_level(gpu_type)
         return g + self._trend(gpu_type, point, model) + self._model_gpu_level(model, gpu_type, point)
 
-    def _correction(self, r: Resolved, point: _Point, st: _JobStats | None) -> tuple[float, float, float]:
+    def _correction(self, r: Resolved, point: Point, st: _JobStats | None) -> tuple[float, float, float]:
         """(log correction, job evidence weight, spread of the job's own residuals)."""
         gpu_type = r.spec.gpu_type
         model = _model_key(r)
@@ -583,123 +580,16 @@ class OnlineCorrector:
         )
 
 
-def _model_x(point: _Point) -> tuple[float, float, float, float]:
-    """The per-(model, GPU type) level's regressors at ``point``: 1, log per-GPU batch / 32, log GPUs,
-    log training FLOPs per sample."""
-    return (1.0, point[0] - _BATCH_REF, point[1], point[5])
+def _drop(per_type: dict[str, _V], types: set[str]) -> None:
+    """Remove the entries of ``types`` from a per-GPU-type table."""
+    for gpu_type in types:
+        per_type.pop(gpu_type, None)
 
 
-def _posterior_mean(left: Sequence[tuple[float, float, _Point]]) -> tuple[float, ...]:
-    """Posterior mean of the coefficients on ``_model_x`` given weighted residuals ``left`` (weight,
-    residual, point): prior N(0, ``MODEL_PRIOR_SD``^2) each, Gaussian noise of sd ``MODEL_NOISE_SD``
-    per unit of weight (ridge regression with those penalties; 4 x 4, O(observations)).
-
-    The work per sample has no reference shared by models (1e9 to 1e15 FLOPs), so its slope is fitted
-    around the observed jobs' weighted mean: jobs of one sequence length leave it at 0 and put the whole
-    residual in the intercept. The returned coefficients apply to ``_model_x`` as it is (the centre is
-    folded into the intercept)."""
-    k = len(MODEL_PRIOR_SD)
-    noise = MODEL_NOISE_SD**2
-    w = sum(cw for cw, _, _ in left)
-    centre = sum(cw * p[5] for cw, _, p in left) / w if w > 0 else 0.0
-    a = [[noise / MODEL_PRIOR_SD[i] ** 2 if i == j else 0.0 for j in range(k)] for i in range(k)]
-    b = [0.0] * k
-    for cw, r, p in left:
-        x0 = _model_x(p)
-        x = (*x0[:3], x0[3] - centre)
-        for i in range(k):
-            b[i] += cw * x[i] * r
-            for j in range(k):
-                a[i][j] += cw * x[i] * x[j]
-    coef = _solve(a, b)
-    return (coef[0] - coef[3] * centre, *coef[1:])
-
-
-def _gauss_newton(
-    rows: Sequence[tuple[int, float, float, float, float]],
-    ridge: Sequence[float],
-    centre: Sequence[float],
-    phi: list[float],
-    frozen: Sequence[int] = (),
-) -> list[float]:
-    """Ridge least squares of ``log(a x xa + m x xm + k x xk)`` over weighted ``rows`` (model column,
-    weight, xa, xm, xk) by Gauss-Newton: ``phi`` = [log A, d per model, log m, k] (``a = exp(log A + d)``
-    of the row's model), pulled to ``centre`` by ``ridge``; the ``frozen`` unknowns (of log A, log m, k)
-    keep their values and ``k`` stays >= 0. Steps are clipped to 1 per unknown; 20 iterations at most.
-
-    Each ``d`` meets only the three shared unknowns, so every step eliminates the ``d`` (their block of
-    the normal matrix is diagonal) and solves a 3 x 3 system: O(rows + models) a step, however many
-    models a GPU type runs (300 models: 0.02 s a fit, 6.3 s with dense elimination; same result to
-    1e-15)."""
-    n = len(phi)
-    shared = (0, n - 2, n - 1)
-    locals_ = range(1, n - 2)
-    for _ in range(20):
-        # Normal equations in blocks: d x d diagonal ``dd``, d x shared ``ds``, shared x shared ``ss``.
-        dd = {i: ridge[i] for i in locals_}
-        ds = {i: [0.0, 0.0, 0.0] for i in locals_}
-        rd = {i: -ridge[i] * (phi[i] - centre[i]) for i in locals_}
-        ss = [[ridge[g] if r == c else 0.0 for c, _ in enumerate(shared)] for r, g in enumerate(shared)]
-        rs = [-ridge[g] * (phi[g] - centre[g]) for g in shared]
-        m = math.exp(phi[n - 2])
-        for col, cw, xa, xm, xk in rows:
-            ca, cm, ck = math.exp(phi[0] + phi[col]) * xa, m * xm, phi[n - 1] * xk
-            total = ca + cm + ck
-            if total <= 1e-6:
-                continue
-            f = math.log(total)
-            gd = ca / total
-            gs = (ca / total, cm / total, xk / total)
-            dd[col] += cw * gd * gd
-            rd[col] -= cw * gd * f
-            for r in range(3):
-                ds[col][r] += cw * gd * gs[r]
-                rs[r] -= cw * gs[r] * f
-                for c in range(3):
-                    ss[r][c] += cw * gs[r] * gs[c]
-        for r, g in enumerate(shared):  # a frozen unknown: its row says "no step"
-            if g in frozen:
-                ss[r] = [1.0 if c == r else 0.0 for c in range(3)]
-                rs[r] = 0.0
-                for c in range(3):
-                    if c != r:
-                        ss[c][r] = 0.0
-                for i in locals_:
-                    ds[i][r] = 0.0
-        # Schur complement on the shared unknowns, then each d from its own row.
-        for i in locals_:
-            for r in range(3):
-                rs[r] -= ds[i][r] * rd[i] / dd[i]
-                for c in range(3):
-                    ss[r][c] -= ds[i][r] * ds[i][c] / dd[i]
-        xs = _solve(ss, rs)
-        step = [0.0] * n
-        for r, g in enumerate(shared):
-            step[g] = xs[r]
-        for i in locals_:
-            step[i] = (rd[i] - sum(ds[i][r] * xs[r] for r in range(3))) / dd[i]
-        phi = [v + max(-1.0, min(1.0, d)) for v, d in zip(phi, step, strict=True)]
-        phi[n - 1] = max(0.0, phi[n - 1])
-        if max(abs(d) for d in step) < 1e-7:
-            break
-    return phi
-
-
-def _solve(a: list[list[float]], b: list[float]) -> tuple[float, ...]:
-    """Solve the small symmetric positive-definite system ``a x = b`` (Gaussian elimination)."""
-    k = len(b)
-    m = [[*row, v] for row, v in zip(a, b, strict=True)]
-    for i in range(k):
-        piv = max(range(i, k), key=lambda r: abs(m[r][i]))
-        m[i], m[piv] = m[piv], m[i]
-        for r in range(i + 1, k):
-            f = m[r][i] / m[i][i]
-            for c in range(i, k + 1):
-                m[r][c] -= f * m[i][c]
-    x = [0.0] * k
-    for i in reversed(range(k)):
-        x[i] = (m[i][k] - sum(m[i][c] * x[c] for c in range(i + 1, k))) / m[i][i]
-    return tuple(x)
+def _drop_models(per_model: dict[tuple[str, str], _V], types: set[str]) -> None:
+    """Remove the entries of ``types`` from a per-(model, GPU type) table."""
+    for key in [k for k in per_model if k[1] in types]:
+        del per_model[key]
 
 
 def _with_gpus(hw: HardwareFeatures, gpus: int) -> HardwareFeatures:

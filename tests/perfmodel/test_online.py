@@ -351,3 +351,114 @@ def test_the_correction_does_not_follow_a_bend_of_the_offline_curve_beyond_the_o
         seen = (math.exp(c.correction(*row(8))), math.exp(c.correction(*row(64))))
         for n in (128, 512, 3072):
             assert min(seen) - 1e-6 <= ratio(c, n) <= max(seen) + 1e-6, (noise, n, seen, ratio(c, n))
+
+
+def _in_and_across(predictor: Predictor, job: JobFeatures, hw: HardwareFeatures, across: float) -> float:
+    """Throughput of a job on a cluster whose all-reduce takes the scaling model's time inside a node and
+    ``across`` x it over the network: time = T1 + factor x S (T1 = offline 1-GPU time at the row's
+    per-GPU batch, S = modelled all-reduce time)."""
+    s = float(model_terms([resolve(job, hw)], predictor.model.physics)[1][0])
+    factor = across if hw.num_nodes > 1 else 1.0
+    return job.batch_size / (_one_gpu_time(predictor, job, hw) + factor * s)
+
+
+def test_a_slow_network_does_not_slow_the_gpu_types_rows_within_a_node(predictor: Predictor) -> None:
+    # NVLink runs as modelled, the 25 Gb/s network 4x slower than modelled. ResNet-50 observed on 1-8
+    # GPUs of one node and on 16 and 32 GPUs over 2 and 4 nodes; BERT on one GPU. BERT on 8 GPUs of one
+    # node and across nodes must follow the truth within 5% (the all-reduce factors within and across
+    # nodes: 0.2% off). One all-reduce factor for both (its in-node runs pull it towards 1, the
+    # departure factor takes the rest) reads BERT on 16 and 32 GPUs 2.3x too fast (cold: 1.4x).
+    c = OnlineCorrector(predictor)
+
+    def truth(job: JobFeatures, hw: HardwareFeatures) -> float:
+        return _in_and_across(predictor, job, hw, across=4.0)
+
+    for n, nodes in ((1, 1), (2, 1), (4, 1), (8, 1), (16, 2), (32, 4)):
+        job = JobFeatures("resnet50", "imagenet", 64 * n)
+        hw = HardwareFeatures("A100", n, min(n, 8), nodes, network_gbps=25.0)
+        c.observe(job, hw, truth(job, hw), job_id=f"resnet50-{n}")
+    bert1 = (JobFeatures("bert", "squad", 32), HardwareFeatures("A100", 1, 1))
+    c.observe(*bert1, truth(*bert1), job_id="bert-1")
+    for n, nodes in ((8, 1), (16, 2), (32, 4)):
+        q = (JobFeatures("bert", "squad", 32 * n), HardwareFeatures("A100", n, 8, nodes, network_gbps=25.0))
+        got = c.predict([q]).samples_per_s[0]
+        assert abs(got / truth(*q) - 1) < 0.05, (n, nodes, got / truth(*q))
+
+
+def test_a_models_slow_collectives_across_nodes_do_not_slow_its_rows_within_a_node(
+    predictor: Predictor,
+) -> None:
+    # On this GPU type (10 Gb/s between nodes) ResNet-50 runs as the offline model says (observed on 1-32
+    # GPUs), but BERT's collectives take 5x the modelled all-reduce time (its own: sharded, or not
+    # overlapped), i.e. time = T + 4 x S (T = offline iteration time, S = modelled all-reduce time).
+    # BERT is observed on 1 GPU and on 16 and 32 GPUs (2 and 4 nodes). Its row on 2 GPUs of one node
+    # (truth 1.5% under the offline model) must stay within 25%: with the GPU type's all-reduce factor
+    # alone, the model's own level takes BERT's slowness as a trend in the GPU count and reads 2 GPUs
+    # 0.62x the truth (38% off); with a factor on the type's all-reduce per model, 0.81x.
+    def truth(job: JobFeatures, hw: HardwareFeatures) -> float:
+        s = float(model_terms([resolve(job, hw)], predictor.model.physics)[1][0])
+        t = job.batch_size / predictor.predict([(job, hw)]).samples_per_s[0]
+        return job.batch_size / (t + (4.0 if job.model == "bert" else 0.0) * s)
+
+    def row(model: str, n: int) -> tuple[JobFeatures, HardwareFeatures]:
+        per, data = (64, "imagenet") if model == "resnet50" else (32, "squad")
+        return JobFeatures(model, data, per * n), HardwareFeatures(
+            "A100", n, min(n, 8), max(1, n // 8), network_gbps=10.0
+        )
+
+    c = OnlineCorrector(predictor)
+    for n in (1, 2, 4, 8, 16, 32):
+        c.observe(*row("resnet50", n), truth(*row("resnet50", n)), job_id=f"resnet50-{n}")
+    for n in (1, 16, 32):
+        c.observe(*row("bert", n), truth(*row("bert", n)), job_id=f"bert-{n}")
+    for model, n, bound in (("bert", 2, 0.25), ("bert", 24, 0.1)):
+        q = row(model, n)
+        got = c.predict([q]).samples_per_s[0]
+        assert abs(got / truth(*q) - 1) < bound, (model, n, got / truth(*q))
+
+
+def test_one_run_measured_far_off_its_neighbours_does_not_move_the_models_other_rows(
+    predictor: Predictor,
+) -> None:
+    # BERT on one A100 runs 1.3x the offline throughput at every batch; of its three observed runs one
+    # was measured at 3x (a bad table row, a run that shared its GPU). Its other batches must stay within
+    # 8% of 1.3x (1.39x: the 3x run weighs 0.24 against 1.38 each); weighing the three runs alike
+    # puts them at 1.70x (31% off).
+    c = OnlineCorrector(predictor)
+
+    def row(b: int) -> tuple[JobFeatures, HardwareFeatures]:
+        return JobFeatures("bert", "squad", b), HardwareFeatures("NVIDIA-A100-SXM4-80GB", 1, 1)
+
+    for b, f in ((16, 1.3), (32, 3.0), (64, 1.3)):
+        c.observe(*row(b), predictor.predict([row(b)]).samples_per_s[0] * f, job_id=f"bert-{b}")
+    for b in (24, 48, 128):
+        ratio = c.predict([row(b)]).samples_per_s[0] / predictor.predict([row(b)]).samples_per_s[0]
+        assert abs(ratio / 1.3 - 1) < 0.08, (b, ratio)
+
+
+def test_the_same_observations_give_the_same_predictions_however_often_it_was_asked(
+    predictor: Predictor,
+) -> None:
+    # An observation refits only its GPU type's shared levels, at the next prediction. A corrector asked
+    # after every observation (so each type is refitted many times, and a job moves from A100 to H100,
+    # which must refit both) must answer exactly as one asked only at the end, and again the same.
+    obs = []
+    for k, (model, gpu, n) in enumerate(
+        [("resnet50", "A100", 1), ("bert", "A100", 8), ("resnet50", "H100", 4), ("bert", "H100", 16)] * 2
+        + [("vgg16", "A100", 2)]
+    ):
+        job = JobFeatures(model, "imagenet" if model != "bert" else "squad", 32 * n * (1 + k // 4))
+        hw = HardwareFeatures(gpu, n, min(n, 8), max(1, n // 8))
+        obs.append((job, hw, predictor.predict([(job, hw)]).samples_per_s[0] * (0.7 + 0.1 * k), f"j{k}"))
+    # VGG-16, the only one of its model on A100, moves to H100: A100's levels must forget it.
+    moved = (JobFeatures("vgg16", "imagenet", 128), HardwareFeatures("H100", 2, 2))
+    obs.append((*moved, predictor.predict([moved]).samples_per_s[0] * 1.4, "j8"))
+    asked = [(job, hw) for job, hw, _, _ in obs]
+    often, once = OnlineCorrector(predictor), OnlineCorrector(predictor)
+    for job, hw, s, jid in obs:
+        often.observe(job, hw, s, job_id=jid)
+        often.predict(asked)
+        once.observe(job, hw, s, job_id=jid)
+    got = often.predict(asked).samples_per_s
+    assert got == once.predict(asked).samples_per_s
+    assert got == often.predict(asked).samples_per_s
