@@ -22,7 +22,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from scheduler.core.protocols import IntervalOracle, MemoryOracle, ThroughputOracle
+from scheduler.core.protocols import HeldOutOracle, IntervalOracle, MemoryOracle, ThroughputOracle
 from scheduler.core.types import Job, MemoryFit, PlacementShape, WorkUnit
 from scheduler.oracles.memory import MemoryFitter
 from scheduler.oracles.predictor import cached_job_features, hardware_features
@@ -42,7 +42,7 @@ class ThroughputLearner(Protocol):
     def observe(self, job: Job, shape: PlacementShape, throughput: float) -> None: ...
 
 
-class CorrectedOracle(ThroughputOracle, MemoryOracle, IntervalOracle):
+class CorrectedOracle(ThroughputOracle, MemoryOracle, IntervalOracle, HeldOutOracle):
     """``ThroughputOracle`` over an ``OnlineCorrector`` (see the module docstring), and ``MemoryOracle``.
 
     Answers are kept per (job features, placement) until the next ``observe``, which moves the
@@ -59,6 +59,8 @@ class CorrectedOracle(ThroughputOracle, MemoryOracle, IntervalOracle):
         # (job features, placement) -> (iterations/s, low, high) of the corrected prediction, or None
         # where the predictor cannot answer; emptied by ``observe``
         self._rows: dict[tuple[JobFeatures, PlacementShape], tuple[float, float, float] | None] = {}
+        # (job features, placement) -> iterations/s predicted there just before its first observation
+        self._before: dict[tuple[JobFeatures, PlacementShape], float] = {}
 
     def memory_fit(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[MemoryFit | None]:
         """Peak memory per GPU against the GPU's memory, per question (None where it cannot tell)."""
@@ -138,6 +140,18 @@ class CorrectedOracle(ThroughputOracle, MemoryOracle, IntervalOracle):
             out.append(value if value > 0 and math.isfinite(value) else 0.0)
         return out
 
+    def throughput_held_out(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[float]:
+        """``HeldOutOracle``: what it answered for each row just before the row's first observation (its
+        current answer for a row never observed), in each job's work units/s."""
+        now = self.throughput(queries)
+        out = []
+        for (job, shape), value in zip(queries, now, strict=True):
+            ips = self._before.get((self._job_features(job), shape))
+            if ips is not None:
+                value = ips * job.batch_size if job.work_unit is WorkUnit.SAMPLES else ips
+            out.append(value)
+        return out
+
     def throughput_interval(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[tuple[float, float]]:
         """The corrected prediction's interval (``IntervalOracle``; it narrows as a job is observed), in
         each job's work units/s; ``(0, 0)`` for a row the predictor cannot answer."""
@@ -158,6 +172,11 @@ class CorrectedOracle(ThroughputOracle, MemoryOracle, IntervalOracle):
         if not (throughput > 0 and math.isfinite(throughput)) or job.batch_size <= 0:
             return
         samples = throughput if job.work_unit is WorkUnit.SAMPLES else throughput * job.batch_size
+        key = (self._job_features(job), shape)
+        if key not in self._before:
+            got = self._answers([(job, shape)], warn=False)[0]
+            if got is not None and got[0] > 0:
+                self._before[key] = got[0]
         try:
             self.corrector.observe(self._job_features(job), hardware_features(shape), samples)
         except InvalidInputError as exc:

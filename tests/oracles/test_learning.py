@@ -113,3 +113,23 @@ def test_a_row_it_cannot_answer_is_0_warned_once_and_blinds_no_other(
 def test_it_is_a_throughput_learner() -> None:
     learner: ThroughputLearner = CorrectedOracle.load()
     assert callable(learner.observe)
+
+
+def test_held_out_answers_are_what_it_said_before_the_rows_first_observation() -> None:
+    from scheduler.core.protocols import HeldOutOracle
+
+    oracle = CorrectedOracle.load()
+    assert isinstance(oracle, HeldOutOracle)
+    a, b = _job("a"), _job("b", "vgg16", 32, WorkUnit.SAMPLES)
+    cold = oracle.throughput([(a, V100), (b, V100)])
+    assert oracle.throughput_held_out([(a, V100), (b, V100)]) == cold  # nothing observed: its answers
+    oracle.observe(a, V100, 3.0 * cold[0])
+    middle = oracle.throughput([(b, V100)])[0]
+    oracle.observe(b, V100, 2.0 * middle)
+    oracle.observe(a, V100, 3.0 * cold[0])  # a second observation of a row keeps its first "before"
+    learned = oracle.throughput([(a, V100), (b, V100)])
+    assert learned[0] > 2.0 * cold[0]
+    assert oracle.throughput_held_out([(a, V100), (b, V100)]) == pytest.approx([cold[0], middle], rel=1e-12)
+    # a row never observed answers as it does now (its shared levels moved)
+    (now,) = oracle.throughput([(a, K80)])
+    assert oracle.throughput_held_out([(a, K80)]) == [now]
