@@ -58,8 +58,8 @@ def operator(
     """Run the TrainingJob operator: admit, order, start, resize and preempt jobs by policy."""
     from scheduler.k8s.connect import api_client
     from scheduler.k8s.kubeapi import RealKubeApi
-    from scheduler.operator.learning import CorrectedOracle
     from scheduler.operator.reconcile import Operator
+    from scheduler.oracles.learning import CorrectedOracle
     from scheduler.settings import configure_logging, load_settings
 
     settings = load_settings()

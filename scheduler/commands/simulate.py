@@ -263,7 +263,13 @@ def simulate(
         None, "--deadline-slack", help="Give each job the deadline submit + X x its traced duration."
     ),
     oracle: str = typer.Option(
-        "table", "--oracle", help="What the policy is told: table (with --mre) or predictor."
+        "table",
+        "--oracle",
+        help=(
+            "What the policy is told: table (the true table, with --mre's error), predictor (the operator's "
+            "oracle: the shipped predictor corrected online by each running job's measured throughput) or "
+            "predictor-cold (the shipped predictor alone, never corrected)."
+        ),
     ),
     policy_config: str = typer.Option(
         "",

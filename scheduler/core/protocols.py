@@ -55,6 +55,19 @@ class IntervalOracle(Protocol):
 
 
 @runtime_checkable
+class HeldOutOracle(Protocol):
+    """Optional companion of a ``ThroughputOracle`` that learns from measured throughput
+    (``scheduler.oracles.learning.CorrectedOracle``): for each ``(job, shape)`` in order, what it answered
+    there before it first learned that job's throughput there (its current answer where it has not). The
+    aware policies read the oracle's error from the running jobs' measurements
+    (``scheduler.policies.type_planner.Uncertainty``): against answers that already hold each job's own
+    measurement that error reads near 0, though questions no job has measured are as far off as before.
+    """
+
+    def throughput_held_out(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[float]: ...
+
+
+@runtime_checkable
 class Policy(Protocol):
     """A scheduling policy: data in, decisions out. No clock, no I/O, no state kept between rounds.
 

@@ -39,6 +39,24 @@ def hardware_features(shape: PlacementShape) -> HardwareFeatures:
     return memory.hardware_features(shape)
 
 
+def cached_job_features(cache: dict[str, JobFeatures], job: Job) -> JobFeatures:
+    """``job_features(job)``, kept in ``cache`` by job name and rebuilt when a field it reads changed."""
+    feats = cache.get(job.name)
+    if (
+        feats is None
+        or feats.batch_size != job.batch_size
+        or feats.model != job.model
+        or feats.profile is not job.model_profile
+        or getattr(feats, "sharding", "") != job.sharding
+        or getattr(feats, "sequence_length", None) != job.sequence_length
+        or getattr(feats, "micro_batch", None) != job.micro_batch_size
+        or getattr(feats, "activation_checkpointing", False) != job.activation_checkpointing
+    ):
+        feats = job_features(job)
+        cache[job.name] = feats
+    return feats
+
+
 class PredictorOracle(ThroughputOracle, MemoryOracle, IntervalOracle):
     """Throughput from the ``perfmodel`` predictor, in each job's work units per second, its interval
     (``IntervalOracle``), and memory fit from ``perfmodel.memory`` (``scheduler.oracles.memory``)."""
@@ -57,20 +75,7 @@ class PredictorOracle(ThroughputOracle, MemoryOracle, IntervalOracle):
         return cls(Predictor.load())
 
     def _job_features(self, job: Job) -> JobFeatures:
-        feats = self._features.get(job.name)
-        if (
-            feats is None
-            or feats.batch_size != job.batch_size
-            or feats.model != job.model
-            or feats.profile is not job.model_profile
-            or getattr(feats, "sharding", "") != job.sharding
-            or getattr(feats, "sequence_length", None) != job.sequence_length
-            or getattr(feats, "micro_batch", None) != job.micro_batch_size
-            or getattr(feats, "activation_checkpointing", False) != job.activation_checkpointing
-        ):
-            feats = job_features(job)
-            self._features[job.name] = feats
-        return feats
+        return cached_job_features(self._features, job)
 
     def memory_fit(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[MemoryFit | None]:
         """Peak memory per GPU against the GPU's memory, per question (None where it cannot tell)."""

@@ -78,7 +78,8 @@ on its asked GPUs of type t, one batched oracle call):
 6. **What the oracle does not know.** Each answer X[j, t] carries a factor u >= 1 (the truth within
    [X / u, X u]): the oracle's own interval where it gives one (``IntervalOracle``: the predictor's),
    widened to this round's measured spread (``Uncertainty``: the 0.9 quantile of |log(measured /
-   predicted)| over the running jobs, per class: placements on one node, and gangs across nodes, which
+   predicted)| over the running jobs, the prediction a learning oracle made before it learned that
+   job's measurement, ``HeldOutOracle``; per class: placements on one node, and gangs across nodes, which
    are never taken as better predicted than one node), the job's own error left out of its own row; a
    type where the job is measured is exact. A waiting job whose types' ratios are not all known within
    ``MIN_SPEEDUP`` (each interval's high / low <= sqrt(1.25)) does not enter the LP: it asks for its
@@ -108,7 +109,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from scheduler.core.placement import spread_of
-from scheduler.core.protocols import IntervalOracle, ThroughputOracle
+from scheduler.core.protocols import HeldOutOracle, IntervalOracle, ThroughputOracle
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, PlacementShape
 from scheduler.policies.base import FreeByType, TypeInfo, allowed_types, batch_throughput
 from scheduler.policies.elastic_shares import PredictedThroughputs, size_bounds
@@ -721,13 +722,13 @@ def aware_orders(
         for j in ranked
         if j.observed_throughput and j.name in snapshot.allocations and j.remaining_work > 0
     ]
-    answers = batch_throughput(oracle, [(j, spread_of(a, nodes)) for j, a in measured])
+    shapes = [(j, spread_of(a, nodes)) for j, a in measured]
+    answers = batch_throughput(oracle, shapes)
     placed = {j.name: v for (j, _), v in zip(measured, answers, strict=True)}
+    # a learning oracle's error is read on what it said before each job's own measurement (``HeldOutOracle``)
+    said = oracle.throughput_held_out(shapes) if shapes and isinstance(oracle, HeldOutOracle) else answers
     uncertainty = calibrate(
-        [
-            (j.observed_throughput or 0.0, v, a.num_nodes > 1)
-            for (j, a), v in zip(measured, answers, strict=True)
-        ]
+        [(j.observed_throughput or 0.0, v, a.num_nodes > 1) for (j, a), v in zip(measured, said, strict=True)]
     )
     planner = TypePlanner(
         snapshot, infos, table, horizon_s=horizon_s, placed=placed, uncertainty=uncertainty, oracle=oracle

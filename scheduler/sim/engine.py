@@ -237,7 +237,10 @@ class _RoundView:
 class Engine:
     """One simulation run: ``Engine(...).run()`` returns an ``EngineResult``.
 
-    ``policy_oracle`` is what the policy is told (possibly with injected error); ``truth`` is how
+    ``policy_oracle`` is what the policy is told (possibly with injected error); if it learns (has
+    ``observe(job, shape, throughput)``, as ``scheduler.oracles.learning.CorrectedOracle``), it is told
+    each job's true rate every time the job starts on a placement (when the job's observed throughput
+    there is first set), as the operator feeds it progress reports. ``truth`` is how
     fast jobs really go (asked with each job as last built: its answer may not depend on a job's
     progress or history). ``ideal_durations`` (seconds per job) feed the fairness metrics.
     """
@@ -281,6 +284,12 @@ class Engine:
                 job=job, record=rec, updated=job.submit_time, order=len(self.states)
             )
         self.total_gpus = sum(n.capacity_for_jobs for n in self.nodes)
+        # a policy oracle that learns (``scheduler.oracles.learning.ThroughputLearner``: it has
+        # ``observe(job, shape, throughput)``) is told each job's true rate when the job starts somewhere
+        observe = getattr(policy_oracle, "observe", None)
+        self._learn: Callable[[Job, PlacementShape, float], object] | None = (
+            observe if callable(observe) else None
+        )
         self._shapes: dict[tuple[str, int, tuple[tuple[str, int], ...]], PlacementShape] = {}
 
     # -- progress bookkeeping -------------------------------------------------------------------
@@ -523,11 +532,16 @@ class Engine:
         queries = [(st.job, self._shape(st.alloc)) for st in changed if st.alloc]
         rates = self.truth.throughput(queries) if queries else []
         r.result.oracle_wall_s += time.perf_counter() - t1
-        for st, rate in zip([s for s in changed if s.alloc], rates, strict=True):
+        learn = self._learn
+        for st, (job, shape), rate in zip([s for s in changed if s.alloc], queries, rates, strict=True):
             if rate <= 0 or not math.isfinite(rate):
                 self._fail_unrunnable(r, st)
                 continue
             st.rate = rate
+            if learn is not None:
+                # the job's measured throughput where it now runs, as its progress reports tell the
+                # operator's oracle (``scheduler.operator.reconcile``): once per placement it starts on
+                learn(job, shape, rate)
             start = max(now, st.resume_at)
             done = start + max(0.0, st.job.total_work - st.progress) / rate
             heapq.heappush(r.heap, (done, _COMPLETION, r.seq, st.job.name, st.version))

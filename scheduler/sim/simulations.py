@@ -30,6 +30,15 @@ log = logging.getLogger(__name__)
 DEFAULT_TRACE = "philly-10k"
 DEFAULT_CLUSTER = "homogeneous-64xV100"
 SURVEY_MRES = (0.0, 0.10, 0.25, 0.50, 0.75)
+#: what the policy can be told (``--oracle``) -> what it is
+ORACLES = {
+    "table": "the true throughput table (with --mre's injected error)",
+    "predictor": (
+        "the operator's oracle: the shipped predictor corrected online by each running job's measured "
+        "throughput (scheduler.oracles.learning.CorrectedOracle)"
+    ),
+    "predictor-cold": "the shipped predictor alone, never corrected (PredictorOracle)",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +91,8 @@ class SimulationRequest:
                 raise ConfigError(f"--mre: each value must be in [0, 10), got {m}")
         if self.max_jobs is not None and self.max_jobs < 1:
             raise ConfigError(f"--jobs: must be >= 1, got {self.max_jobs}")
-        if self.oracle not in ("table", "predictor"):
-            raise ConfigError(f"--oracle: must be 'table' or 'predictor', got {self.oracle!r}")
+        if self.oracle not in ORACLES:
+            raise ConfigError(f"--oracle: must be one of {', '.join(ORACLES)}, got {self.oracle!r}")
         if self.cluster is not None and self.gpus is not None:
             raise ConfigError("--cluster and --gpus: give one of them, not both")
 
@@ -132,6 +141,10 @@ def _make_oracles(
 
     truth = TableOracle(truth_table)
     if req.oracle == "predictor":
+        from scheduler.oracles.learning import CorrectedOracle
+
+        return CorrectedOracle.load(), truth  # a fresh one per run: it learns from this run's jobs only
+    if req.oracle == "predictor-cold":
         from scheduler.oracles.predictor import PredictorOracle
 
         return PredictorOracle.load(), truth

@@ -10,8 +10,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pytest
-
 from perfmodel.zoo import lookup_model
 from scheduler.core.types import Job, MemoryFit, PlacementShape
 from scheduler.operator.reconcile import Operator
@@ -118,7 +116,7 @@ def test_bad_sharding_waits_with_a_condition_naming_the_field() -> None:
 def test_the_operators_real_oracle_answers_memory_questions() -> None:
     from scheduler.core.protocols import MemoryOracle
     from scheduler.k8s.crd import trainingjob_to_job
-    from scheduler.operator.learning import CorrectedOracle
+    from scheduler.oracles.learning import CorrectedOracle
 
     oracle = CorrectedOracle.load()
     assert isinstance(oracle, MemoryOracle)
@@ -130,22 +128,3 @@ def test_the_operators_real_oracle_answers_memory_questions() -> None:
     # and no throughput where it does not fit: a policy reading throughput alone also avoids the T4s
     slow, fast = oracle.throughput([(job, t4), (job, h100)])
     assert slow == 0.0 < fast
-
-
-def test_the_corrected_oracle_gives_the_predictors_interval_in_the_jobs_units() -> None:
-    from scheduler.core.types import WorkUnit
-    from scheduler.operator.learning import CorrectedOracle
-
-    oracle = CorrectedOracle.load()
-    its = Job(name="a", submit_time=0, total_work=1, model="resnet50", dataset="imagenet", batch_size=64)
-    samples = Job(
-        name="b", submit_time=0, total_work=1, model="resnet50", dataset="imagenet", batch_size=64,
-        work_unit=WorkUnit.SAMPLES,
-    )  # fmt: skip
-    bad = Job(name="x", submit_time=0, total_work=1)  # no model, no batch size: no interval
-    shape = PlacementShape("V100", 1)
-    point = oracle.throughput([(its, shape)])[0]
-    (lo, hi), (lo_s, hi_s), none = oracle.throughput_interval([(its, shape), (samples, shape), (bad, shape)])
-    assert lo < point < hi
-    assert (lo_s, hi_s) == pytest.approx((lo * 64, hi * 64))
-    assert none == (0.0, 0.0)

@@ -231,3 +231,43 @@ def test_survey_mre_small_run_srsf_beats_las_beats_fifo(tmp_path: Path) -> None:
     assert (tmp_path / "survey_mre.png").is_file()
     ratios = {r["policy"]: r["jct_ratio_to_srsf_mre0"] for r in report["results"] if r["mre"] == 0.0}
     assert ratios["srsf"] == 1.0
+
+
+def test_oracle_names_map_to_the_operators_learning_oracle_and_the_cold_predictor() -> None:
+    from perfmodel.truth import GroundTruth
+    from scheduler.oracles.learning import CorrectedOracle
+    from scheduler.oracles.predictor import PredictorOracle
+    from scheduler.oracles.table import TableOracle
+    from scheduler.sim.simulations import ORACLES, SimulationRequest, _make_oracles
+
+    assert set(ORACLES) == {"table", "predictor", "predictor-cold"}
+    table = GroundTruth.load()
+    kinds = {}
+    for name in ORACLES:
+        req = SimulationRequest(policies=("las",), oracle=name)
+        req.validate()
+        told, truth = _make_oracles(req, table, 0.0)
+        assert type(truth) is TableOracle
+        kinds[name] = type(told)
+    assert kinds == {"table": TableOracle, "predictor": CorrectedOracle, "predictor-cold": PredictorOracle}
+    # each run learns afresh: two runs never share a learning oracle
+    req = SimulationRequest(policies=("las",), oracle="predictor")
+    assert _make_oracles(req, table, 0.0)[0] is not _make_oracles(req, table, 0.0)[0]
+
+
+def test_a_bad_oracle_name_exits_2_with_one_line_naming_the_known_ones() -> None:
+    proc = _perfsched("simulate", "--policy", "las", "--oracle", "predictr", "--jobs", "5", "--out", "")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(
+        "perfsched: error: --oracle: must be one of table, predictor, predictor-cold, got 'predictr'"
+    ), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_the_learning_predictor_runs_from_the_command_line() -> None:
+    report = _cli_json(
+        ["simulate", "--policy", "las", "--oracle", "predictor", "--jobs", "30", "--cluster",
+         "gavel-heterogeneous", "--json", "--out", ""]
+    )  # fmt: skip
+    (row,) = report["results"]
+    assert report["oracle"] == "predictor" and row["jobs"] == 30 and row["avg_jct_s"] > 0

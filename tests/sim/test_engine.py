@@ -295,3 +295,59 @@ def test_a_running_job_is_shown_to_the_policy_with_its_true_rate_as_observed_thr
     running = {obs for _, is_running, obs in policy.seen if is_running}
     waiting = {obs for _, is_running, obs in policy.seen if not is_running}
     assert running == {3.0} and waiting == {None}, policy.seen
+
+
+def test_a_learning_policy_oracle_is_told_each_start_at_the_jobs_true_rate() -> None:
+    from dataclasses import dataclass, field
+
+    from tests.builders import FakeOracle
+
+    @dataclass
+    class Learning(FakeOracle):
+        """FakeOracle that records what it is told (``scheduler.oracles.learning.ThroughputLearner``)."""
+
+        observed: list[tuple[str, str, int, float]] = field(default_factory=list)
+
+        def observe(self, job: Job, shape: PlacementShape, throughput: float) -> None:
+            self.observed.append((job.name, shape.gpu_type, shape.num_gpus, throughput))
+
+    # one V100 and one K80; the policy is told both are alike, the truth makes V100 3/s and K80 1/s.
+    # "a" (t=0) starts first; "b" (t=1) takes the other GPU; "a" finishes at 100 / its rate and "b",
+    # whatever it was given, keeps running: one observation per start, at the truth's rate
+    nodes = [node("v").gpus(1, "V100").build(), node("k").gpus(1, "K80").build()]
+    jobs = [job("a").work(300).submitted(0).build(), job("b").work(3000).submitted(1).build()]
+    told = Learning(speed={"V100": 1.0, "K80": 1.0})
+    truth = FakeOracle(speed={"V100": 3.0, "K80": 1.0})
+    cfg = EngineConfig(round_seconds=0, restart_cost_s=0, wake_thresholds_gpu_s=())
+    result = Engine(nodes, jobs, make_policy("fifo"), told, truth, cfg, run_round=run_round).run()
+    starts = sum(1 + r.restarts for r in result.records)
+    assert len(told.observed) == starts == 2
+    rate = {"V100": 3.0, "K80": 1.0}
+    assert sorted(n for n, *_ in told.observed) == ["a", "b"]
+    assert all(obs == rate[t] * g for _, t, g, obs in told.observed), told.observed
+    # a plain oracle (no observe) runs the same schedule
+    plain = Engine(nodes, jobs, make_policy("fifo"), FakeOracle(speed={"V100": 1.0, "K80": 1.0}), truth, cfg,
+                   run_round=run_round).run()  # fmt: skip
+    assert [r.jct for r in plain.records] == [r.jct for r in result.records]
+
+
+def test_a_learning_oracle_is_told_again_after_each_restart() -> None:
+    from dataclasses import dataclass, field
+
+    from tests.builders import FakeOracle
+
+    @dataclass
+    class Learning(FakeOracle):
+        observed: list[tuple[str, float]] = field(default_factory=list)
+
+        def observe(self, job: Job, shape: PlacementShape, throughput: float) -> None:
+            self.observed.append((job.name, throughput))
+
+    # the V100-K80 migration case above: "long" starts on the K80 and moves to the V100 at t=50
+    nodes = [node("v").gpus(1, "V100").build(), node("k").gpus(1, "K80").build()]
+    jobs = [job("short").work(100).submitted(0).build(), job("long").work(100_000).submitted(1).build()]
+    speed = {("short", "V100"): 2.0, ("short", "K80"): 1.0, ("long", "V100"): 5.0, ("long", "K80"): 1.0}
+    told = Learning(speed=dict(speed))
+    cfg = EngineConfig(round_seconds=0, restart_cost_s=30, wake_thresholds_gpu_s=())
+    Engine(nodes, jobs, make_policy("las"), told, FakeOracle(speed=speed), cfg, run_round=run_round).run()
+    assert told.observed == [("short", 2.0), ("long", 1.0), ("long", 5.0)]

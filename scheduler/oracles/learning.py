@@ -1,0 +1,185 @@
+"""The learning throughput oracle: the ``perfmodel`` predictor, corrected online by observed throughput.
+
+The operator answers its policy with ``CorrectedOracle`` and feeds it each running job's reported
+throughput (``scheduler.operator.reconcile``); the simulator's ``--oracle predictor`` is the same class,
+fed by the engine each time a job starts on a placement (``scheduler.sim.engine``). In-memory state only
+(no I/O, no clock). ``CorrectedOracle`` answers the core's ``ThroughputOracle``
+questions with ``perfmodel.online.OnlineCorrector.predict`` (offline prediction times the learned
+per-GPU-type, per-model-and-type and per-job corrections) and feeds the workers' reported throughput into
+the corrector with ``observe``. Observations are keyed by the (job features, placement) pair, so a job's
+own correction applies exactly where it was measured, and the shared levels move every other prediction
+on that GPU type and model. Work units are converted to samples per second for the corrector
+(iterations x global batch) and back. A row the predictor cannot answer is 0 ("cannot run there"), as in
+``scheduler.oracles.PredictorOracle``, whose feature mapping this class reuses; so is an LLM job on a
+placement whose GPU memory it does not fit, and ``memory_fit`` answers the core's ``MemoryOracle`` seam
+(``scheduler.oracles.memory``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from scheduler.core.protocols import HeldOutOracle, IntervalOracle, MemoryOracle, ThroughputOracle
+from scheduler.core.types import Job, MemoryFit, PlacementShape, WorkUnit
+from scheduler.oracles.memory import MemoryFitter
+from scheduler.oracles.predictor import cached_job_features, hardware_features
+
+if TYPE_CHECKING:
+    from perfmodel.features import JobFeatures
+    from perfmodel.online import OnlineCorrector
+
+log = logging.getLogger(__name__)
+
+
+class ThroughputLearner(Protocol):
+    """An oracle that also learns: ``observe`` records a measured throughput (work units/s)."""
+
+    def throughput(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[float]: ...
+
+    def observe(self, job: Job, shape: PlacementShape, throughput: float) -> None: ...
+
+
+class CorrectedOracle(ThroughputOracle, MemoryOracle, IntervalOracle, HeldOutOracle):
+    """``ThroughputOracle`` over an ``OnlineCorrector`` (see the module docstring), and ``MemoryOracle``.
+
+    Answers are kept per (job features, placement) until the next ``observe``, which moves the
+    corrections: a policy asks the same rows many times between two observations (the simulator's
+    400-job multi-node LAS run asks about 1.1 million rows over 6,500 rounds, with observations in
+    about 500 of them), and ``throughput`` and ``throughput_interval`` share one corrected prediction.
+    """
+
+    def __init__(self, corrector: OnlineCorrector) -> None:
+        self.corrector = corrector
+        self._warned: set[str] = set()
+        self._memory = MemoryFitter()
+        self._features: dict[str, JobFeatures] = {}
+        # (job features, placement) -> (iterations/s, low, high) of the corrected prediction, or None
+        # where the predictor cannot answer; emptied by ``observe``
+        self._rows: dict[tuple[JobFeatures, PlacementShape], tuple[float, float, float] | None] = {}
+        # (job features, placement) -> iterations/s predicted there just before its first observation
+        self._before: dict[tuple[JobFeatures, PlacementShape], float] = {}
+
+    def memory_fit(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[MemoryFit | None]:
+        """Peak memory per GPU against the GPU's memory, per question (None where it cannot tell)."""
+        return self._memory.memory_fit(queries)
+
+    @classmethod
+    def load(cls) -> CorrectedOracle:
+        """The shipped predictor with an empty online correction."""
+        from perfmodel.online import OnlineCorrector
+        from perfmodel.predictor import Predictor
+
+        return cls(OnlineCorrector(Predictor.load()))
+
+    def _warn(self, job: Job, exc: Exception) -> None:
+        if job.name not in self._warned:
+            self._warned.add(job.name)
+            log.warning("predictor cannot answer for job", extra={"job": job.name, "error": str(exc)})
+
+    def _job_features(self, job: Job) -> JobFeatures:
+        return cached_job_features(self._features, job)
+
+    def _answers(
+        self, queries: Sequence[tuple[Job, PlacementShape]], warn: bool
+    ) -> list[tuple[float, float, float] | None]:
+        """Per question the corrected (iterations/s, low, high), None where the predictor cannot answer;
+        the rows not kept since the last ``observe`` are predicted in one batch."""
+        from perfmodel.errors import InvalidInputError
+
+        keys = [(self._job_features(job), shape) for job, shape in queries]
+        rows = self._rows
+        missing = list(dict.fromkeys(k for k in keys if k not in rows))
+        if missing:
+            feats = [(f, hardware_features(shape)) for f, shape in missing]
+            try:
+                preds = self.corrector.predict(feats)
+                for key, ips, lo, hi in zip(
+                    missing, preds.iters_per_s, preds.iters_low, preds.iters_high, strict=True
+                ):
+                    rows[key] = (ips, lo, hi)
+            except InvalidInputError:
+                # one bad row must not blind the policy to every other job: answer row by row
+                for key, row in zip(missing, feats, strict=True):
+                    try:
+                        one = self.corrector.predict([row])
+                        rows[key] = (one.iters_per_s[0], one.iters_low[0], one.iters_high[0])
+                    except InvalidInputError:
+                        rows[key] = None
+        out = [rows[k] for k in keys]
+        if warn:
+            for (job, shape), got in zip(queries, out, strict=True):
+                if got is None and job.name not in self._warned:
+                    self._warn(job, self._error(job, shape))
+        return out
+
+    def _error(self, job: Job, shape: PlacementShape) -> Exception:
+        """The predictor's complaint about one row (for the warning, once per job)."""
+        from perfmodel.errors import InvalidInputError
+
+        try:
+            self.corrector.predict([(self._job_features(job), hardware_features(shape))])
+        except InvalidInputError as exc:
+            return exc
+        return InvalidInputError("no answer")
+
+    def throughput(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[float]:
+        from perfmodel.llm import LLMJobFeatures
+
+        if not queries:
+            return []
+        out = []
+        for (job, shape), got in zip(queries, self._answers(queries, warn=True), strict=True):
+            ips = got[0] if got is not None else 0.0
+            value = ips * job.batch_size if job.work_unit is WorkUnit.SAMPLES else ips
+            if value > 0 and isinstance(self._job_features(job), LLMJobFeatures):
+                fit = self._memory.one(job, shape)
+                value = 0.0 if fit is not None and not fit.fits else value
+            out.append(value if value > 0 and math.isfinite(value) else 0.0)
+        return out
+
+    def throughput_held_out(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[float]:
+        """``HeldOutOracle``: what it answered for each row just before the row's first observation (its
+        current answer for a row never observed), in each job's work units/s."""
+        now = self.throughput(queries)
+        out = []
+        for (job, shape), value in zip(queries, now, strict=True):
+            ips = self._before.get((self._job_features(job), shape))
+            if ips is not None:
+                value = ips * job.batch_size if job.work_unit is WorkUnit.SAMPLES else ips
+            out.append(value)
+        return out
+
+    def throughput_interval(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[tuple[float, float]]:
+        """The corrected prediction's interval (``IntervalOracle``; it narrows as a job is observed), in
+        each job's work units/s; ``(0, 0)`` for a row the predictor cannot answer."""
+        if not queries:
+            return []
+        out: list[tuple[float, float]] = []
+        for (job, _), got in zip(queries, self._answers(queries, warn=False), strict=True):
+            lo, hi = (got[1], got[2]) if got is not None else (0.0, 0.0)
+            k = job.batch_size if job.work_unit is WorkUnit.SAMPLES else 1
+            ok = 0 < lo <= hi and math.isfinite(hi)
+            out.append((lo * k, hi * k) if ok else (0.0, 0.0))
+        return out
+
+    def observe(self, job: Job, shape: PlacementShape, throughput: float) -> None:
+        """Record that ``job`` ran at ``throughput`` work units/s on ``shape``; bad input is ignored."""
+        from perfmodel.errors import InvalidInputError
+
+        if not (throughput > 0 and math.isfinite(throughput)) or job.batch_size <= 0:
+            return
+        samples = throughput if job.work_unit is WorkUnit.SAMPLES else throughput * job.batch_size
+        key = (self._job_features(job), shape)
+        if key not in self._before:
+            got = self._answers([(job, shape)], warn=False)[0]
+            if got is not None and got[0] > 0:
+                self._before[key] = got[0]
+        try:
+            self.corrector.observe(self._job_features(job), hardware_features(shape), samples)
+        except InvalidInputError as exc:
+            self._warn(job, exc)
+            return
+        self._rows.clear()  # every corrected prediction may have moved
