@@ -198,6 +198,7 @@ class LasPolicy:
             no_cascade=self.config.heterogeneity == "aware",
             evict_pays=evict_pays,
             spread_move=PlacementMovePrice(snapshot, oracle, self.config.horizon_s) if orders else None,
+            pick_victims=bool(orders),
         )
 
     def incremental(
