@@ -225,9 +225,9 @@ def greedy_allocate(
       than priced and the move back paid (on Gavel's cluster a 4-GPU job went from one K80 node to
       three P100 nodes and back 18 times in 13 hours). None: such moves are made as asked.
     - ``pick_victims``: a job that must evict chooses where over all of its types (``preempt_for`` with
-      the walk's order): on each type the evictions that free its gang with the fewest GPUs, and of
-      the types, the one whose most urgent victim the walk reaches last. False: it evicts on the first
-      type of its request where evictions make room, least urgent first.
+      the jobs' attained service): on each type the evictions that free its gang with the fewest GPUs,
+      and of the types, the one whose least-served victim has been served most. False: it evicts on the
+      first type of its request where evictions make room, least urgent first.
     """
     walk = _Walk(snapshot, jobs, requests, reservation, no_cascade, evict_pays, leased, pick_victims)
     for req in requests:
@@ -271,8 +271,8 @@ class _Walk:
             self.index.release(self.reserved.pop(name))  # no request: it stops this round, GPUs free now
         self.pending_victims = dict(self.reserved)  # running, preemptible, not yet walked
         self.victims_by_type = _victims_by_type(self.pending_victims, self.rank_of)
-        #: each job's place in the walk, for ``preempt_for`` to choose victims over types (``pick_victims``)
-        self.walked = {r.job.name: i for i, r in enumerate(requests)} if pick_victims else None
+        #: each job's attained service, for ``preempt_for`` to choose victims over types (``pick_victims``)
+        self.served = {j.name: j.attained_service for j in jobs} if pick_victims else None
         self.preempted_by: dict[str, str] = {}
         self.short_memo: _ShortMemo = {}
         self.blocked_by: str | None = None
@@ -359,7 +359,7 @@ class _Walk:
                     self.preempted_by,
                     self._evict_pays if self.evict_pays is not None else None,
                     self.leased,
-                    self.walked,
+                    self.served,
                 )
         if isinstance(res, Allocation):
             self.index.commit(res)
@@ -710,19 +710,19 @@ def preempt_for(
     preempted_by: dict[str, str],
     evict_pays: EvictPays | None = None,
     leased: Collection[str] = frozenset(),
-    walked: Mapping[str, int] | None = None,
+    served: Mapping[str, float] | None = None,
 ) -> Allocation | Unschedulable:
     """Evict running jobs ranked behind ``req`` until it fits; undo evictions not needed. With
     ``evict_pays``, the evictions needed on a type are made only when it approves them. A job in
     ``leased`` is not evicted, nor is any job ranked ahead of it on its type (``greedy_allocate``).
 
-    Without ``walked``, the evictions are made on the first of ``types_`` where they make room, least
-    urgent first. With ``walked`` (each job's place in the policy's walk), every type is tried: on each,
-    the fewer GPUs of two victim sets, least urgent first and smallest jobs first (both only jobs ranked
-    behind ``req``); of the types, the one whose most urgent victim the walk reaches last, ties to the
-    earlier type of ``types_``. Under LAS that keeps its rule (the least urgent job goes) across GPU
-    types: a newcomer that prefers H100s evicts the queue-2 job that arrived last wherever it runs, not
-    the queue-2 gang at the head of the queue that happens to run on the H100s.
+    Without ``served``, the evictions are made on the first of ``types_`` where they make room, least
+    urgent first. With ``served`` (each job's attained service, LAS's measure), every type is tried: on
+    each, the fewer GPUs of two victim sets, least urgent first and smallest jobs first (both only jobs
+    ranked behind ``req``); of the types, the one whose least-served victim has been served most, ties
+    to the earlier type of ``types_``. Under LAS that keeps its own rule (the most served job goes)
+    across GPU types and inside a queue, where ranks tie: a newcomer that prefers H100s evicts a 32-GPU
+    job that has held the V100s for a day rather than an 8-GPU gang just restarted on the H100s.
     """
     gpr = req.job.gpus_per_replica
     need_min = min(req.replicas) * gpr
@@ -731,7 +731,7 @@ def preempt_for(
     declined = False
     shielded = False
     chosen: tuple[Allocation, list[str]] | None = None
-    chosen_last = -1
+    chosen_least = -math.inf
     for t in types_:
         victims: list[str] = []
         for neg_rank, v in victims_by_type.get(t, ()):
@@ -749,7 +749,7 @@ def preempt_for(
         if free_before + sum(reserved[v].total_gpus for v in victims) < need_min:
             continue
         got = _victim_set(index, req, t, victims, reserved, rank_of)
-        if got is not None and walked is not None:
+        if got is not None and served is not None:
             # the smallest jobs first may make room with fewer GPUs evicted (a 1-GPU job evicting a
             # 1-GPU job rather than the lowest-ranked 8-GPU gang; a gang clearing a server that holds
             # one small job rather than evicting a gang from another)
@@ -763,12 +763,12 @@ def preempt_for(
         if evict_pays is not None and needed and not evict_pays(req.job, t, needed, free_before):
             declined = True
             continue
-        # with ``walked``: the type whose most urgent victim the walk reaches last (ties: the job's own
+        # with ``served``: the type whose least-served victim has been served most (ties: the job's own
         # type order); without: the first type where the evictions make room
-        last = min((walked.get(v, 0) for v in needed), default=len(walked)) if walked is not None else 0
-        if chosen is None or last > chosen_last:
-            chosen, chosen_last = (placed, needed), last
-        if walked is None:
+        least = min((served.get(v, 0.0) for v in needed), default=math.inf) if served is not None else 0.0
+        if chosen is None or least > chosen_least:
+            chosen, chosen_least = (placed, needed), least
+        if served is None:
             break
     if chosen is not None:
         placed, needed = chosen

@@ -149,15 +149,12 @@ def test_a_lease_does_not_shield_jobs_ranked_behind_it() -> None:
 
 
 def _victim_round(  # type: ignore[no-untyped-def]
-    heterogeneity: str,
-    running: list[tuple[str, str, int, str, float]],
-    new_gpus: int,
-    ahead: tuple[str, ...] = (),
+    heterogeneity: str, running: list[tuple[str, str, int, str, float]], new_gpus: int
 ):
-    """One LAS round on an H100 server pair, a V100 server and a T4 server (8 GPUs each): ``running`` as
-    (name, type, GPUs, node, submit time), measured, in queue 2 except those in ``ahead`` (queue 0,
-    before "new": not victims); "new" (queue 0) wants ``new_gpus`` GPUs, runs 3/s per GPU on H100, 2
-    on V100 and not on T4."""
+    """One LAS round on two H100 servers, a V100 server and a T4 server (8 GPUs each): ``running`` as
+    (name, type, GPUs, node, attained GPU-hours), measured, submitted in that order; 0 GPU-hours is
+    LAS queue 0, ahead of "new" (not a victim), 10 or more queue 2. "new" (queue 0) wants
+    ``new_gpus`` GPUs, runs 3/s per GPU on H100, 2 on V100 and not on T4."""
     nodes = [
         node("h0").gpus(8, "H100").build(),
         node("h1").gpus(8, "H100").build(),
@@ -166,16 +163,10 @@ def _victim_round(  # type: ignore[no-untyped-def]
     ]
     jobs = [
         with_(
-            job(n)
-            .gpus_per_replica(g)
-            .work(1e9)
-            .progress(10, 10)
-            .attained(0 if n in ahead else 100 * 3600)
-            .submitted(s)
-            .build(),
+            job(n).gpus_per_replica(g).work(1e9).progress(10, 10).attained(h * 3600).submitted(i).build(),
             observed_throughput=float(g),
         )
-        for n, _, g, _, s in running
+        for i, (n, _, g, _, h) in enumerate(running)
     ]
     new = job("new").gpus_per_replica(new_gpus).work(1e9).submitted(50).build()
     allocs = [alloc(n, t, g, {at: 1}) for n, t, g, at, _ in running]
@@ -186,40 +177,39 @@ def _victim_round(  # type: ignore[no-untyped-def]
     return {a.job: a.kind for a in res.actions}
 
 
-def test_aware_las_evicts_the_least_urgent_job_over_all_types() -> None:
-    # the H100 servers run the two queue-2 gangs that arrived first, the V100 server the one that
-    # arrived last, and the T4 server is full. A newcomer that prefers H100s evicts the queue-2 job
-    # LAS serves last (the latest arrival, on the V100s), not the head of queue 2 on the H100s:
-    # evicted, that gang would restart first and be evicted again by the next arrival
+def test_aware_las_evicts_the_most_served_job_over_all_types() -> None:
+    # the H100 servers run two queue-2 gangs served 20 and 30 GPU-hours, the V100 server one served
+    # 500 (all V100s for days), the T4 server a job ahead of the newcomer. A newcomer that prefers
+    # H100s evicts the job LAS serves last, the most served, wherever it runs: on the H100s a gang
+    # restarted there minutes ago would go and wait behind every newer job
     running = [
-        ("head", "H100", 8, "h0", 0.0),
-        ("second", "H100", 8, "h1", 1.0),
-        ("last", "V100", 8, "v0", 9.0),
-        ("t4", "T4", 8, "t0", 2.0),
+        ("head", "H100", 8, "h0", 20.0),
+        ("second", "H100", 8, "h1", 30.0),
+        ("long", "V100", 8, "v0", 500.0),
+        ("t4", "T4", 8, "t0", 0.0),
     ]
     kinds = _victim_round("aware", running, 8)
-    assert kinds["last"] is ActionKind.PREEMPT and kinds["new"] is ActionKind.START
+    assert kinds["long"] is ActionKind.PREEMPT and kinds["new"] is ActionKind.START
     assert kinds["head"] is ActionKind.KEEP and kinds["second"] is ActionKind.KEEP
     # ``ordered`` (the baseline) evicts on the first type of its order, H100, where both gangs have
     # LAS's rank (queue 2): by name, the head of the queue goes
     kinds = _victim_round("ordered", running, 8)
-    assert kinds["head"] is ActionKind.PREEMPT and kinds["last"] is ActionKind.KEEP
+    assert kinds["head"] is ActionKind.PREEMPT and kinds["long"] is ActionKind.KEEP
 
 
 def test_aware_las_frees_a_server_with_the_fewest_gpus_evicted() -> None:
-    # one H100 server runs a queue-2 gang, the other a single 1-GPU job (also queue 2, arrived first);
-    # the V100 and T4 servers run jobs LAS ranks ahead of the newcomer. An 8-GPU newcomer evicts the
-    # 1-GPU job (it may restart at once elsewhere), not the gang
+    # one H100 server runs a queue-2 gang, the other a single 1-GPU job (also queue 2); the V100 and
+    # T4 servers run jobs ahead of the newcomer. An 8-GPU newcomer evicts the 1-GPU job (it may restart
+    # at once elsewhere), not the gang
     running = [
-        ("small", "H100", 1, "h1", 0.0),
-        ("gang", "H100", 8, "h0", 5.0),
-        ("v", "V100", 8, "v0", 1.0),
-        ("t4", "T4", 8, "t0", 2.0),
+        ("small", "H100", 1, "h1", 20.0),
+        ("gang", "H100", 8, "h0", 20.0),
+        ("v", "V100", 8, "v0", 0.0),
+        ("t4", "T4", 8, "t0", 0.0),
     ]
-    ahead = ("v", "t4")
-    kinds = _victim_round("aware", running, 8, ahead)
+    kinds = _victim_round("aware", running, 8)
     assert kinds["small"] is ActionKind.PREEMPT and kinds["new"] is ActionKind.START
     assert kinds["gang"] is ActionKind.KEEP
-    # ``ordered`` evicts the least urgent job of the H100s, the gang
-    kinds = _victim_round("ordered", running, 8, ahead)
+    # ``ordered`` evicts the least urgent job of the H100s, by name the gang
+    kinds = _victim_round("ordered", running, 8)
     assert kinds["gang"] is ActionKind.PREEMPT and kinds["small"] is ActionKind.KEEP
