@@ -721,8 +721,9 @@ def preempt_for(
     each, the fewer GPUs of two victim sets, least urgent first and smallest jobs first (both only jobs
     ranked behind ``req``); of the types, the one whose least-served victim has been served most, ties
     to the earlier type of ``types_``. Under LAS that keeps its own rule (the most served job goes)
-    across GPU types and inside a queue, where ranks tie: a newcomer that prefers H100s evicts a 32-GPU
-    job that has held the V100s for a day rather than an 8-GPU gang just restarted on the H100s.
+    across GPU types, also between jobs of one queue (on one type, equal ranks still go by name): a
+    newcomer that prefers H100s evicts a 32-GPU job that has held the V100s for a day rather than an
+    8-GPU gang just restarted on the H100s.
     """
     gpr = req.job.gpus_per_replica
     need_min = min(req.replicas) * gpr
