@@ -191,6 +191,7 @@ def greedy_allocate(
     evict_pays: EvictPays | None = None,
     leased: Collection[str] = frozenset(),
     spread_move: Callable[[Job, Allocation, Allocation], bool] | None = None,
+    pick_victims: bool = False,
 ) -> dict[str, Decision]:
     """Walk ``requests`` in order and place each gang; returns a decision for every job in ``jobs``.
 
@@ -223,8 +224,12 @@ def greedy_allocate(
       The type planner priced the move on the compact shape: realised spread out, the job ran slower
       than priced and the move back paid (on Gavel's cluster a 4-GPU job went from one K80 node to
       three P100 nodes and back 18 times in 13 hours). None: such moves are made as asked.
+    - ``pick_victims``: a job that must evict chooses where over all of its types (``preempt_for`` with
+      the jobs' attained service): on each type the evictions that free its gang with the fewest GPUs,
+      and of the types, the one whose least-served victim has been served most. False: it evicts on the
+      first type of its request where evictions make room, least urgent first.
     """
-    walk = _Walk(snapshot, jobs, requests, reservation, no_cascade, evict_pays, leased)
+    walk = _Walk(snapshot, jobs, requests, reservation, no_cascade, evict_pays, leased, pick_victims)
     for req in requests:
         if req.job.name not in walk.decisions:  # else finished or pinned
             walk.step(req, preemptive, strict, preempt_margin, consolidate, spread_move)
@@ -250,6 +255,7 @@ class _Walk:
         no_cascade: bool,
         evict_pays: EvictPays | None = None,
         leased: Collection[str] = frozenset(),
+        pick_victims: bool = False,
     ) -> None:
         self.allocations = snapshot.allocations
         self.no_cascade = no_cascade
@@ -265,6 +271,8 @@ class _Walk:
             self.index.release(self.reserved.pop(name))  # no request: it stops this round, GPUs free now
         self.pending_victims = dict(self.reserved)  # running, preemptible, not yet walked
         self.victims_by_type = _victims_by_type(self.pending_victims, self.rank_of)
+        #: each job's attained service, for ``preempt_for`` to choose victims over types (``pick_victims``)
+        self.served = {j.name: j.attained_service for j in jobs} if pick_victims else None
         self.preempted_by: dict[str, str] = {}
         self.short_memo: _ShortMemo = {}
         self.blocked_by: str | None = None
@@ -351,6 +359,7 @@ class _Walk:
                     self.preempted_by,
                     self._evict_pays if self.evict_pays is not None else None,
                     self.leased,
+                    self.served,
                 )
         if isinstance(res, Allocation):
             self.index.commit(res)
@@ -645,6 +654,51 @@ def _waiting_decision(
     return Decision(name, None, "; ".join(parts), unresolvable=not res.resolvable)
 
 
+def _gpus_of(names: Sequence[str], reserved: Mapping[str, Allocation]) -> int:
+    return sum(reserved[v].total_gpus for v in names)
+
+
+def _victim_set(
+    index: FreeIndex,
+    req: Request,
+    gpu_type: str,
+    order: Sequence[str],
+    reserved: Mapping[str, Allocation],
+    rank_of: Mapping[str, float],
+) -> tuple[Allocation, list[str]] | None:
+    """Release ``order``'s jobs one by one until ``req`` fits on ``gpu_type``, then put back, most urgent
+    first, those not needed: the placement and the evictions it needs (None: it never fits). ``index``
+    is left as it was."""
+    released: list[str] = []
+    placed: Allocation | None = None
+    for v in order:
+        index.release(reserved[v])
+        released.append(v)
+        res = try_place(index, req, [gpu_type])
+        if isinstance(res, Allocation):
+            placed = res
+            break
+    if placed is None:
+        for v in released:
+            index.commit(reserved[v])
+        return None
+    index.commit(placed)
+    put_back: list[str] = []
+    needed: list[str] = []
+    for v in sorted(released, key=lambda v: (rank_of[v], v)):
+        if index.fits(reserved[v]):
+            index.commit(reserved[v])
+            put_back.append(v)
+        else:
+            needed.append(v)
+    for v in put_back:
+        index.release(reserved[v])
+    index.release(placed)
+    for v in released:
+        index.commit(reserved[v])
+    return placed, needed
+
+
 def preempt_for(
     index: FreeIndex,
     req: Request,
@@ -656,16 +710,29 @@ def preempt_for(
     preempted_by: dict[str, str],
     evict_pays: EvictPays | None = None,
     leased: Collection[str] = frozenset(),
+    served: Mapping[str, float] | None = None,
 ) -> Allocation | Unschedulable:
     """Evict running jobs ranked behind ``req`` until it fits; undo evictions not needed. With
     ``evict_pays``, the evictions needed on a type are made only when it approves them. A job in
-    ``leased`` is not evicted, nor is any job ranked ahead of it on its type (``greedy_allocate``)."""
+    ``leased`` is not evicted, nor is any job ranked ahead of it on its type (``greedy_allocate``).
+
+    Without ``served``, the evictions are made on the first of ``types_`` where they make room, least
+    urgent first. With ``served`` (each job's attained service, LAS's measure), every type is tried: on
+    each, the fewer GPUs of two victim sets, least urgent first and smallest jobs first (both only jobs
+    ranked behind ``req``); of the types, the one whose least-served victim has been served most, ties
+    to the earlier type of ``types_``. Under LAS that keeps its own rule (the most served job goes)
+    across GPU types, also between jobs of one queue (on one type, equal ranks still go by name): a
+    newcomer that prefers H100s evicts a 32-GPU job that has held the V100s for a day rather than an
+    8-GPU gang just restarted on the H100s.
+    """
     gpr = req.job.gpus_per_replica
     need_min = min(req.replicas) * gpr
     threshold = req.rank + margin
     rank_of: dict[str, float] = {}
     declined = False
     shielded = False
+    chosen: tuple[Allocation, list[str]] | None = None
+    chosen_least = -math.inf
     for t in types_:
         victims: list[str] = []
         for neg_rank, v in victims_by_type.get(t, ()):
@@ -682,42 +749,35 @@ def preempt_for(
         free_before = index.type_free(t)
         if free_before + sum(reserved[v].total_gpus for v in victims) < need_min:
             continue
-        released: list[str] = []
-        placed: Allocation | None = None
-        for v in victims:
-            index.release(reserved[v])
-            released.append(v)
-            res = try_place(index, req, [t])
-            if isinstance(res, Allocation):
-                placed = res
-                break
-        if placed is None:
-            for v in released:
-                index.commit(reserved[v])
+        got = _victim_set(index, req, t, victims, reserved, rank_of)
+        if got is not None and served is not None:
+            # the smallest jobs first may make room with fewer GPUs evicted (a 1-GPU job evicting a
+            # 1-GPU job rather than the lowest-ranked 8-GPU gang; a gang clearing a server that holds
+            # one small job rather than evicting a gang from another)
+            by_size = sorted(victims, key=lambda v: (reserved[v].total_gpus, -rank_of[v], v))
+            alt = _victim_set(index, req, t, by_size, reserved, rank_of)
+            if alt is not None and _gpus_of(alt[1], reserved) < _gpus_of(got[1], reserved):
+                got = alt
+        if got is None:
             continue
-        index.commit(placed)
-        # put back, most urgent first, the evictions that were not needed
-        put_back: list[str] = []
-        needed: list[str] = []
-        for v in sorted(released, key=lambda v: (rank_of[v], v)):
-            if index.fits(reserved[v]):
-                index.commit(reserved[v])
-                put_back.append(v)
-            else:
-                needed.append(v)
+        placed, needed = got
         if evict_pays is not None and needed and not evict_pays(req.job, t, needed, free_before):
-            for v in put_back:
-                index.release(reserved[v])
-            index.release(placed)
-            for v in released:
-                index.commit(reserved[v])
             declined = True
             continue
+        # with ``served``: the type whose least-served victim has been served most (ties: the job's own
+        # type order); without: the first type where the evictions make room
+        least = min((served.get(v, 0.0) for v in needed), default=math.inf) if served is not None else 0.0
+        if chosen is None or least > chosen_least:
+            chosen, chosen_least = (placed, needed), least
+        if served is None:
+            break
+    if chosen is not None:
+        placed, needed = chosen
         for v in needed:
+            index.release(reserved[v])
             del reserved[v]
             del pending_victims[v]
             preempted_by[v] = req.job.name
-        index.release(placed)  # the caller commits it
         return placed
     if declined:
         return _EVICTION_DOES_NOT_PAY

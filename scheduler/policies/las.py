@@ -11,7 +11,13 @@ most free GPUs (``scheduler.policies.ordered``). Aware on several GPU types, evi
 (``type_planner.EvictionPrice``): a job evicts only when the wait for GPUs to free up without evicting,
 in GPU-seconds of its own, beats its victims' restarts, each times (1 + that victim's restarts so far);
 on Gavel's cluster a long queue-2 job restarted on GPUs a completion had freed was evicted from them by
-the next arrival minutes later, 64 times in 2.5 hours on one run. With
+the next arrival minutes later, 64 times in 2.5 hours on one run. Aware, a job that must evict
+chooses its victims over all of its types (``greedy_allocate(pick_victims=True)``): on each type the
+evictions that free its gang with the fewest GPUs, and of the types, the one whose least-served victim
+has the most attained service, so LAS's own rule (the most served job goes) holds across types, also
+between jobs of one queue; evicting on the first type of its list, arrivals evicted 8-GPU gangs from the H100s
+while a 32-GPU job held all the V100s for 39 hours
+(docs/decisions/0136-aware-las-picks-victims-over-all-types.md). With
 ``promote_knob: K`` a waiting job whose time spent waiting exceeds K times its time spent running goes
 back to queue 0 (Tiresias's starvation guard).
 
@@ -198,6 +204,7 @@ class LasPolicy:
             no_cascade=self.config.heterogeneity == "aware",
             evict_pays=evict_pays,
             spread_move=PlacementMovePrice(snapshot, oracle, self.config.horizon_s) if orders else None,
+            pick_victims=bool(orders),
         )
 
     def incremental(

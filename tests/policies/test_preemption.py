@@ -5,7 +5,7 @@ from __future__ import annotations
 from scheduler.core.decisions import ActionKind
 from scheduler.core.round import RoundCosts, run_round
 from scheduler.policies import make_policy
-from tests.builders import FakeOracle, alloc, job, node, snapshot
+from tests.builders import FakeOracle, alloc, job, node, snapshot, with_
 
 NODES = [node("n1").gpus(4).build(), node("n2").gpus(4).build()]
 
@@ -146,3 +146,70 @@ def test_a_lease_does_not_shield_jobs_ranked_behind_it() -> None:
     # "longer" has more remaining service than the leased "long": it is evicted as before
     res = _lease_round({}, with_="longer")
     assert kinds(res) == {"long": KEEP, "longer": PREEMPT, "new": START}
+
+
+def _victim_round(  # type: ignore[no-untyped-def]
+    heterogeneity: str, running: list[tuple[str, str, int, str, float]], new_gpus: int
+):
+    """One LAS round on two H100 servers, a V100 server and a T4 server (8 GPUs each): ``running`` as
+    (name, type, GPUs, node, attained GPU-hours), measured, submitted in that order; 0 GPU-hours is
+    LAS queue 0, ahead of "new" (not a victim), 10 or more queue 2. "new" (queue 0) wants
+    ``new_gpus`` GPUs, runs 3/s per GPU on H100, 2 on V100 and not on T4."""
+    nodes = [
+        node("h0").gpus(8, "H100").build(),
+        node("h1").gpus(8, "H100").build(),
+        node("v0").gpus(8, "V100").build(),
+        node("t0").gpus(8, "T4").build(),
+    ]
+    jobs = [
+        with_(
+            job(n).gpus_per_replica(g).work(1e9).progress(10, 10).attained(h * 3600).submitted(i).build(),
+            observed_throughput=float(g),
+        )
+        for i, (n, _, g, _, h) in enumerate(running)
+    ]
+    new = job("new").gpus_per_replica(new_gpus).work(1e9).submitted(50).build()
+    allocs = [alloc(n, t, g, {at: 1}) for n, t, g, at, _ in running]
+    speed = {("new", "H100"): 3.0, ("new", "V100"): 2.0, ("new", "T4"): 0.0, "T4": 0.5}
+    snap = snapshot(nodes, now=100, allocations=allocs)
+    policy = make_policy("las", {"heterogeneity": heterogeneity})
+    res = run_round(snap, [*jobs, new], policy, FakeOracle(speed=speed), costs=RoundCosts(30))
+    return {a.job: a.kind for a in res.actions}
+
+
+def test_aware_las_evicts_the_most_served_job_over_all_types() -> None:
+    # the H100 servers run two queue-2 gangs served 20 and 30 GPU-hours, the V100 server one served
+    # 500 (all V100s for days), the T4 server a job ahead of the newcomer. A newcomer that prefers
+    # H100s evicts the job LAS serves last, the most served, wherever it runs: on the H100s a gang
+    # restarted there minutes ago would go and wait behind every newer job
+    running = [
+        ("head", "H100", 8, "h0", 20.0),
+        ("second", "H100", 8, "h1", 30.0),
+        ("long", "V100", 8, "v0", 500.0),
+        ("t4", "T4", 8, "t0", 0.0),
+    ]
+    kinds = _victim_round("aware", running, 8)
+    assert kinds["long"] is ActionKind.PREEMPT and kinds["new"] is ActionKind.START
+    assert kinds["head"] is ActionKind.KEEP and kinds["second"] is ActionKind.KEEP
+    # ``ordered`` (the baseline) evicts on the first type of its order, H100, where both gangs have
+    # LAS's rank (queue 2): by name, the head of the queue goes
+    kinds = _victim_round("ordered", running, 8)
+    assert kinds["head"] is ActionKind.PREEMPT and kinds["long"] is ActionKind.KEEP
+
+
+def test_aware_las_frees_a_server_with_the_fewest_gpus_evicted() -> None:
+    # one H100 server runs a queue-2 gang, the other a single 1-GPU job (also queue 2); the V100 and
+    # T4 servers run jobs ahead of the newcomer. An 8-GPU newcomer evicts the 1-GPU job (it may restart
+    # at once elsewhere), not the gang
+    running = [
+        ("small", "H100", 1, "h1", 20.0),
+        ("gang", "H100", 8, "h0", 20.0),
+        ("v", "V100", 8, "v0", 0.0),
+        ("t4", "T4", 8, "t0", 0.0),
+    ]
+    kinds = _victim_round("aware", running, 8)
+    assert kinds["small"] is ActionKind.PREEMPT and kinds["new"] is ActionKind.START
+    assert kinds["gang"] is ActionKind.KEEP
+    # ``ordered`` evicts the least urgent job of the H100s, by name the gang
+    kinds = _victim_round("ordered", running, 8)
+    assert kinds["gang"] is ActionKind.PREEMPT and kinds["small"] is ActionKind.KEEP
