@@ -17,8 +17,10 @@ on its training part only:
   runs: the model at its precision and software stack (BERT-large in MLPerf code and in plain PyTorch
   fp32 are two). Last, a model new to its GPU type: per draw half the groups observed twice, the other
   half scored (only the GPU-type levels of the correction reach them). ``--breakdown K``: where the error
-  after K observed lies (per GPU-count band and per group, with its share of the summed error) and what no
-  per-group level can remove (in-sample floors of a per-group fit, and the rows measured twice);
+  after K observed lies (per GPU-count band, source, precision and group, with its share of the summed
+  error, the cold bias beside the corrected one and what the correction moved) and what no per-group
+  level can remove (in-sample floors of a per-group fit, over all rows and per group, and the rows
+  measured twice);
 - ``lomo``: leave one model out (each model with at least 10 rows);
 - ``loso``: leave one source out (each public source and each research cluster in turn);
 - every split's errors are also broken down per source and per precision (and software stack); the
