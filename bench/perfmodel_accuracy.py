@@ -354,8 +354,7 @@ def logo_generation(
         ours = fit_ours(d, train)
         groups: dict[tuple[str, str, str, str], list[int]] = defaultdict(list)
         for i in test:
-            m = d.ms[i]
-            groups[(m.model, m.precision, m.stack, m.gpu_type)].append(int(i))
+            groups[_group(d.ms[i])].append(int(i))
         # One random order of each (model, GPU type)'s rows per draw: k observed = its first k (nested, so
         # k + 1 adds one run to what k saw), scored on the rest; "same rows" scores every k on the rows
         # past the first max(ks) of each order, so the k columns compare like with like.
