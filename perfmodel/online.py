@@ -26,16 +26,14 @@ learns a multiplicative correction of the predictor's throughput in nested level
 3. per job (its own data loader, input sizes, ...).
 
 A model's runs on a type that disagree weigh by how far each sits from their robust centre (found from
-the offline prediction: ``online_fit.agreement_weights``), beyond what the model level's slopes may
-explain of their differences in batch, GPU count and work, so one run measured far off its neighbours
-does not move the model's other configurations, and runs that disagree count for less in total (the
-model's level stays nearer its type's). Beyond the largest GPU count observed on a GPU type, a model
+the offline prediction: ``online_fit.agreement_weights``), so one run measured far off its neighbours does
+not move the model's other configurations. Beyond the largest GPU count observed on a GPU type, a model
 observed there is corrected no further than at its observed jobs (``_trend``, ``_correction``): the
 structural factors scale the offline model's all-reduce and departure, and wherever its curve over GPU
 count bends beyond the observed runs they would carry the bend into the correction. A model not observed
 on the type keeps the structural level's reach (bounded by perfect scaling of its corrected compute).
-Structure, priors and the figures they were chosen by: docs/decisions/0004-online-correction.md,
-0130-online-correction-sync-levels-and-agreement.md and 0143-after-two-runs-where-the-error-is.md.
+Structure, priors and the figures they were chosen by: docs/decisions/0004-online-correction.md and
+0130-online-correction-sync-levels-and-agreement.md.
 
 Means are ``sum(residual) / (count + prior)``, with priors of 3 (GPU type) and 0.25 (job) observations. A
 job's observations count at most ``job_weight_cap`` times in the shared levels, so one long-running job

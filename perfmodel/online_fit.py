@@ -30,19 +30,13 @@ MODEL_PRIOR_SD = (0.5, 0.2, 0.1, 0.2)
 MODEL_NOISE_SD = 0.25
 BATCH_REF = math.log(32.0)
 
-# A model's observed jobs on a GPU type that disagree: each weighs 1 / (1 + e^2 / s^2) in every shared
-# level (e: its log error from the jobs' robust centre, found from the offline model's prediction), so
-# one run measured 2.4x off its neighbours does not move the model's other configurations by 2x, and
-# runs that disagree count for less in total: the model's level stays nearer its type's
-# (``agreement_weights``). s^2 = ROBUST_SCALE^2 plus what the model level's slopes may explain of the
-# job's distance from the jobs' mean in per-GPU batch, GPU count and work per sample, at
-# ``AGREEMENT_SLOPE_SDS`` prior sds (``MODEL_PRIOR_SD``): runs at batches 8 and 64 that differ by 0.4
-# in log do not disagree. Chosen on the development splits (docs/decisions/0143): after 2 / 3 runs
-# 29.4 / 24.7% at 0.35 and 3 sds, 29.4 / 24.8% at 0.25, 29.5 / 24.7% at 0.5; 2 / 4 / 6 sds 29.5 / 24.8%,
-# 29.5 / 24.7%, 29.7 / 24.8%; weights rescaled to keep their sum 30.3 / 24.7%, and without the slopes'
-# share 29.8 / 25.3% (rescaled: 30.2 / 24.8%, decision 0130).
+# A model's observed jobs on a GPU type that disagree: each weighs 1 / (1 + (e / ROBUST_SCALE)^2) in
+# every shared level (e: its log error from the jobs' robust centre, found from the offline model's
+# prediction; the weights of a model's jobs keep their sum), so one run measured 2.4x off its
+# neighbours does not move the model's other configurations by 2x (``agreement_weights``). Chosen on
+# the development splits: after 2 / 3 runs 30.2 / 26.4% at 0.25, 30.2 / 24.8% at 0.35, 30.6 / 24.5% at
+# 0.5, 30.5 / 24.6% at 0.7, 30.4 / 25.2% without.
 ROBUST_SCALE = 0.35
-AGREEMENT_SLOPE_SDS = 3.0
 # Gauss-Newton stops when no unknown moves by more than this (in log of a factor).
 GN_TOL = 1e-7
 
@@ -50,36 +44,29 @@ GN_TOL = 1e-7
 def agreement_weights(
     jobs: Sequence[tuple[float, float, Point]],
 ) -> list[tuple[float, float, Point]]:
-    """A model's jobs on a GPU type (weight, mean log error, point) weighed by how well they agree: each
-    job's weight times ``1 / (1 + e^2 / s^2)``, ``e`` its log error from the jobs' centre and ``s^2 =
-    ROBUST_SCALE^2 + sum_k (AGREEMENT_SLOPE_SDS x MODEL_PRIOR_SD[k] x (x_k - mean x_k))^2`` over the
-    model level's slopes (``model_x``: log per-GPU batch, log GPUs, log work per sample; the mean
-    weighted by the jobs' weights): a difference the model level's slopes may explain is not
-    disagreement.
+    """A model's jobs on a GPU type (weight, mean log error, point) with their weights redistributed by
+    how well they agree: each job's weight times ``1 / (1 + (e / ROBUST_SCALE)^2)``, ``e`` its log error
+    from the jobs' centre, rescaled so that the weights keep their sum.
 
     The centre is the Cauchy location estimate (iteratively reweighted means) started from 0, the
-    offline model's prediction: of two runs 0.9 apart in log at one configuration, the one nearer the
-    offline model weighs most (a table row measured 2.4x off its neighbours moves the model's other
-    configurations little); two runs that agree keep their weights, however far both are from the
-    offline model; one run is left as it is. The weights are not rescaled: runs that disagree are
-    weaker evidence in total, and the model's level moves less far from its type's."""
+    offline model's prediction: of two runs 0.9 apart in log, the one nearer the offline model weighs
+    most (a table row measured 2.4x off its neighbours moves the model's other configurations little);
+    two runs that agree keep their weights, however far both are from the offline model; one run is
+    left as it is."""
     if len(jobs) < 2:
         return list(jobs)
-    total = sum(cw for cw, _, _ in jobs)
-    xs = [model_x(p)[1:] for _, _, p in jobs]
-    mean_x = [sum(cw * x[k] for (cw, _, _), x in zip(jobs, xs, strict=True)) / total for k in range(3)]
-    sd = [AGREEMENT_SLOPE_SDS * v for v in MODEL_PRIOR_SD[1:]]
-    s2 = [ROBUST_SCALE**2 + sum((f * (x[k] - mean_x[k])) ** 2 for k, f in enumerate(sd)) for x in xs]
     c = 0.0
     u = [1.0] * len(jobs)
     for _ in range(50):
-        u = [1.0 / (1.0 + (r - c) ** 2 / v) for (_, r, _), v in zip(jobs, s2, strict=True)]
+        u = [1.0 / (1.0 + ((r - c) / ROBUST_SCALE) ** 2) for _, r, _ in jobs]
         w = sum(cw * f for (cw, _, _), f in zip(jobs, u, strict=True))
         nc = sum(cw * f * r for (cw, r, _), f in zip(jobs, u, strict=True)) / w
         if abs(nc - c) < 1e-9:
             break
         c = nc
-    return [(cw * f, r, p) for (cw, r, p), f in zip(jobs, u, strict=True)]
+    total = sum(cw for cw, _, _ in jobs)
+    w = sum(cw * f for (cw, _, _), f in zip(jobs, u, strict=True))
+    return [(cw * f * total / w, r, p) for (cw, r, p), f in zip(jobs, u, strict=True)]
 
 
 def within_model_slopes(
