@@ -1021,6 +1021,10 @@ class Operator:
         self._live, self._ended = live, ended
         if replay and callable(forget):
             node_map = {n.name: n for n in nodes}
+            # in the order they completed, as they were first learnt
+            replay.sort(
+                key=lambda o: (str((o.get("status") or {}).get("completionTime") or ""), crd.job_key(o))
+            )
             for obj in replay:
                 self._replay(obj, pods, node_map, now)
                 self._call_oracle(forget, crd.job_key(obj))
