@@ -203,6 +203,12 @@ def _planned_reservations(
     return out
 
 
+# The most finished TrainingJobs a new operator process replays, the latest completed (the learning
+# oracle keeps no more ended jobs than this in its shared levels: ``perfmodel.online.OnlineCorrector``);
+# one costs about 7 ms CPU (observe, then the refit of its GPU type at the next answer).
+REPLAY_MAX = 4096
+
+
 class Operator:
     """The TrainingJob lifecycle loop's body (see the module docstring); one round at a time."""
 
@@ -1025,7 +1031,7 @@ class Operator:
             replay.sort(
                 key=lambda o: (str((o.get("status") or {}).get("completionTime") or ""), crd.job_key(o))
             )
-            for obj in replay:
+            for obj in replay[-REPLAY_MAX:]:
                 self._replay(obj, pods, node_map, now)
                 self._call_oracle(forget, crd.job_key(obj))
 

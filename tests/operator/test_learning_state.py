@@ -152,3 +152,38 @@ def test_a_new_operator_process_replays_the_finished_jobs_still_listed() -> None
     h.clock.advance(5)
     op.run_round()  # once per process
     assert restarted.corrector.observations() == 4
+
+
+def test_a_new_process_replays_the_latest_finished_jobs_only_where_it_can_place_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # five Succeeded TrainingJobs as a cluster holds them: "a" to "e" completed at minutes 4, 1, 3, 2 and
+    # 5, each with its last gang (generation 2) recorded on n1 beside an older one on n2, "e" on a node
+    # since removed. With room to replay 3, the latest 3 are tried in completion order ("c", "a", "e"),
+    # at the rate in their status; "e" cannot be placed and is only forgotten
+    from scheduler.operator import reconcile
+
+    monkeypatch.setattr(reconcile, "REPLAY_MAX", 3)
+    h = make_harness()
+    h.oracle = oracle = ForgettingOracle()
+    h.api.add_node(gpu_node("n1", 8))
+    for name, minute, node in (
+        ("a", 4, "n1"),
+        ("b", 1, "n1"),
+        ("c", 3, "n1"),
+        ("d", 2, "n1"),
+        ("e", 5, "n9"),
+    ):
+        obj = trainingjob(name, replicas={"min": 1, "max": 1, "gpusPerReplica": 2})
+        obj["status"] = {
+            "phase": "Succeeded",
+            "observedThroughput": 10.0 * minute,
+            "gangGeneration": 2,
+            "completionTime": f"2027-01-15T08:0{minute}:00Z",
+            "placement": {f"{name}-g1-0": "n2", f"{name}-g2-0": node},
+        }
+        h.api.add_trainingjob(obj)
+    h.operator().run_round()
+    # the latest 3 by completion: "c" (3), "a" (4), "e" (5); "e"'s node is gone
+    assert oracle.observed == [("ml/c", "A100", 30.0), ("ml/a", "A100", 40.0)]
+    assert sorted(oracle.forgotten) == ["ml/a", "ml/c", "ml/e"]
