@@ -227,5 +227,6 @@ class CorrectedOracle(ThroughputOracle, MemoryOracle, IntervalOracle, HeldOutOra
                 del self._rows[key]
 
     def jobs(self) -> int:
-        """How many jobs it holds state of its own for (observed and not forgotten)."""
+        """How many jobs it holds state of its own for (asked about, observed or warned of, and not
+        forgotten)."""
         return len(self._observed.keys() | self._features.keys() | self._warned)
