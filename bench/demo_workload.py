@@ -5,8 +5,10 @@ For each (jobs, nodes per pool) of ``--grid`` and each seed, builds the demo's w
 sample that fit, arrivals in the first third of ``--duration``, the median job a fifth of it, work
 calibrated on the K80 pool) and replays it with the simulator's engine for each policy: the true
 throughput table as truth and as what the policy is told, a round every 2 s (the demo operator's period)
-and a 10 s restart cost (``--oracle predictor``: the policy is told the shipped predictor's answers, as
-the live operator is). Prints per policy the average and p99 JCT, the time the last job finished (the
+and a 10 s restart cost (``--oracle predictor``: the policy is told the operator's learning oracle's
+answers, the shipped predictor corrected online from each job's measured throughput, fresh for each
+run, as the simulator's ``--oracle predictor``; ``predictor-cold``: the shipped predictor alone).
+Prints per policy the average and p99 JCT, the time the last job finished (the
 demo's limit is ``--duration``), GPU utilisation until then, the most jobs waiting at once and how many
 jobs waited more than a second, preemptions and restarts. The live demo adds pod start-up and status
 latency to these times (docs/demo.md).
@@ -39,7 +41,10 @@ def main() -> None:
     ap.add_argument("--policies", default="las,las:heterogeneity=agnostic")
     ap.add_argument("--duration", type=float, default=180.0)
     ap.add_argument(
-        "--oracle", choices=("table", "predictor"), default="table", help="what the policy is told"
+        "--oracle",
+        choices=("table", "predictor", "predictor-cold"),
+        default="table",
+        help="what the policy is told: the true table, the operator's learning oracle, the plain predictor",
     )
     args = ap.parse_args()
     try:
@@ -51,11 +56,6 @@ def main() -> None:
         ap.error(f"--grid must be JOBSxNODES,..., got {args.grid!r}")
     policies = [p for p in args.policies.split(",") if p]
     truth = TableOracle(GroundTruth.load())
-    told: ThroughputOracle = truth
-    if args.oracle == "predictor":
-        from scheduler.oracles.predictor import PredictorOracle
-
-        told = PredictorOracle.load()
     print(
         f"{'jobs':>4} {'npp':>3} {'seed':>4} {'policy':<28} {'avg JCT':>8} {'p99 JCT':>8} {'last done':>9} "
         f"{'util':>5} {'max wait':>8} {'waited':>6} {'preempt':>7} {'restart':>7}"
@@ -74,6 +74,7 @@ def main() -> None:
                     resize_cost_s=10.0,
                     wake_thresholds_gpu_s=las_thresholds_gpu_s(policy),
                 )
+                told = _told(args.oracle, truth)
                 res = Engine(nodes, workload, policy, told, truth, config, run_round=run_round).run()
                 jct = sorted(r.jct for r in res.records if r.jct is not None)
                 util = (
@@ -86,6 +87,19 @@ def main() -> None:
                     f"{max(res.series_waiting):>8} {waited:>6} "
                     f"{sum(r.preemptions for r in res.records):>7} {sum(r.restarts for r in res.records):>7}"
                 )
+
+
+def _told(oracle: str, truth: ThroughputOracle) -> ThroughputOracle:
+    """What the policy is told (``--oracle``); the learning oracle fresh for each run."""
+    if oracle == "predictor":
+        from scheduler.oracles.learning import CorrectedOracle
+
+        return CorrectedOracle.load()
+    if oracle == "predictor-cold":
+        from scheduler.oracles.predictor import PredictorOracle
+
+        return PredictorOracle.load()
+    return truth
 
 
 if __name__ == "__main__":

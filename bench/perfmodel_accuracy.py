@@ -17,8 +17,10 @@ on its training part only:
   runs: the model at its precision and software stack (BERT-large in MLPerf code and in plain PyTorch
   fp32 are two). Last, a model new to its GPU type: per draw half the groups observed twice, the other
   half scored (only the GPU-type levels of the correction reach them). ``--breakdown K``: where the error
-  after K observed lies (per GPU-count band and per group, with its share of the summed error) and what no
-  per-group level can remove (in-sample floors of a per-group fit, and the rows measured twice);
+  after K observed lies (per GPU-count band, source, precision and group, with its share of the summed
+  error, the cold bias beside the corrected one and what the correction moved) and what no per-group
+  level can remove (in-sample floors of a per-group fit, over all rows and per group, and the rows
+  measured twice);
 - ``lomo``: leave one model out (each model with at least 10 rows);
 - ``loso``: leave one source out (each public source and each research cluster in turn);
 - every split's errors are also broken down per source and per precision (and software stack); the
@@ -352,8 +354,7 @@ def logo_generation(
         ours = fit_ours(d, train)
         groups: dict[tuple[str, str, str, str], list[int]] = defaultdict(list)
         for i in test:
-            m = d.ms[i]
-            groups[(m.model, m.precision, m.stack, m.gpu_type)].append(int(i))
+            groups[_group(d.ms[i])].append(int(i))
         # One random order of each (model, GPU type)'s rows per draw: k observed = its first k (nested, so
         # k + 1 adds one run to what k saw), scored on the rest; "same rows" scores every k on the rows
         # past the first max(ks) of each order, so the k columns compare like with like.
@@ -434,15 +435,17 @@ def _breakdown(
     """Where the error after ``k`` observed configurations per (model, GPU type) lies (the default
     correction, the draws of ``orders``): within or beyond the observed runs of the row's group (per-GPU
     batch, GPU count and work per sample all between those of the observed runs, or not), per GPU-count
-    band and per (model, precision, stack, GPU type) group, each with its rows per draw, MRE, mean
-    log(measured / predicted) (its bias), the cold MRE on the same rows and its share of the summed
-    error; then what no correction of a group's level and slopes can remove, on all of the held-out
-    rows: the floors of a per-group fit to the cold log errors, made with every row of the group (in
-    sample): a constant, and a constant plus slopes in log per-GPU batch, log GPUs and log work per
-    sample (the online model level's regressors); and the repeat noise: rows of one configuration
-    (group, GPUs, nodes, global batch, work per sample) measured more than once, each against their
-    geometric mean."""
-    err, logres, cold, rows, inside = [], [], [], [], []
+    band, per source, per precision and per (model, precision, stack, GPU type) group, each with its
+    rows per draw, MRE, mean log(measured / predicted) (its bias), the cold MRE and bias on the same
+    rows, what the correction did to them (``moved``: the mean and mean absolute log of corrected /
+    cold throughput) and its share of the summed error; then what no correction of a group's level and
+    slopes can remove, on all of the held-out rows: the floors of a per-group fit to the cold log
+    errors, made with every row of the group (in sample): a constant, and a constant plus slopes in log
+    per-GPU batch, log GPUs and log work per sample (the online model level's regressors), over all
+    rows and for each group listed; and the repeat noise: rows of one configuration (group, GPUs,
+    nodes, global batch, work per sample) measured more than once, each against their geometric
+    mean."""
+    err, logres, cold, cold_log, rows, inside = [], [], [], [], [], []
     for order in orders:
         corr = OnlineCorrector(ours.predictor)  # type: ignore[attr-defined]
         for i in (i for v in order.values() for i in v[:k]):
@@ -451,7 +454,9 @@ def _breakdown(
         pred_t = d.batch[rest] / np.asarray(corr.predict([d.rows[i] for i in rest]).samples_per_s)
         err.append(rel_err(pred_t, d.t_true[rest]))
         logres.append(np.log(pred_t / d.t_true[rest]))
-        cold.append(rel_err(ours(rest), d.t_true[rest]))
+        cold_t = ours(rest)
+        cold.append(rel_err(cold_t, d.t_true[rest]))
+        cold_log.append(np.log(cold_t / d.t_true[rest]))
         rows.append(rest)
         # Whether a row lies within its group's observed runs in every regressor of the model level.
         seen = {g: np.asarray([_where(d, i) for i in v[:k]]) for g, v in order.items() if v[:k]}
@@ -470,7 +475,8 @@ def _breakdown(
                 dtype=bool,
             )
         )
-    e, lr, c, idx, ins = (np.concatenate(v) for v in (err, logres, cold, rows, inside))
+    e, lr, c, clr, idx, ins = (np.concatenate(v) for v in (err, logres, cold, cold_log, rows, inside))
+    moved = clr - lr  # log(corrected / cold throughput)
     n, total = len(orders), float(e.sum())
     big = e > 0.3
     print(
@@ -479,10 +485,11 @@ def _breakdown(
         f" {100 * np.minimum(e, 0.3).mean():.1f}%)"
     )
 
-    def line(label: str, k_: np.ndarray) -> str:
+    def line(label: str, k_: np.ndarray, extra: str = "") -> str:
         return (
-            f"    {label:<44} n={int(k_.sum()) // n:<4} {100 * e[k_].mean():5.1f}%  bias {lr[k_].mean():+.2f}"
-            f"  cold {100 * c[k_].mean():5.1f}%  share {100 * e[k_].sum() / total:4.1f}%"
+            f"    {label:<40} n={int(k_.sum()) // n:<4} {100 * e[k_].mean():5.1f}% bias {lr[k_].mean():+.2f}"
+            f" | cold {100 * c[k_].mean():5.1f}% bias {clr[k_].mean():+.2f} | moved {moved[k_].mean():+.2f}"
+            f" (abs {np.abs(moved[k_]).mean():.2f}) | share {100 * e[k_].sum() / total:4.1f}%{extra}"
         )
 
     print(line("within the observed batch, GPUs and work", ins))
@@ -491,11 +498,11 @@ def _breakdown(
     for b, *_ in _BANDS:
         if (band == b).any():
             print(line(b, band == b))
-    key = np.asarray(["|".join(_group(d.ms[i])) for i in idx])
-    shares = sorted(((float(e[key == g].sum()), g) for g in set(key.tolist())), reverse=True)
-    for _, g in shares[:8]:
-        print(line(g, key == g))
-    # The floors, in sample, on the cold log errors of every held-out row.
+    for label, of in (("source", d.source[idx]), ("precision", np.asarray([d.ms[i].precision for i in idx]))):
+        by = sorted(((float(e[of == v].sum()), str(v)) for v in set(of.tolist())), reverse=True)
+        for _, v in by:
+            print(line(f"{label} {v}", of == v))
+    # The floors, in sample, on the cold log errors of every held-out row (each group's own as well).
     t = np.asarray(test, dtype=int)
     r0 = np.log(d.t_true[t] / ours(t))
     groups: dict[tuple[str, str, str, str], list[int]] = defaultdict(list)
@@ -516,6 +523,13 @@ def _breakdown(
         )
         coef, *_ = np.linalg.lstsq(x, y, rcond=None)
         left_lin[js] = y - x @ coef
+    key = np.asarray(["|".join(_group(d.ms[i])) for i in idx])
+    shares = sorted(((float(e[key == g].sum()), g) for g in set(key.tolist())), reverse=True)
+    of_key = {"|".join(g): js for g, js in groups.items()}
+    for _, g in shares[:12]:
+        js = of_key[g]
+        floor = f" | floor {100 * _mre(left_const[js]):.1f} / {100 * _mre(left_lin[js]):.1f}%"
+        print(line(g, key == g, floor))
     repeats: dict[tuple[object, ...], list[int]] = defaultdict(list)
     for j, i in enumerate(t):
         m = d.ms[i]

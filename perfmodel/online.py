@@ -38,11 +38,14 @@ Structure, priors and the figures they were chosen by: docs/decisions/0004-onlin
 Means are ``sum(residual) / (count + prior)``, with priors of 3 (GPU type) and 0.25 (job) observations. A
 job's observations count at most ``job_weight_cap`` times in the shared levels, so one long-running job
 reporting every round does not drown the others. ``decay`` < 1 forgets old observations of a job
-exponentially (throughput drifts). The interval of a corrected prediction narrows with the job's
-observation count down to the spread of its own residuals. Corrected predictions keep the predictor's
-in-node envelope (more GPUs of one node never predict less; see ``perfmodel.predictor``) on the rows where
-the predictor applies it. An observation refits the shared levels of its GPU type only, at the next
-prediction; the same observations in the same order give the same predictions.
+exponentially (throughput drifts). ``forget`` ends a job: its own level goes, and its record stays in the
+shared levels among the latest ``retired_per_model`` forgotten jobs of its model on its GPU type
+(``retired_cap`` in all); an older one drops out of them (docs/decisions/0141). The interval of a
+corrected prediction narrows with the job's observation count down to the spread of its own residuals.
+Corrected predictions keep the predictor's in-node envelope (more GPUs of one node never predict less;
+see ``perfmodel.predictor``) on the rows where the predictor applies it. An observation refits the shared
+levels of its GPU type only, at the next prediction; the same observations in the same order give the
+same predictions.
 
 ``remaining_time`` = remaining work / predicted throughput with the interval's bounds. The operator, the
 extender and ``perfsched predict --observed`` all use this class. Pure apart from the in-memory state
@@ -52,6 +55,7 @@ it holds (no I/O, no clock).
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -179,7 +183,13 @@ class OnlineCorrector:
     # "split" regresses on the four placement descriptors; "placement" on log GPUs and node span only
     # (ridge 1). The last two are the accuracy benchmark's same-run baselines.
     trend: str = "structural"
+    # Finished jobs kept in the shared levels (``forget``): the latest this many per (model, GPU type),
+    # and this many in all.
+    retired_per_model: int = 32
+    retired_cap: int = 4096
     _jobs: dict[Hashable, _JobStats] = field(default_factory=dict)
+    # The records of forgotten jobs still in the shared levels, oldest first (``forget``).
+    _retired: deque[_JobStats] = field(default_factory=deque)
     # Shared-level sums (weight, weighted mean residual) per GPU type and per (model, GPU type),
     # rebuilt lazily after observations: predictions cost O(rows), not O(rows x jobs).
     _gpu_sums: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -212,6 +222,11 @@ class OnlineCorrector:
     def __post_init__(self) -> None:
         if self.trend not in TRENDS:
             raise InvalidInputError(f"trend: must be one of {', '.join(TRENDS)}, got {self.trend!r}")
+        if self.retired_per_model < 1 or self.retired_cap < 1:
+            raise InvalidInputError(
+                f"retired_per_model and retired_cap: must be >= 1, got {self.retired_per_model} and "
+                f"{self.retired_cap}"
+            )
 
     def _key_of(self, job: JobFeatures, hw: HardwareFeatures, job_id: Hashable | None) -> Hashable:
         return job_id if job_id is not None else (job, hw)
@@ -257,8 +272,37 @@ class OnlineCorrector:
         self._dirty_types.add(r.spec.gpu_type)
         return residual
 
+    def forget(self, job_id: Hashable) -> bool:
+        """End the job (or the record) ``job_id`` names: its own level goes, its record stays in the shared
+        levels (the GPU type's and its model's there) as one of the latest ``retired_per_model`` forgotten
+        records of its model on its type, ``retired_cap`` in all, the oldest dropping out first. Returns
+        whether the shared levels changed (an older record dropped out of them); forgetting an unknown
+        ``job_id`` does nothing."""
+        st = self._jobs.pop(job_id, None)
+        if st is None or st.weight <= 0:
+            return False
+        dropped: set[str] = set()
+        same = [
+            k for k, old in enumerate(self._retired) if (old.model, old.gpu_type) == (st.model, st.gpu_type)
+        ]
+        if len(same) >= self.retired_per_model:
+            dropped.add(self._retired[same[0]].gpu_type)
+            del self._retired[same[0]]
+        self._retired.append(st)
+        while len(self._retired) > self.retired_cap:
+            dropped.add(self._retired.popleft().gpu_type)
+        if dropped:
+            self._dirty = True
+            self._dirty_types |= dropped
+        return bool(dropped)
+
+    def jobs(self) -> int:
+        """How many job records it holds (live ones: not forgotten)."""
+        return len(self._jobs)
+
     def observations(self) -> int:
-        return sum(s.count for s in self._jobs.values())
+        """Observations in the shared levels (of live and of forgotten jobs still in them)."""
+        return sum(s.count for s in self._jobs.values()) + sum(s.count for s in self._retired)
 
     def _rebuild(self) -> None:
         """Refit the shared levels of the GPU types observed since the last fit (each type's levels
@@ -266,7 +310,7 @@ class OnlineCorrector:
         types, self._dirty_types, self._dirty = self._dirty_types, set(), False
         gpu: dict[str, tuple[float, float]] = {}
         mg: dict[tuple[str, str], list[tuple[float, float, Point]]] = {}
-        for st in self._jobs.values():
+        for st in (*self._jobs.values(), *self._retired):
             if st.weight <= 0 or st.gpu_type not in types:
                 continue
             cw = min(st.weight, self.job_weight_cap)
@@ -510,7 +554,7 @@ class OnlineCorrector:
         GPUs of that node (its interval moves with it), so an observed fast run on 4 GPUs does not make
         5 look slower than 4.
         """
-        if not self._jobs:
+        if not self._jobs and not self._retired:
             return self.predictor.predict(rows)
         ids = list(job_ids) if job_ids is not None else [None] * len(rows)
         if len(ids) != len(rows):

@@ -60,17 +60,11 @@ DEFAULT_ROUNDS = 40
 # The correction forests (``fit_model``): the parameters above at half the learning rate and twice the
 # rounds, a column sample of 0.7 and L2 weight 3, and never faster per step relative to the scaling model
 # as GPUs are added with the rest of the row fixed (XGBoost's monotone constraint, increasing in
-# ``log_num_gpus``). Chosen by 5-fold CV inside the training 80% of ``bench/perfmodel_accuracy.py``'s
-# random split (its test 20% not used), 'ours' MRE: 9.95% as above; eta 0.1 x 80 rounds 9.71%; with
-# the column sample, the L2 weight and the constraint 9.36%. Four times the trees (eta 0.05 x 160) read
-# 9.28-9.40% with these options, within the CV's noise (~0.1 point), and walk 4x the trees: 100 uncached
-# rows took 1.9-2.5 ms against the 2 ms budget (``bench/perfmodel_speed.py``), so twice. Depth 6 read
-# 10.5%, depth 10 9.9%, min child weight 4 9.5%, L2 weight 10 9.45% (at eta 0.05 x 160). The constraint
-# is a prior, not a CV gain (9.39 -> 9.40% at eta 0.05 x 160): without it a model retrained on the
-# MLPerf relabel answered fp32 BERT on 8 GPUs of an A100 node faster per GPU than on 4, so an online
-# correction's trend learned on other models did not carry to it (``tests/perfmodel/test_online.py::
-# test_scaling_trend_on_a_gpu_type_carries_to_other_models``). The plain-XGBoost baseline of the
-# benchmark keeps ``DEFAULT_PARAMS`` and ``DEFAULT_ROUNDS``.
+# ``log_num_gpus``): a trend the online correction learns on one model then carries to the others
+# (``tests/perfmodel/test_online.py::test_scaling_trend_on_a_gpu_type_carries_to_other_models``). The
+# settings were chosen by cross-validation inside the training part of the random split; the figures and
+# the alternatives are in docs/decisions/0001-scaling-model-times-learned-correction.md. The plain-XGBoost
+# baseline of the benchmark keeps ``DEFAULT_PARAMS`` and ``DEFAULT_ROUNDS``.
 CORRECTION_ROUNDS = 80
 CORRECTION_PARAMS: dict[str, Any] = {
     **DEFAULT_PARAMS,

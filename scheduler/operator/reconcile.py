@@ -26,6 +26,14 @@ is the whole lifecycle loop, in numbered phases:
    progress, ETA, counts), Events, metrics; observed throughput feeds the online correction of the
    predictor.
 
+A job that ended since the last round (Succeeded, Failed, deleted, or recreated under the same name with
+a new uid) is forgotten by the learning oracle and the per-job maps of this process before the round
+(``_track_ends``): its own correction goes, what the shared levels learnt from it stays. The learning
+state is in memory; after a restart (or on a new leader) the running jobs are learnt again from their
+next progress report, and each finished TrainingJob still listed is replayed once from its status (its
+last measured throughput on its last gang's placement, ``_replay``); what finished jobs already deleted
+taught is lost (docs/perfmodel-online.md).
+
 What each transition writes and does is decided by the pure ``scheduler.operator.transitions.transition``
 (phases 3 and 5); this module lists, decides, and applies its ``Outcome`` (``_execute``): the status
 through its model, then the Events derived from that status change, then the gang, the pod deletions and
@@ -195,6 +203,12 @@ def _planned_reservations(
     return out
 
 
+# The most finished TrainingJobs a new operator process replays, the latest completed (the learning
+# oracle keeps no more ended jobs than this in its shared levels: ``perfmodel.online.OnlineCorrector``);
+# one costs about 7 ms CPU (observe, then the refit of its GPU type at the next answer).
+REPLAY_MAX = 4096
+
+
 class Operator:
     """The TrainingJob lifecycle loop's body (see the module docstring); one round at a time."""
 
@@ -245,6 +259,10 @@ class Operator:
         self._moved_off_slow: dict[str, float] = {}
         #: job -> the key of the last decision Event this process recorded (or found recorded)
         self._announced: dict[str, str] = {}
+        #: job -> uid of the TrainingJobs listed not finished last round, and of those listed finished
+        #: (``_track_ends``)
+        self._live: dict[str, str] = {}
+        self._ended: dict[str, str] = {}
 
     # --- phase 1: list ---------------------------------------------------------------------------------
 
@@ -478,6 +496,7 @@ class Operator:
         report.list_seconds = time.perf_counter() - t_list
         views_all = [v for v in (pod_view(p) for p in raw_pods) if v is not None]
         nodes, failed, tainted = self._nodes(raw_nodes, views_all, now)
+        self._track_ends(tjs, views_all, nodes, now)
         claims, releasing = self._claim_held(views_all, nodes, now)
         room = NodeRoom.of(nodes, views_all, claims.values(), releasing.values())
 
@@ -975,6 +994,93 @@ class Operator:
             except NotLeader:
                 return
         self._flagged = flagged
+
+    def _track_ends(
+        self, tjs: Sequence[Obj], pods: Sequence[PodView], nodes: Sequence[Node], now: float
+    ) -> None:
+        """Forget the TrainingJobs that ended since the last round: finished (Succeeded, Failed), deleted
+        or recreated under the same name (a new uid). The learning oracle drops the job's own state (what
+        its shared levels learnt stays: ``scheduler.oracles.learning.CorrectedOracle.forget``) and so do
+        this process's per-job maps. A finished job this process never saw running (it restarted, or
+        took over as leader) is first replayed from its status (``_replay``)."""
+        live: dict[str, str] = {}
+        ended: dict[str, str] = {}
+        replay: list[Obj] = []
+        for obj in tjs:
+            key, uid = crd.job_key(obj), str((obj.get("metadata") or {}).get("uid", ""))
+            if (obj.get("status") or {}).get("phase") in crd.TERMINAL_PHASES:
+                ended[key] = uid
+                if self._ended.get(key) != uid and self._live.get(key) != uid:
+                    replay.append(obj)
+            else:
+                live[key] = uid
+        forget = getattr(self.oracle, "forget", None)
+        for key, uid in self._live.items():
+            if live.get(key) != uid:
+                self._observed_report_time.pop(key, None)
+                if callable(forget):
+                    self._call_oracle(forget, key)
+        listed = live.keys() | ended.keys()
+        for per_job in (self._observed_report_time, self._announced):
+            for key in [k for k in per_job if k not in listed]:
+                del per_job[key]
+        self._live, self._ended = live, ended
+        if replay and callable(forget):
+            node_map = {n.name: n for n in nodes}
+            # in the order they completed, as they were first learnt
+            replay.sort(
+                key=lambda o: (str((o.get("status") or {}).get("completionTime") or ""), crd.job_key(o))
+            )
+            for obj in replay[-REPLAY_MAX:]:
+                self._replay(obj, pods, node_map, now)
+                self._call_oracle(forget, crd.job_key(obj))
+
+    def _replay(self, obj: Obj, pods: Sequence[PodView], node_map: Mapping[str, Node], now: float) -> None:
+        """Feed a finished TrainingJob's last measured throughput (``status.observedThroughput``) to the
+        oracle at its last gang's placement: ``status.placement`` (the extender's record of where each
+        pod was bound), else its pods still listed. Nothing when either is missing, a node is gone, or
+        the nodes are of several GPU types."""
+        status = crd.parse_status(obj)
+        observed = status.observed_throughput
+        spec = crd.parse_spec(obj)
+        if not observed or observed <= 0 or not isinstance(spec, crd.TrainingJobSpec):
+            return
+        key = crd.job_key(obj)
+        prefix = f"{(obj.get('metadata') or {}).get('name', '')}-g{status.gang_generation}-"
+        where = {pod: node for pod, node in status.placement.items() if pod.startswith(prefix)}
+        if not where:
+            where = {
+                pv.name: pv.info.node_name
+                for pv in pods
+                if pv.info.job == key
+                and pv.info.generation == str(status.gang_generation)
+                and pv.info.node_name
+            }
+        if not where or any(n not in node_map for n in where.values()):
+            return
+        types = {node_map[n].gpu_type for n in where.values()}
+        if len(types) != 1:
+            return
+        profile = None
+        if spec.model_profile is not None:
+            profile = self.profiles.resolve(
+                str((obj.get("metadata") or {}).get("namespace", "")), spec.model_profile
+            )
+        job = crd.trainingjob_to_job(obj, now=now, known_model=self.known_model, model_profile=profile)
+        if not isinstance(job, Job):
+            return
+        per_node = Counter(where.values())
+        alloc = Allocation.of(key, types.pop(), spec.replicas.gpus_per_replica, dict(per_node))
+        self._observe(job, spread_of(alloc, node_map), observed)
+
+    @staticmethod
+    def _call_oracle(call: Callable[[str], object], key: str) -> None:
+        """``forget`` on the oracle; a failure is counted and logged, never raised (as ``_observe``)."""
+        try:
+            call(key)
+        except Exception as exc:
+            metrics.OPERATOR_ERRORS.labels(step="learn").inc()
+            log.error("online correction failed", exc_info=True, extra={"job": key, "error": str(exc)})
 
     def _observe(self, job: Job, shape: PlacementShape, observed: float) -> None:
         """Feed one observation to the oracle's online correction (if the oracle learns)."""

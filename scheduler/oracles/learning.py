@@ -6,9 +6,15 @@ fed by the engine each time a job starts on a placement (``scheduler.sim.engine`
 (no I/O, no clock). ``CorrectedOracle`` answers the core's ``ThroughputOracle``
 questions with ``perfmodel.online.OnlineCorrector.predict`` (offline prediction times the learned
 per-GPU-type, per-model-and-type and per-job corrections) and feeds the workers' reported throughput into
-the corrector with ``observe``. Observations are keyed by the (job features, placement) pair, so a job's
-own correction applies exactly where it was measured, and the shared levels move every other prediction
-on that GPU type and model. Work units are converted to samples per second for the corrector
+the corrector with ``observe``. Each job's observations are its own record per placement (keyed by the
+job's name, unique among the jobs alive at once: ``namespace/name`` in the operator, which forgets a
+name whose object was deleted or recreated under a new uid), so a job's own correction applies exactly
+where it was measured and to no other job, and the shared levels (per GPU type, per model and type) move
+every other prediction on that GPU type and model. ``forget`` ends a job (finished, failed or deleted:
+the operator and the simulator's engine call it): its own records and caches go, its records stay in the
+shared levels among the latest finished jobs of its model (``perfmodel.online.OnlineCorrector.forget``),
+and what it answered before each configuration's first measurement stays (``throughput_held_out``; the
+latest ``BEFORE_CAP`` configurations). Work units are converted to samples per second for the corrector
 (iterations x global batch) and back. A row the predictor cannot answer is 0 ("cannot run there"), as in
 ``scheduler.oracles.PredictorOracle``, whose feature mapping this class reuses; so is an LLM job on a
 placement whose GPU memory it does not fit, and ``memory_fit`` answers the core's ``MemoryOracle`` seam
@@ -33,13 +39,23 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Configurations (job features, placement) whose answer before their first measurement is kept for
+# ``throughput_held_out``; beyond it the oldest is dropped.
+BEFORE_CAP = 4096
+
 
 class ThroughputLearner(Protocol):
-    """An oracle that also learns: ``observe`` records a measured throughput (work units/s)."""
+    """An oracle that also learns: ``observe`` records a measured throughput (work units/s); ``forget``
+    ends a job (finished, failed or deleted) by its name."""
 
     def throughput(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[float]: ...
 
     def observe(self, job: Job, shape: PlacementShape, throughput: float) -> None: ...
+
+    def forget(self, name: str) -> None: ...
+
+
+_RowKey = tuple["JobFeatures", PlacementShape, str | None]
 
 
 class CorrectedOracle(ThroughputOracle, MemoryOracle, IntervalOracle, HeldOutOracle):
@@ -56,10 +72,14 @@ class CorrectedOracle(ThroughputOracle, MemoryOracle, IntervalOracle, HeldOutOra
         self._warned: set[str] = set()
         self._memory = MemoryFitter()
         self._features: dict[str, JobFeatures] = {}
-        # (job features, placement) -> (iterations/s, low, high) of the corrected prediction, or None
-        # where the predictor cannot answer; emptied by ``observe``
-        self._rows: dict[tuple[JobFeatures, PlacementShape], tuple[float, float, float] | None] = {}
-        # (job features, placement) -> iterations/s predicted there just before its first observation
+        # job name -> the placements it has a record of its own on in the corrector (key (name, placement))
+        self._observed: dict[str, set[PlacementShape]] = {}
+        # (job features, placement, the job's name where it has a record there, else None) -> (iterations/s,
+        # low, high) of the corrected prediction, or None where the predictor cannot answer; emptied by
+        # ``observe``
+        self._rows: dict[_RowKey, tuple[float, float, float] | None] = {}
+        # (job features, placement) -> iterations/s predicted there just before its first observation (of
+        # any job: a cross-job fact, kept after the job ends; the latest ``BEFORE_CAP``)
         self._before: dict[tuple[JobFeatures, PlacementShape], float] = {}
 
     def memory_fit(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[MemoryFit | None]:
@@ -89,22 +109,27 @@ class CorrectedOracle(ThroughputOracle, MemoryOracle, IntervalOracle, HeldOutOra
         the rows not kept since the last ``observe`` are predicted in one batch."""
         from perfmodel.errors import InvalidInputError
 
-        keys = [(self._job_features(job), shape) for job, shape in queries]
+        observed = self._observed
+        keys = [
+            (self._job_features(job), shape, job.name if shape in observed.get(job.name, ()) else None)
+            for job, shape in queries
+        ]
         rows = self._rows
         missing = list(dict.fromkeys(k for k in keys if k not in rows))
         if missing:
-            feats = [(f, hardware_features(shape)) for f, shape in missing]
+            feats = [(f, hardware_features(shape)) for f, shape, _ in missing]
+            ids = [(name, shape) if name is not None else None for _, shape, name in missing]
             try:
-                preds = self.corrector.predict(feats)
+                preds = self.corrector.predict(feats, ids)
                 for key, ips, lo, hi in zip(
                     missing, preds.iters_per_s, preds.iters_low, preds.iters_high, strict=True
                 ):
                     rows[key] = (ips, lo, hi)
             except InvalidInputError:
                 # one bad row must not blind the policy to every other job: answer row by row
-                for key, row in zip(missing, feats, strict=True):
+                for key, row, jid in zip(missing, feats, ids, strict=True):
                     try:
-                        one = self.corrector.predict([row])
+                        one = self.corrector.predict([row], [jid])
                         rows[key] = (one.iters_per_s[0], one.iters_low[0], one.iters_high[0])
                     except InvalidInputError:
                         rows[key] = None
@@ -177,9 +202,31 @@ class CorrectedOracle(ThroughputOracle, MemoryOracle, IntervalOracle, HeldOutOra
             got = self._answers([(job, shape)], warn=False)[0]
             if got is not None and got[0] > 0:
                 self._before[key] = got[0]
+                if len(self._before) > BEFORE_CAP:
+                    del self._before[next(iter(self._before))]
         try:
-            self.corrector.observe(self._job_features(job), hardware_features(shape), samples)
+            self.corrector.observe(key[0], hardware_features(shape), samples, job_id=(job.name, shape))
         except InvalidInputError as exc:
             self._warn(job, exc)
             return
+        self._observed.setdefault(job.name, set()).add(shape)
         self._rows.clear()  # every corrected prediction may have moved
+
+    def forget(self, name: str) -> None:
+        """The job ``name`` has ended (finished, failed or deleted): its own records, cached features and
+        warning go; its records stay in the shared levels (``OnlineCorrector.forget``)."""
+        changed = False
+        for shape in self._observed.pop(name, ()):
+            changed |= self.corrector.forget((name, shape))
+        self._features.pop(name, None)
+        self._warned.discard(name)
+        if changed:  # an older finished job dropped out of the shared levels
+            self._rows.clear()
+        else:
+            for key in [k for k in self._rows if k[2] == name]:
+                del self._rows[key]
+
+    def jobs(self) -> int:
+        """How many jobs it holds state of its own for (asked about, observed or warned of, and not
+        forgotten)."""
+        return len(self._observed.keys() | self._features.keys() | self._warned)

@@ -240,7 +240,8 @@ class Engine:
     ``policy_oracle`` is what the policy is told (possibly with injected error); if it learns (has
     ``observe(job, shape, throughput)``, as ``scheduler.oracles.learning.CorrectedOracle``), it is told
     each job's true rate every time the job starts on a placement (when the job's observed throughput
-    there is first set), as the operator feeds it progress reports. ``truth`` is how
+    there is first set), as the operator feeds it progress reports, and (``forget(name)``) each job that
+    finishes or fails, as the operator tells it of each job that ends. ``truth`` is how
     fast jobs really go (asked with each job as last built: its answer may not depend on a job's
     progress or history). ``ideal_durations`` (seconds per job) feed the fairness metrics.
     """
@@ -290,6 +291,10 @@ class Engine:
         self._learn: Callable[[Job, PlacementShape, float], object] | None = (
             observe if callable(observe) else None
         )
+        # ... and forgets a job when it ends (finished or failed), as the operator does: its own records go,
+        # what the shared levels learnt from it stays
+        forget = getattr(policy_oracle, "forget", None)
+        self._forget: Callable[[str], object] | None = forget if callable(forget) else None
         self._shapes: dict[tuple[str, int, tuple[tuple[str, int], ...]], PlacementShape] = {}
 
     # -- progress bookkeeping -------------------------------------------------------------------
@@ -454,6 +459,8 @@ class Engine:
         r.elastic_active -= st.job.is_elastic
         if r.session is not None:
             r.session.remove(name)
+        if self._forget is not None:
+            self._forget(name)
         r.finished += 1
         if self.on_progress and r.finished % self.config.progress_every == 0:
             self.on_progress(r.finished, r.total)
@@ -568,6 +575,8 @@ class Engine:
         r.active.pop(st.job.name, None)
         if r.session is not None:
             r.session.remove(st.job.name)
+        if self._forget is not None:
+            self._forget(st.job.name)
         r.finished += 1
 
     def _end_round(self, r: _Run, now: float) -> None:

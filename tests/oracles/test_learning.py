@@ -78,12 +78,11 @@ def test_answers_kept_between_observations_are_the_correctors_own() -> None:
 
 def test_a_samples_job_is_observed_and_answered_in_samples() -> None:
     oracle = CorrectedOracle.load()
-    its, samples = _job("i"), _job("s", unit=WorkUnit.SAMPLES)
-    ips = oracle.throughput([(its, V100)])[0]
+    samples = _job("s", unit=WorkUnit.SAMPLES)
+    ips = oracle.throughput([(_job("i"), V100)])[0]  # iterations/s of the same configuration
     oracle.observe(samples, V100, 1.5 * ips * 64)  # 1.5x the prediction, in samples/s
-    got_its, got_samples = oracle.throughput([(its, V100), (samples, V100)])
-    assert got_samples == pytest.approx(got_its * 64)
-    assert got_its > 1.2 * ips
+    (got_samples,) = oracle.throughput([(samples, V100)])
+    assert got_samples == pytest.approx(1.5 * ips * 64, rel=0.1)  # its own level, in samples/s
 
 
 @pytest.mark.parametrize("value", [0.0, -1.0, float("nan"), float("inf")])
@@ -112,7 +111,64 @@ def test_a_row_it_cannot_answer_is_0_warned_once_and_blinds_no_other(
 
 def test_it_is_a_throughput_learner() -> None:
     learner: ThroughputLearner = CorrectedOracle.load()
-    assert callable(learner.observe)
+    assert callable(learner.observe) and callable(learner.forget)
+
+
+def test_two_jobs_of_one_configuration_have_a_job_level_each() -> None:
+    # "a" and "b" run the same model, batch and placement; "a" is measured at 2x the prediction (its
+    # data pipeline, say). "a" is answered near its measurement; "b" moves only by the shared levels
+    # (the model on that GPU type), less than "a", until it is measured itself; a third job's answer is
+    # "b"'s (keyed by configuration, "b" would get "a"'s own level)
+    oracle = CorrectedOracle.load()
+    a, b, c = _job("a"), _job("b"), _job("c")
+    (cold,) = oracle.throughput([(a, V100)])
+    oracle.observe(a, V100, 2.0 * cold)
+    got_a, got_b, got_c = oracle.throughput([(a, V100), (b, V100), (c, V100)])
+    assert got_a == pytest.approx(2.0 * cold, rel=0.05)
+    assert cold < got_b < got_a - 0.05 * cold
+    assert got_c == got_b
+    oracle.observe(b, V100, 0.9 * cold)  # "b" runs slower than predicted: its own answer follows it
+    got_a2, got_b2 = oracle.throughput([(a, V100), (b, V100)])
+    assert got_b2 < got_b and got_a2 > got_b2 + 0.5 * cold
+
+
+def test_finished_jobs_leave_no_state_of_their_own_and_the_type_keeps_what_it_learnt() -> None:
+    # 12 jobs of three models on V100 (1, 2 and 4 GPUs) and K80, each measured at 1.3-2.0x the
+    # prediction, then all end: no per-job state is left, and a new job of each model is answered as
+    # before they ended (what the GPU types and models learnt stays)
+    oracle = CorrectedOracle.load()
+    models = [("resnet50", 64), ("vgg16", 32), ("transformer", 128)]
+    shapes = [V100, PlacementShape("V100", 2), PlacementShape("V100", 4), K80]
+    jobs = [(_job(f"j{k}", *models[k % 3]), shapes[k % 4], 1.3 + 0.06 * k) for k in range(12)]
+    for job, shape, f in jobs:
+        oracle.observe(job, shape, f * oracle.throughput([(job, shape)])[0])
+    fresh = [(_job(f"new-{m}", m, b), s) for m, b in models for s in shapes]
+    learnt = oracle.throughput(fresh)
+    held_out = oracle.throughput_held_out([(job, shape) for job, shape, _ in jobs])
+    assert oracle.jobs() == 12 + 3 and oracle.corrector.jobs() == 12  # the new jobs were only asked about
+    for job in [*(j for j, _, _ in jobs), *(j for j, _ in fresh)]:
+        oracle.forget(job.name)
+    assert oracle.jobs() == 0 and oracle.corrector.jobs() == 0
+    assert not oracle._features and not oracle._observed and not oracle._warned
+    assert oracle.corrector.observations() == 12  # still in the shared levels
+    assert oracle.throughput(fresh) == pytest.approx(learnt, rel=1e-9)
+    assert max(learnt[k] / CorrectedOracle.load().throughput([fresh[k]])[0] for k in range(12)) > 1.3
+    # what it answered before each configuration's first measurement is a cross-job fact: it stays
+    assert oracle.throughput_held_out([(job, shape) for job, shape, _ in jobs]) == held_out
+    oracle.forget("j0")  # twice, or a name it never saw: nothing happens
+    oracle.forget("never-seen")
+    assert oracle.throughput(fresh) == pytest.approx(learnt, rel=1e-9)
+
+
+def test_a_job_that_ended_no_longer_answers_with_its_own_level() -> None:
+    oracle = CorrectedOracle.load()
+    a = _job("a")
+    (cold,) = oracle.throughput([(a, V100)])
+    oracle.observe(a, V100, 3.0 * cold)
+    (own,) = oracle.throughput([(a, V100)])
+    oracle.forget("a")
+    (shared,) = oracle.throughput([(_job("a"), V100)])  # a new job under the same name
+    assert own == pytest.approx(3.0 * cold, rel=0.05) and cold < shared < own
 
 
 def test_held_out_answers_are_what_it_said_before_the_rows_first_observation() -> None:

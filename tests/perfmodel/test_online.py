@@ -462,3 +462,48 @@ def test_the_same_observations_give_the_same_predictions_however_often_it_was_as
     got = often.predict(asked).samples_per_s
     assert got == once.predict(asked).samples_per_s
     assert got == often.predict(asked).samples_per_s
+
+
+def _observe_runs(c: OnlineCorrector, predictor: Predictor, factors: Sequence[float]) -> None:
+    """ResNet-50 runs on 2, 4, 6, ... A100s at ``factors`` x the prediction, one job each ("r0", ...)."""
+    for k, f in enumerate(factors):
+        job = JobFeatures("resnet50", "imagenet", 128 * (k % 3 + 1))
+        hw = HardwareFeatures("A100", 2 * (k % 4 + 1), 2 * (k % 4 + 1))
+        c.observe(job, hw, f * predictor.predict([(job, hw)]).samples_per_s[0], job_id=f"r{k}")
+
+
+def test_forgotten_jobs_leave_their_records_in_the_shared_levels_and_none_of_their_own(
+    predictor: Predictor,
+) -> None:
+    c = OnlineCorrector(predictor)
+    _observe_runs(c, predictor, [1.5, 1.4, 1.6, 1.3])
+    rows = [(JobFeatures("resnet50", "imagenet", 512), HardwareFeatures("A100", 8, 8)), (JOB, A100x4)]
+    rows.append((JobFeatures("bert", "squad", 32), HardwareFeatures("A100", 1)))
+    learnt = c.predict(rows).samples_per_s
+    own = c.predict([rows[1]], job_ids=["r1"]).samples_per_s[0]
+    assert [c.forget(f"r{k}") for k in range(4)] == [False] * 4  # nothing dropped out of the shared levels
+    assert c.jobs() == 0 and c.observations() == 4
+    assert c.predict(rows).samples_per_s == pytest.approx(learnt, rel=1e-9)
+    # "r1" ran at 4 A100s: its own level is gone with it
+    assert c.predict([rows[1]], job_ids=["r1"]).samples_per_s[0] == pytest.approx(learnt[1], rel=1e-9) != own
+    assert c.forget("r1") is False and c.forget("never") is False
+
+
+def test_the_shared_levels_keep_the_latest_forgotten_jobs_of_a_model_on_a_type(predictor: Predictor) -> None:
+    # with room for 2 forgotten jobs per (model, GPU type), 4 jobs observed and forgotten leave the
+    # shared levels as 2 jobs would: the last two ("r2", "r3"); the first two dropped out. The same with
+    # room for 2 in all.
+    rows = [(JobFeatures("resnet50", "imagenet", 512), HardwareFeatures("A100", 8, 8)), (JOB, A100x4)]
+    factors = [2.5, 0.6, 1.4, 1.3]
+    for c in (OnlineCorrector(predictor, retired_per_model=2), OnlineCorrector(predictor, retired_cap=2)):
+        _observe_runs(c, predictor, factors)
+        dropped = [c.forget(f"r{k}") for k in range(4)]
+        assert dropped == [False, False, True, True]
+        latest = OnlineCorrector(predictor)
+        _observe_runs(latest, predictor, factors)
+        for k in (0, 1):
+            latest._jobs.pop(f"r{k}")
+        assert c.observations() == 2
+        assert c.predict(rows).samples_per_s == pytest.approx(latest.predict(rows).samples_per_s, rel=1e-9)
+    with pytest.raises(InvalidInputError, match="retired_per_model and retired_cap"):
+        OnlineCorrector(predictor, retired_per_model=0)

@@ -351,3 +351,40 @@ def test_a_learning_oracle_is_told_again_after_each_restart() -> None:
     cfg = EngineConfig(round_seconds=0, restart_cost_s=30, wake_thresholds_gpu_s=())
     Engine(nodes, jobs, make_policy("las"), told, FakeOracle(speed=speed), cfg, run_round=run_round).run()
     assert told.observed == [("short", 2.0), ("long", 1.0), ("long", 5.0)]
+
+
+def test_a_learning_oracle_is_told_of_each_job_that_ends() -> None:
+    from dataclasses import dataclass, field
+
+    from tests.builders import FakeOracle
+
+    @dataclass
+    class Learning(FakeOracle):
+        told: list[tuple[str, str]] = field(default_factory=list)
+
+        def observe(self, job: Job, shape: PlacementShape, throughput: float) -> None:
+            self.told.append(("observe", job.name))
+
+        def forget(self, name: str) -> None:
+            self.told.append(("forget", name))
+
+    # "short" finishes first, "long" moves from the K80 to the V100 (two starts) and finishes; "nowhere"
+    # is placed where it cannot run (the truth says 0 everywhere) and fails: each is forgotten once, when
+    # it ends, after its observations
+    nodes = [node("v").gpus(1, "V100").build(), node("k").gpus(1, "K80").build()]
+    jobs = [job("short").work(100).submitted(0).build(), job("long").work(100_000).submitted(1).build()]
+    jobs.append(job("nowhere").work(10).submitted(200_000).build())
+    speed = {("short", "V100"): 2.0, ("short", "K80"): 1.0, ("long", "V100"): 5.0, ("long", "K80"): 1.0}
+    told = Learning(speed={**speed, ("nowhere", "V100"): 1.0, ("nowhere", "K80"): 1.0})
+    truth = FakeOracle(speed={**speed, ("nowhere", "V100"): 0.0, ("nowhere", "K80"): 0.0})
+    cfg = EngineConfig(round_seconds=0, restart_cost_s=30, wake_thresholds_gpu_s=())
+    result = Engine(nodes, jobs, make_policy("las"), told, truth, cfg, run_round=run_round).run()
+    assert told.told == [
+        ("observe", "short"),
+        ("observe", "long"),
+        ("forget", "short"),
+        ("observe", "long"),
+        ("forget", "long"),
+        ("forget", "nowhere"),
+    ]
+    assert [r.failed for r in result.records if r.name == "nowhere"] == ["no throughput on V100"]
