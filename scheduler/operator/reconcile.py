@@ -963,11 +963,30 @@ class Operator:
                 abs(predicted - observed) / observed
             )
             node = single_node(alloc.replicas_per_node)
-            if node is not None:
+            reference = self._shared_prediction(job, alloc, node_map, predicted) if node is not None else 0.0
+            if node is not None and reference > 0:
                 model = job.model or f"{job.params}/{job.flops_per_sample}"
                 now = self.clock.now()
-                self._slow_pending.append(GangSample(now, node, alloc.gpu_type, model, observed / predicted))
+                self._slow_pending.append(GangSample(now, node, alloc.gpu_type, model, observed / reference))
         self._learned.append((job, spread_of(alloc, node_map), observed))
+
+    def _shared_prediction(
+        self, job: Job, alloc: Allocation, node_map: Mapping[str, Node], predicted: float
+    ) -> float:
+        """What the slow-node detection compares a gang's measured throughput with: the oracle's answer
+        without the job's own record where it learns per job (``throughput_shared``: the same for every
+        job of the model on that shape, so a slow node's jobs read slower than their peers'), else
+        ``predicted``; 0 where it cannot answer."""
+        shared = getattr(self.oracle, "throughput_shared", None)
+        if not callable(shared):
+            return predicted
+        try:
+            got = shared([(job, spread_of(alloc, node_map))])
+        except Exception as exc:  # a broken predictor must not stop the lifecycle: counted, logged
+            metrics.OPERATOR_ERRORS.labels(step="predict").inc()
+            log.error("throughput prediction failed", exc_info=True, extra={"error": str(exc)})
+            return 0.0
+        return float(got[0]) if got and got[0] > 0 else 0.0
 
     def _slow_nodes(self, now: float) -> None:
         """Slow-node detection (``scheduler.core.slow_nodes``): the ratio of every node with evidence as

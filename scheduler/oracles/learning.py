@@ -103,15 +103,20 @@ class CorrectedOracle(ThroughputOracle, MemoryOracle, IntervalOracle, HeldOutOra
         return cached_job_features(self._features, job)
 
     def _answers(
-        self, queries: Sequence[tuple[Job, PlacementShape]], warn: bool
+        self, queries: Sequence[tuple[Job, PlacementShape]], warn: bool, own: bool = True
     ) -> list[tuple[float, float, float] | None]:
         """Per question the corrected (iterations/s, low, high), None where the predictor cannot answer;
-        the rows not kept since the last ``observe`` are predicted in one batch."""
+        the rows not kept since the last ``observe`` are predicted in one batch. ``own=False``: without
+        the job's own record (the shared levels only)."""
         from perfmodel.errors import InvalidInputError
 
         observed = self._observed
         keys = [
-            (self._job_features(job), shape, job.name if shape in observed.get(job.name, ()) else None)
+            (
+                self._job_features(job),
+                shape,
+                job.name if own and shape in observed.get(job.name, ()) else None,
+            )
             for job, shape in queries
         ]
         rows = self._rows
@@ -151,12 +156,23 @@ class CorrectedOracle(ThroughputOracle, MemoryOracle, IntervalOracle, HeldOutOra
         return InvalidInputError("no answer")
 
     def throughput(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[float]:
+        return self._throughput(queries, own=True)
+
+    def throughput_shared(self, queries: Sequence[tuple[Job, PlacementShape]]) -> list[float]:
+        """``throughput`` without each job's own record: the offline prediction times the shared levels
+        (the GPU type's, the model's on that type) only. Two jobs of one model on one placement shape get
+        the same answer, so their measured throughput over it compares the nodes they run on (the
+        operator's slow-node detection); with the job's own record each job's answer would absorb its
+        own node's slowness."""
+        return self._throughput(queries, own=False)
+
+    def _throughput(self, queries: Sequence[tuple[Job, PlacementShape]], own: bool) -> list[float]:
         from perfmodel.llm import LLMJobFeatures
 
         if not queries:
             return []
         out = []
-        for (job, shape), got in zip(queries, self._answers(queries, warn=True), strict=True):
+        for (job, shape), got in zip(queries, self._answers(queries, warn=True, own=own), strict=True):
             ips = got[0] if got is not None else 0.0
             value = ips * job.batch_size if job.work_unit is WorkUnit.SAMPLES else ips
             if value > 0 and isinstance(self._job_features(job), LLMJobFeatures):

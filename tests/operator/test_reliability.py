@@ -585,3 +585,19 @@ def test_gangs_on_a_slow_node_move_off_it_when_the_predicted_gain_pays_the_resta
         assert st["phase"] == "Running" and "n3" not in st["allocation"]["nodes"], st
     # one move per job per window: the moved gangs are not moved again, whatever runs where
     assert not any(op.run_round().did("resize", f"ml/{n}") for n in on_n3)
+
+
+def test_a_slow_node_is_flagged_with_the_learning_oracle_that_corrects_each_job() -> None:
+    """The operator's learning oracle keeps a correction per job: each gang's own answer follows its own
+    measurements, so compared with it a slow node's gangs would read as fast as their peers. The
+    detection compares them with the answer without the job's own record (the same for every job of the
+    model), so n3 (60 % of its peers' throughput) is flagged and n1, n2 are not."""
+    from scheduler.oracles.learning import CorrectedOracle
+
+    policy = ScriptedPolicy()
+    h = make_harness(policy)
+    h.oracle = CorrectedOracle.load()  # type: ignore[assignment]
+    _run_on_a_slow_node(h, policy)
+    slow = [e for e in h.api.events if (e.get("involvedObject") or {}).get("kind") == "Node"]
+    assert [(e["involvedObject"]["name"], e["reason"]) for e in slow] == [("n3", "SlowNode")]
+    assert "0.60x the throughput of the same models on peer A100 nodes (2 model(s)" in slow[0]["message"]

@@ -132,6 +132,20 @@ def test_two_jobs_of_one_configuration_have_a_job_level_each() -> None:
     assert got_b2 < got_b and got_a2 > got_b2 + 0.5 * cold
 
 
+def test_the_shared_answer_leaves_out_the_jobs_own_record() -> None:
+    # "a" measured at 2x: its own answer follows it, its shared answer is what an unmeasured job of the
+    # same configuration gets (the shared levels only), the same for every job of that configuration
+    oracle = CorrectedOracle.load()
+    a, b = _job("a"), _job("b")
+    (cold,) = oracle.throughput([(a, V100)])
+    oracle.observe(a, V100, 2.0 * cold)
+    own_a, own_b = oracle.throughput([(a, V100), (b, V100)])
+    shared_a, shared_b = oracle.throughput_shared([(a, V100), (b, V100)])
+    assert shared_a == shared_b == own_b
+    assert own_a > shared_a + 0.05 * cold
+    assert oracle.throughput_shared([]) == []
+
+
 def test_finished_jobs_leave_no_state_of_their_own_and_the_type_keeps_what_it_learnt() -> None:
     # 12 jobs of three models on V100 (1, 2 and 4 GPUs) and K80, each measured at 1.3-2.0x the
     # prediction, then all end: no per-job state is left, and a new job of each model is answered as
