@@ -151,7 +151,8 @@ def main() -> None:
     t_next = time.perf_counter() - t0
     corrector = replayed.corrector
     print(
-        f"replay: first round {t_replay:.2f} s ({1000 * t_replay / args.jobs:.1f} ms per job), next {t_next:.3f} s"
+        f"replay: first round {t_replay:.2f} s ({1000 * t_replay / args.jobs:.1f} ms per job), "
+        f"next {t_next:.3f} s"
     )
     print(f"  retired records {len(corrector._retired)}, observations {corrector.observations()}")
 
