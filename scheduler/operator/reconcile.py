@@ -28,11 +28,12 @@ is the whole lifecycle loop, in numbered phases:
 
 A job that ended since the last round (Succeeded, Failed, deleted, or recreated under the same name with
 a new uid) is forgotten by the learning oracle and the per-job maps of this process before the round
-(``_track_ends``): its own correction goes, what the shared levels learnt from it stays. The learning
-state is in memory; after a restart (or on a new leader) the running jobs are learnt again from their
-next progress report, and each finished TrainingJob still listed is replayed once from its status (its
-last measured throughput on its last gang's placement, ``_replay``); what finished jobs already deleted
-taught is lost (docs/perfmodel-online.md).
+(``_track_ends``): its own correction goes, what the shared levels learnt from it stays. The leader
+keeps the learning state in a ConfigMap (``_save_state``, ``scheduler.operator.learning_state``); a
+process that starts to lead restores it before its round (``_restore_state``), then replays once from
+its status each finished TrainingJob still listed that the state had not learnt (its last measured
+throughput on its last gang's placement, ``_replay``); without a usable state the replay runs alone and
+what finished jobs already deleted taught is lost (docs/learning-state.md).
 
 What each transition writes and does is decided by the pure ``scheduler.operator.transitions.transition``
 (phases 3 and 5); this module lists, decides, and applies its ``Outcome`` (``_execute``): the status
