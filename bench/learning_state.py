@@ -11,9 +11,10 @@ configurations each (4,096 held-out answers). Measured, in one process, on the p
 2. the state that process would store (``scheduler.operator.learning_state.encode``): its encode time
    and compressed size (a ConfigMap holds at most 1 MiB);
 3. a new operator process that restores that state: its first round (read, decode, restore, no
-   replay), and whether it then answers bit for bit as the first one (every model level, 4 GPUs).
+   replay), and whether it then answers bit for bit as the first one (every model level, 4 GPUs);
+4. the state's size once ``--live`` running jobs (one report each) are learnt on top.
 
-Run: ``python bench/learning_state.py [--jobs N]`` (4,096: about a minute on one core).
+Run: ``python bench/learning_state.py [--jobs N] [--live N]`` (the defaults: about 5 minutes).
 """
 
 from __future__ import annotations
@@ -135,9 +136,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=4096)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--live", type=int, default=1000, help="live jobs observed for the last size figure")
     args = ap.parse_args()
-    if args.jobs < 1:
-        ap.error("--jobs must be >= 1")
+    if args.jobs < 1 or args.live < 0:
+        ap.error("--jobs must be >= 1 and --live >= 0")
     api = _cluster(args.jobs, args.seed)
     print(f"{args.jobs} finished TrainingJobs, {len(MODELS) * len(PRECISIONS) * len(PRODUCTS)} model levels")
 
@@ -179,6 +181,28 @@ def main() -> None:
         f"answers bit for bit as the replayed oracle's: {same}"
     )
     print(f"first round: replay {t_replay:.2f} s, restore {t_restore:.2f} s ({t_replay / t_restore:.0f}x)")
+
+    # the same state with live jobs: each observed once, at 0.6-1.5x the prediction, as a report would
+    rng = random.Random(args.seed + 1)
+    q_live = _questions()
+    for i in range(args.live):
+        job, shape = q_live[i % len(q_live)]
+        job = Job(
+            name=f"ml/live{i:05d}",
+            submit_time=0,
+            total_work=1,
+            model=job.model,
+            batch_size=256,
+            precision=job.precision,
+        )
+        rate = restored.throughput([(job, shape)])[0] * rng.uniform(0.6, 1.5)
+        restored.observe(job, shape, rate)
+        live[job.name] = (f"uid-{i:05d}-0000-0000-0000-000000000000", 1_800_000_000.0 + i)
+    blob = encode(restored.state(), live, op._completed)
+    print(
+        f"state with {args.live} live jobs: {len(blob) / 1024:.0f} KiB compressed, "
+        f"bound {MAX_BYTES // 1024} KiB"
+    )
 
 
 if __name__ == "__main__":
