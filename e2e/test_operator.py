@@ -11,6 +11,7 @@ Cluster: ``e2e/clusters/e2e-small.yaml`` (2 x 8 A100, 2 x 4 V100, 2 x 4 K80 = 32
 
 from __future__ import annotations
 
+import base64
 import threading
 import time
 from collections import defaultdict
@@ -22,6 +23,7 @@ from kubernetes.client.rest import ApiException
 
 from e2e.harness import Component, KubeCluster, gpu_capacity, wait_until
 from scheduler.names import API_VERSION, GROUP, TRAININGJOB_KIND, TRAININGJOB_PLURAL, VERSION
+from scheduler.operator import learning_state
 
 TIME_SCALE = 300.0
 
@@ -490,8 +492,24 @@ def test_unschedulable_and_invalid_jobs_stay_pending_while_others_run(cluster: C
 def test_killing_the_leader_mid_run_loses_nothing_and_duplicates_nothing(
     kube_cluster: KubeCluster, cluster: Cluster, stack: Any
 ) -> None:
-    ops = stack("fifo", replicas=2, PERFSCHED_OPERATOR_POLICY_CONFIG='{"backfill": true}')
+    ops = stack(
+        "fifo",
+        replicas=2,
+        PERFSCHED_OPERATOR_POLICY_CONFIG='{"backfill": true}',
+        PERFSCHED_OPERATOR_LEARNING_STATE_INTERVAL_SECONDS="1",
+    )
     coord = __import__("kubernetes").client.CoordinationV1Api(kube_cluster.api)
+    core = __import__("kubernetes").client.CoreV1Api(kube_cluster.api)
+
+    def learnt() -> dict[str, Any] | None:
+        """The corrector's part of the learning state the leader keeps in its ConfigMap (None: none)."""
+        try:
+            cm = core.read_namespaced_config_map("perfsched-operator-learning-state", cluster.ns)
+        except ApiException:
+            return None
+        got = learning_state.decode(base64.b64decode((cm.binary_data or {})[learning_state.KEY]))
+        assert not isinstance(got, str), got
+        return dict(got.oracle["corrector"])
 
     def holder() -> str:
         try:
@@ -510,11 +528,17 @@ def test_killing_the_leader_mid_run_loses_nothing_and_duplicates_nothing(
             )
             cluster.submit(body)
         wait_until(lambda: sum(cluster.phase(n) == "Running" for n in names) >= 3, 60, "3 running jobs")
+        # the leader keeps what it learnt from the running jobs' reports in its ConfigMap
+        wait_until(lambda: (c := learnt()) is not None and len(c["jobs"]) >= 1, 30, "a stored learning state")
         running_at_kill = {n for n in names if cluster.phase(n) == "Running"}
         gens_at_kill = {n: cluster.status(n)["gangGeneration"] for n in running_at_kill}
         leader = next(op for op in ops if op.name == first)
         leader.kill()
         second = wait_until(lambda: (h := holder()) and h != first and h, 30, "the standby to take over")
+        new_leader = next(op for op in ops if op.name == second)
+        wait_until(
+            lambda: "learning state restored" in new_leader.log(400), 30, "the new leader to restore it"
+        )
         cluster.submit(tj("after-kill", iterations=3000))
         leader.restart()  # it comes back as a standby
         wait_until(
@@ -524,6 +548,11 @@ def test_killing_the_leader_mid_run_loses_nothing_and_duplicates_nothing(
             interval=1.0,
         )
     assert holder() == second
+    # the new leader went on from the restored state and stored it again: every job ended, so no live
+    # record is left, and what the jobs taught is in the shared levels
+    wait_until(
+        lambda: (c := learnt()) is not None and not c["jobs"] and c["retired"], 30, "the jobs' ends stored"
+    )
     for n in running_at_kill:
         st = cluster.status(n)
         # jobs running at the kill were neither restarted nor duplicated by the new leader

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -295,6 +295,65 @@ class OnlineCorrector:
             self._dirty = True
             self._dirty_types |= dropped
         return bool(dropped)
+
+    def _settings(self) -> list[object]:
+        return [self.decay, self.job_weight_cap, self.trend, self.retired_per_model, self.retired_cap]
+
+    def state(self, encode_id: Callable[[Hashable], object]) -> dict[str, object]:
+        """Everything it has learnt, as plain JSON values (``restore`` reads it back): the settings that
+        shape the fit, the live records (each job id through ``encode_id``) and the retired ones in their
+        order, and the fitted shared levels as they stand, so that a restored corrector answers bit for
+        bit as this one does without refitting (refitting after a reorder moves the last bits)."""
+        derived = {name: _plain(list(getattr(self, name).items())) for name in _DERIVED}
+        return {
+            "settings": [
+                self.decay,
+                self.job_weight_cap,
+                self.trend,
+                self.retired_per_model,
+                self.retired_cap,
+            ],
+            "jobs": [[encode_id(k), _record(st)] for k, st in self._jobs.items()],
+            "retired": [_record(st) for st in self._retired],
+            "derived": derived,
+            "dirty": sorted(self._dirty_types) if self._dirty else [],
+        }
+
+    def restore(self, state: Mapping[str, object], decode_id: Callable[[object], Hashable]) -> None:
+        """Replace what it has learnt with ``state`` (``state``'s output). ``InvalidInputError`` naming
+        the problem when ``state`` was written with other settings or does not parse; it is unchanged
+        then."""
+        try:
+            settings = list(_seq(state["settings"]))
+            mine = self._settings()
+            if settings != mine:
+                raise InvalidInputError(f"written with corrector settings {settings}, these are {mine}")
+            jobs = {decode_id(k): _stats(v) for k, v in (_seq(x) for x in _seq(state["jobs"]))}
+            retired = deque(_stats(v) for v in _seq(state["retired"]))
+            if len(retired) > self.retired_cap:
+                raise InvalidInputError(f"{len(retired)} retired records, more than {self.retired_cap}")
+            derived_in = state["derived"]
+            if not isinstance(derived_in, Mapping) or set(derived_in) != set(_DERIVED):
+                raise InvalidInputError("derived: not the fitted levels this version keeps")
+            derived: dict[str, dict[object, object]] = {}
+            for name in _DERIVED:
+                table: dict[object, object] = {}
+                for k, v in (_seq(x) for x in _seq(derived_in[name])):
+                    table[_tuples(k)] = [_tuples(x) for x in _seq(v)] if name == "_mg_jobs" else _tuples(v)
+                derived[name] = table
+            dirty = {str(t) for t in _seq(state["dirty"])}
+        except InvalidInputError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidInputError(f"learning state does not parse: {type(exc).__name__}: {exc}") from None
+        self._jobs, self._retired = jobs, retired
+        for name, table in derived.items():
+            setattr(self, name, table)
+        self._dirty, self._dirty_types = bool(dirty), dirty
+
+    def job_ids(self) -> list[Hashable]:
+        """The ids of the live job records, in the order they were first observed."""
+        return list(self._jobs)
 
     def jobs(self) -> int:
         """How many job records it holds (live ones: not forgotten)."""
@@ -622,6 +681,62 @@ class OnlineCorrector:
         return Predictions(
             out["s"], out["i"], out["lo"], out["hi"], out["ilo"], out["ihi"], list(base.low_confidence[:n])
         )
+
+
+# The fitted shared levels (``_rebuild``'s output) a snapshot carries as they stand (``state``).
+_DERIVED = (
+    "_gpu_sums",
+    "_mg_jobs",
+    "_gpu_slopes",
+    "_mg_coef",
+    "_mg_range",
+    "_mg_seen",
+    "_trend_range",
+    "_spans_seen",
+    "_gpus_seen",
+    "_gpu_struct",
+    "_model_compute",
+    "_model_sync",
+)
+
+
+def _plain(value: object) -> object:
+    """Tuples as lists, recursively (JSON's shape); floats stay exact (JSON writes their repr)."""
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _tuples(value: object) -> object:
+    """Lists as tuples, recursively (``_plain`` undone)."""
+    if isinstance(value, list):
+        return tuple(_tuples(v) for v in value)
+    return value
+
+
+def _seq(value: object) -> list[object]:
+    if not isinstance(value, list):
+        raise InvalidInputError(f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def _record(st: _JobStats) -> list[object]:
+    return [st.model, st.gpu_type, st.weight, st.sum_r, st.sum_r2, st.count, list(st.point)]
+
+
+def _stats(value: object) -> _JobStats:
+    """A ``_record`` read back; ``InvalidInputError`` when it is not one."""
+    v = _seq(value)
+    if len(v) != 7 or not isinstance(v[0], str) or not isinstance(v[1], str):
+        raise InvalidInputError(f"not a job record: {str(v)[:80]}")
+    raw = [*v[2:5], *_seq(v[6])]
+    if not isinstance(v[5], int) or not all(isinstance(x, int | float) for x in raw) or len(raw) != 9:
+        raise InvalidInputError(f"not a job record: {str(v)[:80]}")
+    nums = [float(x) for x in raw if isinstance(x, int | float)]
+    if not all(math.isfinite(x) for x in nums) or nums[0] < 0:
+        raise InvalidInputError(f"not a job record: {str(v)[:80]}")
+    p = nums[3:]
+    return _JobStats(v[0], v[1], nums[0], nums[1], nums[2], v[5], (p[0], p[1], p[2], p[3], p[4], p[5]))
 
 
 def _drop(per_type: dict[str, _V], types: set[str]) -> None:

@@ -100,6 +100,12 @@ class Settings(BaseSettings):
     operator_lease_duration_seconds: float = Field(default=15.0, gt=0)
     operator_renew_deadline_seconds: float = Field(default=10.0, gt=0)
     operator_retry_period_seconds: float = Field(default=2.0, gt=0)
+    #: the ConfigMap, in the namespace of the operator's Lease, where the leader keeps what the learning
+    #: oracle learnt, restored by the next leader (``scheduler.operator.learning_state``); empty: not kept
+    #: (a new process replays the finished TrainingJobs still listed)
+    operator_learning_state_configmap: str = "perfsched-operator-learning-state"
+    #: the leader writes the learning state at most this often, and only when it changed
+    operator_learning_state_interval_seconds: float = Field(default=60.0, ge=1, le=86400)
     #: this replica's identity in the Lease (empty: hostname + pid)
     operator_identity: str = ""
     #: port of the operator's /metrics and /healthz (0: not served)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from dataclasses import replace
 from typing import TYPE_CHECKING, NoReturn
 
 import typer
@@ -75,7 +76,10 @@ def operator(
         api,
         pol,
         oracle,
-        config=_operator_config(settings, identity),
+        # ``--once`` neither restores nor writes the learning state (a leader may be running)
+        config=replace(_operator_config(settings, identity), learning_state_configmap="")
+        if once
+        else _operator_config(settings, identity),
         may_act=elector.is_leader if elector is not None else (lambda: True),
         known_model=lambda m: zoo.lookup_model(m) is not None,
         adopter=_adopter(settings, api, elector, identity),
@@ -166,6 +170,9 @@ def _operator_config(settings: Settings, identity: str) -> OperatorConfig:
         instance=identity,
         workload_api=settings.operator_workload_api,
         api_concurrency=settings.operator_api_concurrency,
+        learning_state_configmap=settings.operator_learning_state_configmap,
+        learning_state_namespace=settings.operator_lease_namespace or _own_namespace(),
+        learning_state_interval_s=settings.operator_learning_state_interval_seconds,
     )
 
 

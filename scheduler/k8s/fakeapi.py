@@ -488,6 +488,31 @@ class FakeKubeApi:
             self.configmaps[(namespace, name)] = cm
             return copy.deepcopy(cm)
 
+    def create_configmap(self, namespace: str, body: Mapping[str, Any]) -> Obj:
+        self._fault("create_configmap")
+        with self._lock:
+            name = body["metadata"]["name"]
+            if (namespace, name) in self.configmaps:
+                raise AlreadyExists(f'configmaps "{name}" already exists')
+            cm = self._stamp(copy.deepcopy(dict(body)), namespace)
+            self.configmaps[(namespace, name)] = cm
+            self.calls.append(("create_configmap", namespace, name))
+            return copy.deepcopy(cm)
+
+    def replace_configmap(self, namespace: str, name: str, body: Mapping[str, Any]) -> Obj:
+        self._fault("replace_configmap")
+        with self._lock:
+            cur = self.configmaps.get((namespace, name))
+            if cur is None:
+                raise NotFound(f'configmaps "{name}" not found')
+            if body["metadata"].get("resourceVersion") != cur["metadata"]["resourceVersion"]:
+                raise Conflict(f'configmaps "{name}": the object has been modified')
+            new = copy.deepcopy(dict(body))
+            new["metadata"] = {**cur["metadata"], "resourceVersion": self._next_rv()}
+            self.configmaps[(namespace, name)] = new
+            self.calls.append(("replace_configmap", namespace, name))
+            return copy.deepcopy(new)
+
     def get_lease(self, namespace: str, name: str) -> Obj | None:
         self._fault("get_lease")
         with self._lock:

@@ -151,6 +151,14 @@ class KubeApi(Protocol):
         """A ConfigMap, or None when it does not exist."""
         ...
 
+    def create_configmap(self, namespace: str, body: Mapping[str, Any]) -> Obj:
+        """Create a ConfigMap; raises ``AlreadyExists`` when it exists."""
+        ...
+
+    def replace_configmap(self, namespace: str, name: str, body: Mapping[str, Any]) -> Obj:
+        """Replace a ConfigMap; ``body.metadata.resourceVersion`` must be current, else ``Conflict``."""
+        ...
+
     def create_lease(self, namespace: str, body: Mapping[str, Any]) -> Obj:
         """Create a Lease; raises ``AlreadyExists`` when another candidate created it first."""
         ...
@@ -486,6 +494,24 @@ class RealKubeApi:
             )
         except NotFound:
             return None
+
+    def create_configmap(self, namespace: str, body: Mapping[str, Any]) -> Obj:
+        return self._json(
+            "create configmap",
+            lambda: self._core.create_namespaced_config_map(
+                namespace, dict(body), _preload_content=False, _request_timeout=self._timeout
+            ),
+            attempts=1,
+        )
+
+    def replace_configmap(self, namespace: str, name: str, body: Mapping[str, Any]) -> Obj:
+        return self._json(
+            "replace configmap",
+            lambda: self._core.replace_namespaced_config_map(
+                name, namespace, dict(body), _preload_content=False, _request_timeout=self._timeout
+            ),
+            attempts=1,
+        )
 
     def create_lease(self, namespace: str, body: Mapping[str, Any]) -> Obj:
         return self._json(

@@ -28,11 +28,12 @@ is the whole lifecycle loop, in numbered phases:
 
 A job that ended since the last round (Succeeded, Failed, deleted, or recreated under the same name with
 a new uid) is forgotten by the learning oracle and the per-job maps of this process before the round
-(``_track_ends``): its own correction goes, what the shared levels learnt from it stays. The learning
-state is in memory; after a restart (or on a new leader) the running jobs are learnt again from their
-next progress report, and each finished TrainingJob still listed is replayed once from its status (its
-last measured throughput on its last gang's placement, ``_replay``); what finished jobs already deleted
-taught is lost (docs/perfmodel-online.md).
+(``_track_ends``): its own correction goes, what the shared levels learnt from it stays. The leader
+keeps the learning state in a ConfigMap (``_save_state``, ``scheduler.operator.learning_state``); a
+process that starts to lead restores it before its round (``_restore_state``), then replays once from
+its status each finished TrainingJob still listed that the state had not learnt (its last measured
+throughput on its last gang's placement, ``_replay``); without a usable state the replay runs alone and
+what finished jobs already deleted taught is lost (docs/learning-state.md).
 
 What each transition writes and does is decided by the pure ``scheduler.operator.transitions.transition``
 (phases 3 and 5); this module lists, decides, and applies its ``Outcome`` (``_execute``): the status
@@ -83,6 +84,7 @@ from scheduler.k8s.kubeapi import KubeApi, Obj
 from scheduler.k8s.profiles import ModelProfiles
 from scheduler.names import DRA_API_VERSION
 from scheduler.operator.adopted import Adopter, Adoption
+from scheduler.operator.learning_state import Restored, StateStore, encode
 from scheduler.operator.modelprofile import Condition, profile_condition, with_profile_condition
 from scheduler.operator.observe import (
     GangState,
@@ -130,6 +132,12 @@ class OperatorConfig:
     #: a Workload / PodGroup per gang generation (Kubernetes 1.37's gang API; PERFSCHED_OPERATOR_WORKLOAD_API)
     workload_api: bool = False
     api_concurrency: int = 8
+    #: the ConfigMap (in ``learning_state_namespace``) that keeps the learning oracle's state across
+    #: restarts and leader changes (``scheduler.operator.learning_state``); empty: none
+    learning_state_configmap: str = ""
+    learning_state_namespace: str = "default"
+    #: the leader writes the state at most this often, and only when it changed
+    learning_state_interval_s: float = 60.0
 
 
 @dataclass(slots=True)
@@ -263,6 +271,20 @@ class Operator:
         #: (``_track_ends``)
         self._live: dict[str, str] = {}
         self._ended: dict[str, str] = {}
+        #: finished job -> (uid, completion time), for the stored learning state
+        self._completed: dict[str, tuple[str, str]] = {}
+        #: where the learning state is kept (``learning_state``), and when this process last wrote it
+        self._store = (
+            StateStore(api, self.config.learning_state_namespace, self.config.learning_state_configmap)
+            if self.config.learning_state_configmap and callable(getattr(oracle, "restore", None))
+            else None
+        )
+        self._state_at = float("-inf")
+        #: whether the last round ran as leader (a round that finds it newly so restores the state)
+        self._leading = False
+        #: finished jobs a restored state had learnt (uids; and all that completed before the time)
+        self._restored_ended: frozenset[str] = frozenset()
+        self._restored_before = ""
 
     # --- phase 1: list ---------------------------------------------------------------------------------
 
@@ -469,12 +491,18 @@ class Operator:
         now = self.clock.now()
         report = RoundReport(now=now)
         if not self.may_act():
+            self._leading = False
             report.skipped = True
             metrics.OPERATOR_ROUNDS.labels(result="skipped_not_leader").inc()
             return report
+        if not self._leading:
+            self._leading = True
+            self._restore_state()
         try:
             self._round(now, report)
+            self._save_state(now)
         except NotLeader:
+            self._leading = False
             report.skipped = True
             metrics.OPERATOR_ROUNDS.labels(result="skipped_not_leader").inc()
             log.warning("lost leadership during a round; stopped writing")
@@ -1024,12 +1052,19 @@ class Operator:
         took over as leader) is first replayed from its status (``_replay``)."""
         live: dict[str, str] = {}
         ended: dict[str, str] = {}
+        completed: dict[str, tuple[str, str]] = {}
         replay: list[Obj] = []
         for obj in tjs:
             key, uid = crd.job_key(obj), str((obj.get("metadata") or {}).get("uid", ""))
             if (obj.get("status") or {}).get("phase") in crd.TERMINAL_PHASES:
                 ended[key] = uid
-                if self._ended.get(key) != uid and self._live.get(key) != uid:
+                done = str((obj.get("status") or {}).get("completionTime") or "")
+                completed[key] = (uid, done)
+                if (
+                    self._ended.get(key) != uid
+                    and self._live.get(key) != uid
+                    and not self._restored(uid, done)
+                ):
                     replay.append(obj)
             else:
                 live[key] = uid
@@ -1043,7 +1078,8 @@ class Operator:
         for per_job in (self._observed_report_time, self._announced):
             for key in [k for k in per_job if k not in listed]:
                 del per_job[key]
-        self._live, self._ended = live, ended
+        self._live, self._ended, self._completed = live, ended, completed
+        self._restored_ended, self._restored_before = frozenset(), ""  # now in ``_ended``
         if replay and callable(forget):
             node_map = {n.name: n for n in nodes}
             # in the order they completed, as they were first learnt
@@ -1053,6 +1089,63 @@ class Operator:
             for obj in replay[-REPLAY_MAX:]:
                 self._replay(obj, pods, node_map, now)
                 self._call_oracle(forget, crd.job_key(obj))
+
+    def _restored(self, uid: str, completed: str) -> bool:
+        """Whether the learning state restored at this leadership's start had learnt this finished job."""
+        return uid in self._restored_ended or bool(completed and completed < self._restored_before)
+
+    def _restore_state(self) -> None:
+        """Restore the learning state from its ConfigMap (``learning_state``) as this process starts to
+        lead, before its first round: the oracle's state, the live jobs' uids and last reports learnt,
+        and the finished jobs learnt, which ``_track_ends`` then does not replay. A state that cannot be
+        used is logged with the reason and ignored: the replay from TrainingJob status runs alone."""
+        if self._store is None:
+            return
+        restore = getattr(self.oracle, "restore", None)
+        started = time.perf_counter()
+        got = self._store.read()
+        if isinstance(got, Restored) and callable(restore):
+            try:
+                restore(got.oracle)
+            except Exception as exc:  # another model, other settings, a value that does not parse
+                got = f"not usable ({str(exc)[:200]})"
+        if not isinstance(got, Restored):
+            if got.startswith("missing"):  # a first start
+                log.info("learning state not restored: %s; replaying finished TrainingJobs", got)
+            else:
+                metrics.OPERATOR_ERRORS.labels(step="learning_state").inc()
+                log.warning("learning state not restored: %s; replaying finished TrainingJobs", got)
+            return
+        self._live = {key: uid for key, (uid, _) in got.live.items()}
+        self._ended = {}
+        self._observed_report_time = {key: t for key, (_, t) in got.live.items() if t is not None}
+        self._restored_ended, self._restored_before = got.ended, got.ended_before
+        log.info(
+            "learning state restored",
+            extra={
+                "live": len(got.live),
+                "ended": len(got.ended),
+                "seconds": round(time.perf_counter() - started, 3),
+            },
+        )
+
+    def _save_state(self, now: float) -> None:
+        """Write the learning state (``learning_state``) when ``learning_state_interval_s`` has passed
+        since the last write and it changed; the leader only (``may_act`` just before writing)."""
+        if self._store is None or now - self._state_at < self.config.learning_state_interval_s:
+            return
+        state = getattr(self.oracle, "state", None)
+        if not callable(state) or not self.may_act():
+            return
+        self._state_at = now
+        try:
+            live = {key: (uid, self._observed_report_time.get(key)) for key, uid in self._live.items()}
+            blob = encode(state(), live, self._completed)
+        except Exception as exc:  # a state that cannot be written must not stop the lifecycle
+            metrics.OPERATOR_ERRORS.labels(step="learning_state").inc()
+            log.error("learning state not encoded", exc_info=True, extra={"error": str(exc)})
+            return
+        self._store.write(blob)
 
     def _replay(self, obj: Obj, pods: Sequence[PodView], node_map: Mapping[str, Node], now: float) -> None:
         """Feed a finished TrainingJob's last measured throughput (``status.observedThroughput``) to the

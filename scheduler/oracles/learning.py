@@ -23,13 +23,14 @@ placement whose GPU memory it does not fit, and ``memory_fit`` answers the core'
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from scheduler.core.protocols import HeldOutOracle, IntervalOracle, MemoryOracle, ThroughputOracle
-from scheduler.core.types import Job, MemoryFit, PlacementShape, WorkUnit
+from scheduler.core.types import Interconnect, Job, MemoryFit, PlacementShape, WorkUnit
 from scheduler.oracles.memory import MemoryFitter
 from scheduler.oracles.predictor import cached_job_features, hardware_features
 
@@ -67,8 +68,11 @@ class CorrectedOracle(ThroughputOracle, MemoryOracle, IntervalOracle, HeldOutOra
     about 500 of them), and ``throughput`` and ``throughput_interval`` share one corrected prediction.
     """
 
-    def __init__(self, corrector: OnlineCorrector) -> None:
+    def __init__(self, corrector: OnlineCorrector, model_id: str = "") -> None:
         self.corrector = corrector
+        #: names the offline model the corrections are relative to (``load``: a digest of the shipped
+        #: model file); a learning state written over another model is not restored (``restore``)
+        self.model_id = model_id
         self._warned: set[str] = set()
         self._memory = MemoryFitter()
         self._features: dict[str, JobFeatures] = {}
@@ -92,7 +96,7 @@ class CorrectedOracle(ThroughputOracle, MemoryOracle, IntervalOracle, HeldOutOra
         from perfmodel.online import OnlineCorrector
         from perfmodel.predictor import Predictor
 
-        return cls(OnlineCorrector(Predictor.load()))
+        return cls(OnlineCorrector(Predictor.load()), model_id=shipped_model_id())
 
     def _warn(self, job: Job, exc: Exception) -> None:
         if job.name not in self._warned:
@@ -242,7 +246,116 @@ class CorrectedOracle(ThroughputOracle, MemoryOracle, IntervalOracle, HeldOutOra
             for key in [k for k in self._rows if k[2] == name]:
                 del self._rows[key]
 
+    def state(self) -> dict[str, object]:
+        """What it has learnt as plain JSON values (``restore`` reads it back): the offline model's id, the
+        corrector's records and fitted levels (``OnlineCorrector.state``; a record's job id is the job's
+        name and placement) and the held-out answers, oldest first (those of jobs with an operator profile
+        are left out: the profile is not in the state, and without it the answer's key differs)."""
+        before = [
+            [_features_out(f), _shape_out(shape), ips]
+            for (f, shape), ips in self._before.items()
+            if f.profile is None
+        ]
+        return {
+            "model": self.model_id,
+            "corrector": self.corrector.state(_id_out),
+            "before": before,
+        }
+
+    def restore(self, state: Mapping[str, object]) -> None:
+        """Replace what it has learnt with ``state`` (``state``'s output): after it, every answer is the
+        one the oracle that wrote it gave, bit for bit. ``InvalidInputError`` naming the problem (another
+        offline model, other corrector settings, a value that does not parse); it is unchanged then."""
+        from perfmodel.errors import InvalidInputError
+
+        if state.get("model") != self.model_id:
+            raise InvalidInputError(
+                f"written over offline model {str(state.get('model'))[:16]!r}, this is {self.model_id[:16]!r}"
+            )
+        corrector = state.get("corrector")
+        raw_before = state.get("before")
+        if not isinstance(corrector, Mapping) or not isinstance(raw_before, list):
+            raise InvalidInputError("corrector or before: missing")
+        try:
+            before: dict[tuple[JobFeatures, PlacementShape], float] = {}
+            for row in raw_before[-BEFORE_CAP:]:
+                f, shape, ips = row
+                before[(_features_in(f), _shape_in(shape))] = float(ips)
+        except (TypeError, ValueError, KeyError) as exc:
+            raise InvalidInputError(f"before: does not parse: {type(exc).__name__}: {exc}") from None
+        self.corrector.restore(corrector, _id_in)  # raises before changing anything
+        self._before = before
+        self._observed = {}
+        for key in self.corrector.job_ids():
+            if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str):
+                self._observed.setdefault(key[0], set()).add(key[1])
+        self._rows.clear()
+        self._features.clear()
+
     def jobs(self) -> int:
         """How many jobs it holds state of its own for (asked about, observed or warned of, and not
         forgotten)."""
         return len(self._observed.keys() | self._features.keys() | self._warned)
+
+
+def shipped_model_id() -> str:
+    """A digest of the shipped offline model file (``perfmodel/data/predictor.json``)."""
+    from importlib import resources
+
+    from perfmodel.predictor import MODEL_FILE
+
+    return hashlib.sha256((resources.files("perfmodel") / "data" / MODEL_FILE).read_bytes()).hexdigest()
+
+
+def _shape_out(s: PlacementShape) -> list[object]:
+    return [s.gpu_type, s.num_gpus, s.num_nodes, s.gpus_per_node, s.interconnect.value, s.network_gbps]
+
+
+def _shape_in(v: object) -> PlacementShape:
+    if not isinstance(v, list) or len(v) != 6:
+        raise ValueError(f"not a placement: {str(v)[:80]}")
+    gpu_type, gpus, nodes, per_node, link, gbps = v
+    if not (isinstance(gpu_type, str) and isinstance(gpus, int) and isinstance(nodes, int)):
+        raise ValueError(f"not a placement: {str(v)[:80]}")
+    if not isinstance(per_node, int) or not isinstance(gbps, int | float):
+        raise ValueError(f"not a placement: {str(v)[:80]}")
+    return PlacementShape(gpu_type, gpus, nodes, per_node, Interconnect(str(link)), float(gbps))
+
+
+def _features_out(f: JobFeatures) -> list[object]:
+    return [f.model, f.dataset, f.batch_size, f.precision, f.params, f.flops_per_sample, f.stack]
+
+
+def _features_in(v: object) -> JobFeatures:
+    from perfmodel.features import JobFeatures
+
+    if not isinstance(v, list) or len(v) != 7:
+        raise ValueError(f"not job features: {str(v)[:80]}")
+    model, dataset, batch, precision, params, flops, stack = v
+    if not all(isinstance(x, str) for x in (model, dataset, precision, stack)) or not isinstance(batch, int):
+        raise ValueError(f"not job features: {str(v)[:80]}")
+    for x in (params, flops):
+        if x is not None and not isinstance(x, int | float):
+            raise ValueError(f"not job features: {str(v)[:80]}")
+    return JobFeatures(
+        str(model),
+        str(dataset),
+        batch,
+        str(precision),
+        None if params is None else float(params),
+        None if flops is None else float(flops),
+        str(stack),
+    )
+
+
+def _id_out(key: Hashable) -> object:
+    """A corrector record's job id (the job's name and placement) as JSON."""
+    if isinstance(key, tuple) and len(key) == 2 and isinstance(key[1], PlacementShape):
+        return [key[0], _shape_out(key[1])]
+    raise ValueError(f"not a job id of this oracle: {key!r}"[:120])
+
+
+def _id_in(v: object) -> Hashable:
+    if not isinstance(v, list) or len(v) != 2 or not isinstance(v[0], str):
+        raise ValueError(f"not a job id: {str(v)[:80]}")
+    return (v[0], _shape_in(v[1]))

@@ -485,3 +485,35 @@ def test_workload_api_is_off_by_default_and_its_rbac_comes_with_the_value(render
     assert env["PERFSCHED_OPERATOR_WORKLOAD_API"] == "true"
     assert {k for r in gang for k in r["resources"]} == {"workloads", "podgroups"}
     assert {"create", "delete"} <= {v for r in gang for v in r["verbs"]}
+
+
+def test_the_operator_keeps_its_learning_state_in_one_configmap_of_its_namespace(render: Render) -> None:
+    docs = render()
+    role = by_kind(docs, "Role")["ps-perfsched-operator-learning-state"]
+    assert role["metadata"]["namespace"] == NS
+    named = [r for r in role["rules"] if r.get("resourceNames")]
+    assert named == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["ps-perfsched-operator-learning-state"],
+            "verbs": ["get", "update"],
+        }
+    ]
+    assert [r["verbs"] for r in role["rules"] if not r.get("resourceNames")] == [["create"]]
+    assert "ps-perfsched-operator-learning-state" in by_kind(docs, "RoleBinding")
+    env = {
+        e["name"]: e.get("value")
+        for c in containers(by_kind(docs, "Deployment")["ps-perfsched-operator"])
+        for e in c.get("env", [])
+    }
+    assert env["PERFSCHED_OPERATOR_LEARNING_STATE_CONFIGMAP"] == "ps-perfsched-operator-learning-state"
+    assert env["PERFSCHED_OPERATOR_LEARNING_STATE_INTERVAL_SECONDS"] == "60"
+    off = render("operator.learningState.enabled=false")
+    assert "ps-perfsched-operator-learning-state" not in by_kind(off, "Role")
+    env = {
+        e["name"]: e.get("value")
+        for c in containers(by_kind(off, "Deployment")["ps-perfsched-operator"])
+        for e in c.get("env", [])
+    }
+    assert env["PERFSCHED_OPERATOR_LEARNING_STATE_CONFIGMAP"] == ""
