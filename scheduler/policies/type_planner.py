@@ -89,7 +89,11 @@ on its asked GPUs of type t, one batched oracle call):
    aware gain then comes from moving measured jobs). One that enters it is valued at its worst case
    (lower bound over the reference type's upper bound). A move is priced on the target's lower bound,
    so it must gain beyond the interval; gangs across nodes, the least predictable questions, need the
-   largest gain. Under the true table every u is 1 and the planner decides as on point predictions.
+   largest gain. The one exception is the job's newest allowed type (highest peak rate at its precision,
+   above its current type's): inside that type's interval the move is priced at the measured speed
+   times the catalogue's peak ratio, so a measured job the oracle cannot rank moves up once, as
+   ``ordered`` would have started it there (docs/decisions/0146). Under the true table every u is 1
+   and the planner decides as on point predictions.
 
 Follows Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep Learning Workloads"
 (Gavel, OSDI 2020): the throughput matrix, effective throughput and policies made heterogeneity-aware by
@@ -113,7 +117,7 @@ from scheduler.core.protocols import HeldOutOracle, IntervalOracle, ThroughputOr
 from scheduler.core.types import Allocation, ClusterSnapshot, Job, PlacementShape
 from scheduler.policies.base import FreeByType, TypeInfo, allowed_types, batch_throughput
 from scheduler.policies.elastic_shares import PredictedThroughputs, size_bounds
-from scheduler.policies.ordered import TypePreference
+from scheduler.policies.ordered import TypePreference, peak_tflops
 
 #: default gain horizon (seconds) over which a move to a faster GPU type must pay for itself
 DEFAULT_HORIZON_S = 3600.0
@@ -446,10 +450,13 @@ class TypePlanner:
             self._drop_slow_spread(job, speed, gpus, low, high)
         value: dict[str, float] = {}
         if current is not None and current in speed and job.preemptible and observed:
-            # a move is priced on the target's lower bound: it must gain beyond the interval
-            best = max(speed[current], *low.values())
+            # a move is priced on the target's lower bound: it must gain beyond the interval; a type of a
+            # higher peak rate at the job's precision (what ``ordered`` prefers) is priced, inside its
+            # interval, at the measured speed times the peak rates' ratio (``_move_speeds``)
+            target = self._move_speeds(job, current, speed[current], low, high)
+            best = max(speed[current], *target.values())
             value[current] = 1.0 + speed[current] / best
-            for t, v in low.items():
+            for t, v in target.items():
                 if t == current:
                     continue
                 pays, cost = move_pays(
@@ -474,6 +481,32 @@ class TypePlanner:
         if current is None and not self._certain(low, high):
             pref = tuple(sorted(speed, key=lambda t: self.preference.key(t, job.precision)))
         return _Row(job, speed, gpus, value, current, low, high, pref)
+
+    def _move_speeds(
+        self,
+        job: Job,
+        current: str,
+        here: float,
+        low: Mapping[str, float],
+        high: Mapping[str, float],
+    ) -> dict[str, float]:
+        """The speed a move of a measured running job to each type is priced at: the type's lower bound;
+        for the allowed type of the highest catalogue peak rate at the job's precision, when it is above
+        the current type's, the measured speed ``here`` times the ratio of the peak rates, kept inside
+        that type's interval. Where the oracle cannot tell the types apart (its interval spans the
+        ratio), the job moves to the newest generation as ``ordered`` starts jobs, once (a move to a
+        type in between is priced at its lower bound); an exact oracle (low = high) prices every move
+        at its answer."""
+        base = peak_tflops(current, job.precision)
+        out = dict(low)
+        if base <= 0:
+            return out
+        peaks = {t: peak_tflops(t, job.precision) for t in low}
+        top = max(peaks, key=lambda t: (peaks[t], t))
+        if top != current and peaks[top] > base:
+            lo = low[top]
+            out[top] = min(high.get(top, lo), max(lo, here * peaks[top] / base))
+        return out
 
     def _drop_slow_spread(
         self,

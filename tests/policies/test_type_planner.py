@@ -105,10 +105,12 @@ def test_a_running_job_moves_only_when_the_gain_pays(
         assert kinds["j"] == (ActionKind.KEEP, "K80"), why
 
 
-def _one_move_round(j, k80_predicted: float, v100_predicted: float):  # type: ignore[no-untyped-def]
-    nodes = [node("v").gpus(1, "V100").build(), node("k").gpus(1, "K80").build()]
-    snap = snapshot(nodes, now=100, allocations=[alloc("j", "K80", 1, {"k": 1})])
-    oracle = FakeOracle(speed={("j", "K80"): k80_predicted, ("j", "V100"): v100_predicted})
+def _one_move_round(j, k80_predicted: float, v100_predicted: float, here: str = "K80"):  # type: ignore[no-untyped-def]
+    # "j" runs on node "k" of type ``here`` (a K80; an A100 where the V100 must not be the newest type,
+    # so that the catalogue's peak ratio does not price the move: ``_move_speeds``)
+    nodes = [node("v").gpus(1, "V100").build(), node("k").gpus(1, here).build()]
+    snap = snapshot(nodes, now=100, allocations=[alloc("j", here, 1, {"k": 1})])
+    oracle = FakeOracle(speed={("j", here): k80_predicted, ("j", "V100"): v100_predicted})
     res = run_round(snap, [j], make_policy("las"), oracle, costs=RoundCosts(restart_cost_s=30))
     return next((a.kind, a.after.gpu_type if a.after else None) for a in res.actions if a.job == "j")
 
@@ -128,36 +130,51 @@ def test_a_running_job_is_priced_by_its_measured_throughput_and_the_predicted_ra
     measured = with_(base.build(), observed_throughput=4.5)
     assert _one_move_round(measured, 1.0, 5.0) == (ActionKind.RESIZE, "V100")
     # and where the predicted ratio is under the 1.25x bar, being measured fast does not make it one
-    assert _one_move_round(measured, 1.0, 1.2) == (ActionKind.KEEP, "K80")
+    # (running on an A100, so the V100 is not the newest type)
+    assert _one_move_round(measured, 1.0, 1.2, here="A100") == (ActionKind.KEEP, "A100")
     # measured slower than predicted (0.5/s): the measurement replaces the prediction where it runs, and
     # its own 2x error may be a level error, so the V100's lower bound is 1.2 / 2 = 0.6/s, 1.2x what was
     # measured: no move; a V100 predicted at 2/s (lower bound 1/s, 2x) moves
     slow = with_(base.build(), observed_throughput=0.5)
-    assert _one_move_round(slow, 1.0, 1.2) == (ActionKind.KEEP, "K80")
-    assert _one_move_round(slow, 1.0, 2.0) == (ActionKind.RESIZE, "V100")
+    assert _one_move_round(slow, 1.0, 1.2, here="A100") == (ActionKind.KEEP, "A100")
+    assert _one_move_round(slow, 1.0, 2.0, here="A100") == (ActionKind.RESIZE, "V100")
+
+
+def test_inside_the_interval_a_move_to_the_newest_type_is_priced_by_the_catalogues_peak_ratio() -> None:
+    # "j" on a K80, measured at half what was predicted there: the oracle may be 2x off for it anywhere
+    # (a level error), so its V100 answer (1.2x the K80's) cannot tell the two apart. The V100 is the
+    # newest allowed type (the highest peak rate at the job's precision): the move is priced at the
+    # measured speed times the peak rates' ratio, inside the V100's interval, and pays, as ``ordered``
+    # would start the job there (on an A100, where the V100 is not the newest, it stays: above). With
+    # the oracle exact for it (measured as predicted) it stays.
+    base = job("j").work(1_000_000).progress(1000, checkpoint=1000)
+    slow = with_(base.build(), observed_throughput=0.5)
+    assert _one_move_round(slow, 1.0, 1.2) == (ActionKind.RESIZE, "V100")
+    exact = with_(base.build(), observed_throughput=1.0)
+    assert _one_move_round(exact, 1.0, 1.2) == (ActionKind.KEEP, "K80")
 
 
 def test_a_move_must_gain_beyond_what_the_other_jobs_measurements_say_is_unknown() -> None:
-    # "j" runs on a K80 measured at 0.5/s (predicted 1/s); the V100 is predicted at 1.2/s. "o", on the
-    # other K80, is measured at 0.5/s where 1/s was predicted: the oracle is off by 2x on one node, so
+    # "j" runs on a A100 measured at 0.5/s (predicted 1/s); the V100 is predicted at 1.2/s. "o", on the
+    # other A100, is measured at 0.5/s where 1/s was predicted: the oracle is off by 2x on one node, so
     # the V100's lower bound is 1.2 / 2 = 0.6/s, 1.2x what "j" makes: under the 1.25x bar, no move.
     # At 2/s predicted (lower bound 1.0/s, 2x) it moves.
     nodes = [
         node("v").gpus(1, "V100").build(),
-        node("k").gpus(1, "K80").build(),
-        node("k2").gpus(1, "K80").build(),
+        node("k").gpus(1, "A100").build(),
+        node("k2").gpus(1, "A100").build(),
     ]
     base = job("j").work(1_000_000).progress(1000, checkpoint=1000)
     j = with_(base.build(), observed_throughput=0.5)
     other = with_(job("o").work(1_000_000).progress(1000, checkpoint=1000).build(), observed_throughput=0.5)
     snap = snapshot(
-        nodes, now=100, allocations=[alloc("j", "K80", 1, {"k": 1}), alloc("o", "K80", 1, {"k2": 1})]
+        nodes, now=100, allocations=[alloc("j", "A100", 1, {"k": 1}), alloc("o", "A100", 1, {"k2": 1})]
     )
     for v100, moves in ((1.2, False), (2.0, True)):
-        speed = {("j", "K80"): 1.0, ("j", "V100"): v100, ("o", "K80"): 1.0, ("o", "V100"): 0.0}
+        speed = {("j", "A100"): 1.0, ("j", "V100"): v100, ("o", "A100"): 1.0, ("o", "V100"): 0.0}
         res = run_round(snap, [j, other], make_policy("las"), FakeOracle(speed=speed), costs=RoundCosts(30))
         kinds = {a.job: (a.kind, a.after.gpu_type if a.after else None) for a in res.actions}
-        assert kinds["j"] == ((ActionKind.RESIZE, "V100") if moves else (ActionKind.KEEP, "K80")), v100
+        assert kinds["j"] == ((ActionKind.RESIZE, "V100") if moves else (ActionKind.KEEP, "A100")), v100
 
 
 def test_a_learning_oracles_error_is_read_on_what_it_said_before_each_measurement() -> None:
@@ -175,26 +192,26 @@ def test_a_learning_oracles_error_is_read_on_what_it_said_before_each_measuremen
         def throughput_held_out(self, queries: list[tuple[Job, PlacementShape]]) -> list[float]:
             return [self.before.get((j.name, s.gpu_type), self.rate(j, s.gpu_type)) for j, s in queries]
 
-    # "j" and "o" run on K80s at 0.5/s, which the oracle now answers there; the V100 is predicted at
+    # "j" and "o" run on A100s at 0.5/s, which the oracle now answers there; the V100 is predicted at
     # 1.2/s for "j". Before it learned, the oracle said 1/s for "o": 2x off, so questions nobody measured
     # (j on V100) may be 2x off too: lower bound 0.6/s, 1.2x what "j" makes, under the 1.25x bar: no
     # move. Read on the learned answers the error is 0 and "j" moves on the point prediction (2.4x).
     nodes = [
         node("v").gpus(1, "V100").build(),
-        node("k").gpus(1, "K80").build(),
-        node("k2").gpus(1, "K80").build(),
+        node("k").gpus(1, "A100").build(),
+        node("k2").gpus(1, "A100").build(),
     ]
     j = with_(job("j").work(1_000_000).progress(1000, checkpoint=1000).build(), observed_throughput=0.5)
     other = with_(job("o").work(1_000_000).progress(1000, checkpoint=1000).build(), observed_throughput=0.5)
     snap = snapshot(
-        nodes, now=100, allocations=[alloc("j", "K80", 1, {"k": 1}), alloc("o", "K80", 1, {"k2": 1})]
+        nodes, now=100, allocations=[alloc("j", "A100", 1, {"k": 1}), alloc("o", "A100", 1, {"k2": 1})]
     )
-    speed = {("j", "K80"): 0.5, ("j", "V100"): 1.2, ("o", "K80"): 0.5, ("o", "V100"): 0.0}
-    for before, moves in (({("o", "K80"): 1.0}, False), ({}, True)):
+    speed = {("j", "A100"): 0.5, ("j", "V100"): 1.2, ("o", "A100"): 0.5, ("o", "V100"): 0.0}
+    for before, moves in (({("o", "A100"): 1.0}, False), ({}, True)):
         oracle = Learned(speed=speed, before=before)
         res = run_round(snap, [j, other], make_policy("las"), oracle, costs=RoundCosts(30))
         kinds = {a.job: (a.kind, a.after.gpu_type if a.after else None) for a in res.actions}
-        assert kinds["j"] == ((ActionKind.RESIZE, "V100") if moves else (ActionKind.KEEP, "K80")), before
+        assert kinds["j"] == ((ActionKind.RESIZE, "V100") if moves else (ActionKind.KEEP, "A100")), before
 
 
 @pytest.mark.parametrize("name", ORDERING)
