@@ -8,6 +8,7 @@ dev cluster: real etcd, kube-apiserver and one kube-scheduler (profile ``perfsch
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,14 @@ def test_a_gang_binds_through_the_extenders_bind_verb_and_gets_its_placement(
     filler = gpu_pod("filler", 2, scheduler_name="default-scheduler")
     filler["spec"]["nodeName"] = "a100-0"
     core.create_namespaced_pod(NS, filler)
+
+    # the extender learns of the filler from its watch: the gang's pods come once the node runs it and the
+    # watch has had time to deliver it (a gang filtered before that sees a100-0 empty)
+    def filler_runs() -> bool:
+        return bool(core.read_namespaced_pod("filler", NS).status.phase == "Running")
+
+    wait_until(filler_runs, 60, "the filler to run")
+    time.sleep(2)
     labels = {"perfsched.dev/job-name": "gang", "perfsched.dev/generation": "1"}
     for i in range(4):
         pod = gpu_pod(
