@@ -21,7 +21,10 @@ on its training part only:
   error, the cold bias beside the corrected one and what the correction moved) and what no per-group
   level can remove (in-sample floors of a per-group fit, over all rows and per group, and the rows
   measured twice);
-- ``lomo``: leave one model out (each model with at least 10 rows);
+- ``lomo``: leave one model out (each model with at least 10 rows; ``--quick``: every other one), then
+  per held-out model its bias, its share of the pooled error and of its own error across nodes, the
+  (source, GPU type) cells carrying it, and its family's arithmetic intensity and the step overhead as
+  the scaling model fits them without it, beside the fit on every row;
 - ``loso``: leave one source out (each public source and each research cluster in turn);
 - every split's errors are also broken down per source and per precision (and software stack); the
   generation split also pools its held-out generations' cold errors per precision.
