@@ -21,7 +21,10 @@ on its training part only:
   error, the cold bias beside the corrected one and what the correction moved) and what no per-group
   level can remove (in-sample floors of a per-group fit, over all rows and per group, and the rows
   measured twice);
-- ``lomo``: leave one model out (each model with at least 10 rows);
+- ``lomo``: leave one model out (each model with at least 10 rows; ``--quick``: every other one), then
+  per held-out model its bias, its share of the pooled error and of its own error across nodes, the
+  (source, GPU type) cells carrying it, and its family's arithmetic intensity and the step overhead as
+  the scaling model fits them without it, beside the fit on every row;
 - ``loso``: leave one source out (each public source and each research cluster in turn);
 - every split's errors are also broken down per source and per precision (and software stack); the
   generation split also pools its held-out generations' cold errors per precision.
@@ -73,7 +76,9 @@ from perfmodel.llm import is_llm_job
 from perfmodel.llm_fit import LLMFit
 from perfmodel.measurements import Measurement
 from perfmodel.online import OnlineCorrector
+from perfmodel.scaling import Physics
 from perfmodel.train import DEFAULT_ROUNDS, fit, fit_forest, fit_physics, rows_of, training_table
+from perfmodel.zoo import Family
 
 ROOT = Path(__file__).resolve().parents[1]
 # llm-foundry's GPU names -> the measured table's products (``perfmodel.public``).
@@ -236,16 +241,25 @@ def summarise(e: np.ndarray) -> str:
 
 
 def run_split(
-    name: str, d: Data, splits: Sequence[tuple[str, Idx, Idx]], methods: Sequence[str]
+    name: str,
+    d: Data,
+    splits: Sequence[tuple[str, Idx, Idx]],
+    methods: Sequence[str],
+    kept: dict[str, tuple[np.ndarray, Physics]] | None = None,
 ) -> dict[str, dict[str, np.ndarray]]:
-    """Every method on every (label, train, test) split; prints MRE (median) per split and pooled."""
+    """Every method on every (label, train, test) split; prints MRE (median) per split and pooled.
+    ``kept``, when given, receives per split label the 'ours' predicted times of its test rows and the
+    fitted scaling model's constants of that split."""
     print(f"\n== {name}: MRE (median)  " + "  ".join(f"{m:>20}" for m in methods))
     pooled: dict[str, list[np.ndarray]] = defaultdict(list)
     tests: list[Idx] = []
     for label, train, test in splits:
         cells = []
         for m in methods:
-            pred = METHODS[m](d, train)(test)
+            fitted = METHODS[m](d, train)
+            pred = fitted(test)
+            if kept is not None and m == "ours":
+                kept[label] = (pred, fitted.predictor.model.physics)  # type: ignore[attr-defined]
             e = rel_err(pred, d.t_true[test])
             pooled[m].append(e)
             cells.append(summarise(e))
@@ -563,6 +577,41 @@ def _mre(log_err: np.ndarray) -> float:
     return float(np.abs(np.exp(log_err) - 1.0).mean()) if log_err.size else float("nan")
 
 
+def _lomo_breakdown(
+    d: Data, splits: Sequence[tuple[str, Idx, Idx]], kept: dict[str, tuple[np.ndarray, Physics]]
+) -> None:
+    """Per held-out model (most summed error first): rows, MRE, median predicted / measured throughput,
+    its share of the pooled summed error, the share of its error on rows across nodes, the (source, GPU
+    type) cells carrying most of it, and what the scaling model's constants that depend on the model's
+    family read without it (its family's arithmetic intensity, the step overhead) against a fit on every
+    row."""
+    full = fit_physics(d.ms, d.resolved)
+    errs = {lab: rel_err(kept[lab][0], d.t_true[test]) for lab, _, test in splits if lab in kept}
+    total = sum(float(e.sum()) for e in errs.values())
+    print("\n  per held-out model: rows, MRE (median), predicted/measured throughput (median), share of the")
+    print("  pooled error, share of its own error across nodes, largest (source, GPU) cells; its family's")
+    print("  intensity (FLOP/byte) and the step overhead fitted without it [with every row]")
+    order = sorted(((lab, test) for lab, _, test in splits if lab in errs), key=lambda lt: -errs[lt[0]].sum())
+    for lab, test in order:
+        e, phys = errs[lab], kept[lab][1]
+        ratio = d.t_true[test] / kept[lab][0]
+        multi = np.asarray([d.ms[i].num_nodes > 1 for i in test])
+        cells: dict[tuple[str, str], list[int]] = defaultdict(list)
+        for k, i in enumerate(test):
+            cells[(str(d.source[i]), d.ms[i].gpu_type)].append(k)
+        top = sorted(cells.items(), key=lambda kv: -e[kv[1]].sum())[:2]
+        fam = d.resolved[int(test[0])].family
+        f = list(Family).index(fam)
+        share = 100 * e.sum() / total
+        print(
+            f"  {lab:<22} n={test.size:<5} {summarise(e)} x{np.median(ratio):4.2f}  {share:4.1f}%"
+            f"  nodes>1 {100 * e[multi].sum() / max(e.sum(), 1e-12):3.0f}%  "
+            + ", ".join(f"{s}/{g} n={len(k)} x{np.median(ratio[k]):.2f}" for (s, g), k in top)
+            + f"  | {fam.value} {phys.intensity[f]:.1f} [{full.intensity[f]:.1f}],"
+            f" overhead {1e3 * phys.overhead_s:.1f} [{1e3 * full.overhead_s:.1f}] ms"
+        )
+
+
 def _new_models(
     d: Data,
     ours: Callable[[Idx], np.ndarray],
@@ -654,7 +703,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.quick:
             models = models[:: max(1, len(models) // 8)]
         lomo = [(m, np.flatnonzero(d.model != m), np.flatnonzero(d.model == m)) for m in models]
-        run_split("leave-one-model-out", d, lomo, methods)
+        kept: dict[str, tuple[np.ndarray, Physics]] = {}
+        run_split("leave-one-model-out", d, lomo, methods, kept if "ours" in methods else None)
+        if kept:
+            _lomo_breakdown(d, lomo, kept)
     if "loso" in splits:
         loso = [
             (s, np.flatnonzero(d.source != s), np.flatnonzero(d.source == s)) for s in sorted(set(d.source))
