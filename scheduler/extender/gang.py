@@ -19,15 +19,20 @@ outside every sample would keep the gang waiting, so an earlier plan that still 
 made again among the candidates only (the whole cache would prefer the same nodes again). Free GPUs are net of
 what the cache holds for other pods planned on a node, so no placement here takes GPUs the operator planned
 for another gang.
+A plan is made from the watch-fed cache, which can lag a pod bound around the extender (by ``nodeName``,
+another scheduler, another extender replica): ``unchecked`` names the plan's nodes to read afresh from the
+API server before filter passes them (every node of the plan while none of the gang's replicas is placed,
+since the first replica commits the gang to it; later, the nodes no read for the gang has covered), and the
+service re-plans on what the read showed (``service.ExtenderService``).
 Memo: ``GangPlans`` keeps the last plan per gang; its one invalidation rule is that a plan
 is used only while it still fits the cache's free GPUs and is offered (checked on every use), and the oldest
-plans are dropped past 10,000 gangs.
+plans are dropped past 10,000 gangs (as are the nodes read for a gang).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 
 from scheduler.core.decisions import Unschedulable
 from scheduler.core.placement import FreeIndex, LocalityLevel, locality_level
@@ -104,6 +109,24 @@ class GangPlans:
         self._plans: dict[tuple[str, str], tuple[Allocation, dict[str, int]]] = {}
         #: gang -> when its operator's plan was first found not to fit
         self._waiting: dict[tuple[str, str], float] = {}
+        #: gang -> nodes a read of the API server covered for it (``unchecked``)
+        self._read: dict[tuple[str, str], set[str]] = {}
+
+    def unchecked(self, ctx: PodContext, plan: Allocation, read: Set[str]) -> dict[str, int]:
+        """The nodes of ``plan`` to read from the API server before a replica is placed on it, each with the
+        GPUs free for the gang as the plan saw them: all but those ``read`` for this request while none of
+        the gang's replicas is placed (the first one commits the gang to the plan), else also all but those
+        read for the gang before (``checked``)."""
+        assert ctx.gang_key is not None
+        before = self._read.get(ctx.gang_key, ()) if ctx.placed else ()
+        free_for, gang = self._cache.free_for, ctx.gang_key
+        return {n: free_for(n, gang) for n in plan.nodes if n not in read and n not in before}
+
+    def checked(self, gang: tuple[str, str], nodes: Iterable[str]) -> None:
+        """Remember that a read of the API server covered ``nodes`` for ``gang``."""
+        self._read.setdefault(gang, set()).update(nodes)
+        if len(self._read) > _MAX_PLANS:
+            self._read.pop(next(iter(self._read)))
 
     def plan(
         self, ctx: PodContext, fits: Sequence[str], is_fit: Callable[[str], bool]

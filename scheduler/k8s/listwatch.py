@@ -61,6 +61,16 @@ class KubeListWatch:
             GROUP, VERSION, TRAININGJOB_PLURAL, _preload_content=False, **kwargs
         )
 
+    def pods_on(self, node: str) -> list[dict[str, Any]]:
+        """The unfinished pods bound to ``node`` (in the cache's namespace scope), read from the API server
+        now: a list without a resourceVersion is a consistent read, which no watch can lag behind."""
+        selector = f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed"
+        with api_call(f"list pods on node {node}"):
+            resp = self._call(Kind.PODS, field_selector=selector, _request_timeout=self._timeout)
+            body = orjson.loads(resp.data)
+        items = body.get("items") or []
+        return [i for i in items if isinstance(i, dict)]
+
     def list(self, kind: Kind) -> tuple[list[dict[str, Any]], str]:
         try:
             with api_call(f"list {kind.value}"):
