@@ -176,7 +176,7 @@ class MemoryPods:
         for p in pods:
             self.by_node.setdefault(p["spec"]["nodeName"], []).append(p)
 
-    def pods_on(self, node: str) -> list[dict[str, Any]]:
+    def pods_on(self, node: str, not_older_than: str = "") -> list[dict[str, Any]]:
         return self.by_node.get(node, [])
 
 

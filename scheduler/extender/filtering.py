@@ -65,9 +65,10 @@ class FilterOutcome:
     unresolvable: dict[str, str]
     categories: dict[str, int] = field(default_factory=dict)
     managed: bool = True
-    #: the gang whose plan the passing nodes are, and the plan's nodes to read from the API server before
-    #: answering, each with the GPUs free for the gang as the plan saw them
+    #: the gang whose plan the passing nodes are, the pod's key, and the plan's nodes to read from the API
+    #: server before answering, each with the GPUs free for the gang as the plan saw them
     gang: tuple[str, str] | None = None
+    pod: str = ""
     check: dict[str, int] = field(default_factory=dict)
 
     def refused(self, reason: str) -> FilterOutcome:
@@ -196,7 +197,7 @@ class Filter:
             cats[R_GANG] = cats.get(R_GANG, 0) + len(outside)
         passed = list(filter(in_plan, fits))
         check = self._plans.unchecked(ctx, plan, read) if passed else {}
-        return FilterOutcome(passed, failed, unres, cats, gang=ctx.gang_key, check=check)
+        return FilterOutcome(passed, failed, unres, cats, gang=ctx.gang_key, pod=ctx.pod.key, check=check)
 
     def _holds(
         self, ctx: PodContext, names: Sequence[str], per_name: list[Verdict], counts: Counter[Verdict]

@@ -7,9 +7,9 @@ or a score per class (``scoring``), the gang plan (``gang``) or the victims (``p
 decisions read the ``ClusterCache`` under its lock, so one request sees one consistent state.
 
 Plan check: the cache is fed by a watch, which can lag a pod bound around the extender. Before filter
-passes the nodes of a gang's plan that no read has covered (all of them while no replica of the gang is
-placed), the service reads the pods bound to them from the API server (``PodReader``, one read per node,
-in parallel); pods the cache does not count yet are counted from then on (``ClusterCache.note_bound``), and
+passes the nodes of a gang's plan while the gang is not committed to one (``GangPlans.unchecked``), the
+service reads the pods bound to them from the API server (``PodReader``, one read per node, in
+parallel); pods the cache does not count yet are counted from then on (``ClusterCache.note_bound``), and
 when that changed the GPUs free for the gang on a node of the plan, the pod is decided again (the stale
 plan no longer fits: the whole gang is planned again), up to ``_CHECK_ROUNDS`` reads. A failed read, or a
 plan still unchecked after them, refuses the plan's nodes (resolvable: kube-scheduler retries the pod).
@@ -74,9 +74,11 @@ class Binder(Protocol):
 class PodReader(Protocol):
     """Reads the pods bound to a node from the API server itself, not a watch
     (``scheduler.k8s.listwatch.KubeListWatch.pods_on``; fakes in tests): the unfinished pods as API JSON, in
-    the cache's namespace scope; raises on any failure."""
+    the cache's namespace scope, at least as new as resourceVersion ``not_older_than`` (the filtered pod's:
+    every pod bound before kube-scheduler saw it is there; "" for a consistent read); raises on any
+    failure."""
 
-    def pods_on(self, node: str) -> list[dict[str, Any]]: ...
+    def pods_on(self, node: str, not_older_than: str = "") -> list[dict[str, Any]]: ...
 
 
 def _json(body: bytes) -> Any:
@@ -223,7 +225,7 @@ class ExtenderService:
             if gang is None or not check:
                 break
             try:
-                pods = await self._read_pods(reader, list(check))
+                pods = await self._read_pods(reader, list(check), _resource_version(args.pod))
             except Exception as exc:  # the API server's failure: counted, logged, answered as a retry
                 metrics.EXTENDER_PLAN_CHECKS.labels("error").inc()
                 self.failed("filter", exc, body, bug=False)
@@ -234,17 +236,17 @@ class ExtenderService:
                 return self._filter_reply(outcome.refused(reason), args)
             read.update(check)
             with self.cache.lock:
-                for pod in pods:
-                    self.cache.note_bound(pod)
+                learnt = sum(map(self.cache.note_bound, pods))
                 if all(self.cache.free_for(n, gang) == free for n, free in check.items()):
                     break  # the plan was made on what the API server shows
                 result = "replanned"
-                log.info(
-                    "gang %s: the API server shows pods on %s that the watch has not delivered yet; "
-                    "planned again",
-                    gang[0],
-                    ", ".join(sorted(check)[:4]),
-                )
+                if learnt:
+                    log.info(
+                        "gang %s: %d pods on %s that the watch had not delivered; planned again",
+                        gang[0],
+                        learnt,
+                        ", ".join(sorted(check)[:4]),
+                    )
                 outcome = self._decide(
                     args.pod, lambda ctx: self._filter(ctx, args.names, args.node_objects, read)
                 )
@@ -256,19 +258,20 @@ class ExtenderService:
                     "reads of the API server; retry"
                 )
                 return self._filter_reply(outcome.refused(reason), args)
-        if outcome.gang is not None:
-            self._plans.checked(outcome.gang, read)
+        if outcome.gang is not None and outcome.passed:
+            self._plans.checked(outcome.gang, outcome.pod)
         metrics.EXTENDER_PLAN_CHECKS.labels(result).inc()
         return self._filter_reply(outcome, args)
 
-    async def _read_pods(self, reader: PodReader, nodes: list[str]) -> list[PodInfo]:
-        """The pods ``reader`` shows on ``nodes``, read in parallel; the first failure is raised."""
+    async def _read_pods(self, reader: PodReader, nodes: list[str], version: str) -> list[PodInfo]:
+        """The pods ``reader`` shows on ``nodes`` at least as new as ``version``, read in parallel; the
+        first failure is raised."""
         found: list[dict[str, Any]] = []
         errors: list[Exception] = []
 
         async def read(node: str) -> None:
             try:
-                found.extend(await run_sync(reader.pods_on, node, limiter=self._api))
+                found.extend(await run_sync(reader.pods_on, node, version, limiter=self._api))
             except Exception as exc:
                 errors.append(exc)
 
@@ -378,6 +381,13 @@ class ExtenderService:
                 continue
             metrics.EXTENDER_PLACEMENT_RECORDS.labels("success").inc()
             self._sent.update({(job, pod): node for pod, node in placement.items()})
+
+
+def _resource_version(pod: Any) -> str:
+    """The resourceVersion of the request's pod as kube-scheduler saw it ("" when it has none)."""
+    meta = pod.get("metadata") if isinstance(pod, dict) else None
+    version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    return version if isinstance(version, str) else ""
 
 
 def _filter_reply(outcome: FilterOutcome, args: wire.ParsedArgs) -> bytes:

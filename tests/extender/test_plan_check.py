@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from scheduler import metrics
 from scheduler.core.errors import TemporaryError
 from scheduler.extender import create_app
+from scheduler.extender.gang import COMMIT_S
 from scheduler.k8s.cache import ClusterCache, Kind
 from scheduler.settings import Settings
 from tests.extender.conftest import FakeBinder, FakeOracle
@@ -27,6 +28,7 @@ class FakeApiServer:
     def __init__(self, pods: list[dict[str, Any]] = ()) -> None:  # type: ignore[assignment]
         self.pods: dict[str, dict[str, Any]] = {p["metadata"]["name"]: p for p in pods}
         self.reads: Counter[str] = Counter()
+        self.versions: list[str] = []
         self.error: Exception | None = None
         self._lock = threading.Lock()
 
@@ -37,9 +39,10 @@ class FakeApiServer:
         self.pods[pod["metadata"]["name"]] = bound
         return bound
 
-    def pods_on(self, node: str) -> list[dict[str, Any]]:
+    def pods_on(self, node: str, not_older_than: str = "") -> list[dict[str, Any]]:
         with self._lock:
             self.reads[node] += 1
+            self.versions.append(not_older_than)
         if self.error is not None:
             raise self.error
         return [
@@ -101,22 +104,41 @@ def test_a_pod_the_watch_has_not_delivered_does_not_split_the_gang() -> None:
     # a bound replica on a node already read, read nothing
     assert dict(api.reads) == {"a100-0": 1, "a100-1": 1}
     assert (checks("fresh"), checks("replanned")) == (fresh, replanned + 1)
+    # read at least as new as the filtered pod: whatever was bound before kube-scheduler saw it
+    assert api.versions == [pods[0]["metadata"]["resourceVersion"]] * 2
 
 
-def test_replicas_bound_by_kube_scheduler_before_the_watch_shows_them_are_read_and_followed() -> None:
-    """kube-scheduler binds (no bind verb): the second replica's filter may come before the watch shows the
-    first bound. Its read shows the first replica on a100-1, and the rest of the gang follows it there."""
+def test_later_replicas_take_the_checked_plan_then_learn_bound_ones_from_a_read() -> None:
+    """kube-scheduler binds (no bind verb): the next replicas' filter comes before the watch shows the first
+    bound. Within ``COMMIT_S`` of the checked plan they take it without a read (the gang is committed to
+    it); past that, a replica's read shows the first one bound and the gang follows it."""
+    t = [0.0]
     pods = gang()
-    cache = fed_cache(two_nodes(), pods, [kube_tj("tj", replicas=4, gpus=2)])
+    cache = fed_cache(two_nodes(), pods, [kube_tj("tj", replicas=4, gpus=2)], clock=lambda: t[0])
     api = FakeApiServer([FILLER, *pods])
     c = client(cache, api)
-    first = c.post("/filter", json={"Pod": pods[0], "NodeNames": NAMES}).json()
-    assert first["NodeNames"] == ["a100-1"]
+    assert c.post("/filter", json={"Pod": pods[0], "NodeNames": NAMES}).json()["NodeNames"] == ["a100-1"]
     api.bind(pods[0], "a100-1")  # kube-scheduler's Binding; the extender's watch has not shown it
-    second = c.post("/filter", json={"Pod": pods[1], "NodeNames": NAMES}).json()
-    assert second["NodeNames"] == ["a100-1"]
-    assert api.reads["a100-1"] == 2  # no replica placed as the cache saw it: read again, and learnt
+    t[0] = 1.0
+    assert c.post("/filter", json={"Pod": pods[1], "NodeNames": NAMES}).json()["NodeNames"] == ["a100-1"]
+    assert dict(api.reads) == {"a100-0": 1, "a100-1": 1}
+    t[0] = 1.0 + COMMIT_S
+    assert c.post("/filter", json={"Pod": pods[2], "NodeNames": NAMES}).json()["NodeNames"] == ["a100-1"]
+    assert api.reads["a100-1"] == 2
     assert cache.placed_node(cache.pod("team-a", "tj-w0")) == "a100-1"  # type: ignore[arg-type]
+
+
+def test_the_pod_a_checked_plan_was_passed_to_reads_again_when_retried() -> None:
+    """A retry of the pod the plan was passed to (its attempt failed after filter) is not committed: the
+    nodes may have filled since, so they are read again."""
+    pods = gang()
+    cache = fed_cache(two_nodes(), pods, [kube_tj("tj", replicas=4, gpus=2)])
+    api = FakeApiServer(pods)
+    c = client(cache, api)
+    assert c.post("/filter", json={"Pod": pods[0], "NodeNames": NAMES}).json()["NodeNames"] == ["a100-0"]
+    api.pods["filler"] = FILLER  # bound around the extender meanwhile
+    assert c.post("/filter", json={"Pod": pods[0], "NodeNames": NAMES}).json()["NodeNames"] == ["a100-1"]
+    assert dict(api.reads) == {"a100-0": 2, "a100-1": 1}
 
 
 def test_a_plan_the_api_server_confirms_is_read_once_and_passed() -> None:

@@ -44,6 +44,13 @@ def test_pods_on_a_node_are_read_with_a_field_selector_and_no_resource_version()
     assert "resource_version" not in kw and kw["_preload_content"] is False
 
 
+def test_pods_on_a_node_not_older_than_a_version_are_served_from_the_api_servers_cache() -> None:
+    lw, core = source()
+    lw.pods_on("a100-0", "1234")
+    kw = core.calls[0][2]
+    assert (kw["resource_version"], kw["resource_version_match"]) == ("1234", "NotOlderThan")
+
+
 def test_pods_on_a_node_keep_the_caches_namespace_scope() -> None:
     lw, core = source("team-a")
     assert lw.pods_on("n1") == []
