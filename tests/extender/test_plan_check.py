@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -25,7 +26,7 @@ class FakeApiServer:
     """The API server's pods (the truth the watch lags behind): ``pods_on`` answers a read of one node's
     unfinished pods and counts the reads; ``error`` makes every read fail."""
 
-    def __init__(self, pods: list[dict[str, Any]] = ()) -> None:  # type: ignore[assignment]
+    def __init__(self, pods: Sequence[dict[str, Any]] = ()) -> None:
         self.pods: dict[str, dict[str, Any]] = {p["metadata"]["name"]: p for p in pods}
         self.reads: Counter[str] = Counter()
         self.versions: list[str] = []
