@@ -93,7 +93,7 @@ unit: venv
 # gangs under the Workload API (GenericWorkload gate), which the default cluster leaves off.
 test: venv tools-e2e lint
 	pytest -q
-	PERFSCHED_E2E_GPU_API=mixed pytest -q e2e/test_dra.py e2e/test_extender.py e2e/test_extender_bind.py
+	PERFSCHED_E2E_GPU_API=mixed pytest -q e2e/test_dra.py e2e/test_extender.py e2e/test_extender_bind.py e2e/test_extender_plan_check.py
 	PERFSCHED_E2E_WORKLOAD_API=1 pytest -q e2e/test_workload_api.py
 
 # demo, dev-cluster and emulate are the developer tooling's commands (perfsched_dev/, registered through
@@ -114,7 +114,7 @@ e2e-down: venv
 #   make e2e-matrix E2E_K8S=v1.35.4 E2E_GPU_API=device-plugin
 E2E_K8S ?= v1.37.2
 E2E_GPU_API ?= dra
-E2E_TESTS ?= e2e/test_dra.py e2e/test_extender.py e2e/test_extender_bind.py e2e/test_operator.py
+E2E_TESTS ?= e2e/test_dra.py e2e/test_extender.py e2e/test_extender_bind.py e2e/test_extender_plan_check.py e2e/test_operator.py
 e2e-matrix: venv
 	PERFSCHED_K8S_VERSION=$(E2E_K8S) bash e2e/install-tools.sh
 	PERFSCHED_K8S_VERSION=$(E2E_K8S) PERFSCHED_E2E_GPU_API=$(E2E_GPU_API) pytest -q $(E2E_TESTS)

@@ -340,20 +340,27 @@ def _kube_scheduler_profile(
 
 
 def _extender_calls(port: int) -> dict[str, list[float]]:
-    """Per verb: [calls, mean ms per call] from the extender's own metrics."""
+    """Per verb: [calls, mean ms per call] from the extender's own metrics; and per result of its gang-plan
+    checks (``plan-check <result>``): [checks, 0]."""
     import httpx
 
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
     sums: dict[str, dict[str, float]] = {}
+    checks: dict[str, list[float]] = {}
     for line in text.splitlines():
+        if line.startswith('perfsched_extender_plan_checks_total{result="'):
+            checks[f"plan-check {line.split(chr(34))[1]}"] = [float(line.rsplit(" ", 1)[1]), 0.0]
         for part in ("_count", "_sum"):
             head = f"perfsched_extender_request_duration_seconds{part}{{verb="
             if line.startswith(head):
                 verb = line[len(head) + 1 : line.index('"', len(head) + 1)]
                 sums.setdefault(verb, {})[part] = float(line.rsplit(" ", 1)[1])
     return {
-        v: [s.get("_count", 0), round(1000 * s.get("_sum", 0) / max(1, s.get("_count", 0)), 3)]
-        for v, s in sums.items()
+        **{
+            v: [s.get("_count", 0), round(1000 * s.get("_sum", 0) / max(1, s.get("_count", 0)), 3)]
+            for v, s in sums.items()
+        },
+        **checks,
     }
 
 
@@ -602,7 +609,8 @@ def _print(bare: Run, ext: Run, tuning: SchedulerTuning) -> None:
         cpu = ", ".join(f"{k} {v:.2f}" for k, v in sorted(r.cpu_ms_per_pod.items()))
         print(f"  CPU ms per pod {label} extender: {cpu} (total {sum(r.cpu_ms_per_pod.values()):.2f})")
     calls = ", ".join(
-        f"{verb} {int(n)} x {ms:.2f} ms" for verb, (n, ms) in sorted(ext.extender_calls.items())
+        f"{verb} {int(n)}" if verb.startswith("plan-check") else f"{verb} {int(n)} x {ms:.2f} ms"
+        for verb, (n, ms) in sorted(ext.extender_calls.items())
     )
     print(f"  extender calls (count x mean time inside the extender): {calls}")
     threads = ", ".join(f"{k} {v:.2f}" for k, v in ext.extender_threads_ms_per_pod.items())

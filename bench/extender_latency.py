@@ -4,7 +4,9 @@ Per call, with 1,000 and 5,000 node names (nodeCacheCapable: true), for a 2-GPU 
 annotations (so prioritize asks the predictor); and, in-process, filter for the first replica of a new
 4 x 2-GPU gang on every call (``filter-gang``: no plan yet, so the gang placement runs;
 ``filter-gang-10%``: offered a new random 10% of the nodes on every call, as kube-scheduler does at
-5,000 nodes, so the gang is planned again over those candidates only).
+5,000 nodes, so the gang is planned again over those candidates only; ``filter-gang-checked``: as
+``filter-gang`` with the plan checked against a read of its nodes' pods, answered from memory, so the row
+is the extender's own cost of the check, a worker-thread hop included, without the API server's).
 
 The floor, measured in the same run with the same payloads and the same transport: a minimal
 Starlette app whose route parses the body with orjson, serialises it back with orjson and answers it
@@ -166,8 +168,20 @@ def gang_payloads(n: int, count: int, share: float = 1.0) -> list[bytes]:
     return out
 
 
+class MemoryPods:
+    """The extender's ``PodReader`` answered from the bench cluster's pods (no I/O)."""
+
+    def __init__(self, pods: list[dict[str, Any]]) -> None:
+        self.by_node: dict[str, list[dict[str, Any]]] = {}
+        for p in pods:
+            self.by_node.setdefault(p["spec"]["nodeName"], []).append(p)
+
+    def pods_on(self, node: str, not_older_than: str = "") -> list[dict[str, Any]]:
+        return self.by_node.get(node, [])
+
+
 def build_apps(
-    n: int, oracle_kind: str, pads: dict[str, int] | None = None, mixed: bool = False
+    n: int, oracle_kind: str, pads: dict[str, int] | None = None, mixed: bool = False, checked: bool = False
 ) -> tuple[Any, Any]:
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -182,7 +196,8 @@ def build_apps(
     cache.replace(Kind.NODES, nodes, "1")
     cache.replace(Kind.PODS, pods, "1")
     cache.replace(Kind.TRAININGJOBS, [], "1")
-    app = create_app(Settings(), cache, make_oracle(oracle_kind))
+    reader = MemoryPods(pods) if checked else None
+    app = create_app(Settings(), cache, make_oracle(oracle_kind), reader=reader)
 
     padding = {path: b" " * size for path, size in (pads or {}).items()}
 
@@ -384,11 +399,12 @@ def main() -> None:
             rows.append(_row("in-process", verb, n, ext, flo, len(body), sizes[f"/{verb}"]))
         # a new gang on every call (no plan yet): the gang placement runs over the whole cluster; then the
         # same, offered a new 10% sample of the nodes on every call: the candidates-only plan runs
-        for label, share in (("filter-gang", 1.0), ("filter-gang-10%", 0.1)):
+        for label, share in (("filter-gang", 1.0), ("filter-gang-10%", 0.1), ("filter-gang-checked", 1.0)):
+            checked = label == "filter-gang-checked"
             gangs = gang_payloads(n, args.calls + 40, share=share)
             gang_size = len(asgi_caller(app, "/filter", gangs[-1])())
             pads["/filter-gang"] = max(0, gang_size - len(orjson.dumps(orjson.loads(gangs[-1]))))
-            app, floor = build_apps(n, args.oracle, pads)
+            app, floor = build_apps(n, args.oracle, pads, checked=checked)
             ext = timed(asgi_caller(app, "/filter", gangs), args.calls)
             flo = timed(asgi_caller(floor, "/filter-gang", gangs), args.calls)
             rows.append(_row("in-process", label, n, ext, flo, len(gangs[0]), gang_size))

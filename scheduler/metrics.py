@@ -54,6 +54,15 @@ EXTENDER_BINDS = Counter(
     ["result"],
     registry=REGISTRY,
 )
+#: Gang plans checked against pods read from the API server before filter passes their nodes, by result:
+#: fresh (the read showed what the watch had), replanned (it showed pods the watch had not delivered yet,
+#: and the gang was planned again on them), error (the read failed: the nodes were refused, to retry).
+EXTENDER_PLAN_CHECKS = Counter(
+    "perfsched_extender_plan_checks_total",
+    "Gang plans checked against a read of the API server before their first replica, by result.",
+    ["result"],
+    registry=REGISTRY,
+)
 #: Gang placements recorded on TrainingJobs (status.placement), by result (success|error).
 EXTENDER_PLACEMENT_RECORDS = Counter(
     "perfsched_extender_placement_records_total",

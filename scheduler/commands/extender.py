@@ -138,8 +138,9 @@ def register(app: typer.Typer) -> None:
                 "ssl_keyfile": settings.extender_tls_key_file,
             }
         api = api_client(kubeconfig)
+        source = KubeListWatch(api, settings.namespace)
         cache = ClusterCache(
-            KubeListWatch(api, settings.namespace),
+            source,
             assume_ttl_s=settings.extender_assume_ttl_seconds,
             hold_ttl_s=settings.extender_plan_hold_seconds,
             watch_timeout_s=settings.extender_watch_timeout_seconds,
@@ -158,7 +159,7 @@ def register(app: typer.Typer) -> None:
                 sync_timeout,
                 ", ".join(cache.unsynced()),
             )
-        app = create_app(settings, cache, oracle, binder=KubeBinder(api))
+        app = create_app(settings, cache, oracle, binder=KubeBinder(api), reader=source)
         uvicorn.run(
             app,
             host=host or settings.extender_host,

@@ -26,7 +26,7 @@ from pydantic.json_schema import models_json_schema
 from scheduler import metrics
 from scheduler.core.protocols import ThroughputOracle
 from scheduler.extender import wire
-from scheduler.extender.service import Binder, ExtenderService, Reply
+from scheduler.extender.service import Binder, ExtenderService, PodReader, Reply
 from scheduler.k8s.cache import ClusterCache, Kind
 from scheduler.settings import Settings
 
@@ -41,7 +41,7 @@ _VERBS = (
 #: how often bound gang replicas are recorded in their TrainingJob's ``status.placement``
 _PLACEMENT_PERIOD_S = 0.5
 
-__all__ = ["Binder", "create_app"]
+__all__ = ["Binder", "PodReader", "create_app"]
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -68,14 +68,17 @@ def create_app(
     oracle: ThroughputOracle | None,
     *,
     binder: Binder | None = None,
+    reader: PodReader | None = None,
     registry: CollectorRegistry | None = None,
 ) -> FastAPI:
     """Build the extender app over a (started or test-fed) cache, a throughput oracle and a binder.
 
     ``binder`` None disables ``/bind`` (kube-scheduler's DefaultBinder binds instead; configure the
-    scheduler without ``bindVerb`` then). ``registry`` is what ``/metrics`` serves (default: perfsched's).
+    scheduler without ``bindVerb`` then). ``reader`` reads the pods on a gang plan's nodes from the API server
+    before filter passes them (None: plans are made and used on the cache alone, which can lag a pod bound
+    around the extender). ``registry`` is what ``/metrics`` serves (default: perfsched's).
     """
-    service = ExtenderService(settings, cache, oracle, binder)
+    service = ExtenderService(settings, cache, oracle, binder, reader)
     limit = settings.extender_max_body_bytes
 
     @asynccontextmanager

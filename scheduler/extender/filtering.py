@@ -8,7 +8,9 @@ Shell-side logic without I/O over the ``ClusterCache`` (callers hold its lock). 
    check the core's ``run_round`` makes before a start); a further per-class check goes there and
    nowhere else. Names the cache does not know are decided from the request's Node objects, else
    refused as "watch lag".
-2. for a pod of a gang, the gang plan (``gang.GangPlans``): only nodes of the plan pass; for a lone pod
+2. for a pod of a gang, the gang plan (``gang.GangPlans``): only nodes of the plan pass, and the outcome
+   names the plan's nodes the service must read afresh from the API server before it answers
+   (``FilterOutcome.check``, ``GangPlans.unchecked``); for a lone pod
    with a planned node (an adopted Job's, JobSet's or TrainJob's, ``perfsched.dev/planned-node``), only
    that node while it has room for the pod, else every node that fits.
 
@@ -21,7 +23,7 @@ table is cleared when it holds 256 signatures (a bound, not a correctness rule).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
 from itertools import compress, filterfalse, repeat
 from operator import is_, itemgetter, not_
@@ -48,6 +50,7 @@ R_FREE = "insufficient_free_gpus"
 R_GANG = "outside_gang_placement"
 R_JOB = "job_unschedulable"
 R_MEMORY = "gpu_memory"
+R_UNCHECKED = "gang_plan_unchecked"
 
 #: why a node is refused: (reason, resolvable by waiting, rejection category); None: it passes
 Verdict = tuple[str, bool, str] | None
@@ -62,6 +65,19 @@ class FilterOutcome:
     unresolvable: dict[str, str]
     categories: dict[str, int] = field(default_factory=dict)
     managed: bool = True
+    #: the gang whose plan the passing nodes are, the pod's key, and the plan's nodes to read from the API
+    #: server before answering, each with the GPUs free for the gang as the plan saw them
+    gang: tuple[str, str] | None = None
+    pod: str = ""
+    check: dict[str, int] = field(default_factory=dict)
+
+    def refused(self, reason: str) -> FilterOutcome:
+        """This outcome with every passing node refused for ``reason`` (resolvable: a retry may pass)."""
+        cats = dict(self.categories)
+        if self.passed:
+            cats[R_UNCHECKED] = cats.get(R_UNCHECKED, 0) + len(self.passed)
+        failed = {**self.failed, **dict.fromkeys(self.passed, reason)}
+        return FilterOutcome([], failed, self.unresolvable, cats, self.managed)
 
 
 def class_verdict(ctx: PodContext, node: Node, free: int, memory: MemoryOracle | None = None) -> Verdict:
@@ -119,8 +135,13 @@ class Filter:
         self._memo: dict[tuple[Any, ...], dict[int, Verdict]] = {}
 
     def __call__(
-        self, ctx: PodContext, names: Sequence[str], node_objects: Sequence[Any] | None
+        self,
+        ctx: PodContext,
+        names: Sequence[str],
+        node_objects: Sequence[Any] | None,
+        read: Set[str] = frozenset(),
     ) -> FilterOutcome:
+        """The outcome; ``read``: nodes this request read from the API server (``GangPlans.unchecked``)."""
         if ctx.gpus <= 0:  # not ours: it passes untouched
             return FilterOutcome(list(names), {}, {}, managed=False)
         if ctx.job_problem:
@@ -174,7 +195,9 @@ class Filter:
             )
             failed.update(dict.fromkeys(outside, reason))
             cats[R_GANG] = cats.get(R_GANG, 0) + len(outside)
-        return FilterOutcome(list(filter(in_plan, fits)), failed, unres, cats)
+        passed = list(filter(in_plan, fits))
+        check = self._plans.unchecked(ctx, plan, read) if passed else {}
+        return FilterOutcome(passed, failed, unres, cats, gang=ctx.gang_key, pod=ctx.pod.key, check=check)
 
     def _holds(
         self, ctx: PodContext, names: Sequence[str], per_name: list[Verdict], counts: Counter[Verdict]

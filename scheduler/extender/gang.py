@@ -19,15 +19,20 @@ outside every sample would keep the gang waiting, so an earlier plan that still 
 made again among the candidates only (the whole cache would prefer the same nodes again). Free GPUs are net of
 what the cache holds for other pods planned on a node, so no placement here takes GPUs the operator planned
 for another gang.
+A plan is made from the watch-fed cache, which can lag a pod bound around the extender (by ``nodeName``,
+another scheduler, another extender replica): ``unchecked`` names the plan's nodes to read afresh from the
+API server before filter passes them, while the gang is not committed to it (none of its replicas placed,
+and no other pod of it passed a checked plan in the last ``COMMIT_S``), and the service re-plans on what
+the read showed (``service.ExtenderService``).
 Memo: ``GangPlans`` keeps the last plan per gang; its one invalidation rule is that a plan
 is used only while it still fits the cache's free GPUs and is offered (checked on every use), and the oldest
-plans are dropped past 10,000 gangs.
+plans are dropped past 10,000 gangs (as are the pods checked plans were passed to).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 
 from scheduler.core.decisions import Unschedulable
 from scheduler.core.placement import FreeIndex, LocalityLevel, locality_level
@@ -41,6 +46,9 @@ _MAX_PLANS = 10_000
 #: how long a gang waits for its operator's plan to fit (the watch catching up with the operator's view,
 #: finished pods' claims being released) before it is placed afresh
 PLAN_WAIT_S = 5.0
+#: how long after a checked plan is passed to one pod of a gang its other pods take the plan without a read
+#: of their own while the watch does not show the first one placed yet (``GangPlans.unchecked``)
+COMMIT_S = 5.0
 #: kube-scheduler may offer other nodes on its next attempt
 _NOT_OFFERED = Unschedulable("its placement is on nodes kube-scheduler did not offer this time")
 
@@ -104,6 +112,32 @@ class GangPlans:
         self._plans: dict[tuple[str, str], tuple[Allocation, dict[str, int]]] = {}
         #: gang -> when its operator's plan was first found not to fit
         self._waiting: dict[tuple[str, str], float] = {}
+        #: gang -> the pod a checked plan was last passed to, and when (``unchecked``)
+        self._passed: dict[tuple[str, str], tuple[str, float]] = {}
+
+    def unchecked(self, ctx: PodContext, plan: Allocation, read: Set[str]) -> dict[str, int]:
+        """The nodes of ``plan`` to read from the API server before filter passes them, each with the GPUs
+        free for the gang as the plan saw them: none once the gang is committed to a plan (one of its
+        replicas placed, or a checked plan passed to another of its pods in the last ``COMMIT_S``:
+        kube-scheduler is binding that one, and the watch shows it later), else every node not ``read`` for
+        this request."""
+        assert ctx.gang_key is not None
+        gang = ctx.gang_key
+        if ctx.placed:
+            return {}
+        memo = self._passed.get(gang)
+        if memo is not None and memo[0] != ctx.pod.key and self._cache.now() - memo[1] < COMMIT_S:
+            return {}
+        free_for = self._cache.free_for
+        return {n: free_for(n, gang) for n in plan.nodes if n not in read}
+
+    def checked(self, gang: tuple[str, str], pod: str) -> None:
+        """Remember that a plan checked against the API server is passed to ``pod`` (its key) of ``gang``."""
+        memo, now = self._passed.get(gang), self._cache.now()
+        if memo is None or memo[0] == pod or now - memo[1] >= COMMIT_S:
+            self._passed[gang] = (pod, now)
+            if len(self._passed) > _MAX_PLANS:
+                self._passed.pop(next(iter(self._passed)))
 
     def plan(
         self, ctx: PodContext, fits: Sequence[str], is_fit: Callable[[str], bool]

@@ -1,9 +1,18 @@
 """The extender's verbs as one service: request bytes in, status and reply bytes out.
 
-Shell module (no HTTP framework; bind calls the ``Binder`` in a worker thread). Each verb is one path:
+Shell module (no HTTP framework; bind calls the ``Binder`` and the plan check the ``PodReader`` in worker
+threads). Each verb is one path:
 body -> ``wire`` parse -> typed ``PodContext`` (``context``) -> a verdict per node class (``filtering``)
 or a score per class (``scoring``), the gang plan (``gang``) or the victims (``preempt``) -> reply. The
 decisions read the ``ClusterCache`` under its lock, so one request sees one consistent state.
+
+Plan check: the cache is fed by a watch, which can lag a pod bound around the extender. Before filter
+passes the nodes of a gang's plan while the gang is not committed to one (``GangPlans.unchecked``), the
+service reads the pods bound to them from the API server (``PodReader``, one read per node, in
+parallel); pods the cache does not count yet are counted from then on (``ClusterCache.note_bound``), and
+when that changed the GPUs free for the gang on a node of the plan, the pod is decided again (the stale
+plan no longer fits: the whole gang is planned again), up to ``_CHECK_ROUNDS`` reads. A failed read, or a
+plan still unchecked after them, refuses the plan's nodes (resolvable: kube-scheduler retries the pod).
 
 Errors: a malformed body is the caller's fault and answers 400 (413 when over the size limit) with
 ``{"Error": message}`` naming the field. Anything else is ours or upstream's: it is counted in
@@ -18,7 +27,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import anyio
@@ -35,6 +44,7 @@ from scheduler.extender.gang import GangPlans
 from scheduler.extender.nodes import NodeIndex
 from scheduler.extender.scoring import Scorer
 from scheduler.k8s.cache import ClusterCache
+from scheduler.k8s.codec import CodecError, PodInfo, decode_pod
 from scheduler.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -43,6 +53,9 @@ log = logging.getLogger(__name__)
 _API_THREADS = 32
 #: a verb's answer: HTTP status and the JSON reply
 Reply = tuple[int, bytes]
+#: reads of the API server one filter call makes at most to check a gang's plan (each read, of the nodes
+#: the previous one did not cover, may move the plan onto others)
+_CHECK_ROUNDS = 3
 
 
 class Binder(Protocol):
@@ -56,6 +69,16 @@ class Binder(Protocol):
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None: ...
 
     def record_placement(self, namespace: str, job_name: str, placement: dict[str, str]) -> None: ...
+
+
+class PodReader(Protocol):
+    """Reads the pods bound to a node from the API server itself, not a watch
+    (``scheduler.k8s.listwatch.KubeListWatch.pods_on``; fakes in tests): the unfinished pods as API JSON, in
+    the cache's namespace scope, at least as new as resourceVersion ``not_older_than`` (the filtered pod's:
+    every pod bound before kube-scheduler saw it is there; "" for a consistent read); raises on any
+    failure."""
+
+    def pods_on(self, node: str, not_older_than: str = "") -> list[dict[str, Any]]: ...
 
 
 def _json(body: bytes) -> Any:
@@ -76,9 +99,11 @@ class ExtenderService:
         cache: ClusterCache,
         oracle: ThroughputOracle | None,
         binder: Binder | None = None,
+        reader: PodReader | None = None,
     ) -> None:
         self.cache = cache
         self._binder = binder
+        self._reader = reader
         self._record_placement = settings.extender_record_placement
         # a Binding waits on the API server and etcd (tens to hundreds of ms under load): binds/s is
         # threads / that latency; no more threads than pooled connections (no TLS handshake per bind)
@@ -88,7 +113,8 @@ class ExtenderService:
         self._sent: dict[tuple[str, str], str] = {}
         index = NodeIndex(cache)
         memory = oracle if isinstance(oracle, MemoryOracle) else None
-        self._filter = Filter(index, GangPlans(cache, wait_s=settings.extender_plan_wait_seconds), memory)
+        self._plans = GangPlans(cache, wait_s=settings.extender_plan_wait_seconds)
+        self._filter = Filter(index, self._plans, memory)
         self._score = Scorer(index, oracle, settings)
         # every verb's series from the start (a dashboard shows 0, not "no data", before the first call),
         # resolved once: looking the labels up on every call costs more than the observation itself
@@ -137,37 +163,132 @@ class ExtenderService:
         verb: str,
         body: bytes,
         start: float,
-        decide: Callable[[], bytes],
+        decide: Callable[[], bytes | Awaitable[bytes]],
         fallback: Callable[[str], bytes],
-    ) -> Reply:
-        """``decide()``'s reply; 4xx for a malformed request; for any other error (counted and logged)
-        ``fallback(message)``, a reply kube-scheduler can use."""
+    ) -> Reply | Awaitable[Reply]:
+        """``decide()``'s reply (awaited when it must wait on the API server); 4xx for a malformed request;
+        for any other error (counted and logged) ``fallback(message)``, a reply kube-scheduler can use."""
         try:
             reply = decide()
         except ConfigError as exc:  # a malformed request (``wire.WireError``) or pod (``CodecError``)
             return self.bad(verb, start, exc)
         except Exception as exc:
-            self.failed(verb, exc, body)
-            reply = fallback(f"perfsched: internal error in {verb}: {wire.quote(str(exc))}")
+            reply = self._fallback(verb, exc, body, fallback)
+        if not isinstance(reply, bytes):
+            return self._answer_later(verb, body, start, reply, fallback)
         self.done(verb, start, 200)
         return 200, reply
 
-    def filter(self, body: bytes, start: float) -> Reply:
-        def decide() -> bytes:
+    async def _answer_later(
+        self, verb: str, body: bytes, start: float, reply: Awaitable[bytes], fallback: Callable[[str], bytes]
+    ) -> Reply:
+        try:
+            answer = await reply
+        except Exception as exc:
+            answer = self._fallback(verb, exc, body, fallback)
+        self.done(verb, start, 200)
+        return 200, answer
+
+    def _fallback(self, verb: str, exc: Exception, body: bytes, fallback: Callable[[str], bytes]) -> bytes:
+        self.failed(verb, exc, body)
+        return fallback(f"perfsched: internal error in {verb}: {wire.quote(str(exc))}")
+
+    def filter(self, body: bytes, start: float) -> Reply | Awaitable[Reply]:
+        def decide() -> bytes | Awaitable[bytes]:
             args = wire.parse_extender_args(_json(body))
             outcome = self._decide(args.pod, lambda ctx: self._filter(ctx, args.names, args.node_objects))
-            self._nodes_in.observe(len(args.names))
-            self._nodes_passed.observe(len(outcome.passed))
-            for reason, n in outcome.categories.items():
-                metrics.EXTENDER_REJECTIONS.labels(reason).inc(n)
-            return _filter_reply(outcome, args)
+            if outcome.check and self._reader is not None:
+                return self._check_plan(args, outcome, self._reader, body)
+            return self._filter_reply(outcome, args)
 
         empty = dict.fromkeys(("Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes"))
         return self._answer(
             "filter", body, start, decide, lambda error: orjson.dumps({**empty, "Error": error})
         )
 
-    def prioritize(self, body: bytes, start: float) -> Reply:
+    def _filter_reply(self, outcome: FilterOutcome, args: wire.ParsedArgs) -> bytes:
+        self._nodes_in.observe(len(args.names))
+        self._nodes_passed.observe(len(outcome.passed))
+        for reason, n in outcome.categories.items():
+            metrics.EXTENDER_REJECTIONS.labels(reason).inc(n)
+        return _filter_reply(outcome, args)
+
+    async def _check_plan(
+        self, args: wire.ParsedArgs, outcome: FilterOutcome, reader: PodReader, body: bytes
+    ) -> bytes:
+        """Filter's reply once the gang plan ``outcome`` passes is checked against the pods the API server
+        shows on its nodes (see the module docstring)."""
+        read: set[str] = set()
+        result = "fresh"
+        for _ in range(_CHECK_ROUNDS):
+            gang, check = outcome.gang, outcome.check
+            if gang is None or not check:
+                break
+            try:
+                pods = await self._read_pods(reader, list(check), _resource_version(args.pod))
+            except Exception as exc:  # the API server's failure: counted, logged, answered as a retry
+                metrics.EXTENDER_PLAN_CHECKS.labels("error").inc()
+                self.failed("filter", exc, body, bug=False)
+                reason = (
+                    f"perfsched: gang {gang[0]}: its placement could not be checked against the API "
+                    f"server ({wire.quote(str(exc), 200)}); retry"
+                )
+                return self._filter_reply(outcome.refused(reason), args)
+            read.update(check)
+            with self.cache.lock:
+                learnt = sum(map(self.cache.note_bound, pods))
+                if all(self.cache.free_for(n, gang) == free for n, free in check.items()):
+                    break  # the plan was made on what the API server shows
+                result = "replanned"
+                if learnt:
+                    log.info(
+                        "gang %s: %d pods on %s that the watch had not delivered; planned again",
+                        gang[0],
+                        learnt,
+                        ", ".join(sorted(check)[:4]),
+                    )
+                outcome = self._decide(
+                    args.pod, lambda ctx: self._filter(ctx, args.names, args.node_objects, read)
+                )
+        else:
+            if outcome.check and outcome.gang is not None:
+                metrics.EXTENDER_PLAN_CHECKS.labels("error").inc()
+                reason = (
+                    f"perfsched: gang {outcome.gang[0]}: its placement moved on each of {_CHECK_ROUNDS} "
+                    "reads of the API server; retry"
+                )
+                return self._filter_reply(outcome.refused(reason), args)
+        if outcome.gang is not None and outcome.passed:
+            self._plans.checked(outcome.gang, outcome.pod)
+        metrics.EXTENDER_PLAN_CHECKS.labels(result).inc()
+        return self._filter_reply(outcome, args)
+
+    async def _read_pods(self, reader: PodReader, nodes: list[str], version: str) -> list[PodInfo]:
+        """The pods ``reader`` shows on ``nodes`` at least as new as ``version``, read in parallel; the
+        first failure is raised."""
+        found: list[dict[str, Any]] = []
+        errors: list[Exception] = []
+
+        async def read(node: str) -> None:
+            try:
+                found.extend(await run_sync(reader.pods_on, node, version, limiter=self._api))
+            except Exception as exc:
+                errors.append(exc)
+
+        async with anyio.create_task_group() as tasks:
+            for node in nodes:
+                tasks.start_soon(read, node)
+        if errors:
+            raise errors[0]
+        pods = []
+        for obj in found:
+            try:
+                pods.append(decode_pod(obj))
+            except CodecError:
+                continue  # the cache ignores it too
+        return pods
+
+    def prioritize(self, body: bytes, start: float) -> Reply | Awaitable[Reply]:
         names: list[str] = []  # kube-scheduler ignores prioritize errors: neutral scores on a failure
 
         def decide() -> bytes:
@@ -179,7 +300,7 @@ class ExtenderService:
         neutral = lambda _error: _host_priority_list(names, [None] * len(names), {None: 0})  # noqa: E731
         return self._answer("prioritize", body, start, decide, neutral)
 
-    def preempt(self, body: bytes, start: float) -> Reply:
+    def preempt(self, body: bytes, start: float) -> Reply | Awaitable[Reply]:
         def decide() -> bytes:
             args = wire.parse_preemption_args(_json(body))
             victims = preempt.candidates(args)
@@ -260,6 +381,13 @@ class ExtenderService:
                 continue
             metrics.EXTENDER_PLACEMENT_RECORDS.labels("success").inc()
             self._sent.update({(job, pod): node for pod, node in placement.items()})
+
+
+def _resource_version(pod: Any) -> str:
+    """The resourceVersion of the request's pod as kube-scheduler saw it ("" when it has none)."""
+    meta = pod.get("metadata") if isinstance(pod, dict) else None
+    version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    return version if isinstance(version, str) else ""
 
 
 def _filter_reply(outcome: FilterOutcome, args: wire.ParsedArgs) -> bytes:

@@ -8,7 +8,8 @@ incrementally on every event. Free GPUs are allocatable GPUs minus
 - GPUs of every non-terminal pod bound to the node (``spec.nodeName`` set), Running or not, and
 - GPUs of pods this extender has bound but whose binding the watch has not shown yet ("assumed" pods,
   added by ``assume`` before the Binding is created and dropped when the watch shows the pod bound, when
-  the bind fails (``forget``), or after a time-to-live), and
+  the bind fails (``forget``), or after a time-to-live), and of pods a direct read of the API server
+  showed bound before the watch did (``note_bound``, counted the same way), and
 - GPUs *held* for pods the operator has planned on the node (``perfsched.dev/planned-node``) that are not
   bound yet: a gang's planned GPUs are kept for it from the moment its pods appear until they bind, the pod
   goes, or ``hold_ttl_s`` (``PERFSCHED_EXTENDER_PLAN_HOLD_SECONDS``, 30 s) has passed since the cache first
@@ -332,11 +333,31 @@ class ClusterCache:
             existing = self._pods.get(key)
             if existing is not None and existing.holds_gpus:
                 return  # the watch already counts it
-            self._assumed[key] = _Assumed(node, gpus, uid, self._clock() + self._assume_ttl)
-            self._assumed_by_node[node] = self._assumed_by_node.get(node, 0) + gpus
-            self._refresh_free(node)
-            self._refresh_hold(key, node)
-            self.version += 1
+            self._assume(key, uid, node, gpus)
+
+    def _assume(self, key: str, uid: str, node: str, gpus: int) -> None:
+        self._assumed[key] = _Assumed(node, gpus, uid, self._clock() + self._assume_ttl)
+        self._assumed_by_node[node] = self._assumed_by_node.get(node, 0) + gpus
+        self._refresh_free(node)
+        self._refresh_hold(key, node)
+        self.version += 1
+
+    def note_bound(self, pod: PodInfo) -> bool:
+        """Count a pod that a direct read of the API server shows bound to a node where the cache does not
+        count it yet (the watch has not delivered it): like a pod assumed by a bind, until the watch shows
+        it bound, finished or gone, or the assume TTL passes. True when the cache's view changed."""
+        with self.lock:
+            if not pod.holds_gpus or pod.node_name not in self.nodes:
+                return False
+            known = self._pods.get(pod.key)
+            if known is not None and known.holds_gpus and known.uid == pod.uid:
+                return False  # the watch counts it already
+            mine = self._assumed.get(pod.key)
+            if mine is not None and mine.node == pod.node_name and mine.uid == pod.uid:
+                return False
+            self._drop_assumed(pod.key)
+            self._assume(pod.key, pod.uid, pod.node_name, pod.gpus)
+            return True
 
     def reserve(self, namespace: str, name: str, uid: str, node: str, gpus: int) -> str | None:
         """Check that ``gpus`` are free on ``node`` and ``assume`` them, atomically; or say why not.

@@ -61,6 +61,20 @@ class KubeListWatch:
             GROUP, VERSION, TRAININGJOB_PLURAL, _preload_content=False, **kwargs
         )
 
+    def pods_on(self, node: str, not_older_than: str = "") -> list[dict[str, Any]]:
+        """The unfinished pods bound to ``node`` (in the cache's namespace scope), read from the API server
+        now, not from a watch: at least as new as resourceVersion ``not_older_than`` (served from the API
+        server's watch cache once it holds that version), or without one a consistent read."""
+        selector = f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed"
+        kwargs: dict[str, Any] = {"field_selector": selector, "_request_timeout": self._timeout}
+        if not_older_than:
+            kwargs.update(resource_version=not_older_than, resource_version_match="NotOlderThan")
+        with api_call(f"list pods on node {node}"):
+            resp = self._call(Kind.PODS, **kwargs)
+            body = orjson.loads(resp.data)
+        items = body.get("items") or []
+        return [i for i in items if isinstance(i, dict)]
+
     def list(self, kind: Kind) -> tuple[list[dict[str, Any]], str]:
         try:
             with api_call(f"list {kind.value}"):

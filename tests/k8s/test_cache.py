@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.k8s.cache import ClusterCache, Kind, WatchGone
+from scheduler.k8s.codec import decode_pod as decode
 from scheduler.k8s.errors import ApiUnavailable
 from tests.extender.kube import fed_cache, kube_node, kube_pod, kube_tj
 
@@ -102,6 +103,33 @@ def test_reserving_again_for_the_same_pod_does_not_double_count() -> None:
     assert cache.reserve("ns", "p", "u", "a", 8) is None
     assert cache.reserve("ns", "p", "u", "a", 8) is None  # bind retried by kube-scheduler
     assert cache.free["a"] == 0
+
+
+def test_a_pod_a_direct_read_shows_bound_counts_until_the_watch_shows_it() -> None:
+    """``note_bound``: a pod bound around the extender that the watch has not delivered is counted from the
+    read on, once (never again when the watch shows it), and forgotten when it goes or its TTL passes."""
+    now = [0.0]
+    cache = fed_cache([kube_node("a", "A100", 8)], [kube_pod("q", 2)], assume_ttl_s=30, clock=lambda: now[0])
+    filler = kube_pod("filler", 2, node="a", namespace="other")
+    assert cache.note_bound(decode(filler)) and cache.free["a"] == 6
+    assert not cache.note_bound(decode(filler)) and cache.free["a"] == 6  # read again: counted once
+    cache.apply(Kind.PODS, "ADDED", filler)
+    assert cache.free["a"] == 6 and cache.assumed_node("other", "filler") is None
+    assert not cache.note_bound(decode(filler))  # the watch counts it now
+    # a known pending pod the read shows bound: counted where the read saw it, and placed there
+    q = decode(kube_pod("q", 2, node="a"))
+    assert cache.note_bound(q) and cache.free["a"] == 4
+    assert cache.placed_node(cache.pod("team-a", "q")) == "a"  # type: ignore[arg-type]
+    cache.apply(Kind.PODS, "DELETED", kube_pod("q", 2, node="a"))
+    assert cache.free["a"] == 6
+    # finished, GPU-less or on unknown nodes: nothing to count; a pod the watch never shows expires
+    assert not cache.note_bound(decode(kube_pod("done", 2, node="a", phase="Succeeded")))
+    assert not cache.note_bound(decode(kube_pod("cpu", 0, node="a")))
+    assert not cache.note_bound(decode(kube_pod("far", 2, node="elsewhere")))
+    assert cache.note_bound(decode(kube_pod("ghost", 2, node="a"))) and cache.free["a"] == 4
+    now[0] = 31.0
+    cache.expire_assumed()
+    assert cache.free["a"] == 6
 
 
 def test_list_watch_resumes_after_a_dropped_watch_and_relists_after_410() -> None:

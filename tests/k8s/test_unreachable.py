@@ -42,6 +42,7 @@ CALLS: list[tuple[str, Callable[[k8s.ApiClient], Any]]] = [
     ("kubeapi patch status", lambda c: _kube_api(c).patch_trainingjob_status("ns", "tj", {"a": 1})),
     ("listwatch list", lambda c: KubeListWatch(c).list(Kind.PODS)),
     ("listwatch watch", lambda c: next(iter(KubeListWatch(c).watch(Kind.NODES, "5", 1)))),
+    ("listwatch pods_on", lambda c: KubeListWatch(c).pods_on("n1")),
     ("binder bind", lambda c: KubeBinder(c).bind("ns", "p", "uid", "n1")),
     ("binder record_placement", lambda c: KubeBinder(c).record_placement("ns", "tj", {"p": "n1"})),
     ("workload list_job_pods", lambda c: KubeWorkload(c).list_job_pods()),
