@@ -167,7 +167,7 @@ def main() -> None:
         f"state: {len(blob) / 1024:.0f} KiB compressed ({raw / 1024:.0f} KiB JSON), "
         f"bound {MAX_BYTES // 1024} KiB; encode {t_encode:.2f} s"
     )
-    assert StateStore(api, NS, CM).write(blob)
+    assert StateStore(api, NS, CM).write(blob) == "written"
 
     restored = CorrectedOracle.load()
     op2 = _operator(api, restored, store=True)
