@@ -125,6 +125,8 @@ class Encoded:
     trimmed: dict[str, int]
     #: seconds spent encoding (trimming included)
     seconds: float = 0.0
+    #: zlib encodings of the whole state it took (1: it fit; at most 1 + ``ATTEMPTS``)
+    encodings: int = 1
 
     @property
     def was_trimmed(self) -> bool:
@@ -189,11 +191,11 @@ def encode_capped(
                 "finished": cut.finished,
             }
             records = {k: counts[k] - trimmed[k] for k in KINDS}
-            return Encoded(out, records, trimmed, time.perf_counter() - started)
+            return Encoded(out, records, trimmed, time.perf_counter() - started, 2 + attempt)
         # the estimate fell short: scale the need by how far the saving fell short of it, and aim lower
         saved = len(blob) - len(out)
         need = max(need * 1.25, need * cut.saved / max(saved, 1.0)) + (len(out) - cap)
-    return Encoded(b"", counts, dict.fromkeys(KINDS, 0), time.perf_counter() - started)
+    return Encoded(b"", counts, dict.fromkeys(KINDS, 0), time.perf_counter() - started, 1 + ATTEMPTS)
 
 
 def _counts(parts: StateParts, kept: Sequence[tuple[str, str]]) -> dict[str, int]:
