@@ -59,8 +59,8 @@ class Restored:
     ended: frozenset[str]
     #: a finished job that completed before this (RFC 3339, compared as text) counts as learnt
     ended_before: str
-    #: when the state was written (seconds since the epoch; the ConfigMap's ``WRITTEN`` annotation), if
-    #: it says
+    #: when the state was written (seconds since the epoch: the ConfigMap's ``WRITTEN`` annotation; None
+    #: without one)
     written: float | None = None
 
 

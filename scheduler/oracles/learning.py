@@ -265,7 +265,8 @@ class CorrectedOracle(ThroughputOracle, MemoryOracle, IntervalOracle, HeldOutOra
 
     def restore(self, state: Mapping[str, object]) -> None:
         """Replace what it has learnt with ``state`` (``state``'s output): after it, every answer is the
-        one the oracle that wrote it gave, bit for bit. ``InvalidInputError`` naming the problem (another
+        one the oracle that wrote it gave, bit for bit, but on the GPU types a trimmed state marks to be
+        refit from the records it kept (``trim_state``). ``InvalidInputError`` naming the problem (another
         offline model, other corrector settings, a value that does not parse); it is unchanged then."""
         from perfmodel.errors import InvalidInputError
 
