@@ -518,6 +518,11 @@ class Operator:
             metrics.OPERATOR_JOBS.labels(phase=phase).set(phases.get(phase, 0))
         return report
 
+    def stand_down(self) -> None:
+        """This process does not lead now (its loop runs no round): the next round it runs as leader
+        restores the learning state first, which another leader may have written meanwhile."""
+        self._leading = False
+
     def _round(self, now: float, report: RoundReport) -> None:
         t_list = time.perf_counter()
         tjs, raw_pods, raw_nodes, classes = self._list()
