@@ -164,8 +164,8 @@ def encode_capped(
 
     A GPU type that loses a record is refit from the records kept by the leader that restores it
     (``scheduler.oracles.learning.trim_state``). The cut is planned from each part's compressed size per
-    item, then the trimmed state is encoded and checked; a plan that still misses aims lower, and the
-    last of ``ATTEMPTS`` trims everything trimmable."""
+    item, then the trimmed state is encoded and checked; a plan that misses asks for more along the line
+    through its last two tries, and the last of ``ATTEMPTS`` trims everything trimmable."""
     started = time.perf_counter()
     kept, cutoff = _latest(ended)
     blob = _compress(_doc(oracle_state, live, kept, cutoff))
@@ -175,7 +175,9 @@ def encode_capped(
     if len(blob) <= cap:
         return Encoded(blob, counts, dict.fromkeys(KINDS, 0), time.perf_counter() - started)
     plan = _Plan(oracle_state, parts, live, kept, len(blob))
-    need = len(blob) - cap * (1 - TRIM_MARGIN)
+    target = cap * (1 - TRIM_MARGIN)
+    need = len(blob) - target
+    tried = [(0.0, float(len(blob)))]  # (estimated saving asked for, size it gave)
     for attempt in range(ATTEMPTS):
         # the last attempt trims everything trimmable: if that fits, something is written
         cut = plan.cut(math.inf if attempt == ATTEMPTS - 1 else need)
@@ -192,9 +194,11 @@ def encode_capped(
             }
             records = {k: counts[k] - trimmed[k] for k in KINDS}
             return Encoded(out, records, trimmed, time.perf_counter() - started, 2 + attempt)
-        # the estimate fell short: scale the need by how far the saving fell short of it, and aim lower
-        saved = len(blob) - len(out)
-        need = max(need * 1.25, need * cut.saved / max(saved, 1.0)) + (len(out) - cap)
+        # the estimate fell short: ask for more, along the line through the last two tries (secant)
+        tried.append((need, float(len(out))))
+        (n0, s0), (n1, s1) = tried[-2], tried[-1]
+        slope = (s0 - s1) / (n1 - n0) if n1 > n0 and s0 > s1 else 0.0
+        need = n1 + (s1 - target) / slope if slope > 0 else n1 * 1.5
     return Encoded(b"", counts, dict.fromkeys(KINDS, 0), time.perf_counter() - started, 1 + ATTEMPTS)
 
 
@@ -213,8 +217,6 @@ class _Cut:
     finished: int
     ended: list[int]
     jobs: frozenset[str]
-    #: the estimated saving in bytes
-    saved: float
 
 
 class _Plan:
@@ -303,7 +305,7 @@ class _Plan:
                 if gpu_type not in dirty:
                     dirty.add(gpu_type)
                     saved += self.levels.get(gpu_type, 0.0)
-        return _Cut(held, finished, ended, frozenset(jobs), saved)
+        return _Cut(held, finished, ended, frozenset(jobs))
 
 
 def _take(available: int, each: float, need: float) -> int:
