@@ -86,6 +86,7 @@ def test_trimming_goes_part_by_part_in_the_documented_order(monkeypatch: pytest.
         if frac in (0.2, 0.1):  # live jobs go only as far as needed, never all of them here
             assert 0 < got.trimmed["live"] < every["live"], (frac, got.trimmed)
         doc = json.loads(zlib.decompress(got.blob))
+        assert doc["oracle"]["before"] == written["before"][got.trimmed["held_out"] :]  # oldest first
         kept = doc["oracle"]["corrector"]["retired"]
         if 0 < got.trimmed["ended"] <= len(parts.ended) - protected:
             # the oldest go first, and each (model, GPU type) keeps at least its latest 4
