@@ -12,9 +12,14 @@ configurations each (4,096 held-out answers). Measured, in one process, on the p
    and compressed size (a ConfigMap holds at most 1 MiB);
 3. a new operator process that restores that state: its first round (read, decode, restore, no
    replay), and whether it then answers bit for bit as the first one (every model level, 4 GPUs);
-4. the state's size once ``--live`` running jobs (one report each) are learnt on top.
+4. the state's size once ``--live`` running jobs (one report each, each with a random uid as the API
+   server gives) are learnt on top;
+5. with ``--over`` more running jobs, a state over the bound: the time to trim it to fit
+   (``scheduler.operator.learning_state.encode_capped``: planned from each part's size, then checked) and
+   what it left out, and a new oracle restoring the trimmed state: its time to its first answers (the GPU
+   types that lost records are refit then) and how far those answers moved from the writer's.
 
-Run: ``python bench/learning_state.py [--jobs N] [--live N]`` (the defaults: about 5 minutes).
+Run: ``python bench/learning_state.py [--jobs N] [--live N] [--over N]`` (the defaults: about 6 minutes).
 """
 
 from __future__ import annotations
@@ -22,13 +27,14 @@ from __future__ import annotations
 import argparse
 import random
 import time
+import uuid
 import zlib
 from typing import Any
 
 from scheduler.core.types import Job, PlacementShape
 from scheduler.k8s import crd
 from scheduler.k8s.fakeapi import FakeKubeApi
-from scheduler.operator.learning_state import MAX_BYTES, StateStore, encode
+from scheduler.operator.learning_state import MAX_BYTES, StateStore, decode, encode, encode_capped
 from scheduler.operator.reconcile import Operator, OperatorConfig
 from scheduler.oracles.learning import CorrectedOracle
 from scheduler.policies import make_policy
@@ -136,10 +142,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=4096)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--live", type=int, default=1000, help="live jobs observed for the last size figure")
+    ap.add_argument("--live", type=int, default=1000, help="live jobs observed for the size figure")
+    ap.add_argument("--over", type=int, default=11000, help="live jobs added on top, to go over the bound")
     args = ap.parse_args()
-    if args.jobs < 1 or args.live < 0:
-        ap.error("--jobs must be >= 1 and --live >= 0")
+    if args.jobs < 1 or args.live < 0 or args.over < 0:
+        ap.error("--jobs must be >= 1, --live and --over >= 0")
     api = _cluster(args.jobs, args.seed)
     print(f"{args.jobs} finished TrainingJobs, {len(MODELS) * len(PRECISIONS) * len(PRODUCTS)} model levels")
 
@@ -167,7 +174,7 @@ def main() -> None:
         f"state: {len(blob) / 1024:.0f} KiB compressed ({raw / 1024:.0f} KiB JSON), "
         f"bound {MAX_BYTES // 1024} KiB; encode {t_encode:.2f} s"
     )
-    assert StateStore(api, NS, CM).write(blob)
+    assert StateStore(api, NS, CM).write(blob) == "written"
 
     restored = CorrectedOracle.load()
     op2 = _operator(api, restored, store=True)
@@ -184,25 +191,81 @@ def main() -> None:
 
     # the same state with live jobs: each observed once, at 0.6-1.5x the prediction, as a report would
     rng = random.Random(args.seed + 1)
-    q_live = _questions()
-    for i in range(args.live):
-        job, shape = q_live[i % len(q_live)]
-        job = Job(
-            name=f"ml/live{i:05d}",
-            submit_time=0,
-            total_work=1,
-            model=job.model,
-            batch_size=256,
-            precision=job.precision,
-        )
-        rate = restored.throughput([(job, shape)])[0] * rng.uniform(0.6, 1.5)
-        restored.observe(job, shape, rate)
-        live[job.name] = (f"uid-{i:05d}-0000-0000-0000-000000000000", 1_800_000_000.0 + i)
+    _learn_live(restored, live, 0, args.live, rng)
     blob = encode(restored.state(), live, op._completed)
     print(
         f"state with {args.live} live jobs: {len(blob) / 1024:.0f} KiB compressed, "
         f"bound {MAX_BYTES // 1024} KiB"
     )
+
+    # more live jobs, until the state is over the bound: trimmed to fit, then restored
+    _learn_live(restored, live, args.live, args.live + args.over, rng)
+    state = restored.state()
+    t0 = time.perf_counter()
+    blob = encode(state, live, op._completed)
+    t_plain = time.perf_counter() - t0
+    got = encode_capped(state, live, op._completed)
+    print(
+        f"state with {args.live + args.over} live jobs: {len(blob) / 1024:.0f} KiB compressed "
+        f"(encode {t_plain:.2f} s); trimmed to {len(got.blob) / 1024:.0f} KiB in {got.seconds:.2f} s "
+        f"({got.encodings} encodings), left out {got.trimmed}, kept {got.records}"
+    )
+    decoded = decode(got.blob)
+    assert not isinstance(decoded, str)
+    again = CorrectedOracle.load()
+    t0 = time.perf_counter()
+    again.restore(decoded.oracle)
+    answers = again.throughput(q)  # the GPU types that lost records are refit here
+    t_trimmed = time.perf_counter() - t0
+    writer = restored.throughput(q)
+    moved = sorted(abs(a / w - 1) for a, w in zip(answers, writer, strict=True) if w > 0)
+    print(
+        f"restore of the trimmed state and its first answers (the GPU types that lost records refit from "
+        f"those kept): {t_trimmed:.2f} s; answers on every model level against the writer's: "
+        f"{sum(m == 0 for m in moved)} of {len(moved)} identical, median change "
+        f"{100 * moved[len(moved) // 2]:.1f}%, largest {100 * moved[-1]:.1f}%"
+    )
+
+
+def _live_questions(n: int) -> list[tuple[Job, PlacementShape]]:
+    """The ``n`` live jobs of ``_learn_live`` (name, model, precision) and where each runs."""
+    q = _questions()
+    out = []
+    for i in range(n):
+        job, shape = q[i % len(q)]
+        out.append(
+            (
+                Job(
+                    name=f"ml/live{i:05d}",
+                    submit_time=0,
+                    total_work=1,
+                    model=job.model,
+                    batch_size=256,
+                    precision=job.precision,
+                ),
+                shape,
+            )
+        )
+    return out
+
+
+def _learn_live(
+    oracle: CorrectedOracle,
+    live: dict[str, tuple[str, float | None]],
+    first: int,
+    end: int,
+    rng: random.Random,
+) -> None:
+    """Live jobs ``first`` .. ``end`` - 1 each report once, at 0.6-1.5x the oracle's answer for its model
+    level before them (asked once per level: asking after each report would refit the GPU type each
+    time); each gets a random uid (as the API server gives: they do not compress) and its report time in
+    ``live``."""
+    levels = _questions()
+    said = dict(zip(levels, oracle.throughput(levels), strict=True))
+    for i, (job, shape) in enumerate(_live_questions(end)[first:], start=first):
+        level = levels[i % len(levels)]
+        oracle.observe(job, shape, said[level] * rng.uniform(0.6, 1.5))
+        live[job.name] = (str(uuid.UUID(int=rng.getrandbits(128), version=4)), 1_800_000_000.0 + i)
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -698,6 +698,70 @@ _DERIVED = (
     "_model_compute",
     "_model_sync",
 )
+
+
+def state_records(
+    state: Mapping[str, object],
+) -> tuple[list[tuple[str, str, int]], list[tuple[str, str, int]]]:
+    """(model, GPU type, observations) of each live record and of each retired record of an
+    ``OnlineCorrector.state``, in the order it stores them (the retired ones oldest first).
+    ``InvalidInputError`` when it is not one."""
+    try:
+        jobs = [_stats(_seq(x)[1]) for x in _seq(state["jobs"])]
+        retired = [_stats(v) for v in _seq(state["retired"])]
+    except (KeyError, IndexError) as exc:
+        raise InvalidInputError(f"learning state does not parse: {type(exc).__name__}: {exc}") from None
+    return [(s.model, s.gpu_type, s.count) for s in jobs], [(s.model, s.gpu_type, s.count) for s in retired]
+
+
+def state_levels(state: Mapping[str, object]) -> dict[str, list[object]]:
+    """The fitted levels of an ``OnlineCorrector.state``, grouped by GPU type (each entry as stored):
+    what ``trim_state`` leaves out of a type that loses a record."""
+    derived = state["derived"]
+    if not isinstance(derived, Mapping):
+        raise InvalidInputError("derived: not the fitted levels this version keeps")
+    out: dict[str, list[object]] = {}
+    for table in derived.values():
+        for x in _seq(table):
+            out.setdefault(str(_key_type(_seq(x)[0])), []).append(x)
+    return out
+
+
+def trim_state(
+    state: Mapping[str, object], *, jobs: Collection[int] = (), retired: Collection[int] = ()
+) -> dict[str, object]:
+    """``state`` (an ``OnlineCorrector.state``, unchanged) without the live records at the positions
+    ``jobs`` and the retired records at the positions ``retired``. The fitted levels of a GPU type that
+    loses a record would no longer match the records kept, so they are left out and the type is marked
+    to be refit: a corrector that restores the result refits those types from the records kept at its
+    first answer (as after an observation there), and answers as the writer did on every other type."""
+    all_jobs, all_retired = _seq(state["jobs"]), _seq(state["retired"])
+    drop_jobs, drop_retired = set(jobs), set(retired)
+    types = {str(_seq(_seq(all_jobs[k])[1])[1]) for k in drop_jobs}
+    types |= {str(_seq(all_retired[k])[1]) for k in drop_retired}
+    if not types:
+        return dict(state)
+    derived = state["derived"]
+    if not isinstance(derived, Mapping):
+        raise InvalidInputError("derived: not the fitted levels this version keeps")
+    # a per-type table is keyed by the GPU type, a per-model one by [model, GPU type]
+    kept_derived = {
+        name: [x for x in _seq(table) if _key_type(_seq(x)[0]) not in types]
+        for name, table in derived.items()
+    }
+    return {
+        **state,
+        "jobs": [x for k, x in enumerate(all_jobs) if k not in drop_jobs],
+        "retired": [x for k, x in enumerate(all_retired) if k not in drop_retired],
+        "derived": kept_derived,
+        "dirty": sorted({str(t) for t in _seq(state["dirty"])} | types),
+    }
+
+
+def _key_type(key: object) -> object:
+    """The GPU type of a fitted level's key as stored: a per-type table's key is the type, a per-model
+    one's [model, GPU type]."""
+    return _seq(key)[1] if isinstance(key, list) else key
 
 
 def _plain(value: object) -> object:

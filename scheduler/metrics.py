@@ -227,6 +227,61 @@ OPERATOR_ERRORS = Counter(
     registry=REGISTRY,
 )
 
+# --- the learning state (operator; scheduler.operator.learning_state, docs/learning-state.md) ----------
+# The write metrics are set by the leader only, when it writes; the restore metrics by a process as it
+# starts to lead.
+
+#: Compressed bytes of the learning state the leader last wrote (the bound is 900 KiB: trimmed above it).
+LEARNING_STATE_BYTES = Gauge(
+    "perfsched_operator_learning_state_bytes",
+    "Compressed size of the learning state the leader last wrote to its ConfigMap (trimmed above 900 KiB).",
+    registry=REGISTRY,
+)
+#: What the last written state holds, by kind: live (live jobs' records), ended (ended jobs' records in the
+#: shared levels), held_out (held-out answers), finished (finished jobs listed as learnt).
+LEARNING_STATE_RECORDS = Gauge(
+    "perfsched_operator_learning_state_records",
+    "Records in the learning state the leader last wrote, by kind (live, ended, held_out, finished).",
+    ["kind"],
+    registry=REGISTRY,
+)
+#: What trimming left out of the last written state, by kind (as ``LEARNING_STATE_RECORDS``; 0: it fit).
+LEARNING_STATE_TRIMMED = Gauge(
+    "perfsched_operator_learning_state_trimmed_records",
+    "Records trimming left out of the learning state the leader last wrote, by kind (0 when it fit).",
+    ["kind"],
+    registry=REGISTRY,
+)
+#: When the leader last wrote the learning state (seconds since the epoch).
+LEARNING_STATE_LAST_WRITE = Gauge(
+    "perfsched_operator_learning_state_last_write_timestamp_seconds",
+    "When the leader last wrote the learning state to its ConfigMap (Unix time).",
+    registry=REGISTRY,
+)
+#: Seconds from the restored state's write to its restore, as this process started to lead.
+LEARNING_STATE_RESTORED_AGE = Gauge(
+    "perfsched_operator_learning_state_restored_age_seconds",
+    "Age of the learning state this process restored as it started to lead (from its write to the restore).",
+    registry=REGISTRY,
+)
+#: The leader's writes, by outcome (written | unchanged | trimmed | conflict | error).
+LEARNING_STATE_WRITES = Counter(
+    "perfsched_operator_learning_state_writes_total",
+    "Learning-state writes the leader tried, by outcome (written, unchanged, trimmed: written after "
+    "trimming, conflict: raced another writer, error).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+#: Restores as a process starts to lead, by outcome (restored | missing | unreadable | corrupt | schema |
+#: model | settings): every outcome but restored and missing falls back to the replay and is logged.
+LEARNING_STATE_RESTORES = Counter(
+    "perfsched_operator_learning_state_restores_total",
+    "Learning-state restores as a process starts to lead, by outcome (restored, missing, or why it was "
+    "unusable: unreadable, corrupt, schema, model, settings).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+
 # --- dashboard and alerts (helm/perfsched/files) --------------------------------------------------------
 # Needed by the Grafana dashboard ("GPUs allocated vs capacity by GPU type") and the
 # PerfschedJobsWaitingTooLong alert; the operator sets them once per round from its snapshot

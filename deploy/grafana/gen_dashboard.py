@@ -188,6 +188,89 @@ ROWS: list[tuple[str, list[Panel]]] = [
         ],
     ),
     (
+        "Learning state",
+        [
+            (
+                "Learning state size",
+                "timeseries",
+                "bytes",
+                [
+                    (
+                        "max(perfsched_operator_learning_state_bytes"
+                        " and on (instance) perfsched_operator_leader == 1)",
+                        "written",
+                    )
+                ],
+                12,
+                "Compressed size of the learning state the leader last wrote to its ConfigMap; above 900 KiB "
+                "it is trimmed to fit (docs/learning-state.md).",
+            ),
+            (
+                "Learning state records by kind",
+                "timeseries",
+                "short",
+                [
+                    (
+                        "max by (kind) (perfsched_operator_learning_state_records"
+                        " and on (instance) perfsched_operator_leader == 1)",
+                        "{{kind}}",
+                    ),
+                    (
+                        "max by (kind) (perfsched_operator_learning_state_trimmed_records"
+                        " and on (instance) perfsched_operator_leader == 1)",
+                        "trimmed {{kind}}",
+                    ),
+                ],
+                12,
+                "What the last written state holds (live and ended jobs' records, held-out answers, finished "
+                "jobs listed) and what trimming left out of it.",
+            ),
+            (
+                "Learning state writes and restores",
+                "timeseries",
+                "short",
+                [
+                    (
+                        "sum by (outcome) "
+                        "(increase(perfsched_operator_learning_state_writes_total[$__rate_interval]))",
+                        "write {{outcome}}",
+                    ),
+                    (
+                        "sum by (outcome) "
+                        "(increase(perfsched_operator_learning_state_restores_total[$__rate_interval]))",
+                        "restore {{outcome}}",
+                    ),
+                ],
+                12,
+                "The leader's writes (written, unchanged, trimmed, conflict, error) and the restores of a "
+                "process that starts to lead (restored, missing, or why the state was unusable).",
+            ),
+            (
+                "Learning state last written",
+                "stat",
+                "s",
+                [
+                    (
+                        "time() - max(perfsched_operator_learning_state_last_write_timestamp_seconds)",
+                        "ago",
+                    )
+                ],
+                6,
+                "Seconds since the leader last wrote the state; it writes at most once per interval and "
+                "only when something was learnt, so a quiet cluster shows it growing.",
+            ),
+            (
+                "Learning state age at restore",
+                "stat",
+                "s",
+                [("max(perfsched_operator_learning_state_restored_age_seconds)", "age")],
+                6,
+                "How old the state was when the current leader restored it (what it had not learnt since "
+                "is replayed from TrainingJob status or learnt from the next reports).",
+            ),
+        ],
+    ),
+    (
         "Queues",
         [
             (

@@ -508,7 +508,10 @@ class FakeKubeApi:
             if body["metadata"].get("resourceVersion") != cur["metadata"]["resourceVersion"]:
                 raise Conflict(f'configmaps "{name}": the object has been modified')
             new = copy.deepcopy(dict(body))
-            new["metadata"] = {**cur["metadata"], "resourceVersion": self._next_rv()}
+            # a PUT replaces the labels and annotations with the body's, as the API server does
+            meta = {k: v for k, v in cur["metadata"].items() if k not in ("labels", "annotations")}
+            given = {k: v for k, v in new["metadata"].items() if k in ("labels", "annotations")}
+            new["metadata"] = {**meta, **given, "resourceVersion": self._next_rv()}
             self.configmaps[(namespace, name)] = new
             self.calls.append(("replace_configmap", namespace, name))
             return copy.deepcopy(new)

@@ -155,6 +155,7 @@ class OperatorLoop:
                     log.info("leader" if leader else "standby", extra={"leader": leader})
                     was_leader = leader
                 if not leader:
+                    self.operator.stand_down()
                     continue
                 last_round = time.monotonic()
                 round_began = self.health.now()

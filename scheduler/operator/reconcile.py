@@ -84,7 +84,7 @@ from scheduler.k8s.kubeapi import KubeApi, Obj
 from scheduler.k8s.profiles import ModelProfiles
 from scheduler.names import DRA_API_VERSION
 from scheduler.operator.adopted import Adopter, Adoption
-from scheduler.operator.learning_state import Restored, StateStore, encode
+from scheduler.operator.learning_state import KINDS, Restored, StateStore, encode_capped, restore_outcome
 from scheduler.operator.modelprofile import Condition, profile_condition, with_profile_condition
 from scheduler.operator.observe import (
     GangState,
@@ -517,6 +517,11 @@ class Operator:
         for phase in crd.PHASES:
             metrics.OPERATOR_JOBS.labels(phase=phase).set(phases.get(phase, 0))
         return report
+
+    def stand_down(self) -> None:
+        """This process does not lead now (its loop runs no round): the next round it runs as leader
+        restores the learning state first, which another leader may have written meanwhile."""
+        self._leading = False
 
     def _round(self, now: float, report: RoundReport) -> None:
         t_list = time.perf_counter()
@@ -1110,12 +1115,17 @@ class Operator:
             except Exception as exc:  # another model, other settings, a value that does not parse
                 got = f"not usable ({str(exc)[:200]})"
         if not isinstance(got, Restored):
+            metrics.LEARNING_STATE_RESTORES.labels(outcome=restore_outcome(got)).inc()
             if got.startswith("missing"):  # a first start
                 log.info("learning state not restored: %s; replaying finished TrainingJobs", got)
             else:
                 metrics.OPERATOR_ERRORS.labels(step="learning_state").inc()
                 log.warning("learning state not restored: %s; replaying finished TrainingJobs", got)
             return
+        metrics.LEARNING_STATE_RESTORES.labels(outcome="restored").inc()
+        age = None if got.written is None else max(0.0, self.clock.now() - got.written)
+        if age is not None:
+            metrics.LEARNING_STATE_RESTORED_AGE.set(age)
         self._live = {key: uid for key, (uid, _) in got.live.items()}
         self._ended = {}
         self._observed_report_time = {key: t for key, (_, t) in got.live.items() if t is not None}
@@ -1125,6 +1135,7 @@ class Operator:
             extra={
                 "live": len(got.live),
                 "ended": len(got.ended),
+                "age_seconds": None if age is None else round(age, 1),
                 "seconds": round(time.perf_counter() - started, 3),
             },
         )
@@ -1140,12 +1151,33 @@ class Operator:
         self._state_at = now
         try:
             live = {key: (uid, self._observed_report_time.get(key)) for key, uid in self._live.items()}
-            blob = encode(state(), live, self._completed)
+            encoded = encode_capped(state(), live, self._completed)
         except Exception as exc:  # a state that cannot be written must not stop the lifecycle
             metrics.OPERATOR_ERRORS.labels(step="learning_state").inc()
+            metrics.LEARNING_STATE_WRITES.labels(outcome="error").inc()
             log.error("learning state not encoded", exc_info=True, extra={"error": str(exc)})
             return
-        self._store.write(blob)
+        if not encoded.blob:  # only under a bound below the smallest state: nothing to trim is left
+            outcome = "error"
+            self._store.log_once("size", "learning state too large to store even trimmed; not written")
+        else:
+            outcome = self._store.write(encoded.blob, now)
+        if outcome == "written" and encoded.was_trimmed:
+            outcome = "trimmed"
+            self._store.log_once(  # the metrics keep the figures
+                "trim",
+                "learning state over its bound: trimmed to fit",
+                bytes=len(encoded.blob),
+                trimmed=encoded.trimmed,
+                seconds=round(encoded.seconds, 3),
+            )
+        metrics.LEARNING_STATE_WRITES.labels(outcome=outcome).inc()
+        if outcome in ("written", "trimmed"):
+            metrics.LEARNING_STATE_BYTES.set(len(encoded.blob))
+            metrics.LEARNING_STATE_LAST_WRITE.set(now)
+            for kind in KINDS:
+                metrics.LEARNING_STATE_RECORDS.labels(kind=kind).set(encoded.records[kind])
+                metrics.LEARNING_STATE_TRIMMED.labels(kind=kind).set(encoded.trimmed[kind])
 
     def _replay(self, obj: Obj, pods: Sequence[PodView], node_map: Mapping[str, Node], now: float) -> None:
         """Feed a finished TrainingJob's last measured throughput (``status.observedThroughput``) to the

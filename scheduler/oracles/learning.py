@@ -26,7 +26,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from scheduler.core.protocols import HeldOutOracle, IntervalOracle, MemoryOracle, ThroughputOracle
@@ -264,7 +265,8 @@ class CorrectedOracle(ThroughputOracle, MemoryOracle, IntervalOracle, HeldOutOra
 
     def restore(self, state: Mapping[str, object]) -> None:
         """Replace what it has learnt with ``state`` (``state``'s output): after it, every answer is the
-        one the oracle that wrote it gave, bit for bit. ``InvalidInputError`` naming the problem (another
+        one the oracle that wrote it gave, bit for bit, but on the GPU types a trimmed state marks to be
+        refit from the records it kept (``trim_state``). ``InvalidInputError`` naming the problem (another
         offline model, other corrector settings, a value that does not parse); it is unchanged then."""
         from perfmodel.errors import InvalidInputError
 
@@ -296,6 +298,68 @@ class CorrectedOracle(ThroughputOracle, MemoryOracle, IntervalOracle, HeldOutOra
         """How many jobs it holds state of its own for (asked about, observed or warned of, and not
         forgotten)."""
         return len(self._observed.keys() | self._features.keys() | self._warned)
+
+
+@dataclass(frozen=True, slots=True)
+class StateParts:
+    """What a ``CorrectedOracle.state`` holds, part by part (``state_parts``), to choose what to trim."""
+
+    #: held-out answers (oldest first)
+    held_out: int
+    #: per live record, in the order first observed: (job name, model, GPU type, observations)
+    live: list[tuple[str, str, str, int]]
+    #: per ended job's record in the shared levels, oldest first: (model, GPU type)
+    ended: list[tuple[str, str]]
+    #: the fitted levels of each GPU type as stored (left out of a type that loses a record)
+    levels: dict[str, list[object]]
+
+
+def state_parts(state: Mapping[str, object]) -> StateParts:
+    """The parts of ``state`` (``CorrectedOracle.state``'s output); ``InvalidInputError`` when it is not
+    one."""
+    from perfmodel.errors import InvalidInputError
+    from perfmodel.online import state_levels, state_records
+
+    corrector, before = state.get("corrector"), state.get("before")
+    if not isinstance(corrector, Mapping) or not isinstance(before, list):
+        raise InvalidInputError("corrector or before: missing")
+    live, ended = state_records(corrector)
+    records = corrector.get("jobs")
+    assert isinstance(records, list)  # state_records read it
+    names = [_record_name(x) for x in records]
+    return StateParts(
+        len(before),
+        [(name, m, t, n) for name, (m, t, n) in zip(names, live, strict=True)],
+        [(m, t) for m, t, _ in ended],
+        state_levels(corrector),
+    )
+
+
+def trim_state(
+    state: Mapping[str, object],
+    *,
+    held_out: int = 0,
+    jobs: Collection[str] = (),
+    ended: Collection[int] = (),
+) -> dict[str, object]:
+    """``state`` (``CorrectedOracle.state``'s output, unchanged) without its ``held_out`` oldest held-out
+    answers, every record of the live jobs named in ``jobs`` and the ended jobs' records at the positions
+    ``ended`` (of ``StateParts.ended``). The GPU types that lose a record are refit from the records kept
+    by the oracle that restores it (``perfmodel.online.trim_state``); the others answer as the writer."""
+    from perfmodel.online import trim_state as trim_corrector
+
+    corrector = state["corrector"]
+    before = state["before"]
+    assert isinstance(corrector, Mapping) and isinstance(before, list)
+    drop = set(jobs)
+    records = corrector["jobs"]
+    assert isinstance(records, list)
+    positions = [k for k, x in enumerate(records) if _record_name(x) in drop] if drop else []
+    return {
+        **state,
+        "corrector": trim_corrector(corrector, jobs=positions, retired=ended),
+        "before": before[held_out:] if held_out > 0 else before,
+    }
 
 
 def shipped_model_id() -> str:
@@ -346,6 +410,16 @@ def _features_in(v: object) -> JobFeatures:
         None if flops is None else float(flops),
         str(stack),
     )
+
+
+def _record_name(entry: object) -> str:
+    """The job name of a live record as stored (``[[name, placement], record]``)."""
+    from perfmodel.errors import InvalidInputError
+
+    key = entry[0] if isinstance(entry, list) and entry else None
+    if not isinstance(key, list) or not key or not isinstance(key[0], str):
+        raise InvalidInputError(f"not a live record: {str(entry)[:80]}")
+    return key[0]
 
 
 def _id_out(key: Hashable) -> object:

@@ -106,6 +106,7 @@ def test_alerts_cover_what_an_sre_must_hear_about() -> None:
         "PerfschedJobsWaitingTooLong",
         "PerfschedPredictorErrorDrifting",
         "PerfschedQueueStarved",
+        "PerfschedLearningStateNotStored",
     }
     tested = yaml.safe_load((ROOT / "deploy" / "prometheus" / "rules_test.yaml").read_text())
     fired = {a["alertname"] for t in tested["tests"] for a in t["alert_rule_test"] if a["exp_alerts"]}

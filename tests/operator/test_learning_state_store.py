@@ -15,6 +15,7 @@ import zlib
 
 import pytest
 
+from scheduler import metrics
 from scheduler.core.types import Job, PlacementShape
 from scheduler.operator import learning_state
 from scheduler.operator.learning_state import KEY, SCHEMA, StateStore, decode, encode
@@ -85,8 +86,13 @@ def test_a_new_process_restores_the_state_and_replays_only_the_finished_jobs_it_
     assert next(c for c in h.api.calls if c[0].endswith("_configmap")) == ("create_configmap", NS, CM)
     want, seen = first.throughput(QUESTION), first.corrector.observations()
     assert h.api.status_of("ml", "j0")["phase"] == "Succeeded"
+    restored = metrics.LEARNING_STATE_RESTORES.labels(outcome="restored")
+    count = restored._value.get()
     op, oracle = _restarted(h)
+    h.clock.advance(12.5)
     op.run_round()
+    assert restored._value.get() == count + 1
+    assert metrics.LEARNING_STATE_RESTORED_AGE._value.get() == 12.5  # written at the last round
     # j0 and j1 (finished, in the state) are not replayed; j2 and j3's last reports not learnt again
     assert oracle.corrector.observations() == seen
     assert oracle.throughput(QUESTION) == want
@@ -130,24 +136,33 @@ def _doc(**change: object) -> bytes:
     return zlib.compress(json.dumps(doc).encode())
 
 
+def _settings_changed() -> bytes:
+    oracle = CorrectedOracle.load()
+    state = oracle.state()
+    state["corrector"]["settings"][2] = "split"  # type: ignore[index]
+    return _doc(oracle=state)
+
+
 @pytest.mark.parametrize(
-    ("stored", "why"),
+    ("stored", "why", "outcome"),
     [
-        (None, "missing"),
-        ("not base64!", "corrupt \\(base64"),
-        (b"not zlib", "corrupt \\(error"),
-        (zlib.compress(b"[1, 2]"), "corrupt \\(not a JSON object"),
-        (_doc(schema=SCHEMA + 1), f"schema {SCHEMA + 1} is newer"),
-        (_doc(schema=0), "schema 0 is older"),
-        (_doc(live={"ml/j2": "uid"}), "corrupt \\(live job"),
+        (None, "missing", "missing"),
+        ("not base64!", "corrupt \\(base64", "corrupt"),
+        (b"not zlib", "corrupt \\(error", "corrupt"),
+        (zlib.compress(b"[1, 2]"), "corrupt \\(not a JSON object", "corrupt"),
+        (_doc(schema=SCHEMA + 1), f"schema {SCHEMA + 1} is newer", "schema"),
+        (_doc(schema=0), "schema 0 is older", "schema"),
+        (_doc(live={"ml/j2": "uid"}), "corrupt \\(live job", "corrupt"),
         (
             _doc(oracle={"model": "f" * 64, "corrector": {}, "before": []}),
             "not usable \\(written over offline",
+            "model",
         ),
+        (_settings_changed(), "not usable \\(written with corrector settings", "settings"),
     ],
 )
 def test_a_state_it_cannot_use_is_logged_with_the_reason_and_the_replay_runs(
-    stored: bytes | str | None, why: str, caplog: pytest.LogCaptureFixture
+    stored: bytes | str | None, why: str, outcome: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     h = _harness()
     _taught(h).run_round()
@@ -157,12 +172,15 @@ def test_a_state_it_cannot_use_is_logged_with_the_reason_and_the_replay_runs(
         _state_cm(h, stored)
     op, oracle = _restarted(h)
     caplog.clear()
+    counted = metrics.LEARNING_STATE_RESTORES.labels(outcome=outcome)
+    before = counted._value.get()
     with caplog.at_level(logging.INFO):
         op.run_round()
         op.run_round()
     lines = [r.getMessage() for r in caplog.records if "learning state not restored" in r.getMessage()]
     assert len(lines) == 1, lines
     assert re.search(why, lines[0]), lines[0]
+    assert counted._value.get() == before + 1
     assert oracle.corrector.observations() == 4  # the replay of j0 and j1, j2 and j3's latest reports
 
 
@@ -195,24 +213,35 @@ def test_it_writes_at_most_once_per_interval_and_only_what_changed() -> None:
         return len([c for c in h.api.calls if c[0].endswith("_configmap")])
 
     assert writes() == 1
+    outcomes = {o: metrics.LEARNING_STATE_WRITES.labels(outcome=o) for o in ("written", "unchanged")}
+    counts = {o: c._value.get() for o, c in outcomes.items()}
     h.clock.advance(60)
     op.run_round()  # j0, j1 forgotten since (their records retired): changed
     assert writes() == 2
+    assert metrics.LEARNING_STATE_LAST_WRITE._value.get() == h.clock.now()
+    blob = base64.b64decode(h.api.configmaps[(NS, CM)]["binaryData"][KEY])
+    assert metrics.LEARNING_STATE_BYTES._value.get() == len(blob)
+    # j2 and j3's records live, j0 and j1's ended, both finished jobs listed, nothing trimmed
+    for kind, n in {"live": 2, "ended": 2, "finished": 2}.items():
+        assert metrics.LEARNING_STATE_RECORDS.labels(kind=kind)._value.get() == n
+        assert metrics.LEARNING_STATE_TRIMMED.labels(kind=kind)._value.get() == 0
     h.clock.advance(60)
     op.run_round()  # nothing new
     assert writes() == 2
+    assert {o: c._value.get() - counts[o] for o, c in outcomes.items()} == {"written": 1, "unchanged": 1}
 
 
-def test_a_state_larger_than_the_bound_is_not_written_and_logged_once(
+def test_a_bound_below_the_smallest_state_writes_nothing_and_is_logged_once(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # 100 bytes: less than the state with every record trimmed (the model id alone is 64 characters)
     monkeypatch.setattr(learning_state, "MAX_BYTES", 100)
     h = _harness()
     with caplog.at_level(logging.WARNING):
         _taught(h).run_round()
     assert (NS, CM) not in h.api.configmaps
     assert [r.getMessage() for r in caplog.records].count(
-        "learning state too large to store; not written"
+        "learning state too large to store even trimmed; not written"
     ) == 1
 
 
@@ -235,5 +264,6 @@ def test_an_api_failure_on_write_is_retried_at_the_next_write() -> None:
     h = _harness()
     store = StateStore(h.api, NS, CM)
     h.api.fail_next("get_configmap", ApiUnavailable("down"))
-    assert not store.write(b"x")
-    assert store.write(b"x") and not store.write(b"x")
+    assert store.write(b"x") == "error"
+    assert store.write(b"x") == "written"
+    assert store.write(b"x") == "unchanged"

@@ -8,10 +8,12 @@ import time
 
 import httpx
 
+from scheduler import metrics
 from scheduler.k8s.fakeapi import FakeKubeApi
 from scheduler.operator.leader import LeaseElector
 from scheduler.operator.loop import OperatorLoop, serve_http
-from scheduler.operator.reconcile import Operator
+from scheduler.operator.reconcile import Operator, OperatorConfig
+from scheduler.oracles.learning import CorrectedOracle
 from scheduler.policies import make_policy
 from tests.operator.conftest import RecordingOracle, gpu_node, trainingjob
 
@@ -71,6 +73,38 @@ def test_a_standby_runs_no_round() -> None:
     stop.set()
     t.join(timeout=5)
     assert loop.rounds == 0 and api.calls == []
+
+
+def test_a_process_that_regains_the_lease_restores_the_learning_state_again() -> None:
+    # lead (no state yet: missing, then written), stand by while another leader could write, lead again:
+    # the state is read back before the next round (a process that kept its own would write over it)
+    api = FakeKubeApi(time.time)
+    api.add_node(gpu_node("n1", 8))
+    leading = [True]
+    config = OperatorConfig(
+        learning_state_configmap="ls", learning_state_namespace="ops", learning_state_interval_s=0.0
+    )
+    op = Operator(api, make_policy("fifo"), CorrectedOracle.load(), config=config, may_act=lambda: leading[0])
+    loop = OperatorLoop(op, api, period_s=0.02, min_interval_s=0.0)
+    loop.is_leader = lambda: leading[0]  # type: ignore[method-assign]
+    restored = metrics.LEARNING_STATE_RESTORES.labels(outcome="restored")
+    before = restored._value.get()
+    stop = threading.Event()
+    t = threading.Thread(target=loop.run, args=(stop, ()), daemon=True)
+    t.start()
+    try:
+        assert _wait(lambda: ("ops", "ls") in api.configmaps)
+        leading[0] = False
+        rounds = loop.rounds
+        time.sleep(0.2)
+        assert loop.rounds == rounds and restored._value.get() == before
+        leading[0] = True
+        assert _wait(lambda: loop.rounds > rounds)
+    finally:
+        stop.set()
+        loop.trigger()
+        t.join(timeout=10)
+    assert restored._value.get() == before + 1
 
 
 def test_http_serves_health_and_metrics() -> None:
