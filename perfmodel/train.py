@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -215,16 +215,13 @@ def fit_forest(
     rounds: int = DEFAULT_ROUNDS,
     nthread: int = 1,
     params: dict[str, Any] | None = None,
-    obj: Callable[[FloatArray, Any], tuple[FloatArray, FloatArray]] | None = None,
 ) -> tuple[Forest, dict[str, Any]]:
-    """Train XGBoost on (x, y); return it as a ``Forest`` and as the model file's JSON object. ``obj``:
-    a custom objective (XGBoost's ``obj``: margins -> gradient, hessian), started from a margin of 0."""
+    """Train XGBoost on (x, y); return it as a ``Forest`` and as the model file's JSON object."""
     import xgboost as xgb
 
     p = dict(DEFAULT_PARAMS if params is None else params)
-    base = 0.0 if obj is not None or not len(y) else float(np.mean(y))
-    p.update({"seed": seed, "nthread": nthread, "base_score": base})
-    booster = xgb.train(p, xgb.DMatrix(x, label=y), num_boost_round=rounds, obj=obj)
+    p.update({"seed": seed, "nthread": nthread, "base_score": float(np.mean(y)) if len(y) else 0.0})
+    booster = xgb.train(p, xgb.DMatrix(x, label=y), num_boost_round=rounds)
     raw = json.loads(booster.save_raw("json").decode())
     learner = raw["learner"]
     base = float(str(learner["learner_model_param"]["base_score"]).strip("[]"))
@@ -271,10 +268,9 @@ def fit_model(
     GPU-aware one on every feature over what the generic one leaves; return the model and its JSON form.
 
     ``sync_split``: also a sync forest (``LearnedModel.sync_forest``, on ``sync_features``) fitted on the
-    rows across nodes: a factor g on the modelled sync time, bounded to ``learned.SYNC_FACTOR_BOUNDS``,
-    so that the correction forests' time for the row's 1-GPU twin plus sync x e^g meets the measured
-    time in log space; serving then corrects a cross-node row's compute and sync times apart
-    (``LearnedModel.times``)."""
+    rows across nodes, on log(what the measured time leaves after the correction forests' answer for the
+    row's 1-GPU twin / modelled sync time), bounded to ``learned.SYNC_FACTOR_BOUNDS``; serving then
+    corrects a cross-node row's compute and sync times apart (``LearnedModel.times``)."""
     y = np.log(times / (d.compute + d.sync))
     forest, forest_json = fit_forest(masked(d.x), y, seed, rounds, nthread, CORRECTION_PARAMS)
     payload: dict[str, Any] = {"forest": forest_json, "physics": phys.to_json()}
@@ -289,23 +285,16 @@ def fit_model(
     if not sync_split or not cross.any():
         return model, payload
     # What the row's compute takes: its 1-GPU twin's corrected time (as the linear-scaling guard reads
-    # it). The sync factor g is fitted where the rest of the predictor is, in log time: the squared error
-    # of log(twin + sync x e^g) against the log measured time (Gauss-Newton steps), so a row whose
-    # all-reduce is a small share of its step moves g little; g is bounded as serving bounds it.
+    # it); the sync factor is what the rest of the measured time asks for, bounded.
     xs = d.x_single[cross]
     corr = forest.predict(xs)
     if model.gpu_forest is not None:
         corr += model.gpu_forest.predict(xs)
-    twin, sync, log_t = d.compute[cross] * np.exp(corr), d.sync[cross], np.log(times[cross])
-    lo, hi = np.log(SYNC_FACTOR_BOUNDS)
-
-    def objective(margin: FloatArray, _: Any) -> tuple[FloatArray, FloatArray]:
-        s = sync * np.exp(np.clip(margin, lo, hi))
-        share = s / (twin + s)
-        return (np.log(twin + s) - log_t) * share, share * share + 1e-6
-
+    lo, hi = SYNC_FACTOR_BOUNDS
+    rest = times[cross] - d.compute[cross] * np.exp(corr)
+    z = np.log(np.clip(rest / d.sync[cross], lo, hi))
     sync_forest, sync_json = fit_forest(
-        masked(d.x[cross], sync_features), log_t, seed, rounds, nthread, CORRECTION_PARAMS, objective
+        masked(d.x[cross], sync_features), z, seed, rounds, nthread, CORRECTION_PARAMS
     )
     payload["sync_forest"] = sync_json
     return dataclasses.replace(model, sync_forest=sync_forest), payload
