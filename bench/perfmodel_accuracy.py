@@ -26,8 +26,9 @@ on its training part only:
   (source, GPU type) cells carrying it, and its family's arithmetic intensity and the step overhead as
   the scaling model fits them without it, beside the fit on every row;
 - ``loso``: leave one source out (each public source and each research cluster in turn);
-- every split's errors are also broken down per source and per precision (and software stack); the
-  generation split also pools its held-out generations' cold errors per precision.
+- every split's errors are also broken down per source, per precision (and software stack) and per
+  GPU-count class (1 GPU, 2+ GPUs in one node, across nodes); the generation split also pools its
+  held-out generations' cold errors per precision.
 
 Methods: ``ours`` = the shipped method as served by ``Predictor.predict`` (fitted physics x XGBoost
 corrections + guards + in-node envelope, as ``Predictor.load`` builds it, with the measured anchors unless
