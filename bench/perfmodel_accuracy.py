@@ -26,12 +26,18 @@ on its training part only:
   (source, GPU type) cells carrying it, and its family's arithmetic intensity and the step overhead as
   the scaling model fits them without it, beside the fit on every row;
 - ``loso``: leave one source out (each public source and each research cluster in turn);
-- every split's errors are also broken down per source and per precision (and software stack); the
-  generation split also pools its held-out generations' cold errors per precision.
+- every split's errors are also broken down per source, per precision (and software stack) and per
+  GPU-count class (1 GPU, 2+ GPUs in one node, across nodes); the generation split also pools its
+  held-out generations' cold errors per precision.
 
 Methods: ``ours`` = the shipped method as served by ``Predictor.predict`` (fitted physics x XGBoost
 corrections + guards + in-node envelope, as ``Predictor.load`` builds it, with the measured anchors unless
 ``--no-anchors``; perfmodel.llm's constants refitted on the split's llm-foundry training rows, ``fit_llm``);
+``ours-syncsplit`` = 'ours' with the split correction across nodes (``train.fit_model(sync_split=True)``:
+the correction forests fitted on one-node rows and applied to a cross-node row's compute time through its
+1-GPU twin, a bounded sync forest on what the cross-node rows leave); ``ours-syncsplit-placement`` = the
+same with a sync forest that reads only the placement and the modelled all-reduce (neither is in the
+default methods);
 ``physics`` = the fitted scaling model alone; ``xgb-plain`` = one XGBoost on the same features
 predicting log time directly; ``spec-ratio`` = the nearest measured configuration of the same model (any
 GPU, same precision and GPU type where there is one) scaled by the work per sample (FLOPs per sample: an
@@ -77,7 +83,16 @@ from perfmodel.llm_fit import LLMFit
 from perfmodel.measurements import Measurement
 from perfmodel.online import OnlineCorrector
 from perfmodel.scaling import Physics
-from perfmodel.train import DEFAULT_ROUNDS, fit, fit_forest, fit_physics, rows_of, training_table
+from perfmodel.train import (
+    DEFAULT_ROUNDS,
+    PLACEMENT_SYNC_FEATURES,
+    SYNC_FEATURES,
+    fit,
+    fit_forest,
+    fit_physics,
+    rows_of,
+    training_table,
+)
 from perfmodel.zoo import Family
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,9 +157,11 @@ def fit_llm(d: Data, train: Idx) -> LLMFit:
     return llm_fit.fit_on(rows)
 
 
-def fit_ours(d: Data, train: Idx) -> Callable[[Idx], np.ndarray]:
+def fit_ours(
+    d: Data, train: Idx, sync_split: bool = False, sync_features: Sequence[str] = SYNC_FEATURES
+) -> Callable[[Idx], np.ndarray]:
     ms = [d.ms[i] for i in train]
-    p = fit(ms)
+    p = fit(ms, sync_split=sync_split, sync_features=sync_features)
     p.llm_fit = fit_llm(d, train)
     # As ``Predictor.load`` builds it from the shipped table: in-node curves and anchors.
     p.anchors = Anchors(ms, p.llm_fit) if ANCHORS else None
@@ -158,6 +175,17 @@ def fit_ours(d: Data, train: Idx) -> Callable[[Idx], np.ndarray]:
 
     predict.predictor = p  # type: ignore[attr-defined]
     return predict
+
+
+def fit_ours_syncsplit(d: Data, train: Idx) -> Callable[[Idx], np.ndarray]:
+    """'ours' with the split correction across nodes (``train.fit_model(sync_split=True)``)."""
+    return fit_ours(d, train, sync_split=True)
+
+
+def fit_ours_syncsplit_placement(d: Data, train: Idx) -> Callable[[Idx], np.ndarray]:
+    """'ours-syncsplit' with a sync forest that reads the placement and the modelled all-reduce only
+    (``train.PLACEMENT_SYNC_FEATURES``: nothing that names the model)."""
+    return fit_ours(d, train, sync_split=True, sync_features=PLACEMENT_SYNC_FEATURES)
 
 
 def fit_physics_only(d: Data, train: Idx) -> Callable[[Idx], np.ndarray]:
@@ -227,6 +255,8 @@ def _spec_ratio(ref: GPUSpec, ref_precision: str, tgt: GPUSpec, precision: str) 
 
 METHODS: dict[str, Method] = {
     "ours": fit_ours,
+    "ours-syncsplit": fit_ours_syncsplit,
+    "ours-syncsplit-placement": fit_ours_syncsplit_placement,
     "physics": fit_physics_only,
     "xgb-plain": fit_plain,
     "spec-ratio": fit_spec_ratio,
@@ -288,7 +318,13 @@ def run_split(
     gpus = np.asarray([d.ms[i].num_gpus for i in allt])
     nodes = np.asarray([d.ms[i].num_nodes for i in allt])
     small, large = (nodes > 1) & (gpus < 256), (nodes > 1) & (gpus >= 256)
-    bands = [("multi-node, < 256 GPUs", small), ("multi-node, >= 256 GPUs", large)]
+    bands = [
+        ("1 GPU", gpus == 1),
+        ("2+ GPUs in one node", (nodes == 1) & (gpus > 1)),
+        ("across nodes", nodes > 1),
+        ("multi-node, < 256 GPUs", small),
+        ("multi-node, >= 256 GPUs", large),
+    ]
     bands += [
         (f"  < 256, {src}", small & (d.source[allt] == src)) for src in sorted(set(d.source[allt].tolist()))
     ]
@@ -645,7 +681,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--shared", type=Path, default=ROOT.parent / "shared" / "throughput")
     ap.add_argument("--quick", action="store_true", help="fewer models in leave-one-model-out")
     ap.add_argument("--splits", default="random,logo-gen,lomo,loso")
-    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--methods", default=",".join(m for m in METHODS if not m.startswith("ours-")))
     ap.add_argument("--no-anchors", action="store_true", help="'ours' without the measured anchors")
     ap.add_argument("--draws", type=int, default=10, help="random draws of the k observed configurations")
     ap.add_argument(
@@ -678,6 +714,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ms = training_table(args.shared, shippable_only=False)
     d = Data(ms, args.shared)
     methods = args.methods.split(",")
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        ap.error(f"--methods: unknown method {unknown[0]!r} ({', '.join(METHODS)})")
     splits = args.splits.split(",")
     bad = [s for s in splits if s not in ("random", "logo-gen", "lomo", "loso")]
     if bad:

@@ -3,11 +3,13 @@ anchors, under the physical guards.
 
 ``LearnedModel.times`` turns a ``Design`` (``perfmodel.scaling``) into predicted iteration times: the
 scaling model's compute and sync times times ``exp(forest(features))`` (plus the GPU forest for GPU types
-the training table measured), the measured-anchor blend of ``perfmodel.anchor`` where anchors apply, then
-the guards for multi-GPU rows, with ``t1`` the same job on one GPU at the same per-GPU batch: never better
-than linear scaling (``time >= t1``), never faster than the gradient all-reduce at the slowest link's line
-rate (``Design.sync_floor``), and inside one NVLink node never slower than one GPU (``time <= n x t1``),
-except inside a measured in-node curve that falls (``perfmodel.envelope.MeasuredInNode.follows``).
+the training table measured; with a ``sync_forest``, a row across nodes instead takes its 1-GPU twin's
+correction on the compute time and the sync forest's bounded one on the sync time), the measured-anchor
+blend of ``perfmodel.anchor`` where anchors apply, then the guards for multi-GPU rows, with ``t1`` the
+same job on one GPU at the same per-GPU batch: never better than linear scaling (``time >= t1``), never
+faster than the gradient all-reduce at the slowest link's line rate (``Design.sync_floor``), and inside
+one NVLink node never slower than one GPU (``time <= n x t1``), except inside a measured in-node curve
+that falls (``perfmodel.envelope.MeasuredInNode.follows``).
 ``read_model`` reads and checks a model file (``perfmodel/data/predictor.json``: feature-schema version,
 physics, trees as flat arrays, quantiles); another schema or a corrupt file is ``ModelFileError``. Pure
 apart from ``read_model``.
@@ -38,6 +40,11 @@ from perfmodel.scaling import (
 )
 
 FloatArray = npt.NDArray[np.float64]
+# Bounds of the split correction's factor on a cross-node row's sync time (``LearnedModel.sync_forest``):
+# the all-reduce at a quarter of the modelled time to sixteen times it. Round figures, not fitted.
+SYNC_FACTOR_BOUNDS = (0.25, 16.0)
+# Column of ``FEATURE_NAMES`` holding the node count.
+_NODES_COL = FEATURE_NAMES.index("num_nodes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,12 +58,26 @@ class LearnedModel:
     # datasheet figures, so it only applies where it has seen the GPU (elsewhere it would extrapolate).
     gpu_forest: Forest | None = None
     seen_types: frozenset[str] = frozenset()
+    # The split correction across nodes (``perfmodel.train.fit_model(sync_split=True)``): when set, a row
+    # across nodes takes the forests' correction of its 1-GPU twin on its compute time only, and this
+    # forest's on its sync time, bounded to ``SYNC_FACTOR_BOUNDS``; the forests above then never saw a
+    # row across nodes. None: the whole step time takes the forests' correction (the shipped model).
+    sync_forest: Forest | None = None
 
     def seen_of(self, rows: Sequence[Resolved]) -> npt.NDArray[np.bool_]:
         """Per row: was its GPU type measured in training (``gpu_forest`` applies)?"""
         return np.asarray(
             [not r.spec.low_confidence and r.spec.gpu_type in self.seen_types for r in rows], dtype=np.bool_
         )
+
+    def sync_factor(self, x: FloatArray) -> FloatArray:
+        """The split correction's factor on the sync time of cross-node rows with features ``x`` (1 without
+        a ``sync_forest``)."""
+        if self.sync_forest is None:
+            return np.ones(x.shape[0])
+        lo, hi = np.log(SYNC_FACTOR_BOUNDS)
+        out: FloatArray = np.exp(np.clip(self.sync_forest.predict(x), lo, hi))
+        return out
 
     def times_of(
         self, rows: Sequence[Resolved], anchored: tuple[FloatArray, FloatArray] | None = None
@@ -96,6 +117,10 @@ class LearnedModel:
         t1 = t.copy()
         if any_multi:
             t1[multi] = d.compute[multi] * np.exp(corr[k:])
+            if self.sync_forest is not None:
+                cross = multi & (d.x[:, _NODES_COL] > 1.0)
+                if cross.any():
+                    t[cross] = t1[cross] + d.sync[cross] * self.sync_factor(d.x[cross])
         if anchored is not None:
             for ours, anchor in ((t, anchored[0]), (t1, anchored[1])):
                 ok = ~np.isnan(anchor)
@@ -157,6 +182,7 @@ def read_model(path: Path) -> tuple[LearnedModel, ModelMeta]:
             physics,
             gpu_forest,
             frozenset(str(t) for t in raw.get("seen_types", ())),
+            _forest_of(raw["sync_forest"], path, "sync_forest") if raw.get("sync_forest") else None,
         )
         meta = ModelMeta(
             schema=str(schema),

@@ -15,6 +15,7 @@ Not pure: ``train`` reads and writes the named files.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Sequence
@@ -27,7 +28,7 @@ import numpy.typing as npt
 
 from perfmodel.features import HardwareFeatures, JobFeatures, Resolved, _nums, design_of, resolve
 from perfmodel.forest import Forest
-from perfmodel.learned import LearnedModel, ModelMeta
+from perfmodel.learned import SYNC_FACTOR_BOUNDS, LearnedModel, ModelMeta
 from perfmodel.llm import question_of
 from perfmodel.measurements import SHIPPABLE, Measurement, merge, read_shared_tidy, write_table
 from perfmodel.predictor import MODEL_FILE, Predictor
@@ -97,6 +98,21 @@ _GPU_IDENTITY = frozenset(
     }
 )
 FOREST_FEATURES: tuple[str, ...] = tuple(f for f in FEATURE_NAMES if f not in _GPU_IDENTITY)
+# Features the sync forest of the split correction (``fit_model(sync_split=True)``) may split on by default:
+# the generic forest's. ``PLACEMENT_SYNC_FEATURES`` leaves out what names the model (its parameters,
+# FLOPs, family, batch): the placement, the modelled all-reduce and its share of the step, the stack and
+# the activations' width (both measured: docs/decisions/0151-split-correction-across-nodes.md).
+SYNC_FEATURES: tuple[str, ...] = FOREST_FEATURES
+PLACEMENT_SYNC_FEATURES: tuple[str, ...] = (
+    "log_num_gpus",
+    "num_nodes",
+    "log_gpus_per_node",
+    "log_sync_time",
+    "log_sync_share",
+    "stack",
+    "half_precision",
+)
+_NODES_COL = FEATURE_NAMES.index("num_nodes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,20 +260,44 @@ def fit_model(
     rounds: int = CORRECTION_ROUNDS,
     phys: Physics = DEFAULT_PHYSICS,
     gpu_types: Sequence[str] | None = None,
+    sync_split: bool = False,
+    sync_features: Sequence[str] = SYNC_FEATURES,
 ) -> tuple[LearnedModel, dict[str, Any]]:
     """Fit the correction forests on log(measured / scaling-model time) (``d`` built under ``phys``):
     the generic one on ``FOREST_FEATURES``, then, when ``gpu_types`` (the rows' GPU types) is given, the
-    GPU-aware one on every feature over what the generic one leaves; return the model and its JSON form."""
+    GPU-aware one on every feature over what the generic one leaves; return the model and its JSON form.
+
+    ``sync_split``: also a sync forest (``LearnedModel.sync_forest``, on ``sync_features``) fitted on the
+    rows across nodes, on log(what the measured time leaves after the correction forests' answer for the
+    row's 1-GPU twin / modelled sync time), bounded to ``learned.SYNC_FACTOR_BOUNDS``; serving then
+    corrects a cross-node row's compute and sync times apart (``LearnedModel.times``)."""
     y = np.log(times / (d.compute + d.sync))
     forest, forest_json = fit_forest(masked(d.x), y, seed, rounds, nthread, CORRECTION_PARAMS)
     payload: dict[str, Any] = {"forest": forest_json, "physics": phys.to_json()}
-    if gpu_types is None:
-        return LearnedModel(forest, phys), payload
-    left = y - forest.predict(d.x)
-    gpu_forest, gpu_json = fit_forest(d.x, left, seed, GPU_ROUNDS, nthread, GPU_PARAMS)
-    seen = frozenset(gpu_types)
-    payload.update({"gpu_forest": gpu_json, "seen_types": sorted(seen)})
-    return LearnedModel(forest, phys, gpu_forest, seen), payload
+    model = LearnedModel(forest, phys)
+    if gpu_types is not None:
+        left = y - forest.predict(d.x)
+        gpu_forest, gpu_json = fit_forest(d.x, left, seed, GPU_ROUNDS, nthread, GPU_PARAMS)
+        seen = frozenset(gpu_types)
+        payload.update({"gpu_forest": gpu_json, "seen_types": sorted(seen)})
+        model = LearnedModel(forest, phys, gpu_forest, seen)
+    cross = d.x[:, _NODES_COL] > 1.0
+    if not sync_split or not cross.any():
+        return model, payload
+    # What the row's compute takes: its 1-GPU twin's corrected time (as the linear-scaling guard reads
+    # it); the sync factor is what the rest of the measured time asks for, bounded.
+    xs = d.x_single[cross]
+    corr = forest.predict(xs)
+    if model.gpu_forest is not None:
+        corr += model.gpu_forest.predict(xs)
+    lo, hi = SYNC_FACTOR_BOUNDS
+    rest = times[cross] - d.compute[cross] * np.exp(corr)
+    z = np.log(np.clip(rest / d.sync[cross], lo, hi))
+    sync_forest, sync_json = fit_forest(
+        masked(d.x[cross], sync_features), z, seed, rounds, nthread, CORRECTION_PARAMS
+    )
+    payload["sync_forest"] = sync_json
+    return dataclasses.replace(model, sync_forest=sync_forest), payload
 
 
 def oof_log_errors(
@@ -290,16 +330,29 @@ def oof_log_errors(
 
 
 def fit(
-    measurements: Sequence[Measurement], seed: int = 0, nthread: int = 1, physics: bool = True
+    measurements: Sequence[Measurement],
+    seed: int = 0,
+    nthread: int = 1,
+    physics: bool = True,
+    sync_split: bool = False,
+    sync_features: Sequence[str] = SYNC_FEATURES,
 ) -> Predictor:
     """An in-memory predictor trained on ``measurements`` (interval from its training residuals);
-    ``physics=False`` keeps the prior ``Physics`` instead of fitting it."""
+    ``physics=False`` keeps the prior ``Physics`` instead of fitting it; ``sync_split`` fits the split
+    correction across nodes on ``sync_features`` (``fit_model``)."""
     resolved = [resolve(j, h) for j, h in rows_of(measurements)]
     phys = fit_physics(measurements, resolved) if physics else DEFAULT_PHYSICS
     d = design_of(resolved, phys)
     times = np.asarray([1.0 / m.iters_per_s for m in measurements], dtype=np.float64)
     model, _ = fit_model(
-        d, times, seed=seed, nthread=nthread, phys=phys, gpu_types=[r.spec.gpu_type for r in resolved]
+        d,
+        times,
+        seed=seed,
+        nthread=nthread,
+        phys=phys,
+        gpu_types=[r.spec.gpu_type for r in resolved],
+        sync_split=sync_split,
+        sync_features=sync_features,
     )
     err = np.log(model.times(d)[0] / times)
     meta = ModelMeta(
