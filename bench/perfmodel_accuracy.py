@@ -34,10 +34,11 @@ Methods: ``ours`` = the shipped method as served by ``Predictor.predict`` (fitte
 corrections + guards + in-node envelope, as ``Predictor.load`` builds it, with the measured anchors unless
 ``--no-anchors``; perfmodel.llm's constants refitted on the split's llm-foundry training rows, ``fit_llm``);
 ``ours-syncsplit`` = 'ours' with the split correction across nodes (``train.fit_model(sync_split=True)``:
-the correction forests fitted on one-node rows and applied to a cross-node row's compute time through its
-1-GPU twin, a bounded sync forest on what the cross-node rows leave); ``ours-syncsplit-placement`` = the
-same with a sync forest that reads only the placement and the modelled all-reduce (neither is in the
-default methods);
+the correction forests' answer for a cross-node row's 1-GPU twin applied to its compute time, a bounded
+sync forest fitted on what the cross-node rows leave applied to its all-reduce); ``ours-syncsplit-new`` =
+``ours-syncsplit`` for the rows of a model the training rows never measured, ``ours`` for the others;
+``ours-syncsplit-placement`` = the split with a sync forest that reads only the placement and the
+modelled all-reduce (none of the three is in the default methods);
 ``physics`` = the fitted scaling model alone; ``xgb-plain`` = one XGBoost on the same features
 predicting log time directly; ``spec-ratio`` = the nearest measured configuration of the same model (any
 GPU, same precision and GPU type where there is one) scaled by the work per sample (FLOPs per sample: an
@@ -188,6 +189,25 @@ def fit_ours_syncsplit_placement(d: Data, train: Idx) -> Callable[[Idx], np.ndar
     return fit_ours(d, train, sync_split=True, sync_features=PLACEMENT_SYNC_FEATURES)
 
 
+def fit_ours_syncsplit_new(d: Data, train: Idx) -> Callable[[Idx], np.ndarray]:
+    """'ours' for rows of a model the training rows measured, 'ours-syncsplit' for a model they did not
+    (the split correction only where the whole-step factor would be carried over from other models)."""
+    whole, split = fit_ours(d, train), fit_ours(d, train, sync_split=True)
+    known = set(d.model[train].tolist())
+
+    def predict(test: Idx) -> np.ndarray:
+        test = np.asarray(test)
+        new = np.asarray([d.model[i] not in known for i in test], dtype=bool)
+        out = np.empty(len(test))
+        if (~new).any():
+            out[~new] = whole(test[~new])
+        if new.any():
+            out[new] = split(test[new])
+        return out
+
+    return predict
+
+
 def fit_physics_only(d: Data, train: Idx) -> Callable[[Idx], np.ndarray]:
     phys = fit_physics([d.ms[i] for i in train], [d.resolved[i] for i in train])
 
@@ -257,6 +277,7 @@ METHODS: dict[str, Method] = {
     "ours": fit_ours,
     "ours-syncsplit": fit_ours_syncsplit,
     "ours-syncsplit-placement": fit_ours_syncsplit_placement,
+    "ours-syncsplit-new": fit_ours_syncsplit_new,
     "physics": fit_physics_only,
     "xgb-plain": fit_plain,
     "spec-ratio": fit_spec_ratio,
