@@ -21,6 +21,7 @@ import httpx
 from kubernetes import client as k8s
 
 from perfsched_dev.devcluster.process import ProcessRecord, is_running, spawn, stop, tail
+from scheduler.core.types import Interconnect, Node
 
 REPO = Path(__file__).resolve().parents[1]
 #: how the e2e clusters' nodes publish their GPUs (``perfsched dev-cluster up --gpu-api``)
@@ -30,6 +31,22 @@ E2E_GPU_API_ENV = "PERFSCHED_E2E_GPU_API"
 def e2e_gpu_api() -> str:
     """``$PERFSCHED_E2E_GPU_API`` (``device-plugin``, ``dra`` or ``mixed``; default ``device-plugin``)."""
     return os.environ.get(E2E_GPU_API_ENV) or "device-plugin"
+
+
+def a100_nodes(count: int) -> list[Node]:
+    """``count`` 8-GPU A100 SXM nodes in one rack, each its own NVLink domain (``a100-0``, ``a100-1``...)."""
+    return [
+        Node(
+            name=f"a100-{i}",
+            gpu_type="A100",
+            gpus=8,
+            gpu_product="NVIDIA-A100-SXM4-40GB",
+            rack="rack-0",
+            nvlink_domain=f"nvl-{i}",
+            interconnect=Interconnect.NVLINK,
+        )
+        for i in range(count)
+    ]
 
 
 def _gpu_slices(api: k8s.ApiClient) -> list[dict[str, Any]]:

@@ -15,11 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
-from e2e.harness import Component, e2e_gpu_api, gpu_pod, resnet_job, wait_until
+from e2e.harness import Component, a100_nodes, e2e_gpu_api, gpu_pod, resnet_job, wait_until
 from perfsched_dev.devcluster.cluster import DevCluster, UpOptions
 from perfsched_dev.devcluster.configs import SchedulerTuning
 from perfsched_dev.k8s import bootstrap
-from scheduler.core.types import Interconnect, Node
 from scheduler.k8s import connect
 
 NS = "bind-verb"
@@ -28,18 +27,7 @@ NS = "bind-verb"
 @pytest.fixture
 def binding_cluster(tmp_path: Path) -> Iterator[tuple[Any, str]]:
     """A dev cluster whose kube-scheduler calls the extender's bind verb, and the extender's URL."""
-    nodes = [
-        Node(
-            name=f"a100-{i}",
-            gpu_type="A100",
-            gpus=8,
-            gpu_product="NVIDIA-A100-SXM4-40GB",
-            rack="rack-0",
-            nvlink_domain=f"nvl-{i}",
-            interconnect=Interconnect.NVLINK,
-        )
-        for i in range(2)
-    ]
+    nodes = a100_nodes(2)
     dc = DevCluster(tmp_path / "dc")
     state = dc.up(UpOptions(nodes=nodes, schedulers=(), gpu_api=e2e_gpu_api()))
     api = connect.api_client(state.kubeconfig)

@@ -15,11 +15,10 @@ from typing import Any
 
 import pytest
 
-from e2e.harness import e2e_gpu_api, gpu_pod
+from e2e.harness import a100_nodes, e2e_gpu_api, gpu_pod
 from perfsched_dev.devcluster.cluster import DevCluster, UpOptions
 from perfsched_dev.k8s import bootstrap
 from scheduler import metrics
-from scheduler.core.types import Interconnect, Node
 from scheduler.k8s import connect
 
 NS = "plan-check"
@@ -27,18 +26,7 @@ NS = "plan-check"
 
 @pytest.fixture
 def two_node_api(tmp_path: Path) -> Iterator[Any]:
-    nodes = [
-        Node(
-            name=f"a100-{i}",
-            gpu_type="A100",
-            gpus=8,
-            gpu_product="NVIDIA-A100-SXM4-40GB",
-            rack="rack-0",
-            nvlink_domain=f"nvl-{i}",
-            interconnect=Interconnect.NVLINK,
-        )
-        for i in range(2)
-    ]
+    nodes = a100_nodes(2)
     dc = DevCluster(tmp_path / "dc")
     state = dc.up(UpOptions(nodes=nodes, schedulers=(), gpu_api=e2e_gpu_api()))
     api = connect.api_client(state.kubeconfig)
