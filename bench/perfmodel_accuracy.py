@@ -33,12 +33,12 @@ on its training part only:
 Methods: ``ours`` = the shipped method as served by ``Predictor.predict`` (fitted physics x XGBoost
 corrections + guards + in-node envelope, as ``Predictor.load`` builds it, with the measured anchors unless
 ``--no-anchors``; perfmodel.llm's constants refitted on the split's llm-foundry training rows, ``fit_llm``);
-``ours-syncsplit`` = 'ours' with the split correction across nodes (``train.fit_model(sync_split=True)``:
-the correction forests' answer for a cross-node row's 1-GPU twin applied to its compute time, a bounded
-sync forest fitted on what the cross-node rows leave applied to its all-reduce); ``ours-syncsplit-new`` =
-``ours-syncsplit`` for the rows of a model the training rows never measured, ``ours`` for the others;
-``ours-syncsplit-placement`` = the split with a sync forest that reads only the placement and the
-modelled all-reduce (none of the three is in the default methods);
+``ours`` includes the split correction across nodes for models the training rows never measured
+(``train.fit_model(sync_split=True)``: the correction forests' answer for a cross-node row's 1-GPU twin
+on its compute time, a bounded sync forest on its all-reduce; decision 0151) as ``train`` ships it;
+``ours-whole`` = the whole-step factor on every row (the predictor before it);
+``ours-syncsplit-placement`` = ``ours`` with a sync forest that reads only the placement and the
+modelled all-reduce (neither is in the default methods);
 ``physics`` = the fitted scaling model alone; ``xgb-plain`` = one XGBoost on the same features
 predicting log time directly; ``spec-ratio`` = the nearest measured configuration of the same model (any
 GPU, same precision and GPU type where there is one) scaled by the work per sample (FLOPs per sample: an
@@ -159,7 +159,7 @@ def fit_llm(d: Data, train: Idx) -> LLMFit:
 
 
 def fit_ours(
-    d: Data, train: Idx, sync_split: bool = False, sync_features: Sequence[str] = SYNC_FEATURES
+    d: Data, train: Idx, sync_split: bool = True, sync_features: Sequence[str] = SYNC_FEATURES
 ) -> Callable[[Idx], np.ndarray]:
     ms = [d.ms[i] for i in train]
     p = fit(ms, sync_split=sync_split, sync_features=sync_features)
@@ -178,34 +178,15 @@ def fit_ours(
     return predict
 
 
-def fit_ours_syncsplit(d: Data, train: Idx) -> Callable[[Idx], np.ndarray]:
-    """'ours' with the split correction across nodes (``train.fit_model(sync_split=True)``)."""
-    return fit_ours(d, train, sync_split=True)
+def fit_ours_whole(d: Data, train: Idx) -> Callable[[Idx], np.ndarray]:
+    """'ours' with the whole-step factor on every row (no split correction across nodes)."""
+    return fit_ours(d, train, sync_split=False)
 
 
 def fit_ours_syncsplit_placement(d: Data, train: Idx) -> Callable[[Idx], np.ndarray]:
-    """'ours-syncsplit' with a sync forest that reads the placement and the modelled all-reduce only
+    """'ours' with a sync forest that reads the placement and the modelled all-reduce only
     (``train.PLACEMENT_SYNC_FEATURES``: nothing that names the model)."""
     return fit_ours(d, train, sync_split=True, sync_features=PLACEMENT_SYNC_FEATURES)
-
-
-def fit_ours_syncsplit_new(d: Data, train: Idx) -> Callable[[Idx], np.ndarray]:
-    """'ours' for rows of a model the training rows measured, 'ours-syncsplit' for a model they did not
-    (the split correction only where the whole-step factor would be carried over from other models)."""
-    whole, split = fit_ours(d, train), fit_ours(d, train, sync_split=True)
-    known = set(d.model[train].tolist())
-
-    def predict(test: Idx) -> np.ndarray:
-        test = np.asarray(test)
-        new = np.asarray([d.model[i] not in known for i in test], dtype=bool)
-        out = np.empty(len(test))
-        if (~new).any():
-            out[~new] = whole(test[~new])
-        if new.any():
-            out[new] = split(test[new])
-        return out
-
-    return predict
 
 
 def fit_physics_only(d: Data, train: Idx) -> Callable[[Idx], np.ndarray]:
@@ -275,9 +256,8 @@ def _spec_ratio(ref: GPUSpec, ref_precision: str, tgt: GPUSpec, precision: str) 
 
 METHODS: dict[str, Method] = {
     "ours": fit_ours,
-    "ours-syncsplit": fit_ours_syncsplit,
+    "ours-whole": fit_ours_whole,
     "ours-syncsplit-placement": fit_ours_syncsplit_placement,
-    "ours-syncsplit-new": fit_ours_syncsplit_new,
     "physics": fit_physics_only,
     "xgb-plain": fit_plain,
     "spec-ratio": fit_spec_ratio,

@@ -3,8 +3,9 @@ anchors, under the physical guards.
 
 ``LearnedModel.times`` turns a ``Design`` (``perfmodel.scaling``) into predicted iteration times: the
 scaling model's compute and sync times times ``exp(forest(features))`` (plus the GPU forest for GPU types
-the training table measured; with a ``sync_forest``, a row across nodes instead takes its 1-GPU twin's
-correction on the compute time and the sync forest's bounded one on the sync time), the measured-anchor
+the training table measured; with a ``sync_forest``, a row across nodes of a model the table never
+measured instead takes its 1-GPU twin's correction on the compute time and the sync forest's bounded one
+on the sync time), the measured-anchor
 blend of ``perfmodel.anchor`` where anchors apply, then the guards for multi-GPU rows, with ``t1`` the
 same job on one GPU at the same per-GPU batch: never better than linear scaling (``time >= t1``), never
 faster than the gradient all-reduce at the slowest link's line rate (``Design.sync_floor``), and inside
@@ -59,9 +60,9 @@ class LearnedModel:
     gpu_forest: Forest | None = None
     seen_types: frozenset[str] = frozenset()
     # The split correction across nodes (``perfmodel.train.fit_model(sync_split=True)``): when set, a row
-    # across nodes takes the forests' correction of its 1-GPU twin on its compute time only, and this
-    # forest's on its sync time, bounded to ``SYNC_FACTOR_BOUNDS``; the forests above then never saw a
-    # row across nodes. None: the whole step time takes the forests' correction (the shipped model).
+    # across nodes of a model the table never measured (``times``' ``unmeasured``) takes the forests'
+    # correction of its 1-GPU twin on its compute time only, and this forest's on its sync time, bounded
+    # to ``SYNC_FACTOR_BOUNDS``. None: the whole step time takes the forests' correction on every row.
     sync_forest: Forest | None = None
 
     def seen_of(self, rows: Sequence[Resolved]) -> npt.NDArray[np.bool_]:
@@ -91,6 +92,7 @@ class LearnedModel:
         anchored: tuple[FloatArray, FloatArray] | None = None,
         seen: npt.NDArray[np.bool_] | None = None,
         follows: npt.NDArray[np.bool_] | None = None,
+        unmeasured: npt.NDArray[np.bool_] | None = None,
     ) -> tuple[FloatArray, FloatArray]:
         """(predicted iteration time, predicted 1-GPU time at the same per-GPU batch) per row.
 
@@ -99,6 +101,9 @@ class LearnedModel:
         marks the rows whose GPU type was measured (``gpu_forest`` applies); None = every row.
         ``follows`` marks the rows inside a measured in-node curve that falls (``MeasuredInNode.follows``):
         there the NVLink guard (never slower than one GPU) is left out, as the measurements break it.
+        ``unmeasured`` marks the rows of a model the training table never measured (``Predictor``: no
+        anchor group): with a ``sync_forest`` only those rows across nodes take the split correction, and
+        a measured model keeps the whole-step factor its own rows taught; None = every row.
         """
         multi = d.num_gpus > 1
         k = d.x.shape[0]
@@ -119,6 +124,8 @@ class LearnedModel:
             t1[multi] = d.compute[multi] * np.exp(corr[k:])
             if self.sync_forest is not None:
                 cross = multi & (d.x[:, _NODES_COL] > 1.0)
+                if unmeasured is not None:
+                    cross &= unmeasured
                 if cross.any():
                     t[cross] = t1[cross] + d.sync[cross] * self.sync_factor(d.x[cross])
         if anchored is not None:

@@ -468,7 +468,10 @@ class Predictor:
                 ht[o, _H_LINK] == LINK_NVLINK,
                 g,
             )
-        t, t1 = self.model.times(d, self._anchored(jt[o], ht[o], m), ht[o, _H_SEEN] > 0, follows)
+        # The split correction across nodes (``LearnedModel.sync_forest``) only for models the shipped table
+        # never measured (no anchor group); without the table every row counts as one.
+        unmeasured = jt[o, _J_GROUP] < 0 if self.anchors is not None else None
+        t, t1 = self.model.times(d, self._anchored(jt[o], ht[o], m), ht[o, _H_SEEN] > 0, follows, unmeasured)
         samples: FloatArray = m[:, 0] / t
         return samples, t1
 

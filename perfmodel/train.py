@@ -334,12 +334,13 @@ def fit(
     seed: int = 0,
     nthread: int = 1,
     physics: bool = True,
-    sync_split: bool = False,
+    sync_split: bool = True,
     sync_features: Sequence[str] = SYNC_FEATURES,
 ) -> Predictor:
     """An in-memory predictor trained on ``measurements`` (interval from its training residuals);
-    ``physics=False`` keeps the prior ``Physics`` instead of fitting it; ``sync_split`` fits the split
-    correction across nodes on ``sync_features`` (``fit_model``)."""
+    ``physics=False`` keeps the prior ``Physics`` instead of fitting it; ``sync_split`` (as ``train``
+    ships it) fits the split correction across nodes on ``sync_features`` (``fit_model``), which answers
+    rows of models without an anchor group once ``anchors`` are set (``Predictor``)."""
     resolved = [resolve(j, h) for j, h in rows_of(measurements)]
     phys = fit_physics(measurements, resolved) if physics else DEFAULT_PHYSICS
     d = design_of(resolved, phys)
@@ -394,7 +395,11 @@ def train(
     times = np.asarray([1.0 / m.iters_per_s for m in measurements], dtype=np.float64)
     gpu_types = [r.spec.gpu_type for r in resolved]
     oof = oof_log_errors(d, times, seed, nthread, phys=phys, gpu_types=gpu_types)
-    _, payload = fit_model(d, times, seed=seed, nthread=nthread, phys=phys, gpu_types=gpu_types)
+    # The interval (``oof``) is the whole-step factor's error, as the rows of measured models are answered;
+    # the model file also carries the split correction for models the table never measured (decision 0151).
+    _, payload = fit_model(
+        d, times, seed=seed, nthread=nthread, phys=phys, gpu_types=gpu_types, sync_split=True
+    )
     q_low, q_high = float(np.quantile(oof, 0.1)), float(np.quantile(oof, 0.9))
     sources = sorted({s for m in measurements for s in m.source.split("+")})
     payload.update(

@@ -234,8 +234,20 @@ def _per_row_reference(predictor: Predictor, rows: list[tuple[JobFeatures, Hardw
     cross-node row's features are those of the same row at its reference network (``_reference_network``)."""
     resolved = [resolve(j, h) for j, h in rows]
     anchored = _anchored(predictor, resolved)
+    # The split correction across nodes answers the rows of models the table never measured (no anchor
+    # group); without anchors, every row.
+    unmeasured = None
+    if predictor.anchors is not None:
+        anchors = predictor.anchors
+        unmeasured = np.asarray(
+            [
+                anchors.group_index(r.model, r.dataset, r.precision, j.stack) < 0
+                for r, (j, _) in zip(resolved, rows, strict=True)
+            ]
+        )
     if predictor.measured is None:
-        t, _ = predictor.model.times_of(resolved, anchored)
+        d = design_of(resolved, predictor.model.physics)
+        t, _ = predictor.model.times(d, anchored, predictor.model.seen_of(resolved), None, unmeasured)
     else:
         d = design_of(resolved, predictor.model.physics)
         at = [
@@ -243,7 +255,7 @@ def _per_row_reference(predictor: Predictor, rows: list[tuple[JobFeatures, Hardw
             for j, h in rows
         ]
         d.x[:] = design_of(at, predictor.model.physics).x
-        t, _ = predictor.model.times(d, anchored, predictor.model.seen_of(resolved))
+        t, _ = predictor.model.times(d, anchored, predictor.model.seen_of(resolved), None, unmeasured)
     return np.asarray([r.batch_size for r in resolved]) / t
 
 
@@ -487,3 +499,30 @@ def test_a_job_far_below_its_measured_batches_is_not_sent_to_the_slowest_gpu(pre
     k80 = samples(job, HardwareFeatures("K80", 8, 4, 2, "pcie", 10))
     v100 = samples(job, HardwareFeatures("V100", 8, 4, 2, "nvlink", 100))
     assert v100 >= 1.5 * k80
+
+
+def test_the_split_correction_answers_only_models_the_table_never_measured(predictor: Predictor) -> None:
+    # The shipped model carries the split correction across nodes (decision 0151); it answers a cross-node
+    # row of a model without an anchor group, and a measured model, or any row on one node, reads as the
+    # whole-step factor alone does.
+    assert predictor.model.sync_forest is not None
+    whole = Predictor(
+        dataclasses.replace(predictor.model, sync_forest=None),
+        predictor.meta,
+        anchors=predictor.anchors,
+        measured=predictor.measured,
+    )
+    across = HardwareFeatures("V100", 16, 8, 2, "nvlink", 25.0)
+    measured_job = JobFeatures("resnet50", "imagenet", 512)
+    new_job = JobFeatures("mynet", "", 512, params=25.6e6, flops_per_sample=24.5e9)
+    assert predictor.anchors is not None
+    assert predictor.anchors.group_index("resnet50", "imagenet", "fp32", "research") >= 0
+    rows = [
+        (measured_job, across),
+        (new_job, HardwareFeatures("V100", 8, 8, 1)),
+        (new_job, across),
+    ]
+    ours = predictor.predict(rows).samples_per_s
+    base = whole.predict(rows).samples_per_s
+    assert ours[0] == base[0] and ours[1] == base[1]
+    assert ours[2] != base[2]
